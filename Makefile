@@ -1,0 +1,50 @@
+# Two commands do all set-up on a fresh Debian machine:
+#   make demo   generate a realistic JPEG dataset, pack it, load it, report throughput
+#   make test   the whole test suite
+# Both create .venv (torch CPU 2.13.0, mxnet 1.9.1 with numpy<1.24, lmdb, ...) and build the
+# C++ engine against the system libjpeg-turbo, installing the Debian package when it is missing.
+
+PY       ?= python3
+VENV     ?= .venv
+VPY      := $(VENV)/bin/python
+STAMP    := $(VENV)/.fastload-installed
+DEMO     ?= demo-out
+COUNT    ?= 1000
+
+.PHONY: demo test system-deps venv build bench bench-quick clean
+
+system-deps:
+	@bash tools/install_system_deps.sh
+
+$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.cpp csrc/*.h)
+	@$(MAKE) --no-print-directory system-deps
+	@test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip wheel setuptools pybind11
+	# torch first and pinned: this version is a local CPU wheel, a bare "torch" would pull CUDA
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench]"
+	$(VPY) -m fastload info
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+build: $(STAMP)
+	$(VPY) setup.py -q build_ext --inplace
+
+demo: $(STAMP)
+	$(VPY) tools/make_dataset.py --count $(COUNT) --seed 0 --odd $(DEMO)/images
+	$(VENV)/bin/fastload pack $(DEMO)/images $(DEMO)/packed --overwrite
+	$(VENV)/bin/fastload verify $(DEMO)/packed
+	$(VPY) tools/demo_load.py $(DEMO)/packed
+
+test: $(STAMP)
+	$(VPY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(VENV)/bin/fastload bench --out bench-out
+
+bench-quick: $(STAMP)
+	$(VENV)/bin/fastload bench --quick --out bench-out
+
+clean:
+	rm -rf build *.egg-info fastload/*.so $(DEMO) bench-out

@@ -1,0 +1,43 @@
+"""fastload: high-throughput data loading for deep-learning training.
+
+The data path, one module per stage: folder -> shards (:mod:`fastload.pack`) -> record bytes
+(:mod:`fastload.records`) -> which records (:mod:`fastload.order`) -> pixels (:mod:`fastload.decode`,
+:mod:`fastload.transforms`) -> pinned batch slots (:mod:`fastload.batch`) -> prefetch queue
+(:mod:`fastload.prefetch`, :mod:`fastload.loader`) -> device (:mod:`fastload.torch`,
+:mod:`fastload.mxnet`). torch and mxnet are imported only by their adapters.
+"""
+
+__version__ = "0.1.0"
+
+from fastload.transforms import CenterCrop, RandomResizedCrop, Resize, eval_transform, train  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "open_dataset",
+    "pack_folder",
+    "Loader",
+    "LoaderConfig",
+    "RandomResizedCrop",
+    "CenterCrop",
+    "Resize",
+    "train",
+    "eval_transform",
+    "info",
+]
+
+
+def __getattr__(name):
+    # Lazy: `import fastload` stays cheap and never imports a stage the caller does not use.
+    if name == "open_dataset":
+        from fastload.records.dataset import open_dataset
+        return open_dataset
+    if name == "pack_folder":
+        from fastload.pack.packer import pack_folder
+        return pack_folder
+    if name in ("Loader", "LoaderConfig"):
+        from fastload import loader
+        return getattr(loader, name)
+    if name == "info":
+        from fastload.decode import engine_info
+        return engine_info
+    raise AttributeError(f"module 'fastload' has no attribute {name!r}")

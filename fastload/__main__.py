@@ -1,0 +1,5 @@
+"""`python -m fastload`: the command-line interface."""
+
+from fastload.cli import main
+
+raise SystemExit(main())

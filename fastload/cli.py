@@ -1,0 +1,111 @@
+"""`fastload` command line: parses arguments, then calls one public library function per command.
+
+User errors (bad paths, bad options, refused overwrites) are :class:`fastload.errors.UserError`:
+they print one clear line and exit non-zero, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from fastload.errors import UserError
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_pack(sub) -> None:
+    p = sub.add_parser("pack", help="pack a JPEG folder or an im2rec .lst into RecordIO or LMDB shards")
+    p.add_argument("src", help="folder with one sub-folder per class, or an im2rec .lst file")
+    p.add_argument("out", help="output folder for the shards and fastload.json")
+    p.add_argument("--root", help="image root for the paths of a .lst file (default: the .lst's folder)")
+    p.add_argument("--format", choices=["recordio", "lmdb"], default="recordio")
+    p.add_argument("--shards", type=int, help="number of shards")
+    p.add_argument("--shard-size", help="target shard size, e.g. 512MB (default 512MB)")
+    p.add_argument("--workers", type=int, help="parallel readers/converters (default: all cores)")
+    p.add_argument("--resize", type=int, help="resize the shorter side to this and re-encode")
+    p.add_argument("--quality", type=int, default=95, help="JPEG quality for re-encoded images")
+    p.add_argument("--shuffle", action="store_true", help="shuffle record order (with --seed)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", help="shard name prefix (default: the source folder's name)")
+    p.add_argument("--on-error", choices=["skip", "fail"], default="skip")
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
+    p.add_argument("--restart-index", dest="restart_index", action="store_true",
+                   help="losslessly add JPEG restart markers so crops decode only the intervals they need")
+    p.add_argument("--verify", action="store_true", help="check every transcoded image decodes identically")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_pack)
+
+
+def _run_pack(args) -> int:
+    from fastload.pack.packer import pack_main
+    return pack_main(args)
+
+
+def _add_info(sub) -> None:
+    p = sub.add_parser("info", help="which decoder is live; with a path, the dataset's manifest summary")
+    p.add_argument("path", nargs="?", help="a fastload dataset folder, a .rec or an LMDB shard")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_run_info)
+
+
+def _run_info(args) -> int:
+    from fastload.records.manifest import info_main
+    return info_main(args)
+
+
+def _add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="check checksums and framing (and decode every record with --decode)")
+    p.add_argument("path")
+    p.add_argument("--decode", action="store_true", help="also decode every record")
+    p.set_defaults(func=_run_verify)
+
+
+def _run_verify(args) -> int:
+    from fastload.records.verify import verify_main
+    return verify_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fastload", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command")
+    for add in (_add_pack, _add_info, _add_verify):
+        add(sub)
+    # Commands contributed by other stages register here (bench, pack-arrays).
+    for module_name in ("fastload_bench.command", "fastload.pack.arrays"):
+        try:
+            module = __import__(module_name, fromlist=["add_parser"])
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:  # a real import bug inside the module must surface
+                raise
+            continue
+        add_parser = getattr(module, "add_parser", None)
+        if add_parser is not None:
+            add_parser(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from fastload import __version__
+        print(__version__)
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"fastload {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fastload {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

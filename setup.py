@@ -1,0 +1,155 @@
+"""Build script: the Python package, plus the C++ decode engine when libjpeg-turbo is found.
+
+libjpeg-turbo is found, never fetched: ``FASTLOAD_JPEG_ROOT`` (a prefix with include/ and lib/),
+then ``pkg-config libjpeg``, then the usual prefixes. The build prints where it looked and what it
+found. Without the library (or with ``FASTLOAD_NO_EXTENSION=1``) the package installs pure Python
+and uses the Pillow decode path; ``fastload info`` reports which one is live.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+USUAL_PREFIXES = ["/usr", "/usr/local", "/opt/libjpeg-turbo", "/opt/homebrew", "/opt/local"]
+
+
+def _say(msg):
+    print(f"fastload setup: {msg}", file=sys.stderr, flush=True)
+
+
+def _jpeg_version(include_dir):
+    """LIBJPEG_TURBO_VERSION from jconfig.h, or None when the headers are not libjpeg-turbo's."""
+    candidates = [os.path.join(include_dir, "jconfig.h")] + glob.glob(os.path.join(include_dir, "*-linux-gnu", "jconfig.h"))
+    for path in candidates:
+        try:
+            with open(path) as fh:
+                for line in fh:
+                    if line.startswith("#define LIBJPEG_TURBO_VERSION "):
+                        return line.split()[2]
+        except OSError:
+            continue
+    return None
+
+
+def _from_prefix(prefix):
+    inc = os.path.join(prefix, "include")
+    if not os.path.exists(os.path.join(inc, "jpeglib.h")):
+        return None
+    libdirs = [d for d in (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64"))
+               + tuple(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu")))
+               if glob.glob(os.path.join(d, "libjpeg.*"))]
+    if not libdirs:
+        return None
+    return {"include_dirs": [inc], "library_dirs": libdirs, "libraries": ["jpeg"], "how": f"prefix {prefix}"}
+
+
+def _from_pkg_config():
+    if not shutil.which("pkg-config"):
+        return None
+    try:
+        cflags = subprocess.run(["pkg-config", "--cflags-only-I", "libjpeg"], capture_output=True, text=True, check=True).stdout.split()
+        libs = subprocess.run(["pkg-config", "--libs", "libjpeg"], capture_output=True, text=True, check=True).stdout.split()
+    except (subprocess.CalledProcessError, OSError):
+        return None
+    inc = [f[2:] for f in cflags if f.startswith("-I")] or ["/usr/include"]
+    return {"include_dirs": inc, "library_dirs": [f[2:] for f in libs if f.startswith("-L")],
+            "libraries": [f[2:] for f in libs if f.startswith("-l")] or ["jpeg"], "how": "pkg-config libjpeg"}
+
+
+def find_libjpeg_turbo():
+    """Locate libjpeg-turbo's headers and library; returns build settings or None."""
+    tried = []
+    env_root = os.environ.get("FASTLOAD_JPEG_ROOT")
+    searches = ([lambda: _from_prefix(env_root)] if env_root else []) + [_from_pkg_config] + [
+        (lambda p=p: _from_prefix(p)) for p in USUAL_PREFIXES]
+    labels = ([f"FASTLOAD_JPEG_ROOT={env_root}"] if env_root else []) + ["pkg-config libjpeg"] + [f"prefix {p}" for p in USUAL_PREFIXES]
+    for label, search in zip(labels, searches):
+        tried.append(label)
+        found = search()
+        if not found:
+            continue
+        version = next((v for v in (_jpeg_version(i) for i in found["include_dirs"] + ["/usr/include"]) if v), None)
+        if version is None:
+            _say(f"{label}: found a libjpeg that is not libjpeg-turbo; skipping it")
+            continue
+        found["version"] = version
+        _say(f"found libjpeg-turbo {version} via {found['how']} (include {found['include_dirs']}, lib {found['library_dirs'] or 'default'})")
+        return found
+    _say("libjpeg-turbo not found (looked at: " + ", ".join(tried) + "); installing without the C++ engine. "
+         "On Debian/Ubuntu: apt-get install libjpeg62-turbo-dev (or libjpeg-turbo8-dev), or set FASTLOAD_JPEG_ROOT.")
+    return None
+
+
+class OptionalBuildExt(build_ext):
+    """Builds the engine; a failed native build degrades to the Pillow path instead of failing the install."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # the install must still succeed; the fallback is reported at runtime
+            _say(f"C++ engine build failed ({exc}); fastload will use the Pillow decode path")
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+            _say(f"built {ext.name}")
+        except Exception as exc:
+            if os.environ.get("FASTLOAD_REQUIRE_EXTENSION") == "1":
+                raise
+            _say(f"C++ engine build failed ({exc}); fastload will use the Pillow decode path")
+
+
+def extensions():
+    if os.environ.get("FASTLOAD_NO_EXTENSION") == "1":
+        _say("FASTLOAD_NO_EXTENSION=1: building without the C++ engine")
+        return []
+    jpeg = find_libjpeg_turbo()
+    if jpeg is None:
+        if os.environ.get("FASTLOAD_REQUIRE_EXTENSION") == "1":
+            raise SystemExit("FASTLOAD_REQUIRE_EXTENSION=1 but libjpeg-turbo was not found")
+        return []
+    try:
+        from pybind11.setup_helpers import Pybind11Extension
+    except ImportError:
+        _say("pybind11 is not installed in the build environment; building without the C++ engine")
+        return []
+    sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+    return [Pybind11Extension(
+        "fastload._engine",
+        sources,
+        include_dirs=jpeg["include_dirs"] + ["csrc"],
+        library_dirs=jpeg["library_dirs"],
+        libraries=jpeg["libraries"],
+        define_macros=[("FASTLOAD_JPEG_TURBO_VERSION", f'"{jpeg["version"]}"')],
+        extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall"],
+        cxx_std=17,
+    )]
+
+
+setup(
+    name="fastload",
+    version="0.1.0",
+    description="High-throughput data loading for deep-learning training: pack, decode, prefetch, per-device copies",
+    long_description=open(os.path.join(HERE, "README.md")).read() if os.path.exists(os.path.join(HERE, "README.md")) else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["fastload", "fastload.*"]) + ["fastload_bench", "fastload_tools"],
+    package_dir={"fastload_bench": "bench", "fastload_tools": "tools"},
+    ext_modules=extensions(),
+    cmdclass={"build_ext": OptionalBuildExt},
+    install_requires=["numpy", "lmdb", "pillow", "tqdm"],
+    extras_require={
+        "torch": ["torch>=2.0"],
+        "mxnet": ["mxnet>=1.9.1", "numpy<1.24"],
+        "bench": ["matplotlib", "psutil", "simplejpeg"],
+        "test": ["pytest", "scikit-image", "scipy", "matplotlib", "psutil", "simplejpeg"],
+    },
+    entry_points={"console_scripts": ["fastload=fastload.cli:main"]},
+    zip_safe=False,
+)
