@@ -180,10 +180,10 @@ def uniform(key: int, counter: int) -> float:
     return (splitmix64((key + counter) & _MASK64) >> 11) * (1.0 / 9007199254740992.0)
 
 
-def _round_half_up(x: float) -> int:
-    # Python's round() is banker's rounding; C++'s std::round differs from it. floor(x + 0.5) is
-    # written identically on both sides.
-    return int(math.floor(x + 0.5))
+def _round_half_even(x: float) -> int:
+    # torchvision rounds with Python's round() (ties to even); the C++ engine uses std::nearbyint
+    # under the default rounding mode, which is the same IEEE round-half-even.
+    return int(round(x))
 
 
 @dataclass(frozen=True)
@@ -208,8 +208,8 @@ def _rrc_box(width: int, height: int, t: RandomResizedCrop, key: int) -> Tuple[i
         c = attempt * _DRAWS_PER_ATTEMPT
         target_area = area * (t.scale[0] + (t.scale[1] - t.scale[0]) * uniform(key, c))
         aspect = math.exp(log_lo + (log_hi - log_lo) * uniform(key, c + 1))
-        w = _round_half_up(math.sqrt(target_area * aspect))
-        h = _round_half_up(math.sqrt(target_area / aspect))
+        w = _round_half_even(math.sqrt(target_area * aspect))
+        h = _round_half_even(math.sqrt(target_area / aspect))
         if 0 < w <= width and 0 < h <= height:
             y = min(int(uniform(key, c + 2) * (height - h + 1)), height - h)
             x = min(int(uniform(key, c + 3) * (width - w + 1)), width - w)
@@ -218,10 +218,10 @@ def _rrc_box(width: int, height: int, t: RandomResizedCrop, key: int) -> Tuple[i
     in_ratio = width / height
     if in_ratio < t.ratio[0]:
         w = width
-        h = _round_half_up(w / t.ratio[0])
+        h = _round_half_even(w / t.ratio[0])
     elif in_ratio > t.ratio[1]:
         h = height
-        w = _round_half_up(h * t.ratio[1])
+        w = _round_half_even(h * t.ratio[1])
     else:
         w, h = width, height
     w, h = max(1, min(w, width)), max(1, min(h, height))
@@ -261,8 +261,8 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
                 new_w, new_h = int(transform.resize * width / height), transform.resize
             s = width / new_w  # source pixels per resized pixel (x); y uses its own factor
             sy = height / new_h
-            left = _round_half_up((new_w - out_w) / 2.0)
-            top = _round_half_up((new_h - out_h) / 2.0)
+            left = _round_half_even((new_w - out_w) / 2.0)
+            top = _round_half_even((new_h - out_h) / 2.0)
             box = (left * s, top * sy, (left + out_w) * s, (top + out_h) * sy)
             return SampleParams(*box, flip=uniform(key, _FLIP_DRAW) < transform.flip)
         w, h = out_w * s, out_h * s
