@@ -32,7 +32,7 @@ build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
 
 demo: $(STAMP)
-	$(VPY) tools/make_dataset.py --count $(COUNT) --seed 0 --odd $(DEMO)/images
+	$(VPY) tools/make_dataset.py --count $(COUNT) --seed 0 --odd --overwrite $(DEMO)/images
 	$(VENV)/bin/fastload pack $(DEMO)/images $(DEMO)/packed --overwrite
 	$(VENV)/bin/fastload verify $(DEMO)/packed
 	$(VPY) tools/demo_load.py $(DEMO)/packed
