@@ -1,0 +1,148 @@
+"""Measurement stage, write side: ``fastload pack`` against MXNet's ``tools/im2rec.py`` on one folder.
+
+Both tools are timed as a user runs them (the whole command, interpreter start-up included), with
+the same number of workers, pass-through and ``--resize 256``. A plain copy of the same files into
+one file is the page-cache bandwidth reference pass-through packing is measured against (issue 2).
+Outputs go to a scratch folder that is emptied, untimed, before every repeat.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Optional, Tuple
+
+from .harness import Contender, Result, Sample, Skip, skipped
+from .prepare import image_files, pack_command
+
+__all__ = ["CommandContender", "CopyContender", "im2rec_path", "pack_contenders"]
+
+
+def im2rec_path() -> Optional[str]:
+    """MXNet's im2rec.py as shipped inside the mxnet wheel, found without importing mxnet."""
+    spec = importlib.util.find_spec("mxnet")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "tools", "im2rec.py")
+    return path if os.path.exists(path) else None
+
+
+class CommandContender(Contender):
+    """Runs one command per repeat into an emptied scratch folder and times it."""
+
+    def __init__(self, name: str, *, argv: List[str], scratch: str, images: int, nbytes: int,
+                 prepare: Optional[List[str]] = None, cwd: Optional[str] = None, **kwargs) -> None:
+        super().__init__(name, group="pack", **kwargs)
+        self.argv, self.scratch, self.images, self.nbytes = argv, scratch, images, nbytes
+        self.prepare, self.cwd = prepare, cwd
+
+    def _empty(self) -> None:
+        keep = {".lst"}
+        if os.path.isdir(self.scratch):
+            for name in os.listdir(self.scratch):
+                path = os.path.join(self.scratch, name)
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                elif os.path.splitext(name)[1] not in keep:
+                    os.remove(path)
+        os.makedirs(self.scratch, exist_ok=True)
+
+    def start(self) -> None:
+        self._empty()
+        if self.prepare:
+            proc = subprocess.run(self.prepare, capture_output=True, text=True, cwd=self.cwd)
+            if proc.returncode != 0:
+                raise Skip(f"{os.path.basename(self.prepare[1])} list step failed: "
+                           + " | ".join(proc.stderr.strip().splitlines()[-2:]))
+
+    def run(self) -> Sample:
+        self._empty()
+        t0 = time.perf_counter()
+        proc = subprocess.run(self.argv, capture_output=True, text=True, cwd=self.cwd)
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"{self.argv[:4]} exited {proc.returncode}: "
+                               + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:]))
+        written = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(self.scratch) for f in fs)
+        return Sample(images=self.images, bytes=self.nbytes, seconds=seconds, extra={"output_bytes": written})
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class CopyContender(Contender):
+    """Read every source file and append it to one output file: the copy bandwidth reference."""
+
+    def __init__(self, files: List[str], scratch: str, nbytes: int) -> None:
+        super().__init__("copy files into one file (reference)", group="pack", family="copy", threads=1,
+                         notes="read + write of the same bytes, page cache")
+        self.files, self.scratch, self.nbytes = files, scratch, nbytes
+
+    def start(self) -> None:
+        os.makedirs(self.scratch, exist_ok=True)
+
+    def run(self) -> Sample:
+        target = os.path.join(self.scratch, "all.bin")
+        t0 = time.perf_counter()
+        with open(target, "wb") as out:
+            for path in self.files:
+                with open(path, "rb") as fh:
+                    out.write(fh.read())
+        seconds = time.perf_counter() - t0
+        os.remove(target)
+        return Sample(images=len(self.files), bytes=self.nbytes, seconds=seconds)
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
+                    workdir: Optional[str] = None) -> Tuple[List[Contender], List[Result], str]:
+    """fastload pack vs im2rec, pass-through and (not in quick mode) --resize 256.
+
+    Returns:
+        ``(contenders, skipped_rows, scratch_root)``; the caller removes ``scratch_root``.
+    """
+    scratch = tempfile.mkdtemp(prefix="fastload-bench-pack-", dir=workdir)
+    if images_root is None:
+        return [], [skipped("fastload pack", group="pack", reason="no image folder to pack")], scratch
+    files = image_files(images_root)
+    nbytes = sum(os.path.getsize(f) for f in files)
+    im2rec = im2rec_path()
+    have_cv2 = importlib.util.find_spec("cv2") is not None
+    out: List[Contender] = [CopyContender(files, os.path.join(scratch, "copy"), nbytes)]
+    skips: List[Result] = []
+    modes = [(None, "pass-through")] + ([] if quick else [(256, "--resize 256")])
+    for resize, label in modes:
+        out.append(CommandContender(
+            f"fastload pack ({label}, {workers} workers)", reference=True if resize is None else False,
+            argv=pack_command(images_root, os.path.join(scratch, f"fl-{label[:6]}", "out"), workers=workers, resize=resize),
+            scratch=os.path.join(scratch, f"fl-{label[:6]}"), images=len(files), nbytes=nbytes,
+            family=f"fastload pack {label}", threads=workers, notes="RecordIO, one shard"))
+        name = f"MXNet im2rec.py ({label}, {workers} workers)"
+        if im2rec is None:
+            skips.append(skipped(name, group="pack", reason="mxnet (and its tools/im2rec.py) is not installed"))
+            continue
+        if not have_cv2:
+            skips.append(skipped(name, group="pack", reason="im2rec.py imports cv2: pip install opencv-python-headless"))
+            continue
+        folder = os.path.join(scratch, f"im2rec-{label[:6]}")
+        prefix = os.path.join(folder, "data")
+        argv = [sys.executable, im2rec, "--num-thread", str(workers), "--quality", "95"]
+        argv += ["--pass-through"] if resize is None else ["--resize", str(resize)]
+        out.append(CommandContender(
+            name, argv=argv + [prefix, images_root], scratch=folder, images=len(files), nbytes=nbytes,
+            prepare=[sys.executable, im2rec, "--list", "--recursive", prefix, images_root],
+            family=f"im2rec {label}", threads=workers, notes="list made beforehand, untimed"))
+    # Fix the reference per mode: the ratio column compares like with like.
+    if not quick:
+        for c in out:
+            if "--resize" in c.name:
+                c.group = "pack-resize"
+                c.reference = c.name.startswith("fastload")
+    return out, skips, scratch

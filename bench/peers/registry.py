@@ -1,0 +1,176 @@
+"""Measurement stage, peers: which peer contenders exist for a dataset, and why others are skipped.
+
+Each peer family runs in one long-lived process (its interpreter is ``--peer-python NAME=PATH``, an
+auto-detected ``.venv-NAME/bin/python`` beside the project, or this interpreter). Contenders of a
+family share that process, started on first use and closed by :meth:`PeerProcesses.close`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Dict, List, Optional, Tuple
+
+from ..harness import Contender, PeerContender, PeerProcess, Result, skipped
+
+__all__ = ["PeerProcesses", "peer_python", "pipeline_peers", "eval_peers", "mxnet_peers", "sparse_peers"]
+
+_HERE = os.path.dirname(os.path.realpath(__file__))
+_PROJECT = os.path.dirname(os.path.dirname(_HERE))
+
+
+def peer_python(name: str, overrides: Dict[str, str]) -> Optional[str]:
+    """Interpreter for peer ``name``: ``--peer-python`` first, then ``.venv-NAME`` in the project or cwd."""
+    if name in overrides:
+        return overrides[name]
+    for root in (_PROJECT, os.getcwd()):
+        candidate = os.path.join(root, f".venv-{name}", "bin", "python")
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+class PeerProcesses:
+    """Lazily started peer processes, one per family; close() ends them all."""
+
+    def __init__(self) -> None:
+        self._procs: Dict[str, PeerProcess] = {}
+        self._argv: Dict[str, List[str]] = {}
+
+    def factory(self, key: str, argv: List[str]):
+        self._argv[key] = argv
+
+        def get() -> PeerProcess:
+            if key not in self._procs:
+                self._procs[key] = PeerProcess(argv, label=key)
+            return self._procs[key]
+        return get
+
+    def spawn_all(self) -> None:
+        """Start every registered peer now, so their imports overlap instead of queueing."""
+        for key, argv in self._argv.items():
+            if key not in self._procs:
+                try:
+                    self._procs[key] = PeerProcess(argv, label=key)
+                except Exception:
+                    pass  # the contender's own start() reports it
+
+    def close(self) -> None:
+        while self._procs:
+            _, proc = self._procs.popitem()
+            proc.close()
+
+
+def _module_argv(module: str) -> List[str]:
+    return [sys.executable, "-m", f"fastload_bench.peers.{module}"]
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def pipeline_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int, quick: bool,
+                   overrides: Dict[str, str]) -> Tuple[List[Contender], List[Result]]:
+    """The train-pipeline peers (RandomResizedCrop 224 + flip, uint8), and the skipped ones."""
+    group = "pipeline"
+    out: List[Contender] = []
+    skips: List[Result] = []
+    # torch DataLoader + the torchvision-equivalent Pillow pipeline.
+    name = f"torch DataLoader + PIL (num_workers={threads})"
+    if not _have("torch"):
+        skips.append(skipped(name, group=group, reason="torch is not installed"))
+    elif data.images_root is None:
+        skips.append(skipped(name, group=group, reason=data.missing.get("images", "no image folder")))
+    else:
+        out.append(PeerContender(name, process=procs.factory("torch", _module_argv("torch_pil")), kind="train",
+                                 spec={"root": data.images_root, "batch_size": batch_size, "workers": threads},
+                                 group=group, threads=threads,
+                                 notes="torchvision-equivalent RandomResizedCrop(224)+flip in Pillow, ImageFolder"))
+    # MXNet ImageRecordIter, one iterator and num_parts=2 in parallel.
+    variants = [(1, f"MXNet ImageRecordIter (preprocess_threads={threads})")]
+    if not quick:
+        variants.append((2, f"MXNet ImageRecordIter x2 partitions (preprocess_threads={threads})"))
+    for parts, name in variants:
+        if not _have("mxnet"):
+            skips.append(skipped(name, group=group, reason="mxnet is not installed"))
+        elif data.rec is None:
+            skips.append(skipped(name, group=group, reason=data.missing.get("rec", "no .rec")))
+        else:
+            out.append(PeerContender(name, process=procs.factory("mxnet", _module_argv("mxnet_rec")),
+                                     kind="imagerecorditer", group=group, threads=threads,
+                                     spec={"rec": data.rec, "idx": data.idx, "batch_size": batch_size,
+                                           "threads": threads, "parts": parts},
+                                     notes="random_resized_crop=True, rand_mirror=True, uint8; OpenCV bilinear"))
+    # NVIDIA DALI's CPU pipeline in its own interpreter.
+    python = peer_python("dali", overrides)
+    variants = [(True, "DALI CPU pipeline (region decode)")]
+    if not quick:
+        variants.append((False, "DALI CPU pipeline (full decode)"))
+    for region, name in variants:
+        if python is None:
+            skips.append(skipped(name, group=group, reason="no DALI interpreter: run tools/setup_peer_envs.sh "
+                                                           "or pass --peer-python dali=/path/to/python"))
+        elif data.rec is None:
+            skips.append(skipped(name, group=group, reason=data.missing.get("rec", "no .rec")))
+        else:
+            out.append(PeerContender(name, process=procs.factory("dali", [python, os.path.join(_HERE, "dali_cpu.py")]),
+                                     kind="train", group=group, threads=threads,
+                                     spec={"rec": data.rec, "idx": data.idx, "batch_size": batch_size,
+                                           "threads": threads, "region": region},
+                                     notes="fn.readers.mxnet, device_id=None, linear antialiased resize"))
+    # FFCV needs its own .beton conversion and OpenCV/libturbojpeg dev packages to build.
+    python = peer_python("ffcv", overrides)
+    reason = ("FFCV is not installed (tools/setup_peer_envs.sh ffcv builds it when libopencv-dev and "
+              "libturbojpeg0-dev are present)" if python is None else
+              "an FFCV interpreter exists but fastload's bench has no FFCV (.beton) peer yet")
+    skips.append(skipped("FFCV loader", group=group, reason=reason))
+    return out, skips
+
+
+def eval_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int) -> Tuple[List[Contender], List[Result]]:
+    """The eval-pipeline peer: torch DataLoader with Resize(256) + CenterCrop(224) in Pillow."""
+    name = f"torch DataLoader + PIL eval (num_workers={threads})"
+    if not _have("torch"):
+        return [], [skipped(name, group="eval", reason="torch is not installed")]
+    if data.images_root is None:
+        return [], [skipped(name, group="eval", reason=data.missing.get("images", "no image folder"))]
+    return [PeerContender(name, process=procs.factory("torch", _module_argv("torch_pil")), kind="eval",
+                          spec={"root": data.images_root, "batch_size": batch_size, "workers": threads},
+                          group="eval", threads=threads, notes="Resize(256) + CenterCrop(224) in Pillow")], []
+
+
+def mxnet_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int, with_mxnet_own: bool,
+                group: str = "pipeline", reference: bool = False) -> Tuple[List[Contender], List[Result]]:
+    """fastload.mxnet.ImageRecordIter (and, if asked, MXNet's own iterators) in one MXNet process."""
+    out: List[Contender] = []
+    skips: List[Result] = []
+    rows = [(f"fastload.mxnet ImageRecordIter (preprocess_threads={threads})", "fastload_imagerecorditer", 1, reference)]
+    if with_mxnet_own:
+        rows += [(f"MXNet ImageRecordIter (preprocess_threads={threads})", "imagerecorditer", 1, False),
+                 (f"MXNet ImageRecordIter x2 partitions (preprocess_threads={threads})", "imagerecorditer", 2, False)]
+    for name, kind, parts, ref in rows:
+        if not _have("mxnet"):
+            skips.append(skipped(name, group=group, reason="mxnet is not installed"))
+        elif data.rec is None:
+            skips.append(skipped(name, group=group, reason=data.missing.get("rec", "no .rec")))
+        else:
+            out.append(PeerContender(name, process=procs.factory("mxnet", _module_argv("mxnet_rec")), kind=kind,
+                                     group=group, threads=threads, reference=ref,
+                                     spec={"rec": data.rec, "idx": data.idx, "packed": data.packed,
+                                           "batch_size": batch_size, "threads": threads, "parts": parts}))
+    return out, skips
+
+
+def sparse_peers(*, procs: PeerProcesses, quick: bool, batch_size: int = 256) -> Tuple[List[Contender], List[Result]]:
+    """fastload.mxnet.NDArrayIter vs mx.io.NDArrayIter on the same CSR rows (batches/s)."""
+    names = [("fastload.mxnet NDArrayIter (CSR)", "fastload", True), ("MXNet NDArrayIter (CSR)", "mxnet", False)]
+    if not _have("mxnet"):
+        return [], [skipped(n, group="sparse", reason="mxnet is not installed") for n, _, _ in names]
+    # Issue 5's case: 250,000 features at ~0.1% density; --quick shrinks it to a smoke size.
+    spec = {"rows": 256 * (4 if quick else 40), "features": 20_000 if quick else 250_000, "density": 0.001,
+            "batch_size": batch_size, "seed": 0}
+    note = f"{spec['rows']} x {spec['features']} CSR, 0.1% dense, batch {batch_size}, consumer waits for data+label"
+    return [PeerContender(n, process=procs.factory("mxnet", _module_argv("mxnet_rec")), kind="ndarrayiter_csr",
+                          spec=dict(spec, impl=impl), group="sparse", reference=ref, unit="batches", notes=note)
+            for n, impl, ref in names], []

@@ -1,0 +1,164 @@
+"""Measurement stage, output: the table people read, the JSON machines read, the plot.
+
+One format for every benchmark of the project: a list of :class:`~.harness.Result` rows grouped by
+comparison, the environment they ran in, derived checks against the issues' targets, and the
+optional model-step verdict. Written to ``OUT/results.json`` (and appended as one line to
+``OUT/results.jsonl`` so runs accumulate), ``OUT/table.txt`` and ``OUT/throughput.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Optional, Sequence
+
+from .harness import Result
+
+__all__ = ["format_table", "format_targets", "write_outputs", "plot", "GROUP_TITLES"]
+
+GROUP_TITLES = {
+    "read": "read only (records from the shards, no decode)",
+    "decode": "decode alone (pre-read bytes; fused ops are RandomResizedCrop(224)+flip unless noted)",
+    "pipeline": "train pipeline: RandomResizedCrop(224) + flip, uint8 out",
+    "eval": "eval pipeline: Resize(256) + CenterCrop(224), uint8 out",
+    "mxnet": "MXNet iterators on the same .rec (random resized crop 224 + mirror, uint8)",
+    "sparse": "sparse CSR batches (batches/s): fastload.mxnet.NDArrayIter vs mx.io.NDArrayIter",
+    "h2d": "host-to-device copy",
+    "pack": "packing, pass-through (whole command, same workers)",
+    "pack-resize": "packing, --resize 256 (whole command, same workers)",
+}
+
+
+def _num(x: Optional[float], fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def format_table(results: Sequence[Result]) -> str:
+    """A fixed-width table, one block per group, skipped rows with their reason."""
+    lines: List[str] = []
+    groups: Dict[str, List[Result]] = {}
+    for r in results:
+        groups.setdefault(r.group, []).append(r)
+    header = f"{'contender':<64} {'thr':>3} {'median/s':>10} {'min-max/s':>17} {'MB/s':>8} {'per core':>9} {'vs ref':>7}"
+    for group, rows in groups.items():
+        lines.append("")
+        lines.append(f"== {GROUP_TITLES.get(group, group)}")
+        unit = rows[0].unit
+        lines.append(header.replace("median/s", f"{unit[:6]}/s"))
+        for r in rows:
+            name = (r.name + (" *" if r.reference else ""))[:64]
+            if r.skipped is not None:
+                lines.append(f"{name:<64} {'':>3} skipped: {r.skipped}")
+                continue
+            if not r.ok:
+                lines.append(f"{name:<64} {'':>3} error: {(r.error or '').splitlines()[0][:160]}")
+                continue
+            span = f"{_num(r.min_ips)}-{_num(r.max_ips)}"
+            ratio = "-" if r.ratio_to_reference is None else f"{r.ratio_to_reference:.2f}x"
+            lines.append(f"{name:<64} {r.threads:>3} {_num(r.median_ips):>10} {span:>17} "
+                         f"{_num(r.median_mbps, ',.1f'):>8} {_num(r.per_core_ips):>9} {ratio:>7}")
+    lines.append("")
+    lines.append("* = the group's reference row (fastload); 'vs ref' = median / reference median; "
+                 "thr = threads or processes allowed; per core = median / thr.")
+    return "\n".join(lines)
+
+
+def format_targets(targets: Sequence[dict]) -> str:
+    if not targets:
+        return ""
+    lines = ["", "== issue targets (from this run)"]
+    for t in targets:
+        if t.get("value") is None:
+            value, state = "-", f"not measured: {t.get('why', '')}"
+        else:
+            value = f"{t['value']:,.2f}{t.get('unit', '')}"
+            state = "MET" if t["met"] else "not met"
+        lines.append(f"  issue {t['issue']}: {t['check']:<66} {value:>11}  target {t['target_text']:<11} {state}")
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
+    """Two panels: throughput against threads (decode families), and pipelines side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [1, 1.4]})
+    families: Dict[str, List[Result]] = {}
+    for r in results:
+        if r.ok and r.group == "decode":
+            families.setdefault(r.family, []).append(r)
+    for family, rows in families.items():
+        rows.sort(key=lambda r: r.threads)
+        xs = [r.threads for r in rows]
+        ys = [r.median_ips for r in rows]
+        err = [[r.median_ips - r.min_ips for r in rows], [r.max_ips - r.median_ips for r in rows]]
+        style = "-o" if family.startswith("fastload") else "--s"
+        left.errorbar(xs, ys, yerr=err, fmt=style, capsize=3, label=family)
+    left.set_xlabel("threads")
+    left.set_ylabel("images/s")
+    left.set_title("decode throughput vs threads")
+    if families:
+        left.legend(fontsize=7)
+        left.set_xticks(sorted({r.threads for rows in families.values() for r in rows}))
+    else:
+        left.text(0.5, 0.5, "decode stage not measured", ha="center", transform=left.transAxes)
+    left.grid(alpha=0.3)
+
+    rows = [r for r in results if r.ok and r.group in ("pipeline", "mxnet", "eval")]
+    if rows:
+        labels = [f"[{r.group}] {r.name}"[:60] for r in rows]
+        ys = list(range(len(rows)))[::-1]
+        colors = ["tab:green" if r.name.startswith("fastload") else "tab:gray" for r in rows]
+        err = [[r.median_ips - r.min_ips for r in rows], [r.max_ips - r.median_ips for r in rows]]
+        right.barh(ys, [r.median_ips for r in rows], xerr=err, color=colors, capsize=3)
+        right.set_yticks(ys)
+        right.set_yticklabels(labels, fontsize=7)
+        for y, r in zip(ys, rows):
+            right.text(r.max_ips, y, f" {r.median_ips:,.0f}", va="center", fontsize=7)
+    else:
+        right.text(0.5, 0.5, "no pipeline measured", ha="center", transform=right.transAxes)
+    right.set_xlabel("images/s (median, min-max)")
+    right.set_title("fastload vs peers, same images")
+    right.grid(axis="x", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(out_dir: str, *, env: dict, dataset: dict, config: dict, results: Sequence[Result],
+                  targets: Sequence[dict], model_step: Optional[dict], model_step_text: str = "") -> Dict[str, str]:
+    """Write results.json, results.jsonl (appended), table.txt and throughput.png; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    doc = {"format": "fastload-bench/1", "environment": env, "dataset": dataset, "config": config,
+           "results": [r.to_json() for r in results], "targets": list(targets), "model_step": model_step}
+    paths = {"json": os.path.join(out_dir, "results.json"), "jsonl": os.path.join(out_dir, "results.jsonl"),
+             "table": os.path.join(out_dir, "table.txt"), "png": os.path.join(out_dir, "throughput.png")}
+    tmp = paths["json"] + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1, default=str)
+    os.replace(tmp, paths["json"])
+    with open(paths["jsonl"], "a") as fh:
+        fh.write(json.dumps(doc, default=str) + "\n")
+    text = render_text(env, dataset, results, targets, model_step_text)
+    with open(paths["table"], "w") as fh:
+        fh.write(text + "\n")
+    plot(results, paths["png"], title=f"{env.get('cpu_model')} x{env.get('cores')} cores | {dataset.get('source')} "
+                                      f"| {env.get('timestamp')}")
+    return paths
+
+
+def render_text(env: dict, dataset: dict, results: Sequence[Result], targets: Sequence[dict],
+                model_step_text: str = "") -> str:
+    head = [f"$ {env.get('command')}",
+            f"{env.get('cpu_model')}, {env.get('cores')} cores, python {env.get('python')}, git {env.get('git_sha')}, "
+            f"{env.get('timestamp')}",
+            f"dataset: {dataset.get('source')} ({dataset.get('images')} images, mean {dataset.get('mean_kb')} KB)"]
+    for note in dataset.get("notes") or []:
+        head.append(f"note: {note}")
+    text = "\n".join(head) + "\n" + format_table(results) + format_targets(targets)
+    if model_step_text:
+        text += "\n\n" + model_step_text
+    return text

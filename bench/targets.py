@@ -1,0 +1,105 @@
+"""Measurement stage, verdicts: the issues' throughput targets checked against one run's rows.
+
+Every check is a ratio of two rows measured interleaved in the same group (or an absolute rate),
+so a run on a noisy machine still compares like with like. A check whose rows were not measured
+is listed as not measured, with the reason, rather than left out.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from .harness import Result
+
+__all__ = ["FAMILIES", "evaluate"]
+
+# Family names shared by the contender builders (command.py) and these checks.
+FAMILIES = {
+    "engine_train": "fastload engine train",
+    "engine_train_restart": "fastload engine train, restart-indexed",
+    "engine_eval": "fastload engine eval",
+    "engine_full": "fastload full-size decode",
+    "simplejpeg": "simplejpeg full-size decode",
+    "pillow": "Pillow full-size decode",
+    "python_pipeline": "Python per-image pipeline",
+    "loader": "fastload Loader",
+    "loader_restart": "fastload Loader, restart-indexed",
+    "engine_alone": "fastload engine alone (same batches)",
+    "torch_peer": "torch DataLoader + PIL",
+    "mxnet_fastload": "fastload.mxnet ImageRecordIter",
+    "mxnet_one": "MXNet ImageRecordIter (",
+    "mxnet_parts": "MXNet ImageRecordIter x2",
+    "pack_fastload": "fastload pack",
+    "pack_im2rec": "MXNet im2rec.py",
+}
+
+
+def _find(results: Sequence[Result], prefix: str, group: str, threads: Optional[int] = None,
+          max_threads: bool = False, exclude: str = "") -> Optional[Result]:
+    rows = [r for r in results if r.ok and r.group == group and (r.family.startswith(prefix) or r.name.startswith(prefix))
+            and not (exclude and exclude in r.name) and (threads is None or r.threads == threads)]
+    if not rows:
+        return None
+    return max(rows, key=lambda r: (r.threads, r.median_ips)) if max_threads else rows[0]
+
+
+def _check(issue: int, check: str, num: Optional[Result], den: Optional[Result], target: float,
+           absolute: bool = False) -> dict:
+    row = {"issue": issue, "check": check, "target": target,
+           "target_text": (f">= {target:,.0f}/s" if absolute else f">= {target:.2f}x")}
+    if num is None or (den is None and not absolute):
+        missing = [n for n, r in (("numerator", num), ("denominator", den)) if r is None and not (absolute and n == "denominator")]
+        row.update(value=None, met=None, why=" and ".join(missing) + " not measured")
+        return row
+    value = num.median_ips if absolute else num.median_ips / den.median_ips
+    row.update(value=value, met=value >= target, unit="/s" if absolute else "x",
+               rows=[num.name] + ([] if absolute else [den.name]))
+    return row
+
+
+def _scaling_ratio(results: Sequence[Result], a: str, b: str) -> dict:
+    row = {"issue": 3, "check": "2-thread scaling of fused train vs simplejpeg's scaling", "target": 0.95,
+           "target_text": ">= 0.95x"}
+    a1, an = _find(results, a, "decode", threads=1), _find(results, a, "decode", max_threads=True)
+    b1, bn = _find(results, b, "decode", threads=1), _find(results, b, "decode", max_threads=True)
+    if None in (a1, an, b1, bn) or an.threads == 1 or bn.threads != an.threads:
+        row.update(value=None, met=None, why="thread series not measured")
+        return row
+    value = (an.median_ips / a1.median_ips) / (bn.median_ips / b1.median_ips)
+    row.update(value=value, met=value >= 0.95, unit="x", rows=[a1.name, an.name, b1.name, bn.name])
+    return row
+
+
+def evaluate(results: Sequence[Result]) -> List[dict]:
+    """All checks of issues 2, 3, 4, 5 and 7 that this run's rows allow."""
+    f = FAMILIES
+    train1 = _find(results, f["engine_train"], "decode", threads=1, exclude="restart")
+    sj1 = _find(results, f["simplejpeg"], "decode", threads=1)
+    py_rows = [r for r in results if r.ok and r.group == "decode" and r.family.startswith(f["python_pipeline"])]
+    py_best = max(py_rows, key=lambda r: r.median_ips) if py_rows else None
+    restart1 = _find(results, f["engine_train_restart"], "decode", threads=1)
+    loader = _find(results, f["loader"], "pipeline", exclude="restart")
+    loader_r = _find(results, f["loader_restart"], "pipeline")
+    checks = [
+        _check(3, "fused train 1 thread / simplejpeg full-size decode 1 thread", train1, sj1, 1.15),
+        _check(3, "fused train 1 thread / fastest per-image Python pipeline", train1, py_best, 1.6),
+        _scaling_ratio(results, f["engine_train"], f["simplejpeg"]),
+        _check(4, "fastload Loader train images/s", loader, None, 1800, absolute=True),
+        _check(4, "fastload Loader / torch DataLoader + PIL", loader, _find(results, f["torch_peer"], "pipeline"), 2.0),
+        _check(4, "fastload Loader / engine alone, same threads", loader, _find(results, f["engine_alone"], "pipeline"), 0.9),
+        _check(5, "fastload.mxnet ImageRecordIter / MXNet ImageRecordIter", _find(results, f["mxnet_fastload"], "pipeline"),
+               _find(results, f["mxnet_one"], "pipeline"), 2.0),
+        _check(5, "fastload.mxnet ImageRecordIter / MXNet x2 partitions", _find(results, f["mxnet_fastload"], "pipeline"),
+               _find(results, f["mxnet_parts"], "pipeline"), 1.3),
+        _check(5, "fastload.mxnet NDArrayIter / mx.io.NDArrayIter, CSR batches/s",
+               _find(results, "fastload.mxnet NDArrayIter", "sparse"), _find(results, "MXNet NDArrayIter", "sparse"), 3.0),
+        _check(7, "restart-indexed fused train 1t / simplejpeg full-size 1t", restart1, sj1, 1.6),
+        _check(7, "restart-indexed fused train 1t / plain shards 1t", restart1, train1, 1.3),
+        _check(7, "fastload Loader on restart-indexed shards images/s", loader_r, None, 2500, absolute=True),
+        _check(7, "fastload Loader restart-indexed / plain shards", loader_r, loader, 1.3),
+        _check(2, "fastload pack pass-through / im2rec pass-through", _find(results, f["pack_fastload"], "pack"),
+               _find(results, f["pack_im2rec"], "pack"), 5.0),
+        _check(2, "fastload pack --resize 256 / im2rec --resize 256", _find(results, f["pack_fastload"], "pack-resize"),
+               _find(results, f["pack_im2rec"], "pack-resize"), 1.5),
+    ]
+    return checks

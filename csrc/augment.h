@@ -1,0 +1,132 @@
+// Augmentation stage (native side): the counter-based RNG and the crop/flip sampler.
+//
+// This is a line-for-line twin of fastload/transforms.py (splitmix64, sample_key, uniform,
+// _rrc_box, sample_params): same double arithmetic in the same order, round-half-even rounding
+// (Python's round(), torchvision's choice; std::nearbyint under the default rounding mode),
+// draw counters 4 * attempt + {0: area, 1: log-aspect, 2: y, 3: x}, flip draw 40. The Python tests
+// check every box and flip the engine returns against transforms.sample_params.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace fastload {
+
+enum class OpKind : int { kRandomResizedCrop = 0, kResizeCenterCrop = 1, kResize = 2 };
+
+struct OpParams {
+  OpKind kind = OpKind::kResize;
+  int out_h = 0, out_w = 0;
+  double scale_lo = 0.08, scale_hi = 1.0;
+  double ratio_lo = 3.0 / 4.0, ratio_hi = 4.0 / 3.0;
+  double flip = 0.0;
+  int resize = 0;  // CenterCrop's shorter-side resize; 0 = none (largest centered box)
+};
+
+// A source box in float full-size pixel coordinates plus the flip decision.
+struct SampleBox {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  bool flip = false;
+};
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+inline uint64_t sample_key(uint64_t seed, uint64_t epoch, uint64_t index) {
+  uint64_t k = splitmix64(seed);
+  k = splitmix64(k ^ epoch);
+  return splitmix64(k ^ index);
+}
+
+inline double uniform(uint64_t key, uint64_t counter) {
+  return static_cast<double>(splitmix64(key + counter) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Python's round(): ties to even. The process never changes the FPU rounding mode, so nearbyint
+// rounds to nearest-even.
+inline long long round_half_even(double x) { return static_cast<long long>(std::nearbyint(x)); }
+
+constexpr int kDrawsPerAttempt = 4;
+constexpr int kMaxAttempts = 10;
+constexpr int kFlipDraw = kDrawsPerAttempt * kMaxAttempts;
+
+// torchvision RandomResizedCrop sampling; returns an integer box (x, y, w, h).
+inline void rrc_box(long long width, long long height, const OpParams& op, uint64_t key, long long* bx, long long* by,
+                    long long* bw, long long* bh) {
+  const double area = static_cast<double>(width * height);
+  const double log_lo = std::log(op.ratio_lo), log_hi = std::log(op.ratio_hi);
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    const uint64_t c = static_cast<uint64_t>(attempt) * kDrawsPerAttempt;
+    const double target_area = area * (op.scale_lo + (op.scale_hi - op.scale_lo) * uniform(key, c));
+    const double aspect = std::exp(log_lo + (log_hi - log_lo) * uniform(key, c + 1));
+    const long long w = round_half_even(std::sqrt(target_area * aspect));
+    const long long h = round_half_even(std::sqrt(target_area / aspect));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const long long y = std::min(static_cast<long long>(uniform(key, c + 2) * static_cast<double>(height - h + 1)), height - h);
+      const long long x = std::min(static_cast<long long>(uniform(key, c + 3) * static_cast<double>(width - w + 1)), width - w);
+      *bx = x, *by = y, *bw = w, *bh = h;
+      return;
+    }
+  }
+  const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
+  long long w, h;
+  if (in_ratio < op.ratio_lo) {
+    w = width;
+    h = round_half_even(static_cast<double>(w) / op.ratio_lo);
+  } else if (in_ratio > op.ratio_hi) {
+    h = height;
+    w = round_half_even(static_cast<double>(h) * op.ratio_hi);
+  } else {
+    w = width, h = height;
+  }
+  w = std::max(1LL, std::min(w, width));
+  h = std::max(1LL, std::min(h, height));
+  *bx = (width - w) / 2, *by = (height - h) / 2, *bw = w, *bh = h;
+}
+
+// The source box and flip for one sample of a width x height image (transforms.sample_params).
+inline SampleBox sample_box(long long width, long long height, const OpParams& op, uint64_t key) {
+  SampleBox b;
+  const double W = static_cast<double>(width), H = static_cast<double>(height);
+  const int out_h = op.out_h, out_w = op.out_w;
+  if (op.kind == OpKind::kRandomResizedCrop) {
+    long long x, y, w, h;
+    rrc_box(width, height, op, key, &x, &y, &w, &h);
+    b.x0 = static_cast<double>(x), b.y0 = static_cast<double>(y);
+    b.x1 = static_cast<double>(x + w), b.y1 = static_cast<double>(y + h);
+  } else if (op.kind == OpKind::kResizeCenterCrop) {
+    if (op.resize == 0) {
+      const double s = std::min(W / out_w, H / out_h);
+      const double w = out_w * s, h = out_h * s;
+      b.x0 = (W - w) / 2.0, b.y0 = (H - h) / 2.0, b.x1 = (W + w) / 2.0, b.y1 = (H + h) / 2.0;
+    } else {
+      long long new_w, new_h;
+      // Python: int(resize * height / width): an exact integer product, then a correctly rounded
+      // double division, then truncation.
+      if (width <= height) {
+        new_w = op.resize;
+        new_h = static_cast<long long>(static_cast<double>(static_cast<long long>(op.resize) * height) / W);
+      } else {
+        new_w = static_cast<long long>(static_cast<double>(static_cast<long long>(op.resize) * width) / H);
+        new_h = op.resize;
+      }
+      const double s = W / static_cast<double>(new_w);
+      const double sy = H / static_cast<double>(new_h);
+      const long long left = round_half_even(static_cast<double>(new_w - out_w) / 2.0);
+      const long long top = round_half_even(static_cast<double>(new_h - out_h) / 2.0);
+      b.x0 = static_cast<double>(left) * s, b.y0 = static_cast<double>(top) * sy;
+      b.x1 = static_cast<double>(left + out_w) * s, b.y1 = static_cast<double>(top + out_h) * sy;
+    }
+  } else {
+    b.x0 = 0.0, b.y0 = 0.0, b.x1 = W, b.y1 = H;
+  }
+  b.flip = uniform(key, kFlipDraw) < op.flip;
+  return b;
+}
+
+}  // namespace fastload

@@ -1,0 +1,231 @@
+// Pixels stage (native): one call decodes a whole batch into caller memory.
+#include "batch_decode.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "thread_pool.h"
+
+// The restart-interval slicer (issue 7) is compiled in when its header is present.
+#if __has_include("restart_index.h")
+#include "restart_index.h"
+#define FASTLOAD_HAVE_RESTART_SLICES 1
+#endif
+
+namespace fastload {
+
+namespace {
+
+// Everything one decode thread reuses from image to image.
+struct Worker {
+  JpegDecoder decoder;
+  Resampler resampler;
+  AxisTable xt, yt;
+#ifdef FASTLOAD_HAVE_RESTART_SLICES
+  RestartSlice slice;
+#endif
+  std::string why;
+};
+
+Worker& this_worker() {
+  thread_local Worker worker;
+  return worker;
+}
+
+// Rows of a slice arrive in slice coordinates; the resampler works in image coordinates.
+class OffsetSink final : public RowSink {
+ public:
+  OffsetSink(RowSink* inner, int dx, int dy) : inner_(inner), dx_(dx), dy_(dy) {}
+  void begin(int x_origin, int width) override { inner_->begin(x_origin + dx_, width); }
+  void rows(int y, const uint8_t* const* rgb, int count) override { inner_->rows(y + dy_, rgb, count); }
+
+ private:
+  RowSink* inner_;
+  int dx_, dy_;
+};
+
+// Power-of-two DCT scale for a crop f times larger than the output: 1/2 from f >= 2, then the
+// largest 1/d that still leaves the resampler a factor of at least 2 (f >= 2d). libjpeg's scaled
+// IDCT is a box-like reduction, sharper than Pillow's support-scaled triangle filter; letting the
+// antialiased resize do at least a 2x step keeps the mean difference to the reference near 1
+// grey level (measured 2.3 with 1/4 at f = 5), and at these sizes the deeper scales gain little.
+int choose_denom(const SampleBox& b, const OpParams& op, bool enabled) {
+  if (!enabled) return 1;
+  const double f = std::min((b.x1 - b.x0) / op.out_w, (b.y1 - b.y0) / op.out_h);
+  if (f >= 16.0) return 8;
+  if (f >= 8.0) return 4;
+  if (f >= 2.0) return 2;
+  return 1;
+}
+
+struct ImageOutcome {
+  Status status = Status::kOk;
+  std::string message;
+  int warnings = 0;
+  bool sliced = false;
+  bool slice_fallback = false;
+};
+
+#ifdef FASTLOAD_HAVE_RESTART_SLICES
+// Decodes the region through a restart-interval slice; false when slicing does not apply (the
+// caller then re-opens the original and decodes it the plain way).
+bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int denom, const BatchOptions& options,
+                      ImageOutcome* oc) {
+  const int cx = w.xt.src_first * denom, cy = w.yt.src_first * denom;
+  const int cx1 = std::min(info.width, w.xt.src_last * denom), cy1 = std::min(info.height, w.yt.src_last * denom);
+  // denom: the slice's padding is decided in scaled pixels (4:2:2 at 1/2 still upsamples chroma).
+  if (!build_restart_slice(im.data, im.size, cx, cy, cx1 - cx, cy1 - cy, &w.slice, &w.why, denom)) {
+    RestartGeometry geo;
+    std::string ignored;
+    // Only records that carry restart markers count as fallbacks; plain JPEGs simply have none.
+    oc->slice_fallback = parse_restart_geometry(im.data, im.size, &geo, &ignored) && geo.restart_interval > 0;
+    return false;
+  }
+  if (w.slice.x0 % denom != 0 || w.slice.y0 % denom != 0) {
+    oc->slice_fallback = true;
+    return false;
+  }
+  DecodeSettings settings = options.decode;
+  settings.apply_exif = false;  // orientation was read from the original's headers
+  JpegInfo slice_info;
+  Status st = w.decoder.open(w.slice.jpeg.data(), w.slice.jpeg.size(), settings, &slice_info);
+  const int ox = w.slice.x0 / denom, oy = w.slice.y0 / denom;
+  if (st == Status::kOk) {
+    OffsetSink sink(&w.resampler, ox, oy);
+    st = w.decoder.decode_region(denom, w.xt.src_first - ox, w.yt.src_first - oy, w.xt.src_last - ox,
+                                 w.yt.src_last - oy, &sink);
+  }
+  oc->warnings += w.decoder.warnings();
+  if (st != Status::kOk || w.resampler.rows_received() != w.yt.src_last - w.yt.src_first) {
+    oc->slice_fallback = true;
+    return false;
+  }
+  oc->sliced = true;
+  return true;
+}
+#endif
+
+ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const OpParams& op, uint64_t key,
+                        const BatchOptions& options, SampleBox* box_out) {
+  ImageOutcome oc;
+  Worker& w = this_worker();
+  JpegInfo info;
+  Status st = w.decoder.open(im.data, im.size, options.decode, &info);
+  if (st != Status::kOk) {
+    oc.status = st;
+    oc.message = w.decoder.message();
+    oc.warnings = w.decoder.warnings();
+    return oc;
+  }
+  if (options.decode.apply_exif && info.orientation != 1) {
+    oc.status = Status::kNeedsPillow;
+    oc.message = "EXIF orientation " + std::to_string(info.orientation) + " is applied by the Pillow path";
+    return oc;
+  }
+  const SampleBox b = sample_box(info.width, info.height, op, key);
+  *box_out = b;
+  const int denom = choose_denom(b, op, options.decode.dct_scaling);
+  build_axis(b.x0 / denom, b.x1 / denom, scaled_size(info.width, denom), op.out_w, &w.xt);
+  build_axis(b.y0 / denom, b.y1 / denom, scaled_size(info.height, denom), op.out_h, &w.yt);
+  w.resampler.setup(&w.xt, &w.yt, b.flip);
+  bool done = false;
+#ifdef FASTLOAD_HAVE_RESTART_SLICES
+  const bool partial = w.xt.src_first > 0 || w.yt.src_first > 0 || w.xt.src_last < scaled_size(info.width, denom) ||
+                       w.yt.src_last < scaled_size(info.height, denom);
+  if (options.use_restart_slices && partial) {
+    done = decode_via_slice(w, im, info, denom, options, &oc);
+    if (!done && oc.slice_fallback) {
+      // The decoder's state now belongs to the slice: start over on the original bytes.
+      st = w.decoder.open(im.data, im.size, options.decode, &info);
+      w.resampler.setup(&w.xt, &w.yt, b.flip);
+    }
+  }
+#endif
+  if (!done && st == Status::kOk) {
+    st = w.decoder.decode_region(denom, w.xt.src_first, w.yt.src_first, w.xt.src_last, w.yt.src_last, &w.resampler);
+    oc.warnings += w.decoder.warnings();
+    if (st == Status::kOk && w.resampler.rows_received() != w.yt.src_last - w.yt.src_first) {
+      st = Status::kCorrupt;
+    }
+  }
+  if (st != Status::kOk) {
+    oc.status = st;
+    oc.message = w.decoder.message();
+    if (oc.message.empty()) oc.message = "decoder produced fewer rows than the crop needs";
+    return oc;
+  }
+  w.resampler.finish(slot, layout);
+  return oc;
+}
+
+}  // namespace
+
+void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const OpParams& op,
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const BatchOptions& options,
+                  BatchResults* results) {
+  const int n = static_cast<int>(images.size());
+  const size_t slot_bytes = static_cast<size_t>(op.out_h) * op.out_w * 3;
+  results->errors.assign(n, std::string());
+  std::atomic<long long> warnings{0}, sliced{0}, fallbacks{0};
+  auto work = [&](int i) {
+    SampleBox box;
+    box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
+    uint8_t* slot = out + slot_bytes * i;
+    ImageOutcome oc;
+    try {
+      const uint64_t key = sample_key(seed, epoch, static_cast<uint64_t>(indices[i]));
+      oc = decode_one(images[i], slot, layout, op, key, options, &box);
+    } catch (const std::bad_alloc&) {
+      oc.status = Status::kInternal;
+      oc.message = "out of memory";
+    } catch (const std::exception& e) {
+      oc.status = Status::kInternal;
+      oc.message = e.what();
+    }
+    results->status[i] = static_cast<int32_t>(oc.status);
+    if (oc.status != Status::kOk) {
+      results->errors[i] = oc.message.empty() ? status_name(oc.status) : oc.message;
+      // A failed slot holds zeros, never stale pixels (the Pillow path overwrites deferred ones).
+      if (oc.status != Status::kNeedsPillow) std::memset(slot, 0, slot_bytes);
+      box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
+      box.flip = false;
+    }
+    results->boxes[4 * i] = box.x0, results->boxes[4 * i + 1] = box.y0;
+    results->boxes[4 * i + 2] = box.x1, results->boxes[4 * i + 3] = box.y1;
+    results->flips[i] = box.flip ? 1 : 0;
+    if (oc.warnings) warnings.fetch_add(oc.warnings, std::memory_order_relaxed);
+    if (oc.sliced) sliced.fetch_add(1, std::memory_order_relaxed);
+    if (oc.slice_fallback) fallbacks.fetch_add(1, std::memory_order_relaxed);
+  };
+  ThreadPool::instance().run(n, threads, work);
+  results->warnings = warnings.load();
+  results->sliced = sliced.load();
+  results->slice_fallbacks = fallbacks.load();
+}
+
+Status open_single(const uint8_t* data, size_t size, const DecodeSettings& settings, JpegInfo* info, std::string* msg) {
+  Worker& w = this_worker();
+  Status st = w.decoder.open(data, size, settings, info);
+  if (st == Status::kOk && settings.apply_exif && info->orientation != 1) {
+    *msg = "EXIF orientation " + std::to_string(info->orientation) + " is applied by the Pillow path";
+    return Status::kNeedsPillow;
+  }
+  if (st != Status::kOk) *msg = w.decoder.message();
+  return st;
+}
+
+Status decode_single(uint8_t* dst, std::string* msg) {
+  Worker& w = this_worker();
+  const Status st = w.decoder.decode_full(dst);
+  if (st != Status::kOk) *msg = w.decoder.message();
+  return st;
+}
+
+void set_pool_threads(int threads) { ThreadPool::instance().set_workers(std::max(0, threads - 1)); }
+
+int pool_threads() { return ThreadPool::instance().workers() + 1; }
+
+}  // namespace fastload

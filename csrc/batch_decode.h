@@ -1,0 +1,58 @@
+// Pixels stage (native): one call decodes a whole batch into caller memory.
+//
+// Per image: parse the header (bomb guard first), draw the crop box and flip from the counter-based
+// generator (augment.h), pick a power-of-two DCT scale when the crop is at least twice the output,
+// decode only the needed region (restart-interval slice first when the record has restart markers,
+// else jpeg_crop_scanline + jpeg_skip_scanlines + early stop), resample each decoded row as it comes
+// out and write the slot in NHWC or NCHW. Images are spread over the persistent pool through an
+// atomic counter; every thread keeps its own decoder and buffers for the life of the thread.
+// Plain C++: bindings.cpp holds the Python glue.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "augment.h"
+#include "jpeg_decode.h"
+#include "resize.h"
+
+namespace fastload {
+
+struct ImageRef {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+struct BatchOptions {
+  DecodeSettings decode;
+  bool use_restart_slices = true;
+};
+
+// Where results go; arrays hold one entry per image (boxes: 4 per image) and are caller-owned.
+struct BatchResults {
+  int32_t* status = nullptr;
+  double* boxes = nullptr;
+  uint8_t* flips = nullptr;
+  std::vector<std::string> errors;  // "" where the image decoded
+  long long warnings = 0;
+  long long sliced = 0;           // decoded through a restart-interval slice
+  long long slice_fallbacks = 0;  // restart-indexed, but slicing failed and the plain path decoded it
+};
+
+// Decodes images[i] into out + i * out_h * out_w * 3 for every i. Never throws for a bad image.
+void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const OpParams& op,
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const BatchOptions& options,
+                  BatchResults* results);
+
+// Single full-size decode on the calling thread's decoder: open (header checks) then decode into
+// a width * height * 3 buffer the caller allocates in between.
+Status open_single(const uint8_t* data, size_t size, const DecodeSettings& settings, JpegInfo* info, std::string* msg);
+Status decode_single(uint8_t* dst, std::string* msg);
+
+// Thread count knobs for the persistent pool.
+void set_pool_threads(int threads);
+int pool_threads();
+
+}  // namespace fastload

@@ -1,0 +1,327 @@
+// Python glue of the native engine (fastload._engine): argument and buffer checks, GIL release,
+// results back as numpy arrays. The only file that includes pybind11; the work lives in plain C++
+// (batch_decode, jpeg_decode, resize, thread_pool, restart_index).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "batch_decode.h"
+
+#ifndef FASTLOAD_JPEG_TURBO_VERSION
+#define FASTLOAD_JPEG_TURBO_VERSION "unknown"
+#endif
+
+namespace py = pybind11;
+using namespace fastload;
+
+namespace {
+
+// Holds the Py_buffer views of a batch's inputs: the bytes stay valid (and pinned, for mmap
+// views) while the GIL is released; released with the GIL held, when the call returns.
+class BufferViews {
+ public:
+  ~BufferViews() {
+    for (auto& v : views_) PyBuffer_Release(&v);
+  }
+  ImageRef add(PyObject* obj, size_t position) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) != 0) {
+      PyErr_Clear();
+      throw py::value_error("images[" + std::to_string(position) + "] (" + std::string(Py_TYPE(obj)->tp_name) +
+                            ") does not export a contiguous buffer (bytes, memoryview, numpy array)");
+    }
+    views_.push_back(view);
+    return ImageRef{static_cast<const uint8_t*>(view.buf), static_cast<size_t>(view.len)};
+  }
+  void reserve(size_t n) { views_.reserve(n); }
+
+ private:
+  std::vector<Py_buffer> views_;
+};
+
+DecodeSettings parse_settings(const py::tuple& t, bool* use_slices) {
+  if (t.size() != 6) throw py::value_error("options must be (max_pixels, fast_idct, fancy_upsampling, apply_exif, use_restart_slices, dct_scaling)");
+  DecodeSettings s;
+  s.max_pixels = t[0].cast<long long>();
+  s.fast_idct = t[1].cast<bool>();
+  s.fancy_upsampling = t[2].cast<bool>();
+  s.apply_exif = t[3].cast<bool>();
+  if (use_slices) *use_slices = t[4].cast<bool>();
+  s.dct_scaling = t[5].cast<bool>();
+  if (s.max_pixels <= 0) throw py::value_error("max_pixels must be positive");
+  return s;
+}
+
+OpParams parse_op(const py::tuple& t) {
+  if (t.size() != 9) throw py::value_error("op must be (kind, out_h, out_w, scale_lo, scale_hi, ratio_lo, ratio_hi, flip, resize)");
+  OpParams op;
+  const int kind = t[0].cast<int>();
+  if (kind < 0 || kind > 2) throw py::value_error("op kind " + std::to_string(kind) + " is not 0, 1 or 2");
+  op.kind = static_cast<OpKind>(kind);
+  op.out_h = t[1].cast<int>();
+  op.out_w = t[2].cast<int>();
+  op.scale_lo = t[3].cast<double>();
+  op.scale_hi = t[4].cast<double>();
+  op.ratio_lo = t[5].cast<double>();
+  op.ratio_hi = t[6].cast<double>();
+  op.flip = t[7].cast<double>();
+  op.resize = t[8].cast<int>();
+  if (op.out_h <= 0 || op.out_w <= 0 || op.out_h > 16384 || op.out_w > 16384)
+    throw py::value_error("output size " + std::to_string(op.out_h) + "x" + std::to_string(op.out_w) + " must be in 1..16384");
+  if (!(op.scale_lo > 0 && op.scale_lo <= op.scale_hi && op.scale_hi <= 1.0))
+    throw py::value_error("scale range must satisfy 0 < low <= high <= 1");
+  if (!(op.ratio_lo > 0 && op.ratio_lo <= op.ratio_hi)) throw py::value_error("ratio range must satisfy 0 < low <= high");
+  if (op.resize < 0) throw py::value_error("resize must be >= 0");
+  return op;
+}
+
+py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, int layout, const py::tuple& op_t,
+                         uint64_t seed, uint64_t epoch, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,
+                         int threads, const py::tuple& options_t) {
+  const OpParams op = parse_op(op_t);
+  BatchOptions options;
+  options.decode = parse_settings(options_t, &options.use_restart_slices);
+  if (layout != 0 && layout != 1) throw py::value_error("layout must be 0 (NHWC) or 1 (NCHW)");
+  if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
+  const size_t n = static_cast<size_t>(py::len(images));
+
+  Py_buffer outv;
+  if (PyObject_GetBuffer(out.ptr(), &outv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+    PyErr_Clear();
+    throw py::value_error("out must be a writable C-contiguous buffer");
+  }
+  struct OutGuard {
+    Py_buffer* v;
+    ~OutGuard() { PyBuffer_Release(v); }
+  } out_guard{&outv};
+  const std::string fmt = outv.format ? outv.format : "B";
+  if (outv.itemsize != 1 || (fmt != "B" && fmt != "=B" && fmt != "<B" && fmt != "|B" && fmt != "c"))
+    throw py::value_error("out must hold uint8 (format " + fmt + ")");
+  if (outv.ndim != 4) throw py::value_error("out must be 4-D, got " + std::to_string(outv.ndim) + "-D");
+  const Py_ssize_t* sh = outv.shape;
+  const bool ok_shape = layout == 0 ? (sh[1] == op.out_h && sh[2] == op.out_w && sh[3] == 3)
+                                    : (sh[1] == 3 && sh[2] == op.out_h && sh[3] == op.out_w);
+  if (!ok_shape || static_cast<size_t>(sh[0]) != n)
+    throw py::value_error("out shape [" + std::to_string(sh[0]) + ", " + std::to_string(sh[1]) + ", " + std::to_string(sh[2]) +
+                          ", " + std::to_string(sh[3]) + "] does not match " + std::to_string(n) + " images of " +
+                          std::to_string(op.out_h) + "x" + std::to_string(op.out_w) + (layout == 0 ? " NHWC" : " NCHW"));
+  if (indices.ndim() != 1 || static_cast<size_t>(indices.shape(0)) != n)
+    throw py::value_error("indices must be 1-D with one entry per image");
+
+  BufferViews views;
+  views.reserve(n);
+  std::vector<ImageRef> refs;
+  refs.reserve(n);
+  size_t pos = 0;
+  for (const py::handle item : images) refs.push_back(views.add(item.ptr(), pos++));
+
+  py::array_t<int32_t> status(static_cast<py::ssize_t>(n));
+  py::array_t<double> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
+  py::array_t<bool> flips(static_cast<py::ssize_t>(n));
+  BatchResults results;
+  results.status = status.mutable_data();
+  results.boxes = boxes.mutable_data();
+  results.flips = reinterpret_cast<uint8_t*>(flips.mutable_data());
+  const int64_t* idx = indices.data();
+  uint8_t* dst = static_cast<uint8_t*>(outv.buf);
+  {
+    py::gil_scoped_release release;
+    decode_batch(refs, dst, layout == 0 ? Layout::kNHWC : Layout::kNCHW, op, seed, epoch, idx, threads, options, &results);
+  }
+  py::dict errors;
+  for (size_t i = 0; i < n; ++i) {
+    if (status.at(i) != 0) {
+      const char* name = status_name(static_cast<Status>(status.at(i)));
+      errors[py::int_(i)] = py::str(std::string(name) + ": " + results.errors[i]);
+    }
+  }
+  py::dict r;
+  r["status"] = status;
+  r["errors"] = errors;
+  r["boxes"] = boxes;
+  r["flips"] = flips;
+  r["warnings"] = results.warnings;
+  r["sliced"] = results.sliced;
+  r["slice_fallbacks"] = results.slice_fallbacks;
+  return r;
+}
+
+py::tuple decode_image_py(const py::object& buf, const py::tuple& options_t) {
+  const DecodeSettings settings = parse_settings(options_t, nullptr);
+  BufferViews views;
+  const ImageRef ref = views.add(buf.ptr(), 0);
+  JpegInfo info;
+  std::string msg;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = open_single(ref.data, ref.size, settings, &info, &msg);
+  }
+  if (st != Status::kOk) return py::make_tuple(static_cast<int>(st), msg, py::none());
+  py::array_t<uint8_t> arr({static_cast<py::ssize_t>(info.height), static_cast<py::ssize_t>(info.width), static_cast<py::ssize_t>(3)});
+  uint8_t* dst = arr.mutable_data();
+  {
+    py::gil_scoped_release release;
+    st = decode_single(dst, &msg);
+  }
+  if (st != Status::kOk) return py::make_tuple(static_cast<int>(st), msg, py::none());
+  return py::make_tuple(0, std::string(), arr);
+}
+
+}  // namespace
+
+// ==== restart index (issue 7) ============================================================
+// Owned by the restart-index work: csrc/restart_index.{h,cpp} hold the logic; this section is the
+// Python glue only. Every call takes a buffer (bytes, memoryview of an mmap, numpy uint8), releases
+// the GIL for the libjpeg work and turns failures into ValueError with libjpeg's message.
+#include "restart_index.h"
+
+namespace restart_index_glue {
+
+// A read-only C-contiguous view of a Python buffer, released on scope exit.
+class ReadBuffer {
+ public:
+  explicit ReadBuffer(const py::object& obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
+  }
+  ~ReadBuffer() { PyBuffer_Release(&view_); }
+  ReadBuffer(const ReadBuffer&) = delete;
+  ReadBuffer& operator=(const ReadBuffer&) = delete;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(view_.buf); }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+py::dict geometry_dict(const fastload::RestartGeometry& g) {
+  py::dict d;
+  d["width"] = g.width;
+  d["height"] = g.height;
+  d["components"] = g.components;
+  d["mcu_width"] = g.mcu_width;
+  d["mcu_height"] = g.mcu_height;
+  d["mcus_per_row"] = g.mcus_per_row;
+  d["mcu_rows"] = g.mcu_rows;
+  d["restart_interval"] = g.restart_interval;
+  d["intervals_per_row"] = g.intervals_per_row;
+  return d;
+}
+
+py::tuple add_restart_markers(const py::object& buf, int max_mcus, bool verify) {
+  ReadBuffer in(buf);
+  std::vector<uint8_t> out;
+  fastload::RestartGeometry geo;
+  fastload::TranscodeNotes notes;
+  std::string err;
+  bool ok, same = true;
+  {
+    py::gil_scoped_release nogil;
+    ok = fastload::add_restart_markers(in.data(), in.size(), max_mcus, &out, &geo, &err, &notes);
+    if (ok && verify) same = fastload::verify_identical(in.data(), in.size(), out.data(), out.size(), &err);
+  }
+  if (!ok) throw py::value_error("cannot add restart markers: " + err);
+  if (!same) throw py::value_error("transcoded image does not decode identically to the original: " + err);
+  py::dict d = geometry_dict(geo);
+  d["source_progressive"] = notes.source_progressive;
+  d["source_arithmetic"] = notes.source_arithmetic;
+  d["source_warnings"] = notes.source_warnings;
+  d["source_bytes"] = notes.source_bytes;
+  d["output_bytes"] = notes.output_bytes;
+  d["verified"] = verify;
+  return py::make_tuple(py::bytes(reinterpret_cast<const char*>(out.data()), out.size()), d);
+}
+
+py::object restart_geometry(const py::object& buf) {
+  ReadBuffer in(buf);
+  fastload::RestartGeometry geo;
+  bool ok;
+  {
+    py::gil_scoped_release nogil;
+    ok = fastload::parse_restart_geometry(in.data(), in.size(), &geo, nullptr);
+  }
+  if (!ok || geo.restart_interval == 0) return py::none();
+  return geometry_dict(geo);
+}
+
+py::tuple restart_slice(const py::object& buf, int x, int y, int w, int h, int scale_denom) {
+  ReadBuffer in(buf);
+  fastload::RestartSlice slice;
+  std::string why;
+  bool ok;
+  {
+    py::gil_scoped_release nogil;
+    ok = fastload::build_restart_slice(in.data(), in.size(), x, y, w, h, &slice, &why, scale_denom);
+  }
+  if (!ok) throw py::value_error("cannot slice by restart intervals: " + why);
+  return py::make_tuple(py::bytes(reinterpret_cast<const char*>(slice.jpeg.data()), slice.jpeg.size()),
+                        slice.x0, slice.y0);
+}
+
+py::bool_ restart_verify(const py::object& a, const py::object& b) {
+  ReadBuffer ia(a), ib(b);
+  std::string why;
+  bool same;
+  {
+    py::gil_scoped_release nogil;
+    same = fastload::verify_identical(ia.data(), ia.size(), ib.data(), ib.size(), &why);
+  }
+  return py::bool_(same);
+}
+
+void register_functions(py::module_& m) {
+  m.def("add_restart_markers", &add_restart_markers, py::arg("buf"), py::arg("max_mcus") = 4,
+        py::arg("verify") = false,
+        "Losslessly add restart markers every N MCUs (N = largest divisor of the MCU row width <= "
+        "max_mcus); returns (jpeg_bytes, geometry dict). verify=True decodes both and requires "
+        "bit-identical pixels. Raises ValueError with libjpeg's message.");
+  m.def("restart_geometry", &restart_geometry, py::arg("buf"),
+        "The restart geometry (frame, MCU grid, DRI) a baseline JPEG's headers claim, or None.");
+  m.def("restart_slice", &restart_slice, py::arg("buf"), py::arg("x"), py::arg("y"), py::arg("w"),
+        py::arg("h"), py::arg("scale_denom") = 1,
+        "A small JPEG made of the restart intervals covering the crop: (jpeg_bytes, x0, y0) in "
+        "full-size pixels; crop (x - x0, y - y0, w, h) from its decode. With scale_denom d the slice "
+        "is meant to be decoded at 1/d: scaled pixels [x/d, ceil((x+w)/d)) then match a 1/d decode "
+        "of the whole image, at offset x0/d. Raises ValueError when the markers do not match the "
+        "geometry the headers claim.");
+  m.def("restart_verify", &restart_verify, py::arg("a"), py::arg("b"),
+        "Whether two JPEGs decode to bit-identical pixels (libjpeg defaults).");
+}
+
+}  // namespace restart_index_glue
+// ==== end restart index ==================================================================
+
+PYBIND11_MODULE(_engine, m) {
+  m.doc() = "fastload's native decode engine: libjpeg-turbo region decode fused with crop/resize/flip";
+  m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("layout"), py::arg("op"),
+        py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"), py::arg("options"),
+        "Decode a batch into out (GIL released once); returns a dict of per-image results.");
+  m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
+        "Full-size RGB decode: (status, message, array or None).");
+  m.def("set_threads", [](int threads) {
+    if (threads < 1) throw py::value_error("threads must be >= 1");
+    py::gil_scoped_release release;
+    set_pool_threads(threads);
+  }, py::arg("threads"), "Resize the persistent pool to threads - 1 workers (the caller is the other).");
+  m.def("get_threads", [] { return pool_threads(); });
+  m.def("info", [] {
+    py::dict d;
+    d["libjpeg_turbo"] = FASTLOAD_JPEG_TURBO_VERSION;
+    d["simd"] = resize_kernel_name();
+    d["threads"] = pool_threads();
+    py::dict names;
+    for (int s = 0; s <= static_cast<int>(Status::kInternal); ++s) names[py::int_(s)] = status_name(static_cast<Status>(s));
+    d["status_names"] = names;
+    return d;
+  });
+  m.def("_resize_force_scalar", &resize_force_scalar, py::arg("scalar"),
+        "Testing hook: use the portable scalar resampling kernels.");
+
+  // ---- restart-index (issue 7) bindings: owned by the restart-index helper, below this line ----
+  restart_index_glue::register_functions(m);
+  // ---- end of restart-index bindings ----
+}

@@ -1,0 +1,428 @@
+// Pixels stage (native): antialiased bilinear resampling of a decoded region into a batch slot.
+//
+// Why hand-written SSSE3 kernels rather than libyuv or auto-vectorized loops: libyuv's ARGBScale
+// box/bilinear filters neither take a float source box nor match Pillow's support-scaled triangle
+// filter (and need ARGB input plus separate flip and NCHW passes), and g++ -O3 does not vectorize
+// the horizontal pass (a gather over 3-byte pixels). pmaddwd on (pixel pair x coefficient pair)
+// does two taps of three channels per instruction; measured about 0.1 ms for a 300x300 region to
+// 224x224 on this machine's 2.x GHz cores (the scalar twin: about 0.45 ms).
+#include "resize.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define FASTLOAD_X86 1
+#include <immintrin.h>
+#endif
+
+namespace fastload {
+
+namespace {
+
+inline double bilinear(double x) {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+inline uint8_t clip8(int v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
+
+// ---- portable kernels (the reference integers every SIMD kernel must reproduce) ----
+
+void hpass_scalar(const uint8_t* src, const int* start, const int16_t* coef, int taps, int out_w, uint8_t* dst,
+                  bool flip) {
+  for (int x = 0; x < out_w; ++x) {
+    const uint8_t* s = src + 3 * start[x];
+    const int16_t* k = coef + static_cast<size_t>(x) * taps;
+    int r = 1 << (kCoefBits - 1), g = r, b = r;
+    for (int j = 0; j < taps; ++j) {
+      r += k[j] * s[3 * j];
+      g += k[j] * s[3 * j + 1];
+      b += k[j] * s[3 * j + 2];
+    }
+    uint8_t* d = dst + 4 * (flip ? out_w - 1 - x : x);
+    d[0] = clip8(r >> kCoefBits), d[1] = clip8(g >> kCoefBits), d[2] = clip8(b >> kCoefBits), d[3] = 0;
+  }
+}
+
+void vpass_scalar(const uint8_t* const* rows, const int16_t* k, int taps, int bytes, uint8_t* line) {
+  for (int i = 0; i < bytes; ++i) {
+    int acc = 1 << (kCoefBits - 1);
+    for (int j = 0; j < taps; ++j) acc += k[j] * rows[j][i];
+    line[i] = clip8(acc >> kCoefBits);
+  }
+}
+
+void emit_nhwc_scalar(const uint8_t* line, int out_w, uint8_t* dst) {
+  for (int x = 0; x < out_w; ++x) {
+    dst[3 * x] = line[4 * x], dst[3 * x + 1] = line[4 * x + 1], dst[3 * x + 2] = line[4 * x + 2];
+  }
+}
+
+void emit_nchw_scalar(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g, uint8_t* b) {
+  for (int x = 0; x < out_w; ++x) r[x] = line[4 * x], g[x] = line[4 * x + 1], b[x] = line[4 * x + 2];
+}
+
+#ifdef FASTLOAD_X86
+
+// Horizontal pass: for each output pixel, pixel pairs are shuffled to int16 (p0.r p1.r p0.g p1.g
+// p0.b p1.b 0 0) and multiplied by the broadcast coefficient pair with pmaddwd -> int32 (r g b 0).
+__attribute__((target("ssse3"))) void hpass_ssse3(const uint8_t* src, const int* start, const int16_t* coef, int taps,
+                                                  int out_w, uint8_t* dst, bool flip) {
+  const __m128i pair01 = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m128i pair23 = _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  const __m128i round = _mm_set1_epi32(1 << (kCoefBits - 1));
+  const int step = flip ? -4 : 4;
+  uint8_t* d = dst + (flip ? 4 * (out_w - 1) : 0);
+  if (taps == 2) {
+    for (int x = 0; x < out_w; ++x, d += step) {
+      const uint8_t* s = src + 3 * start[x];
+      int32_t kk;
+      std::memcpy(&kk, coef + 2 * x, 4);
+      __m128i pix = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)), pair01);
+      __m128i acc = _mm_add_epi32(round, _mm_madd_epi16(pix, _mm_set1_epi32(kk)));
+      acc = _mm_srai_epi32(acc, kCoefBits);
+      acc = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+      const int32_t v = _mm_cvtsi128_si32(acc);
+      std::memcpy(d, &v, 4);
+    }
+    return;
+  }
+  for (int x = 0; x < out_w; ++x, d += step) {
+    const uint8_t* s = src + 3 * start[x];
+    const int16_t* k = coef + static_cast<size_t>(x) * taps;
+    __m128i acc = round;
+    for (int j = 0; j < taps; j += 4, s += 12, k += 4) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+      int32_t k01, k23;
+      std::memcpy(&k01, k, 4);
+      std::memcpy(&k23, k + 2, 4);
+      acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(raw, pair01), _mm_set1_epi32(k01)));
+      acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(raw, pair23), _mm_set1_epi32(k23)));
+    }
+    acc = _mm_srai_epi32(acc, kCoefBits);
+    acc = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+    const int32_t v = _mm_cvtsi128_si32(acc);
+    std::memcpy(d, &v, 4);
+  }
+}
+
+// Vertical pass over 16-byte chunks: bytes of two source rows are interleaved so one pmaddwd
+// applies two taps to eight samples.
+__attribute__((target("ssse3"))) void vpass_ssse3(const uint8_t* const* rows, const int16_t* k, int taps, int bytes,
+                                                  uint8_t* line) {
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i round = _mm_set1_epi32(1 << (kCoefBits - 1));
+  for (int i = 0; i < bytes; i += 16) {
+    __m128i a0 = round, a1 = round, a2 = round, a3 = round;
+    for (int j = 0; j < taps; j += 2) {
+      const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + i));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 1] + i));
+      int32_t kk;
+      std::memcpy(&kk, k + j, 4);
+      const __m128i c = _mm_set1_epi32(kk);
+      const __m128i lo = _mm_unpacklo_epi8(p, q), hi = _mm_unpackhi_epi8(p, q);
+      a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi8(lo, zero), c));
+      a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi8(lo, zero), c));
+      a2 = _mm_add_epi32(a2, _mm_madd_epi16(_mm_unpacklo_epi8(hi, zero), c));
+      a3 = _mm_add_epi32(a3, _mm_madd_epi16(_mm_unpackhi_epi8(hi, zero), c));
+    }
+    a0 = _mm_srai_epi32(a0, kCoefBits), a1 = _mm_srai_epi32(a1, kCoefBits);
+    a2 = _mm_srai_epi32(a2, kCoefBits), a3 = _mm_srai_epi32(a3, kCoefBits);
+    const __m128i out = _mm_packus_epi16(_mm_packs_epi32(a0, a1), _mm_packs_epi32(a2, a3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(line + i), out);
+  }
+}
+
+__attribute__((target("ssse3"))) void emit_nhwc_ssse3(const uint8_t* line, int out_w, uint8_t* dst) {
+  const __m128i drop_x = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  int x = 0;
+  // 16-byte stores of 12 useful bytes: safe while at least 4 more output bytes follow.
+  for (; x + 6 <= out_w; x += 4) {
+    const __m128i v = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(line + 4 * x)), drop_x);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * x), v);
+  }
+  emit_nhwc_scalar(line + 4 * x, out_w - x, dst + 3 * x);
+}
+
+__attribute__((target("ssse3"))) void emit_nchw_ssse3(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g,
+                                                      uint8_t* b) {
+  const __m128i planes = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  int x = 0;
+  for (; x + 16 <= out_w; x += 16) {
+    const __m128i* p = reinterpret_cast<const __m128i*>(line + 4 * x);
+    const __m128i v0 = _mm_shuffle_epi8(_mm_loadu_si128(p), planes);
+    const __m128i v1 = _mm_shuffle_epi8(_mm_loadu_si128(p + 1), planes);
+    const __m128i v2 = _mm_shuffle_epi8(_mm_loadu_si128(p + 2), planes);
+    const __m128i v3 = _mm_shuffle_epi8(_mm_loadu_si128(p + 3), planes);
+    const __m128i t0 = _mm_unpacklo_epi32(v0, v1), t1 = _mm_unpacklo_epi32(v2, v3);
+    const __m128i t2 = _mm_unpackhi_epi32(v0, v1), t3 = _mm_unpackhi_epi32(v2, v3);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(r + x), _mm_unpacklo_epi64(t0, t1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(g + x), _mm_unpackhi_epi64(t0, t1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + x), _mm_unpacklo_epi64(t2, t3));
+  }
+  emit_nchw_scalar(line + 4 * x, out_w - x, r + x, g + x, b + x);
+}
+
+
+// AVX2: four source rows per call, two per 256-bit register (one per 128-bit lane), so the
+// coefficient broadcasts and the loop overhead are shared and four dependency chains run at once.
+__attribute__((target("avx2"))) void hpass4_avx2(const uint8_t* const* src, const int* start, const int16_t* coef,
+                                                 int taps, int out_w, uint8_t* const* dst, bool flip) {
+  const __m256i pair01 = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                          0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m256i pair23 = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1,
+                                          6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  const __m256i round = _mm256_set1_epi32(1 << (kCoefBits - 1));
+  const uint8_t *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
+  uint8_t *d0 = dst[0], *d1 = dst[1], *d2 = dst[2], *d3 = dst[3];
+  for (int x = 0; x < out_w; ++x) {
+    const size_t off = 3 * static_cast<size_t>(start[x]);
+    const int16_t* k = coef + static_cast<size_t>(x) * taps;
+    __m256i a01 = round, a23 = round;
+    if (taps == 2) {
+      int32_t kk;
+      std::memcpy(&kk, k, 4);
+      const __m256i c = _mm256_set1_epi32(kk);
+      const __m256i r01 = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + off))),
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1 + off)), 1);
+      const __m256i r23 = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s2 + off))),
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s3 + off)), 1);
+      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c));
+      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c));
+    } else {
+      for (int j = 0; j < taps; j += 4) {
+        int32_t k01, k23;
+        std::memcpy(&k01, k + j, 4);
+        std::memcpy(&k23, k + j + 2, 4);
+        const __m256i c01 = _mm256_set1_epi32(k01), c23 = _mm256_set1_epi32(k23);
+        const size_t o = off + 3 * static_cast<size_t>(j);
+        const __m256i r01 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + o))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + o)), 1);
+        const __m256i r23 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s2 + o))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s3 + o)), 1);
+        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c01));
+        a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c01));
+        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair23), c23));
+        a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair23), c23));
+      }
+    }
+    a01 = _mm256_srai_epi32(a01, kCoefBits);
+    a23 = _mm256_srai_epi32(a23, kCoefBits);
+    // lane 0: row0 then row2; lane 1: row1 then row3 (pack works within lanes).
+    __m256i p = _mm256_packs_epi32(a01, a23);
+    p = _mm256_packus_epi16(p, p);
+    const __m128i lo = _mm256_castsi256_si128(p), hi = _mm256_extracti128_si256(p, 1);
+    const size_t dx = 4 * static_cast<size_t>(flip ? out_w - 1 - x : x);
+    const int32_t v0 = _mm_cvtsi128_si32(lo), v2 = _mm_extract_epi32(lo, 1);
+    const int32_t v1 = _mm_cvtsi128_si32(hi), v3 = _mm_extract_epi32(hi, 1);
+    std::memcpy(d0 + dx, &v0, 4);
+    std::memcpy(d1 + dx, &v1, 4);
+    std::memcpy(d2 + dx, &v2, 4);
+    std::memcpy(d3 + dx, &v3, 4);
+  }
+}
+
+__attribute__((target("avx2"))) void vpass_avx2(const uint8_t* const* rows, const int16_t* k, int taps, int bytes,
+                                                uint8_t* line) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i round = _mm256_set1_epi32(1 << (kCoefBits - 1));
+  for (int i = 0; i < bytes; i += 32) {
+    __m256i a0 = round, a1 = round, a2 = round, a3 = round;
+    for (int j = 0; j < taps; j += 2) {
+      const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + i));
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 1] + i));
+      int32_t kk;
+      std::memcpy(&kk, k + j, 4);
+      const __m256i c = _mm256_set1_epi32(kk);
+      const __m256i lo = _mm256_unpacklo_epi8(p, q), hi = _mm256_unpackhi_epi8(p, q);
+      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, zero), c));
+      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, zero), c));
+      a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, zero), c));
+      a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, zero), c));
+    }
+    a0 = _mm256_srai_epi32(a0, kCoefBits), a1 = _mm256_srai_epi32(a1, kCoefBits);
+    a2 = _mm256_srai_epi32(a2, kCoefBits), a3 = _mm256_srai_epi32(a3, kCoefBits);
+    // All unpack/pack steps act within 128-bit lanes, so bytes land back where they came from.
+    const __m256i out = _mm256_packus_epi16(_mm256_packs_epi32(a0, a1), _mm256_packs_epi32(a2, a3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(line + i), out);
+  }
+}
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+}
+
+bool cpu_has_ssse3() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("ssse3");
+}
+#else
+bool cpu_has_ssse3() { return false; }
+bool cpu_has_avx2() { return false; }
+#endif
+
+struct Kernels {
+  void (*hpass)(const uint8_t*, const int*, const int16_t*, int, int, uint8_t*, bool);
+  // Four rows at once, or null (then hpass runs row by row).
+  void (*hpass4)(const uint8_t* const*, const int*, const int16_t*, int, int, uint8_t* const*, bool);
+  void (*vpass)(const uint8_t* const*, const int16_t*, int, int, uint8_t*);
+  void (*nhwc)(const uint8_t*, int, uint8_t*);
+  void (*nchw)(const uint8_t*, int, uint8_t*, uint8_t*, uint8_t*);
+  const char* name;
+};
+
+const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, emit_nhwc_scalar, emit_nchw_scalar, "scalar"};
+#ifdef FASTLOAD_X86
+const Kernels kSsse3 = {hpass_ssse3, nullptr, vpass_ssse3, emit_nhwc_ssse3, emit_nchw_ssse3, "ssse3"};
+const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nhwc_ssse3, emit_nchw_ssse3, "avx2"};
+#endif
+
+const Kernels* best_kernels() {
+#ifdef FASTLOAD_X86
+  static const bool avx2 = cpu_has_avx2();
+  static const bool ssse3 = cpu_has_ssse3();
+  if (avx2) return &kAvx2;
+  if (ssse3) return &kSsse3;
+#endif
+  return &kScalar;
+}
+
+std::atomic<bool> g_force_scalar{false};
+
+const Kernels& kernels() { return g_force_scalar.load(std::memory_order_relaxed) ? kScalar : *best_kernels(); }
+
+}  // namespace
+
+const char* resize_kernel_name() { return kernels().name; }
+
+void resize_force_scalar(bool scalar) { g_force_scalar.store(scalar); }
+
+void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t) {
+  const double scale = (in1 - in0) / out_size;
+  const double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = filterscale;  // the bilinear (triangle) filter's support is 1
+  const double ss = 1.0 / filterscale;
+  t->out_size = out_size;
+  t->start.resize(out_size);
+  // First pass: Pillow's per-output window [xmin, xmax) clipped to the image.
+  int max_count = 1;
+  std::vector<int>& start = t->start;
+  thread_local std::vector<int> count;
+  count.resize(out_size);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    start[xx] = xmin;
+    count[xx] = std::max(0, xmax - xmin);
+    max_count = std::max(max_count, count[xx]);
+  }
+  const int taps = max_count <= 2 ? 2 : (max_count + 3) / 4 * 4;
+  t->taps = taps;
+  t->coef.assign(static_cast<size_t>(out_size) * taps, 0);
+  int first = in_size, last = 0;
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale;
+    const int xmin = start[xx];
+    double w[1024];
+    double* wp = count[xx] <= 1024 ? w : nullptr;
+    std::vector<double> big;
+    if (!wp) {
+      big.resize(count[xx]);
+      wp = big.data();
+    }
+    double ww = 0.0;
+    for (int x = 0; x < count[xx]; ++x) {
+      wp[x] = bilinear((x + xmin - center + 0.5) * ss);
+      ww += wp[x];
+    }
+    // Keep every tap inside the image so the padded taps never read past its right edge.
+    int shift = 0;
+    if (xmin + taps > in_size && in_size >= taps) shift = xmin + taps - in_size;
+    start[xx] = xmin - shift;
+    int16_t* k = &t->coef[static_cast<size_t>(xx) * taps];
+    for (int x = 0; x < count[xx]; ++x) {
+      const double v = ww != 0.0 ? wp[x] / ww : 0.0;
+      k[x + shift] = static_cast<int16_t>(v < 0 ? -0.5 + v * (1 << kCoefBits) : 0.5 + v * (1 << kCoefBits));
+    }
+    first = std::min(first, start[xx]);
+    last = std::max(last, std::min(in_size, start[xx] + taps));
+  }
+  t->src_first = std::max(0, first);
+  t->src_last = std::max(t->src_first + 1, last);
+}
+
+void Resampler::setup(const AxisTable* xt, const AxisTable* yt, bool flip) {
+  xt_ = xt, yt_ = yt, flip_ = flip;
+  rows_received_ = 0;
+  tmp_stride_ = (static_cast<size_t>(xt->out_size) * 4 + 31) / 32 * 32;
+  // Extra rows: the padded vertical taps of the last outputs may point past the needed range
+  // (their coefficients are zero, the memory must still exist).
+  const size_t rows = static_cast<size_t>(yt->src_last - yt->src_first) + yt->taps + 1;
+  if (tmp_.size() < rows * tmp_stride_) tmp_.resize(rows * tmp_stride_);
+  if (line_.size() < tmp_stride_ + 32) line_.resize(tmp_stride_ + 32);
+  rel_start_.resize(xt->out_size);
+}
+
+void Resampler::begin(int x_origin, int /*width*/) {
+  x_origin_ = x_origin;
+  for (int x = 0; x < xt_->out_size; ++x) rel_start_[x] = xt_->start[x] - x_origin;
+}
+
+void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
+  const Kernels& kr = kernels();
+  int i = 0;
+  // Skip rows the vertical pass does not read (the decoder normally sends none).
+  while (i < count && y + i < yt_->src_first) ++i;
+  int end = count;
+  while (end > i && y + end - 1 >= yt_->src_last) --end;
+  auto dst_row = [&](int r) { return tmp_.data() + static_cast<size_t>(y + r - yt_->src_first) * tmp_stride_; };
+  if (kr.hpass4) {
+    for (; i + 4 <= end; i += 4) {
+      uint8_t* d[4] = {dst_row(i), dst_row(i + 1), dst_row(i + 2), dst_row(i + 3)};
+      kr.hpass4(rgb + i, rel_start_.data(), xt_->coef.data(), xt_->taps, xt_->out_size, d, flip_);
+      rows_received_ += 4;
+    }
+  }
+  for (; i < end; ++i) {
+    kr.hpass(rgb[i], rel_start_.data(), xt_->coef.data(), xt_->taps, xt_->out_size, dst_row(i), flip_);
+    ++rows_received_;
+  }
+}
+
+void Resampler::finish(uint8_t* dst, Layout layout) {
+  const Kernels& kr = kernels();
+  const int out_w = xt_->out_size, out_h = yt_->out_size, taps = yt_->taps;
+  const int bytes = static_cast<int>(tmp_stride_);
+  const uint8_t* rows[256];
+  std::vector<const uint8_t*> many;
+  const uint8_t** rp = rows;
+  if (taps > 256) {
+    many.resize(taps);
+    rp = many.data();
+  }
+  const size_t plane = static_cast<size_t>(out_h) * out_w;
+  for (int y = 0; y < out_h; ++y) {
+    const uint8_t* base = tmp_.data() + static_cast<size_t>(yt_->start[y] - yt_->src_first) * tmp_stride_;
+    for (int j = 0; j < taps; ++j) rp[j] = base + static_cast<size_t>(j) * tmp_stride_;
+    kr.vpass(rp, yt_->coef.data() + static_cast<size_t>(y) * taps, taps, bytes, line_.data());
+    if (layout == Layout::kNHWC) {
+      kr.nhwc(line_.data(), out_w, dst + static_cast<size_t>(y) * out_w * 3);
+    } else {
+      uint8_t* r = dst + static_cast<size_t>(y) * out_w;
+      kr.nchw(line_.data(), out_w, r, r + plane, r + 2 * plane);
+    }
+  }
+}
+
+}  // namespace fastload

@@ -1,0 +1,67 @@
+// Pixels stage (native): antialiased bilinear resampling of a decoded region into a batch slot.
+//
+// Same geometry as Pillow's Image.resize(size, BILINEAR, box=box): a triangle filter whose support
+// grows with the downscale factor, float box coordinates, horizontal pass first (only over the rows
+// the vertical pass needs), uint8 intermediate. Coefficients are 14-bit fixed point in int16 so the
+// inner loops are pmaddwd (AVX2 or SSSE3 kernels picked at run time, with a portable scalar twin giving the
+// same integers). The horizontal pass consumes decoder rows as they come out of libjpeg (the
+// RowSink interface), writes columns mirrored when the flip is drawn, and the vertical pass writes
+// NHWC or NCHW straight into the caller's buffer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "jpeg_decode.h"
+
+namespace fastload {
+
+enum class Layout : int { kNHWC = 0, kNCHW = 1 };
+
+constexpr int kCoefBits = 14;
+
+// Filter taps of one axis, for a box [in0, in1) of an axis of in_size pixels mapped to out_size.
+struct AxisTable {
+  int out_size = 0;
+  int taps = 0;                 // per output, zero padded: 2 or a multiple of 4 (horizontal kernel step)
+  int src_first = 0;            // source range read by the taps: [src_first, src_last)
+  int src_last = 0;
+  std::vector<int> start;       // first source index per output pixel
+  std::vector<int16_t> coef;    // out_size * taps
+};
+
+// Builds the table following Pillow's precompute_coeffs (bilinear, support scaled by the factor).
+void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t);
+
+// Receives decoded rows (RowSink), runs the horizontal pass on the rows the vertical pass needs,
+// then finish() runs the vertical pass into the output slot.
+class Resampler final : public RowSink {
+ public:
+  // Tables must outlive the decode; rows outside [yt->src_first, yt->src_last) are ignored.
+  void setup(const AxisTable* xt, const AxisTable* yt, bool flip);
+  void begin(int x_origin, int width) override;
+  void rows(int y, const uint8_t* const* rgb, int count) override;
+  // Vertical pass into dst: [out_h, out_w, 3] (NHWC) or [3, out_h, out_w] (NCHW).
+  void finish(uint8_t* dst, Layout layout);
+  // Rows received so far (all needed rows must have arrived before finish()).
+  int rows_received() const { return rows_received_; }
+
+ private:
+  const AxisTable* xt_ = nullptr;
+  const AxisTable* yt_ = nullptr;
+  bool flip_ = false;
+  int x_origin_ = 0;
+  int rows_received_ = 0;
+  size_t tmp_stride_ = 0;
+  std::vector<int> rel_start_;
+  std::vector<uint8_t> tmp_;   // intermediate RGBX rows, out_w wide
+  std::vector<uint8_t> line_;  // one output row, RGBX
+};
+
+// Name of the resampling kernels in use ("avx2", "ssse3" or "scalar").
+const char* resize_kernel_name();
+
+// Testing hook: force the portable scalar kernels (true) or the best available (false).
+void resize_force_scalar(bool scalar);
+
+}  // namespace fastload

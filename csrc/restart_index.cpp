@@ -1,0 +1,539 @@
+// Restart-indexed JPEGs: lossless restart-marker transcode (pack time) and interval slicing
+// (decode time). See restart_index.h for the geometry contract.
+#include "restart_index.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <jpeglib.h>
+
+namespace fastload {
+namespace {
+
+// ---- libjpeg error handling -----------------------------------------------------------------
+// libjpeg's default error_exit calls exit(); ours longjmps back to the call site. Functions that
+// setjmp keep only trivially destructible locals between setjmp and the libjpeg calls, so the jump
+// skips no destructor.
+
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  jmp_buf jump;
+  int warnings;
+  char message[JMSG_LENGTH_MAX];
+};
+
+extern "C" void fl_ri_error_exit(j_common_ptr cinfo) {
+  ErrorManager* em = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, em->message);
+  longjmp(em->jump, 1);
+}
+
+extern "C" void fl_ri_emit_message(j_common_ptr cinfo, int level) {
+  // Warnings (level -1) are counted, never printed; trace messages (level >= 0) are dropped.
+  if (level < 0) reinterpret_cast<ErrorManager*>(cinfo->err)->warnings++;
+}
+
+extern "C" void fl_ri_output_message(j_common_ptr) {}
+
+void init_error_manager(ErrorManager* em) {
+  jpeg_std_error(&em->pub);
+  em->pub.error_exit = fl_ri_error_exit;
+  em->pub.emit_message = fl_ri_emit_message;
+  em->pub.output_message = fl_ri_output_message;
+  em->warnings = 0;
+  em->message[0] = '\0';
+}
+
+bool is_app_marker_with_id(const jpeg_saved_marker_ptr m, int code, const char* id, size_t id_len) {
+  return m->marker == code && m->data_length >= id_len && std::memcmp(m->data, id, id_len) == 0;
+}
+
+// MCU grid of the single interleaved scan libjpeg writes (or of the lone component's scan).
+void fill_geometry(int width, int height, int components, const int* h_samp, const int* v_samp,
+                   int restart_interval, RestartGeometry* geo) {
+  int max_h = 1, max_v = 1;
+  for (int c = 0; c < components; ++c) {
+    if (h_samp[c] > max_h) max_h = h_samp[c];
+    if (v_samp[c] > max_v) max_v = v_samp[c];
+  }
+  geo->width = width;
+  geo->height = height;
+  geo->components = components;
+  geo->subsampled_x = geo->subsampled_y = false;
+  if (components == 1) {
+    // A non-interleaved scan's MCU is one block of that component, whatever its sampling factors.
+    geo->mcu_width = geo->mcu_height = 8;
+  } else {
+    geo->mcu_width = 8 * max_h;
+    geo->mcu_height = 8 * max_v;
+    for (int c = 0; c < components; ++c) {
+      if (h_samp[c] < max_h) geo->subsampled_x = true;
+      if (v_samp[c] < max_v) geo->subsampled_y = true;
+    }
+  }
+  geo->mcus_per_row = (width + geo->mcu_width - 1) / geo->mcu_width;
+  geo->mcu_rows = (height + geo->mcu_height - 1) / geo->mcu_height;
+  geo->restart_interval = restart_interval;
+  geo->intervals_per_row =
+      (restart_interval > 0 && geo->mcus_per_row % restart_interval == 0) ? geo->mcus_per_row / restart_interval : 0;
+}
+
+// ---- transcode ------------------------------------------------------------------------------
+
+struct TranscodeState {
+  const uint8_t* data;
+  size_t size;
+  int max_mcus;
+  ErrorManager em;
+  jpeg_decompress_struct src;
+  jpeg_compress_struct dst;
+  unsigned char* outbuf;   // malloc'd by jpeg_mem_dest
+  unsigned long outsize;
+  RestartGeometry geo;
+  bool progressive;
+  bool arithmetic;
+  int source_warnings;
+};
+
+// All libjpeg work of one transcode; returns false (message in st->em.message) on a libjpeg error.
+bool transcode_impl(TranscodeState* st) {
+  if (setjmp(st->em.jump)) return false;
+  jpeg_create_decompress(&st->src);
+  jpeg_mem_src(&st->src, st->data, static_cast<unsigned long>(st->size));
+  jpeg_save_markers(&st->src, JPEG_COM, 0xFFFF);
+  for (int m = 0; m < 16; ++m) jpeg_save_markers(&st->src, JPEG_APP0 + m, 0xFFFF);
+  jpeg_read_header(&st->src, TRUE);
+  if (static_cast<long long>(st->src.image_width) * st->src.image_height > kMaxTranscodePixels) {
+    // jpeg_read_coefficients keeps every coefficient in memory: refuse decompression bombs first.
+    std::snprintf(st->em.message, sizeof st->em.message, "image is %ux%u, above the %lld-pixel transcode limit",
+                  st->src.image_width, st->src.image_height, kMaxTranscodePixels);
+    return false;
+  }
+  st->progressive = st->src.progressive_mode != 0;
+  st->arithmetic = st->src.arith_code != 0;
+  jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&st->src);
+  st->source_warnings = st->em.warnings;
+
+  jpeg_create_compress(&st->dst);
+  jpeg_copy_critical_parameters(&st->src, &st->dst);
+  // A JFIF header only where the source had one: a 3-component image without JFIF/Adobe markers
+  // has its colour space guessed from the component ids, and an added JFIF marker would force YCbCr.
+  st->dst.write_JFIF_header = st->src.saw_JFIF_marker;
+  st->dst.optimize_coding = TRUE;  // also makes most files smaller than their encoder's tables did
+
+  int h_samp[MAX_COMPONENTS], v_samp[MAX_COMPONENTS];
+  for (int c = 0; c < st->dst.num_components; ++c) {
+    h_samp[c] = st->dst.comp_info[c].h_samp_factor;
+    v_samp[c] = st->dst.comp_info[c].v_samp_factor;
+  }
+  fill_geometry(static_cast<int>(st->dst.image_width), static_cast<int>(st->dst.image_height),
+                st->dst.num_components, h_samp, v_samp, 0, &st->geo);
+  // Largest divisor of the MCU row width not above max_mcus: every MCU row is then a whole number
+  // of intervals, so interval columns line up from row to row.
+  int interval = 1;
+  for (int n = st->max_mcus < st->geo.mcus_per_row ? st->max_mcus : st->geo.mcus_per_row; n >= 1; --n) {
+    if (st->geo.mcus_per_row % n == 0) {
+      interval = n;
+      break;
+    }
+  }
+  st->dst.restart_interval = static_cast<unsigned int>(interval);
+  st->geo.restart_interval = interval;
+  st->geo.intervals_per_row = st->geo.mcus_per_row / interval;
+
+  jpeg_mem_dest(&st->dst, &st->outbuf, &st->outsize);
+  jpeg_write_coefficients(&st->dst, coefficients);
+  for (jpeg_saved_marker_ptr m = st->src.marker_list; m != nullptr; m = m->next) {
+    // libjpeg has just written its own JFIF / Adobe markers from the copied parameters: skip the
+    // source's copies of those so they are not duplicated (a source Adobe marker that libjpeg does
+    // not regenerate, e.g. YCbCr with transform 1, is kept: it steers the decoder's colour space).
+    if (st->dst.write_JFIF_header && is_app_marker_with_id(m, JPEG_APP0, "JFIF\0", 5)) continue;
+    if (st->dst.write_Adobe_marker && is_app_marker_with_id(m, JPEG_APP0 + 14, "Adobe", 5)) continue;
+    jpeg_write_marker(&st->dst, m->marker, m->data, m->data_length);
+  }
+  jpeg_finish_compress(&st->dst);
+  jpeg_finish_decompress(&st->src);
+  return true;
+}
+
+// ---- full decode comparison -----------------------------------------------------------------
+
+struct VerifyState {
+  const uint8_t* a;
+  size_t a_size;
+  const uint8_t* b;
+  size_t b_size;
+  ErrorManager em;
+  jpeg_decompress_struct da;
+  jpeg_decompress_struct db;
+  unsigned char* rows;  // two scanlines, malloc'd
+  int mismatch_row;     // -1 when identical
+  char reason[160];
+};
+
+bool verify_impl(VerifyState* st) {
+  if (setjmp(st->em.jump)) return false;
+  jpeg_create_decompress(&st->da);
+  jpeg_create_decompress(&st->db);
+  jpeg_mem_src(&st->da, st->a, static_cast<unsigned long>(st->a_size));
+  jpeg_mem_src(&st->db, st->b, static_cast<unsigned long>(st->b_size));
+  jpeg_read_header(&st->da, TRUE);
+  jpeg_read_header(&st->db, TRUE);
+  jpeg_start_decompress(&st->da);
+  jpeg_start_decompress(&st->db);
+  if (st->da.output_width != st->db.output_width || st->da.output_height != st->db.output_height ||
+      st->da.output_components != st->db.output_components ||
+      st->da.out_color_space != st->db.out_color_space) {
+    std::snprintf(st->reason, sizeof st->reason, "decoded shape differs: %ux%ux%d vs %ux%ux%d",
+                  st->da.output_width, st->da.output_height, st->da.output_components,
+                  st->db.output_width, st->db.output_height, st->db.output_components);
+    st->mismatch_row = 0;
+    return true;
+  }
+  const size_t stride = static_cast<size_t>(st->da.output_width) * st->da.output_components;
+  st->rows = static_cast<unsigned char*>(std::malloc(2 * stride));
+  if (st->rows == nullptr) {
+    std::snprintf(st->em.message, sizeof st->em.message, "out of memory");
+    return false;
+  }
+  JSAMPROW ra = st->rows, rb = st->rows + stride;
+  while (st->da.output_scanline < st->da.output_height) {
+    const int y = static_cast<int>(st->da.output_scanline);
+    jpeg_read_scanlines(&st->da, &ra, 1);
+    jpeg_read_scanlines(&st->db, &rb, 1);
+    if (std::memcmp(ra, rb, stride) != 0) {
+      st->mismatch_row = y;
+      std::snprintf(st->reason, sizeof st->reason, "pixels differ in row %d", y);
+      return true;
+    }
+  }
+  jpeg_finish_decompress(&st->da);
+  jpeg_finish_decompress(&st->db);
+  return true;
+}
+
+// ---- header parsing for slicing -------------------------------------------------------------
+
+struct Segment {
+  size_t start;  // offset of the marker's 0xFF
+  size_t end;    // one past the segment's last byte
+};
+
+struct ParsedHeaders {
+  RestartGeometry geo;
+  Segment keep[64];   // segments a decoder of the slice needs, in file order
+  int n_keep = 0;
+  int sof_index = -1; // which kept segment is the SOF
+  size_t scan_start = 0;  // first entropy-coded byte
+};
+
+inline int be16(const uint8_t* p) { return (p[0] << 8) | p[1]; }
+
+bool fail(std::string* why, const char* fmt, long a = 0, long b = 0, long c = 0) {
+  if (why != nullptr) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, fmt, a, b, c);
+    *why = buf;
+  }
+  return false;
+}
+
+bool parse_headers(const uint8_t* data, size_t size, ParsedHeaders* ph, std::string* why) {
+  if (size < 4 || data[0] != 0xFF || data[1] != 0xD8) return fail(why, "not a JPEG (no SOI marker)");
+  size_t p = 2;
+  bool have_sof = false;
+  int restart_interval = 0;
+  int width = 0, height = 0, ncomp = 0;
+  int h_samp[4] = {1, 1, 1, 1}, v_samp[4] = {1, 1, 1, 1};
+  for (;;) {
+    if (p >= size) return fail(why, "headers truncated before the scan");
+    if (data[p] != 0xFF) return fail(why, "expected a marker at byte %ld", static_cast<long>(p));
+    while (p < size && data[p] == 0xFF) ++p;  // fill bytes
+    if (p >= size) return fail(why, "headers truncated before the scan");
+    const int marker = data[p];
+    const size_t start = p - 1;
+    ++p;
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;  // no length field
+    if (marker == 0xD9) return fail(why, "EOI before any scan");
+    if (p + 2 > size) return fail(why, "headers truncated before the scan");
+    const int len = be16(data + p);
+    if (len < 2 || p + len > size) return fail(why, "marker 0x%02lX segment runs past the end", marker);
+    const uint8_t* body = data + p + 2;
+    const int body_len = len - 2;
+    const size_t end = p + len;
+    bool keep = true;
+    if (marker == 0xC0 || marker == 0xC1) {
+      if (have_sof) return fail(why, "two SOF markers");
+      if (body_len < 6) return fail(why, "SOF segment too short");
+      if (body[0] != 8) return fail(why, "%ld-bit samples are not sliceable", body[0]);
+      height = be16(body + 1);
+      width = be16(body + 3);
+      ncomp = body[5];
+      if (height == 0) return fail(why, "height given by a DNL marker is not sliceable");
+      if (width == 0) return fail(why, "zero image width");
+      if (ncomp < 1 || ncomp > 4) return fail(why, "%ld components are not sliceable", ncomp);
+      if (body_len < 6 + 3 * ncomp) return fail(why, "SOF segment too short");
+      for (int c = 0; c < ncomp; ++c) {
+        h_samp[c] = body[6 + 3 * c + 1] >> 4;
+        v_samp[c] = body[6 + 3 * c + 1] & 15;
+        if (h_samp[c] < 1 || h_samp[c] > 4 || v_samp[c] < 1 || v_samp[c] > 4)
+          return fail(why, "invalid sampling factors");
+      }
+      have_sof = true;
+      ph->sof_index = ph->n_keep;
+    } else if ((marker >= 0xC2 && marker <= 0xCF) && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
+      return fail(why, "SOF%ld (progressive, lossless or arithmetic) is not sliceable", marker - 0xC0);
+    } else if (marker == 0xDD) {
+      if (body_len < 2) return fail(why, "DRI segment too short");
+      restart_interval = be16(body);
+    } else if (marker == 0xDA) {
+      if (!have_sof) return fail(why, "SOS before SOF");
+      if (body_len < 1 || body[0] != ncomp)
+        return fail(why, "the first scan holds %ld of %ld components (multi-scan files are not sliceable)",
+                    body_len < 1 ? 0 : body[0], ncomp);
+      if (body_len < 1 + 2 * ncomp + 3) return fail(why, "SOS segment too short");
+      const uint8_t* tail = body + 1 + 2 * ncomp;  // Ss, Se, Ah/Al
+      if (tail[0] != 0 || tail[1] != 63 || tail[2] != 0) return fail(why, "not a sequential DCT scan");
+      if (ph->n_keep >= 64) return fail(why, "too many header segments");
+      ph->keep[ph->n_keep++] = Segment{start, end};
+      ph->scan_start = end;
+      break;
+    } else if (marker == 0xE0) {
+      keep = body_len >= 5 && std::memcmp(body, "JFIF\0", 5) == 0;   // colour-space hint
+    } else if (marker == 0xEE) {
+      keep = body_len >= 5 && std::memcmp(body, "Adobe", 5) == 0;   // colour transform flag
+    } else if ((marker >= 0xE1 && marker <= 0xEF) || marker == 0xFE) {
+      keep = false;  // EXIF, ICC, XMP, comments: metadata a pixel decoder of the slice never reads
+    }
+    if (keep) {
+      if (ph->n_keep >= 64) return fail(why, "too many header segments");
+      ph->keep[ph->n_keep++] = Segment{start, end};
+    }
+    p = end;
+  }
+  fill_geometry(width, height, ncomp, h_samp, v_samp, restart_interval, &ph->geo);
+  return true;
+}
+
+}  // namespace
+
+// ---- public API -----------------------------------------------------------------------------
+
+bool add_restart_markers(const uint8_t* data, size_t size, int max_mcus, std::vector<uint8_t>* out,
+                         RestartGeometry* geo, std::string* err, TranscodeNotes* notes) {
+  if (max_mcus < 1 || max_mcus > 65535) {
+    if (err) *err = "max_mcus must be in [1, 65535]";
+    return false;
+  }
+  if (data == nullptr || size == 0) {
+    if (err) *err = "empty input";
+    return false;
+  }
+  // Heap-allocated so the libjpeg structs are zeroed (jpeg_destroy on a never-created struct is a
+  // no-op) and nothing the longjmp crosses has a destructor.
+  TranscodeState* st = static_cast<TranscodeState*>(std::calloc(1, sizeof(TranscodeState)));
+  if (st == nullptr) {
+    if (err) *err = "out of memory";
+    return false;
+  }
+  st->data = data;
+  st->size = size;
+  st->max_mcus = max_mcus;
+  init_error_manager(&st->em);
+  st->src.err = &st->em.pub;
+  st->dst.err = &st->em.pub;
+  const bool ok = transcode_impl(st);
+  jpeg_destroy_compress(&st->dst);
+  jpeg_destroy_decompress(&st->src);
+  if (ok) {
+    out->assign(st->outbuf, st->outbuf + st->outsize);
+    if (geo) *geo = st->geo;
+    if (notes) {
+      notes->source_progressive = st->progressive;
+      notes->source_arithmetic = st->arithmetic;
+      notes->source_warnings = st->source_warnings;
+      notes->source_bytes = size;
+      notes->output_bytes = st->outsize;
+    }
+  } else if (err) {
+    *err = st->em.message;
+  }
+  std::free(st->outbuf);
+  std::free(st);
+  return ok;
+}
+
+bool verify_identical(const uint8_t* a, size_t a_size, const uint8_t* b, size_t b_size, std::string* why) {
+  VerifyState* st = static_cast<VerifyState*>(std::calloc(1, sizeof(VerifyState)));
+  if (st == nullptr) {
+    if (why) *why = "out of memory";
+    return false;
+  }
+  st->a = a;
+  st->a_size = a_size;
+  st->b = b;
+  st->b_size = b_size;
+  st->mismatch_row = -1;
+  init_error_manager(&st->em);
+  st->da.err = &st->em.pub;
+  st->db.err = &st->em.pub;
+  const bool ran = verify_impl(st);
+  jpeg_destroy_decompress(&st->da);
+  jpeg_destroy_decompress(&st->db);
+  bool identical = ran && st->mismatch_row < 0;
+  if (why != nullptr && !identical) *why = ran ? st->reason : (std::string("decode failed: ") + st->em.message);
+  std::free(st->rows);
+  std::free(st);
+  return identical;
+}
+
+bool parse_restart_geometry(const uint8_t* data, size_t size, RestartGeometry* geo, std::string* why) {
+  ParsedHeaders ph;
+  if (!parse_headers(data, size, &ph, why)) return false;
+  *geo = ph.geo;
+  return true;
+}
+
+bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_y, int crop_w, int crop_h,
+                         RestartSlice* out, std::string* why, int scale_denom) {
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
+    return fail(why, "scale_denom %ld is not 1, 2, 4 or 8", scale_denom);
+  if (size >= (static_cast<size_t>(1) << 32)) return fail(why, "image larger than 4 GiB");
+  ParsedHeaders ph;
+  if (!parse_headers(data, size, &ph, why)) return false;
+  const RestartGeometry& g = ph.geo;
+  if (g.restart_interval == 0) return fail(why, "no restart interval (DRI)");
+  if (g.intervals_per_row == 0)
+    return fail(why, "restart interval %ld does not divide the MCU row width %ld", g.restart_interval, g.mcus_per_row);
+  if (crop_w <= 0 || crop_h <= 0 || crop_x < 0 || crop_y < 0 || crop_x + crop_w > g.width ||
+      crop_y + crop_h > g.height)
+    return fail(why, "crop lies outside the %ldx%ld image", g.width, g.height);
+
+  // One scan over the entropy data: where each interval starts and ends. The count and the RSTn
+  // numbering must be exactly what DRI and the frame size imply, or the geometry is a lie.
+  const long total = static_cast<long>(g.mcu_rows) * g.intervals_per_row;
+  // Every interval but the last ends with a 2-byte marker and holds at least one byte: a header
+  // claiming more intervals than that is a lie, refused before the offset table is allocated.
+  if (total > static_cast<long>(size / 3) + 1)
+    return fail(why, "the frame claims %ld restart intervals, more than %ld bytes can hold", total, static_cast<long>(size));
+  std::vector<uint32_t>& bounds = out->scratch;
+  bounds.resize(2 * static_cast<size_t>(total));
+  long idx = 0;
+  size_t p = ph.scan_start;
+  bounds[0] = static_cast<uint32_t>(p);
+  for (;;) {
+    const void* hit = p < size ? std::memchr(data + p, 0xFF, size - p) : nullptr;
+    if (hit == nullptr) return fail(why, "entropy data truncated (no EOI) after interval %ld of %ld", idx, total);
+    const size_t run = static_cast<size_t>(static_cast<const uint8_t*>(hit) - data);
+    size_t q = run + 1;
+    while (q < size && data[q] == 0xFF) ++q;  // fill bytes before a marker
+    if (q >= size) return fail(why, "entropy data truncated (no EOI) after interval %ld of %ld", idx, total);
+    const int m = data[q];
+    if (m == 0x00) {  // stuffed 0xFF data byte
+      p = q + 1;
+      continue;
+    }
+    if (m >= 0xD0 && m <= 0xD7) {
+      if (idx + 1 >= total) return fail(why, "more restart markers than the %ld intervals DRI and the frame imply", total);
+      if (m - 0xD0 != idx % 8) return fail(why, "restart marker RST%ld where RST%ld was due (interval %ld)", m - 0xD0, idx % 8, idx);
+      bounds[2 * idx + 1] = static_cast<uint32_t>(run);
+      ++idx;
+      bounds[2 * idx] = static_cast<uint32_t>(q + 1);
+      p = q + 1;
+      continue;
+    }
+    if (m != 0xD9) return fail(why, "marker 0x%02lX inside or after the scan (expected EOI)", m);
+    bounds[2 * idx + 1] = static_cast<uint32_t>(run);
+    ++idx;
+    break;
+  }
+  if (idx != total) return fail(why, "found %ld restart intervals, DRI and the frame imply %ld", idx, total);
+
+  // The decoder outputs scaled pixels [floor(x / d), ceil((x + w) / d)); in full-size pixels that
+  // is [sx0, sx1), which is what must come out identical. Scaled MCU boundaries are the full-size
+  // ones divided by d (the MCU size is a multiple of 8, d <= 8).
+  const int d = scale_denom;
+  const int sx0 = (crop_x / d) * d, sy0 = (crop_y / d) * d;
+  const int sx1 = (crop_x + crop_w + d - 1) / d * d, sy1 = (crop_y + crop_h + d - 1) / d * d;
+  int mx0 = sx0 / g.mcu_width;
+  int mx1 = (sx1 + g.mcu_width - 1) / g.mcu_width;
+  int my0 = sy0 / g.mcu_height;
+  int my1 = (sy1 + g.mcu_height - 1) / g.mcu_height;
+  if (mx1 > g.mcus_per_row) mx1 = g.mcus_per_row;
+  if (my1 > g.mcu_rows) my1 = g.mcu_rows;
+  // Pad by one MCU where an output edge is an MCU boundary in a subsampled direction: fancy
+  // upsampling reads the neighbouring chroma sample, which a slice edge would replicate instead.
+  if (g.subsampled_x) {
+    if (sx0 % g.mcu_width == 0 && mx0 > 0) --mx0;
+    if (sx1 % g.mcu_width == 0 && mx1 < g.mcus_per_row) ++mx1;
+  }
+  if (g.subsampled_y) {
+    if (sy0 % g.mcu_height == 0 && my0 > 0) --my0;
+    if (sy1 % g.mcu_height == 0 && my1 < g.mcu_rows) ++my1;
+  }
+  const int n = g.restart_interval;
+  int c0 = mx0 / n;
+  int c1 = (mx1 + n - 1) / n;  // interval columns [c0, c1)
+  int x_end = c1 * n * g.mcu_width < g.width ? c1 * n * g.mcu_width : g.width;
+  // libjpeg switches h2v1/h2v2 fancy upsampling off (plain replication) when a component is at
+  // most 2 samples wide, i.e. an output at most 4 pixels wide. Only the last, partial interval
+  // column can make such a narrow slice; widen it so its decoder upsamples as the full image's does.
+  if (g.subsampled_x && (x_end - c0 * n * g.mcu_width + d - 1) / d <= 4) {
+    if (c0 > 0) --c0;
+    else if (c1 < g.intervals_per_row) ++c1;
+    x_end = c1 * n * g.mcu_width < g.width ? c1 * n * g.mcu_width : g.width;
+  }
+  out->x0 = c0 * n * g.mcu_width;
+  out->y0 = my0 * g.mcu_height;
+  const int y_end = my1 * g.mcu_height < g.height ? my1 * g.mcu_height : g.height;
+  out->width = x_end - out->x0;
+  out->height = y_end - out->y0;
+  out->intervals = (c1 - c0) * (my1 - my0);
+
+  size_t need = 2 + 2;
+  for (int s = 0; s < ph.n_keep; ++s) need += ph.keep[s].end - ph.keep[s].start;
+  for (int r = my0; r < my1; ++r) {
+    const long first = static_cast<long>(r) * g.intervals_per_row + c0;
+    const long last = static_cast<long>(r) * g.intervals_per_row + c1 - 1;
+    need += bounds[2 * last + 1] - bounds[2 * first] + 2 * (c1 - c0);  // upper bound incl. markers
+  }
+  std::vector<uint8_t>& o = out->jpeg;
+  o.resize(need);
+  uint8_t* w = o.data();
+  *w++ = 0xFF;
+  *w++ = 0xD8;
+  for (int s = 0; s < ph.n_keep; ++s) {
+    const size_t len = ph.keep[s].end - ph.keep[s].start;
+    std::memcpy(w, data + ph.keep[s].start, len);
+    if (s == ph.sof_index) {
+      // FF Cn Lh Ll P Yh Yl Xh Xl: the frame size becomes the slice's.
+      w[5] = static_cast<uint8_t>(out->height >> 8);
+      w[6] = static_cast<uint8_t>(out->height & 0xFF);
+      w[7] = static_cast<uint8_t>(out->width >> 8);
+      w[8] = static_cast<uint8_t>(out->width & 0xFF);
+    }
+    w += len;
+  }
+  long k = 0;  // intervals written so far: the slice renumbers RST0..RST7 from 0
+  for (int r = my0; r < my1; ++r) {
+    for (int c = c0; c < c1; ++c) {
+      if (k > 0) {
+        *w++ = 0xFF;
+        *w++ = static_cast<uint8_t>(0xD0 + ((k - 1) & 7));
+      }
+      const long i = static_cast<long>(r) * g.intervals_per_row + c;
+      const size_t len = bounds[2 * i + 1] - bounds[2 * i];
+      std::memcpy(w, data + bounds[2 * i], len);
+      w += len;
+      ++k;
+    }
+  }
+  *w++ = 0xFF;
+  *w++ = 0xD9;
+  o.resize(static_cast<size_t>(w - o.data()));
+  return true;
+}
+
+}  // namespace fastload

@@ -1,0 +1,452 @@
+"""Pixels stage: decode a batch of encoded images, fused with crop / resize / flip, into caller memory.
+
+Two backends share one contract (docs/ARCHITECTURE.md, "Decode"):
+
+* ``libjpeg-turbo``: the C++ engine ``fastload._engine``. One call per batch, the GIL released once,
+  a persistent thread pool with one reused decompressor per thread, region decode (only the rows and
+  iMCU columns the crop needs, power-of-two DCT scaling when the crop is at least twice the output)
+  and a vectorized antialiased bilinear resize with the flip fused, written straight into ``out``.
+  Payloads that are not baseline/progressive JPEG (PNG, WebP, ...) are marked by the engine and then
+  decoded by the Pillow path inside the same call, with the same ops and output.
+* ``pillow``: the reference path (also used when the extension is missing, or with
+  ``FASTLOAD_DECODER=pillow``): full decode, ``convert("RGB")``, ``Image.resize(size, BILINEAR,
+  box=box)`` with the box from :func:`fastload.transforms.sample_params`, then the flip.
+
+Both return per-image status codes; a bad image never raises from :func:`decode_batch`.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import os
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from fastload.errors import DecodeError
+from fastload.transforms import OpKind, Transform, sample_params
+
+__all__ = [
+    "DecodeStatus",
+    "Layout",
+    "DecodeOptions",
+    "BatchResult",
+    "decode_batch",
+    "decode_image",
+    "engine_info",
+    "default_threads",
+    "active_backend",
+]
+
+# Pillow's own decompression-bomb warning threshold (~89.5 MP, 256 MiB of RGB): a larger image is
+# far outside what a training loader should ever see, and rejecting it by default keeps one bad
+# record from allocating gigabytes.
+_DEFAULT_MAX_PIXELS = 89_478_485
+
+
+class DecodeStatus(enum.IntEnum):
+    """Per-image outcome codes; the values are shared with the C++ engine (``csrc/batch_decode.h``)."""
+
+    OK = 0
+    #: Internal: the engine left this image to the Pillow path (not a JPEG, or EXIF orientation to apply).
+    NEEDS_PILLOW = 1
+    EMPTY = 2
+    TRUNCATED = 3
+    CORRUPT = 4
+    UNSUPPORTED = 5
+    TOO_LARGE = 6
+    INTERNAL = 7
+
+
+class Layout(str, enum.Enum):
+    """Memory layout of the output batch."""
+
+    NHWC = "NHWC"
+    NCHW = "NCHW"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeOptions:
+    """Decoder knobs; the defaults reproduce the Pillow reference as closely as possible.
+
+    Args:
+        max_pixels: Largest ``width * height`` accepted; larger headers are rejected before any
+            pixel memory is allocated (decompression-bomb guard). Default: Pillow's warning
+            threshold, 89,478,485 pixels.
+        fast_idct: Use libjpeg's fast integer IDCT (``JDCT_IFAST``): a few percent faster, slightly
+            less accurate (about one grey level on average). C++ engine only.
+        fancy_upsampling: Smooth (triangle) chroma upsampling as Pillow/libjpeg default; ``False``
+            replicates chroma samples: slightly faster, blockier colour edges. C++ engine only.
+        apply_exif: Rotate/mirror by the EXIF orientation tag before cropping. Default ``False``:
+            torchvision (``PIL.Image.open``) and most training pipelines ignore it, so the pixels
+            match theirs. When ``True``, images whose tag asks for a transform take the Pillow path.
+        use_restart_slices: For records packed with restart-marker indexing, decode only the restart
+            intervals covering the crop (see ``csrc/restart_index.h``); falls back to the plain
+            region decode when slicing does not apply.
+        dct_scaling: Let libjpeg downscale by 1/2, 1/4 or 1/8 in the DCT domain when the crop is at
+            least that many times larger than the output in both directions.
+    """
+
+    max_pixels: int = _DEFAULT_MAX_PIXELS
+    fast_idct: bool = False
+    fancy_upsampling: bool = True
+    apply_exif: bool = False
+    use_restart_slices: bool = True
+    dct_scaling: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_pixels, int) or isinstance(self.max_pixels, bool) or self.max_pixels <= 0:
+            raise ValueError(f"max_pixels={self.max_pixels!r} must be a positive int")
+        for name in ("fast_idct", "fancy_upsampling", "apply_exif", "use_restart_slices", "dct_scaling"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What :func:`decode_batch` did.
+
+    Attributes:
+        status: int32 ``[B]``, :class:`DecodeStatus` values (0 = ok).
+        errors: Position in the batch -> human-readable reason, for every failed position.
+        boxes: float64 ``[B, 4]`` source boxes ``(x0, y0, x1, y1)`` in full-size pixels (NaN where
+            the image failed); ``None`` unless ``want_params``.
+        flips: bool ``[B]``; ``None`` unless ``want_params``.
+        warnings: Number of libjpeg warnings (slightly corrupt data that still decoded).
+        sliced: Images decoded through restart-interval slices.
+        slice_fallbacks: Restart-indexed images whose slicing failed and that the plain region decode
+            handled instead.
+        pillow: Images decoded by the Pillow path.
+        backend: ``"libjpeg-turbo"`` or ``"pillow"``.
+    """
+
+    status: np.ndarray
+    errors: Dict[int, str]
+    boxes: Optional[np.ndarray]
+    flips: Optional[np.ndarray]
+    warnings: int
+    sliced: int
+    slice_fallbacks: int
+    pillow: int
+    backend: str
+
+    @property
+    def ok(self) -> bool:
+        """True when every image decoded."""
+        return not self.errors
+
+    @property
+    def failed(self) -> List[int]:
+        """Positions that failed, ascending."""
+        return sorted(self.errors)
+
+
+# --- backend selection -----------------------------------------------------------------------
+
+_engine = None
+_engine_reason = ""
+try:
+    from fastload import _engine  # type: ignore[attr-defined,no-redef]
+except ImportError as exc:  # built without libjpeg-turbo, or not built yet
+    _engine = None
+    _engine_reason = f"fastload._engine is not available ({exc})"
+
+
+def active_backend() -> str:
+    """The backend :func:`decode_batch` uses now: ``"libjpeg-turbo"`` or ``"pillow"``."""
+    if os.environ.get("FASTLOAD_DECODER", "").strip().lower() == "pillow":
+        return "pillow"
+    return "libjpeg-turbo" if _engine is not None else "pillow"
+
+
+def default_threads() -> int:
+    """Threads used when ``threads=None``: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def engine_info() -> dict:
+    """Which decoder is live and its versions.
+
+    Returns:
+        ``backend`` (``"libjpeg-turbo"`` or ``"pillow"``), ``libjpeg_turbo`` (version or None),
+        ``simd`` (the resize kernel in use), ``threads`` (default thread count), ``pillow`` (version)
+        and ``reason`` (why the Pillow path is live, when it is).
+    """
+    import PIL
+
+    backend = active_backend()
+    info = {"backend": backend, "libjpeg_turbo": None, "simd": None, "threads": default_threads(),
+            "pillow": PIL.__version__, "reason": ""}
+    if _engine is not None:
+        native = _engine.info()
+        info["libjpeg_turbo"] = native["libjpeg_turbo"]
+        info["simd"] = native["simd"]
+    if backend == "pillow":
+        info["reason"] = ("FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason)
+    return info
+
+
+# --- argument checks -------------------------------------------------------------------------
+
+
+def _resolve_layout(out: np.ndarray, size: Tuple[int, int], layout: Union[str, Layout, None]) -> Layout:
+    h, w = size
+    nhwc = out.shape[1:] == (h, w, 3)
+    nchw = out.shape[1:] == (3, h, w)
+    if layout is not None:
+        try:
+            layout = Layout(layout)
+        except ValueError:
+            raise ValueError(f"layout={layout!r} must be 'NHWC' or 'NCHW'") from None
+        if (layout is Layout.NHWC and not nhwc) or (layout is Layout.NCHW and not nchw):
+            want = (h, w, 3) if layout is Layout.NHWC else (3, h, w)
+            raise ValueError(f"out.shape={out.shape} does not match layout {layout.value} for transform size "
+                             f"{size}: expected [B, {', '.join(map(str, want))}]")
+        return layout
+    if nhwc:
+        return Layout.NHWC
+    if nchw:
+        return Layout.NCHW
+    raise ValueError(f"out.shape={out.shape} must be [B, {h}, {w}, 3] (NHWC) or [B, 3, {h}, {w}] (NCHW) "
+                     f"for transform size (H, W)={size}")
+
+
+def _check_args(images, out, transform, indices, threads, layout, options):
+    if not hasattr(transform, "kind") or not hasattr(transform, "size"):
+        raise ValueError(f"transform={transform!r} must be a fastload.transforms op (RandomResizedCrop, CenterCrop, Resize)")
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"out must be a numpy.ndarray (got {type(out).__name__}); wrap torch tensors with .numpy()")
+    if out.dtype != np.uint8:
+        raise ValueError(f"out.dtype={out.dtype} must be uint8")
+    if out.ndim != 4:
+        raise ValueError(f"out.ndim={out.ndim} must be 4 ([B, H, W, 3] or [B, 3, H, W])")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    if not out.flags.writeable:
+        raise ValueError("out must be writeable")
+    n = len(images)
+    if out.shape[0] != n:
+        raise ValueError(f"out has {out.shape[0]} slots but {n} images were given")
+    idx = np.ascontiguousarray(np.asarray(indices), dtype=np.int64) if n else np.zeros(0, np.int64)
+    if idx.ndim != 1 or idx.shape[0] != n:
+        raise ValueError(f"indices must be a 1-D array of {n} sample indices (got shape {np.shape(indices)})")
+    if threads is None:
+        threads = default_threads()
+    if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads={threads!r} must be a positive int")
+    if not isinstance(options, DecodeOptions):
+        raise ValueError(f"options={options!r} must be a fastload.decode.DecodeOptions")
+    return _resolve_layout(out, tuple(transform.size), layout), idx, int(threads)
+
+
+# --- Pillow path -----------------------------------------------------------------------------
+
+_pool_lock = threading.Lock()
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_size = 0
+
+
+def _pillow_pool(threads: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size != threads:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fastload-pillow")
+            _pool_size = threads
+        return _pool
+
+
+def _pillow_open_rgb(buf, options: DecodeOptions):
+    """Open and fully decode one image to an RGB PIL image; raises _Failure on any problem."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    view = memoryview(buf)
+    if view.nbytes == 0:
+        raise _Failure(DecodeStatus.EMPTY, "empty record (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            img = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
+            w, h = img.size
+            if w * h > options.max_pixels:
+                raise _Failure(DecodeStatus.TOO_LARGE, f"image is {w}x{h} = {w * h} pixels, above max_pixels={options.max_pixels}")
+            img.load()
+            if options.apply_exif:
+                img = ImageOps.exif_transpose(img)
+            if img.mode != "RGB":
+                img = img.convert("RGB")
+        return img
+    except _Failure:
+        raise
+    except Image.DecompressionBombError as exc:
+        # Pillow's own guard fired while opening (its limit is twice Image.MAX_IMAGE_PIXELS).
+        raise _Failure(DecodeStatus.TOO_LARGE, f"{exc} (fastload max_pixels={options.max_pixels})") from None
+    except UnidentifiedImageError:
+        raise _Failure(DecodeStatus.CORRUPT, "not a recognized image format") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        msg = str(exc) or type(exc).__name__
+        status = DecodeStatus.TRUNCATED if "truncated" in msg.lower() or isinstance(exc, EOFError) else DecodeStatus.CORRUPT
+        raise _Failure(status, msg) from None
+    except MemoryError:
+        raise _Failure(DecodeStatus.TOO_LARGE, "out of memory while decoding") from None
+    except Exception as exc:  # Pillow plugins raise a zoo of types on hostile data
+        raise _Failure(DecodeStatus.CORRUPT, f"{type(exc).__name__}: {exc}") from None
+
+
+class _Failure(Exception):
+    def __init__(self, status: DecodeStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _pillow_one(buf, slot: np.ndarray, layout: Layout, transform: Transform, seed: int, epoch: int,
+                index: int, options: DecodeOptions):
+    """Decode one image into ``slot``; returns (status, message, box, flip)."""
+    from PIL import Image
+
+    try:
+        img = _pillow_open_rgb(buf, options)
+        params = sample_params(img.width, img.height, transform, seed=seed, epoch=epoch, index=index)
+        out_h, out_w = transform.size
+        img = img.resize((out_w, out_h), Image.BILINEAR, box=params.box)
+        if params.flip:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        arr = np.asarray(img)
+        if layout is Layout.NHWC:
+            slot[...] = arr
+        else:
+            slot[...] = arr.transpose(2, 0, 1)
+        return DecodeStatus.OK, "", params.box, params.flip
+    except _Failure as exc:
+        slot[...] = 0
+        return exc.status, str(exc), (np.nan,) * 4, False
+
+
+def _pillow_batch(images, positions, out, layout, transform, seed, epoch, idx, threads, options,
+                  status, errors, boxes, flips) -> None:
+    def run(p):
+        return p, _pillow_one(images[p], out[p], layout, transform, seed, epoch, int(idx[p]), options)
+
+    if threads == 1 or len(positions) <= 1:
+        results = map(run, positions)
+    else:
+        results = _pillow_pool(threads).map(run, positions)
+    for p, (st, msg, box, flip) in results:
+        status[p] = int(st)
+        boxes[p] = box
+        flips[p] = flip
+        if st != DecodeStatus.OK:
+            errors[p] = f"{st.name.lower()}: {msg}"
+        else:
+            errors.pop(p, None)
+
+
+# --- public API ------------------------------------------------------------------------------
+
+
+def _op_tuple(transform: Transform):
+    out_h, out_w = transform.size
+    kind = int(transform.kind)
+    scale = getattr(transform, "scale", (1.0, 1.0))
+    ratio = getattr(transform, "ratio", (1.0, 1.0))
+    resize = getattr(transform, "resize", None) if kind == OpKind.RESIZE_CENTER_CROP else None
+    return (kind, int(out_h), int(out_w), float(scale[0]), float(scale[1]), float(ratio[0]), float(ratio[1]),
+            float(transform.flip), int(resize or 0))
+
+
+def _options_tuple(options: DecodeOptions):
+    return (int(options.max_pixels), options.fast_idct, options.fancy_upsampling, options.apply_exif,
+            options.use_restart_slices, options.dct_scaling)
+
+
+def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, seed: int, epoch: int,
+                 indices, threads: Optional[int] = None, layout: Union[str, Layout, None] = None,
+                 want_params: bool = False, options: DecodeOptions = DecodeOptions()) -> BatchResult:
+    """Decode ``images`` with ``transform`` into ``out``, one slot per image.
+
+    Args:
+        images: Encoded images, any objects exporting the buffer protocol (bytes, memoryviews into
+            mmap'd shards, numpy arrays); they are not copied.
+        out: Caller-owned C-contiguous uint8 ``[B, H, W, 3]`` or ``[B, 3, H, W]`` with
+            ``(H, W) == transform.size``; may be pinned memory.
+        transform: The op spec (:mod:`fastload.transforms`).
+        seed: Loader seed.
+        epoch: Epoch number.
+        indices: Global sample index of each image (int64 ``[B]``); keys the per-sample randomness.
+        threads: Decode threads (default: :func:`default_threads`).
+        layout: ``"NHWC"`` or ``"NCHW"``; inferred from ``out.shape`` when omitted.
+        want_params: Return the crop boxes and flips used.
+        options: :class:`DecodeOptions`.
+
+    Returns:
+        A :class:`BatchResult`. Failed positions have a non-zero status, a reason in ``errors`` and a
+        zero-filled slot.
+
+    Raises:
+        ValueError: On API misuse (wrong ``out`` shape, dtype or contiguity, mismatched lengths).
+    """
+    layout, idx, threads = _check_args(images, out, transform, indices, threads, layout, options)
+    n = len(images)
+    seed = int(seed)
+    epoch = int(epoch)
+    backend = active_backend()
+    warnings_count = sliced = slice_fallbacks = 0
+    if backend == "pillow":
+        status = np.zeros(n, np.int32)
+        errors: Dict[int, str] = {}
+        boxes = np.zeros((n, 4), np.float64)
+        flips = np.zeros(n, bool)
+        pending = list(range(n))
+    else:
+        mask = (1 << 64) - 1
+        native = _engine.decode_batch(
+            images if isinstance(images, (list, tuple)) else list(images), out,
+            0 if layout is Layout.NHWC else 1, _op_tuple(transform), seed & mask, epoch & mask, idx, threads,
+            _options_tuple(options))
+        status, errors, boxes, flips = native["status"], dict(native["errors"]), native["boxes"], native["flips"]
+        warnings_count, sliced, slice_fallbacks = native["warnings"], native["sliced"], native["slice_fallbacks"]
+        pending = np.flatnonzero(status == DecodeStatus.NEEDS_PILLOW).tolist()
+    if pending:
+        _pillow_batch(images, pending, out, layout, transform, seed, epoch, idx, threads, options,
+                      status, errors, boxes, flips)
+    return BatchResult(status=status, errors=errors, boxes=boxes if want_params else None,
+                       flips=flips if want_params else None, warnings=int(warnings_count), sliced=int(sliced),
+                       slice_fallbacks=int(slice_fallbacks), pillow=len(pending), backend=backend)
+
+
+def decode_image(buf, *, options: DecodeOptions = DecodeOptions()) -> np.ndarray:
+    """Decode one image at full size to RGB.
+
+    Args:
+        buf: Encoded image (any buffer).
+        options: :class:`DecodeOptions` (``max_pixels``, ``apply_exif``, ``fast_idct``,
+            ``fancy_upsampling`` apply).
+
+    Returns:
+        uint8 array ``[H, W, 3]``.
+
+    Raises:
+        DecodeError: When the image cannot be decoded (the reason names the failure class).
+    """
+    if not isinstance(options, DecodeOptions):
+        raise ValueError(f"options={options!r} must be a fastload.decode.DecodeOptions")
+    if active_backend() != "pillow":
+        st, msg, arr = _engine.decode_image(buf, _options_tuple(options))
+        if st == DecodeStatus.OK:
+            return arr
+        if st != DecodeStatus.NEEDS_PILLOW:
+            raise DecodeError(f"{DecodeStatus(st).name.lower()}: {msg}")
+    try:
+        img = _pillow_open_rgb(buf, options)
+    except _Failure as exc:
+        raise DecodeError(f"{exc.status.name.lower()}: {exc}") from None
+    return np.array(img, dtype=np.uint8)

@@ -1,0 +1,239 @@
+"""Which records, in which order: the sample order for (seed, epoch, rank, world_size).
+
+The order is a pure function of its inputs: no state, no global RNG, no environment variables. Every
+rank computes the same epoch permutation from ``(seed, epoch)`` and then takes its own contiguous
+share of it, so the shares are disjoint and their union covers the epoch.
+
+Stages of the computation, each a function here:
+
+1. :func:`epoch_permutation` -- the whole dataset's order for one epoch:
+   ``Shuffle.NONE`` (0, 1, 2, ...), ``Shuffle.GLOBAL`` (a full permutation; right when the data sits
+   in RAM or tmpfs) or ``Shuffle.BLOCK`` (the order of blocks of ``block_size`` consecutive records
+   is shuffled, then records are shuffled within windows of ``window`` consecutive blocks: reads stay
+   mostly sequential, which matters when the data is larger than RAM).
+2. :func:`rank_share` -- make the length a multiple of ``world_size`` (``Even.PAD`` repeats records
+   from the start of the permutation, as ``DistributedSampler`` does; ``Even.DROP`` drops the tail),
+   then cut it into ``world_size`` contiguous equal shares. Every rank therefore gets exactly the
+   same number of samples, hence of batches: DDP collectives never hang at the end of an epoch.
+3. :func:`batch_bounds` -- cut a share into batches (``drop_last`` drops a final partial batch).
+
+:class:`EpochOrder` bundles the three for a loader and maps a batch number to record indices, which
+is all a mid-epoch resume needs: the position is just ``(epoch, batch)``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Tuple, Union
+
+import numpy as np
+
+__all__ = [
+    "Shuffle",
+    "Even",
+    "OrderSpec",
+    "EpochOrder",
+    "epoch_permutation",
+    "rank_share",
+    "batch_bounds",
+    "num_batches",
+]
+
+
+class Shuffle(str, enum.Enum):
+    """How an epoch's records are ordered."""
+
+    NONE = "none"
+    GLOBAL = "global"
+    BLOCK = "block"
+
+
+class Even(str, enum.Enum):
+    """How the epoch is made divisible by the number of ranks."""
+
+    PAD = "pad"
+    DROP = "drop"
+
+
+def _enum(cls, value, name):
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"{name}={value!r} must be one of {choices}") from None
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
+    return int(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrderSpec:
+    """Everything the order depends on except the epoch.
+
+    Args:
+        num_records: Records in the dataset.
+        batch_size: Samples per batch.
+        shuffle: ``Shuffle`` member or its name (``"none"``, ``"global"``, ``"block"``).
+        seed: Non-negative seed; with the epoch it determines the permutation.
+        rank: This process's rank in ``[0, world_size)``.
+        world_size: Number of ranks sharing the epoch.
+        even: ``Even.PAD`` (repeat records so every record is seen) or ``Even.DROP`` (drop the
+            remainder) to give every rank the same number of samples.
+        drop_last: Drop a final batch smaller than ``batch_size``.
+        block_size: Records per block for ``Shuffle.BLOCK``.
+        window: Blocks per shuffling window for ``Shuffle.BLOCK``.
+    """
+
+    num_records: int
+    batch_size: int
+    shuffle: Union[Shuffle, str] = Shuffle.GLOBAL
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    even: Union[Even, str] = Even.PAD
+    drop_last: bool = False
+    block_size: int = 256
+    window: int = 8
+
+    def __post_init__(self) -> None:
+        _check_int(self.num_records, "num_records", 1)
+        _check_int(self.batch_size, "batch_size", 1)
+        _check_int(self.seed, "seed", 0)
+        _check_int(self.world_size, "world_size", 1)
+        _check_int(self.block_size, "block_size", 1)
+        _check_int(self.window, "window", 1)
+        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank={self.rank!r} must be an int in [0, world_size={self.world_size})")
+        if not isinstance(self.drop_last, bool):
+            raise ValueError(f"drop_last={self.drop_last!r} must be a bool")
+        object.__setattr__(self, "shuffle", _enum(Shuffle, self.shuffle, "shuffle"))
+        object.__setattr__(self, "even", _enum(Even, self.even, "even"))
+        if self.even is Even.DROP and self.num_records < self.world_size:
+            raise ValueError(f"even='drop' with {self.num_records} records and world_size={self.world_size} "
+                             "leaves no record for some ranks; use even='pad'")
+
+
+def _generator(seed: int, epoch: int) -> np.random.Generator:
+    # SeedSequence mixes both words, so (seed, epoch) and (seed + 1, epoch - 1) are unrelated streams.
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch)])))
+
+
+def epoch_permutation(num_records: int, shuffle: Union[Shuffle, str], *, seed: int, epoch: int,
+                      block_size: int = 256, window: int = 8) -> np.ndarray:
+    """The order of all records for one epoch, identical on every rank.
+
+    Args:
+        num_records: Records in the dataset.
+        shuffle: ``Shuffle`` member or name.
+        seed: Non-negative seed.
+        epoch: Non-negative epoch number.
+        block_size: Records per block (``Shuffle.BLOCK`` only).
+        window: Blocks per window (``Shuffle.BLOCK`` only).
+
+    Returns:
+        int64 array of length ``num_records``, a permutation of ``range(num_records)``.
+    """
+    shuffle = _enum(Shuffle, shuffle, "shuffle")
+    _check_int(epoch, "epoch", 0)
+    if shuffle is Shuffle.NONE:
+        return np.arange(num_records, dtype=np.int64)
+    rng = _generator(seed, epoch)
+    if shuffle is Shuffle.GLOBAL:
+        return rng.permutation(num_records).astype(np.int64, copy=False)
+    # BLOCK: permute whole blocks, then shuffle records inside each window of consecutive
+    # (already permuted) blocks. The last block may be short; it moves like any other.
+    num_blocks = -(-num_records // block_size)
+    block_order = rng.permutation(num_blocks)
+    starts = block_order * block_size
+    lengths = np.minimum(block_size, num_records - starts)
+    # Expand blocks to record indices without a Python loop over records.
+    ends = np.cumsum(lengths)
+    offsets = np.repeat(starts - (ends - lengths), lengths)
+    order = np.arange(num_records, dtype=np.int64) + offsets
+    # Windows are whole groups of `window` blocks (the short last block may sit anywhere).
+    bounds = np.concatenate(([0], ends[window - 1::window]))
+    if bounds[-1] != num_records:
+        bounds = np.append(bounds, num_records)
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        rng.shuffle(order[lo:hi])
+    return order
+
+
+def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Union[Even, str]) -> np.ndarray:
+    """This rank's contiguous, equal-length share of an epoch permutation.
+
+    Args:
+        permutation: The epoch's order (:func:`epoch_permutation`).
+        rank: Rank in ``[0, world_size)``.
+        world_size: Number of ranks.
+        even: ``Even.PAD`` repeats records from the start of the permutation until the length
+            divides by ``world_size``; ``Even.DROP`` drops the last ``len % world_size`` records.
+
+    Returns:
+        int64 array, the same length on every rank.
+    """
+    even = _enum(Even, even, "even")
+    n = len(permutation)
+    if even is Even.PAD:
+        per_rank = -(-n // world_size)
+        total = per_rank * world_size
+        if total > n:
+            # np.resize repeats the array cyclically, which also covers world_size > n.
+            permutation = np.resize(permutation, total)
+    else:
+        per_rank = n // world_size
+    return permutation[rank * per_rank:(rank + 1) * per_rank]
+
+
+def num_batches(share_len: int, batch_size: int, drop_last: bool) -> int:
+    """Batches in a share of ``share_len`` samples."""
+    return share_len // batch_size if drop_last else -(-share_len // batch_size)
+
+
+def batch_bounds(share_len: int, batch_size: int, drop_last: bool, batch: int) -> Tuple[int, int]:
+    """``(start, stop)`` positions of batch number ``batch`` inside a share."""
+    total = num_batches(share_len, batch_size, drop_last)
+    if not 0 <= batch < total:
+        raise IndexError(f"batch {batch} out of range for an epoch of {total} batches")
+    start = batch * batch_size
+    return start, min(start + batch_size, share_len)
+
+
+def _share_len(spec: OrderSpec) -> int:
+    n, w = spec.num_records, spec.world_size
+    return -(-n // w) if spec.even is Even.PAD else n // w
+
+
+class EpochOrder:
+    """One rank's batches for one epoch: ``order[k]`` is the int64 record indices of batch ``k``.
+
+    Args:
+        spec: The order's parameters.
+        epoch: Epoch number.
+    """
+
+    def __init__(self, spec: OrderSpec, epoch: int) -> None:
+        self.spec = spec
+        self.epoch = _check_int(epoch, "epoch", 0)
+        perm = epoch_permutation(spec.num_records, spec.shuffle, seed=spec.seed, epoch=epoch,
+                                 block_size=spec.block_size, window=spec.window)
+        self.share = rank_share(perm, rank=spec.rank, world_size=spec.world_size, even=spec.even)
+        self._len = num_batches(len(self.share), spec.batch_size, spec.drop_last)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, batch: int) -> np.ndarray:
+        start, stop = batch_bounds(len(self.share), self.spec.batch_size, self.spec.drop_last, batch)
+        return self.share[start:stop]
+
+    @staticmethod
+    def batches_per_epoch(spec: OrderSpec) -> int:
+        """Batches per epoch for ``spec`` (the same for every epoch and every rank)."""
+        return num_batches(_share_len(spec), spec.batch_size, spec.drop_last)

@@ -1,0 +1,229 @@
+"""Write stage, per image: check that a file is a decodable image and turn it into the RGB JPEG bytes to store.
+
+The hot path is pass-through of valid baseline/progressive colour JPEGs: their markers are parsed up
+to the first scan (frame size, components, precision) and the file must end with the end-of-image
+marker; the bytes are then stored untouched, with no decode. Anything the cheap check cannot vouch
+for gets a full Pillow decode: if that works the image is converted to RGB JPEG (grayscale, CMYK,
+PNG and other formats: counted per kind), otherwise the file is skipped with Pillow's reason.
+``--resize`` decodes everything (with JPEG DCT scaling when it shrinks by 2x or more) and re-encodes.
+
+An optional ``transcode`` hook (e.g. adding restart markers) runs on the final JPEG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from PIL import Image, UnidentifiedImageError
+
+__all__ = ["NOT_INDEXED", "ConvertOptions", "Converted", "JpegInfo", "inspect_jpeg", "convert_image", "BadImage"]
+
+Transcode = Callable[[bytes], bytes]
+NOT_INDEXED = "not_restart_indexed"
+
+# SOF markers that carry a frame header (DHT C4, JPG C8 and DAC CC are not frames).
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_LOSSLESS = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
+_STANDALONE = frozenset(range(0xD0, 0xD8)) | {0x01, 0xD8}
+_U16 = struct.Struct(">H")
+
+
+class BadImage(Exception):
+    """The file is not an image fastload can store; the message is the reason."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertOptions:
+    """How images are stored.
+
+    Attributes:
+        resize: Shorter side in pixels, or None to keep the size (and pass valid JPEGs through).
+        quality: JPEG quality of re-encoded images (1-100).
+        transcode: Optional hook applied to every stored JPEG (bytes -> bytes).
+    """
+
+    resize: Optional[int] = None
+    quality: int = 95
+    transcode: Optional[Transcode] = None
+
+    def __post_init__(self) -> None:
+        if self.resize is not None and (not isinstance(self.resize, int) or self.resize < 1):
+            raise ValueError(f"resize={self.resize!r} must be a positive int or None")
+        if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
+            raise ValueError(f"quality={self.quality!r} must be an int in 1..100")
+
+
+@dataclass(frozen=True)
+class JpegInfo:
+    """What the marker walk found: frame size, components, precision, progressive, lossless."""
+
+    width: int
+    height: int
+    components: int
+    precision: int
+    progressive: bool
+    lossless: bool
+
+
+@dataclass(frozen=True)
+class Converted:
+    """Result for one file.
+
+    Attributes:
+        data: The JPEG bytes to store (None when skipped).
+        kind: What was done: ``"pass"``, ``"resized"``, or the conversion (``"grayscale"``,
+            ``"cmyk"``, ``"png"``, ...); for skipped files, None.
+        reason: Why the file was skipped (None otherwise).
+        note: A counted remark (``NOT_INDEXED``: the transcode hook refused the image).
+    """
+
+    data: Optional[bytes]
+    kind: Optional[str]
+    reason: Optional[str] = None
+    note: Optional[str] = None
+
+
+def inspect_jpeg(data: bytes) -> Optional[JpegInfo]:
+    """Walk a JPEG's markers up to the first scan.
+
+    Returns:
+        The frame description, or None when the bytes do not start like a JPEG.
+
+    Raises:
+        BadImage: A JPEG whose header is damaged or cut short, or that lacks its end marker.
+    """
+    n = len(data)
+    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return None
+    pos = 2
+    info: Optional[JpegInfo] = None
+    while True:
+        if pos + 4 > n:
+            raise BadImage("truncated JPEG (header cut short)")
+        if data[pos] != 0xFF:
+            raise BadImage(f"corrupt JPEG header (no marker at byte {pos})")
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        if marker == 0xD9:
+            raise BadImage("JPEG ends before any image data")
+        seglen = _U16.unpack_from(data, pos + 2)[0]
+        if seglen < 2 or pos + 2 + seglen > n:
+            raise BadImage("truncated JPEG (header segment cut short)")
+        if marker in _SOF:
+            if seglen < 8:
+                raise BadImage("corrupt JPEG frame header")
+            precision = data[pos + 4]
+            height, width = struct.unpack_from(">HH", data, pos + 5)
+            info = JpegInfo(width=width, height=height, components=data[pos + 9], precision=precision,
+                            progressive=marker in (0xC2, 0xC6, 0xCA, 0xCE), lossless=marker in _LOSSLESS)
+        elif marker == 0xDA:
+            if info is None:
+                raise BadImage("corrupt JPEG (scan before frame header)")
+            break
+        pos += 2 + seglen
+    # Entropy-coded data never contains FF D9 (0xFF is always stuffed), so a file whose last bytes
+    # (ignoring zero padding some writers add) are not EOI was cut short.
+    if not data[-64:].rstrip(b"\0").endswith(b"\xff\xd9"):
+        raise BadImage("truncated JPEG (no end-of-image marker)")
+    return info
+
+
+def _encode(img: Image.Image, quality: int) -> bytes:
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def _resized_size(width: int, height: int, shorter: int):
+    # im2rec's arithmetic: the shorter side becomes `shorter`, the other scales with floor division.
+    if height > width:
+        return shorter, height * shorter // width
+    return width * shorter // height, shorter
+
+
+def _decode_full(data: bytes, draft_to: Optional[int] = None) -> Image.Image:
+    try:
+        img = Image.open(io.BytesIO(data))
+        fmt = (img.format or "unknown").lower()
+        if draft_to is not None and img.format == "JPEG":
+            w, h = _resized_size(img.width, img.height, draft_to)
+            img.draft("RGB", (w, h))
+        img.load()
+    except UnidentifiedImageError:
+        raise BadImage("not an image (unrecognized format)") from None
+    except (OSError, ValueError, SyntaxError, struct.error, Image.DecompressionBombError) as exc:
+        raise BadImage(f"undecodable image: {exc}") from None
+    img.info["fastload_format"] = fmt
+    return img
+
+
+def _kind_of(img: Image.Image) -> str:
+    fmt = img.info.get("fastload_format", "unknown")
+    if fmt != "jpeg":
+        return fmt
+    if img.mode in ("L", "1", "I;16", "I", "F", "LA"):
+        return "grayscale"
+    if img.mode == "CMYK":
+        return "cmyk"
+    return f"jpeg-{img.mode.lower()}"
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("I;16", "I", "F"):
+        img = img.point(lambda v: v / 256) if img.mode == "I;16" else img
+        img = img.convert("L")
+    return img.convert("RGB")
+
+
+def convert_image(data: bytes, options: ConvertOptions) -> Converted:
+    """Decide what to store for one file's bytes.
+
+    Returns:
+        A :class:`Converted`; never raises for bad image bytes (the reason is in the result).
+    """
+    if not data:
+        return Converted(None, None, "empty file (0 bytes)")
+    try:
+        info = inspect_jpeg(data)
+        cheap_ok = (info is not None and info.components == 3 and info.precision == 8 and not info.lossless
+                    and info.width > 0 and info.height > 0)
+    except BadImage:
+        info, cheap_ok = None, False
+    try:
+        if options.resize is None:
+            if cheap_ok:
+                out, kind = data, "pass"
+            else:
+                img = _decode_full(data)  # raises BadImage with Pillow's reason
+                kind = _kind_of(img)
+                if kind == "jpeg-rgb":
+                    out, kind = data, "pass"  # odd markers or trailing bytes, but it decodes: keep the bytes
+                else:
+                    out = _encode(_to_rgb(img), options.quality)
+        else:
+            img = _decode_full(data, draft_to=options.resize)
+            kind = "resized"
+            img = _to_rgb(img)
+            size = _resized_size(img.width, img.height, options.resize)
+            if img.size != size:
+                img = img.resize(size, Image.Resampling.BILINEAR)
+            out = _encode(img, options.quality)
+    except BadImage as exc:
+        return Converted(None, None, str(exc))
+    if options.transcode is not None:
+        try:
+            out = options.transcode(out)
+        except ValueError:
+            # The image stays valid, just without restart markers: store it as is and count it.
+            return Converted(out, kind, note=NOT_INDEXED)
+    return Converted(out, kind)

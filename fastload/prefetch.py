@@ -1,0 +1,155 @@
+"""The prefetch queue: one producer thread, bounded, stoppable, forwarding its exceptions.
+
+:class:`Producer` runs ``produce(stop)`` -- a generator function -- on a background thread and hands
+its items to the consumer through a bounded queue. The contract:
+
+- at most ``maxsize`` items wait in the queue; the producer blocks (checking ``stop``) when it is full;
+- an exception raised by the producer is re-raised in the consumer by :meth:`Producer.get` as the
+  *same* exception object, so its traceback still shows the producer's frames, with a note naming
+  the thread;
+- :meth:`Producer.close` is idempotent, works while the producer is blocked on a full queue or
+  inside ``produce``'s own waits (which must watch ``stop``), and joins the thread: no thread
+  outlives its producer;
+- a ``KeyboardInterrupt`` (or any exception) in the consumer while waiting closes the producer
+  before propagating.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+__all__ = ["Producer", "ProducerStopped"]
+
+T = TypeVar("T")
+
+_DONE = object()
+
+
+class ProducerStopped(RuntimeError):
+    """The producer was closed while the consumer was waiting for an item."""
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _run(produce: Callable[[threading.Event], Iterator[Any]], q: "queue.Queue", stop: threading.Event,
+         poll: float) -> None:
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=poll)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for item in produce(stop):
+            if not put(item):
+                return
+        put(_DONE)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
+        exc.add_note(f"(raised in fastload producer thread {threading.current_thread().name!r})")
+        put(_Failure(exc))
+
+
+class Producer(Generic[T]):
+    """A bounded background producer.
+
+    Args:
+        produce: ``produce(stop)`` returns an iterator of items; it runs on the thread and should
+            return promptly once ``stop`` is set.
+        maxsize: Queue bound (>= 1).
+        name: Thread name (shows in tracebacks and debuggers).
+        poll: Seconds between checks of the stop event while blocked.
+    """
+
+    def __init__(self, produce: Callable[[threading.Event], Iterator[T]], *, maxsize: int, name: str = "fastload-producer",
+                 poll: float = 0.05) -> None:
+        if maxsize < 1:
+            raise ValueError(f"maxsize={maxsize} must be >= 1")
+        self._queue: "queue.Queue" = queue.Queue(maxsize=maxsize)
+        self._stop = threading.Event()
+        self._poll = poll
+        self._finished = False
+        self._thread = threading.Thread(target=_run, args=(produce, self._queue, self._stop, poll), name=name,
+                                        daemon=True)
+        self._thread.start()
+        # If the consumer drops the producer without closing it, stop the thread anyway. The
+        # finalizer holds only the event, queue and thread, never self.
+        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._queue, self._thread)
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self._stop
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def get(self) -> T:
+        """The next item; raises StopIteration at the end, or the producer's exception.
+
+        Raises:
+            StopIteration: The producer finished.
+            ProducerStopped: :meth:`close` was called.
+            BaseException: Whatever the producer raised, with its original traceback.
+        """
+        if self._finished:
+            raise StopIteration
+        try:
+            while True:
+                try:
+                    item = self._queue.get(timeout=self._poll)
+                    break
+                except queue.Empty:
+                    if self._stop.is_set():
+                        raise ProducerStopped("the producer was closed") from None
+                    if not self._thread.is_alive() and self._queue.empty():
+                        raise ProducerStopped("the producer thread ended without finishing") from None
+        except BaseException:
+            # Ctrl-C lands here while blocked in get(): stop the thread before propagating.
+            self.close()
+            raise
+        if item is _DONE:
+            self._finished = True
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._finished = True
+            self.close()
+            raise item.exc
+        return item
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread and wait for it (idempotent)."""
+        self._finished = True
+        self._finalizer.detach()
+        _shutdown(self._stop, self._queue, self._thread, timeout)
+
+    def __enter__(self) -> "Producer[T]":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _shutdown(stop: threading.Event, q: "queue.Queue", thread: threading.Thread, timeout: float = 10.0) -> None:
+    stop.set()
+    # Draining unblocks a producer stuck in put() at once instead of after its next poll.
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass
+    if thread.is_alive() and thread is not threading.current_thread():
+        thread.join(timeout)
+        if thread.is_alive():
+            raise RuntimeError(f"fastload producer thread {thread.name!r} did not stop within {timeout} s")

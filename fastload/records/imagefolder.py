@@ -1,0 +1,78 @@
+"""Read stage: an unpacked ImageFolder tree served through the same ``Dataset`` API as packed shards.
+
+Records are the tree's image files in :func:`fastload.pack.sources.scan_folder` order; ``image(i)``
+reads the file (a copy, not a mapping). Nothing is validated up front: a bad file fails when it is
+decoded, named by its path.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from fastload.errors import CorruptRecordError
+from fastload.pack.sources import scan_folder
+from fastload.records.dataset import Dataset
+from fastload.records.recordio import pack_header
+
+__all__ = ["ImageFolderDataset"]
+
+
+class ImageFolderDataset(Dataset):
+    """Class-folder images as records.
+
+    Args:
+        path: Folder with one sub-folder per class.
+    """
+
+    def __init__(self, path: str) -> None:
+        source = scan_folder(path)
+        self.path = path
+        self.kind = "imagefolder"
+        self.shards = []
+        self.classes = source.classes
+        self.files = [item.path for item in source.items]
+        self.label_width = 1
+        self.labels = np.asarray([item.labels for item in source.items], dtype=np.float32).reshape(-1, 1)
+        self.ids = np.asarray([item.id for item in source.items], dtype=np.uint64)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def image(self, i: int) -> memoryview:
+        if self._closed:
+            raise ValueError(f"dataset {self.path} is closed")
+        i = self._check_index(i)
+        try:
+            with open(self.files[i], "rb") as f:
+                return memoryview(f.read())
+        except OSError as exc:
+            raise CorruptRecordError(f"cannot read image file: {exc.strerror or exc}", shard=self.files[i],
+                                     record=i) from None
+
+    def payload(self, i: int) -> bytes:
+        image = self.image(i)
+        i = self._check_index(i)
+        return pack_header(float(self.labels[i, 0]), int(self.ids[i])) + bytes(image)
+
+    def locate(self, i: int) -> str:
+        return self.files[self._check_index(i)]
+
+    def will_need(self, indices) -> None:
+        """``posix_fadvise(WILLNEED)`` on each file."""
+        if self._closed or not hasattr(os, "posix_fadvise"):
+            return
+        for i in indices:
+            try:
+                fd = os.open(self.files[self._check_index(i)], os.O_RDONLY)
+            except (OSError, IndexError):
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True

@@ -1,0 +1,183 @@
+"""Loader instrumentation: per-stage time, throughput, Chrome-trace events and NVTX ranges.
+
+Stages timed (seconds, summed over batches):
+
+- ``read``: record views and the read-ahead hint (``dataset.image(i)``, ``dataset.will_need``);
+  pages actually fault in during decode, so cold-cache I/O shows up under ``decode``;
+- ``decode``: the one ``decode_batch`` call per batch (plus any bad-record substitution);
+- ``wait_slot``: the producer waiting for a free ring slot (the consumer is slower: good);
+- ``wait_data``: the consumer waiting for a batch (the loader is slower: input-bound);
+- ``copy``: device copies issued by an adapter (for asynchronous CUDA copies, the time to issue them).
+
+``input_bound`` = ``wait_data`` / consumer wall time answers "is my training input-bound?": near 0
+means the model is the bottleneck, near 1 means the GPU waits for data.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+__all__ = ["Stage", "StageTimer", "LoaderStats"]
+
+
+class Stage(str, enum.Enum):
+    """A timed stage of the data path."""
+
+    READ = "read"
+    DECODE = "decode"
+    WAIT_SLOT = "wait_slot"
+    WAIT_DATA = "wait_data"
+    COPY = "copy"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderStats:
+    """A snapshot of a loader's counters.
+
+    Attributes:
+        seconds: Time per stage name (see the module docstring).
+        batches: Batches handed to the consumer.
+        images: Images handed to the consumer.
+        wall: Seconds the consumer spent iterating (from asking for the first batch to taking the last).
+        images_per_s: ``images / wall``.
+        input_bound: Fraction of ``wall`` the consumer spent waiting for data.
+        skipped: Bad records replaced under ``on_error="skip"`` (occurrences).
+        backend: The decode backend that produced the pixels.
+    """
+
+    seconds: Dict[str, float] = field(default_factory=dict)
+    batches: int = 0
+    images: int = 0
+    wall: float = 0.0
+    images_per_s: float = 0.0
+    input_bound: float = 0.0
+    skipped: int = 0
+    backend: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One human-readable paragraph."""
+        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
+        verdict = ("input-bound" if self.input_bound > 0.5 else
+                   "partly input-bound" if self.input_bound > 0.1 else "not input-bound")
+        return (f"{self.batches} batches, {self.images} images in {self.wall:.2f}s = {self.images_per_s:.0f} images/s; "
+                f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); stages: {stages}; "
+                f"skipped {self.skipped}; backend {self.backend or '?'}")
+
+
+class StageTimer:
+    """Accumulates stage times; optionally records Chrome-trace events and emits NVTX ranges.
+
+    Args:
+        trace: Keep per-span events for :meth:`save_trace`.
+        max_events: Cap on kept events (memory stays bounded on long runs; later spans are counted
+            but not traced).
+        range_hooks: ``(push(name), pop())`` called around every span, e.g.
+            ``torch.cuda.nvtx.range_push`` / ``range_pop``; None for no ranges.
+    """
+
+    def __init__(self, *, trace: bool = False, max_events: int = 200_000,
+                 range_hooks: Optional[Tuple[Callable[[str], object], Callable[[], object]]] = None) -> None:
+        self._trace = trace
+        self._max_events = max_events
+        self._hooks = range_hooks
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero every counter and drop the trace."""
+        with self._lock:
+            self._seconds = {s.value: 0.0 for s in Stage}
+            self._events: List[dict] = []
+            self._thread_names: Dict[int, str] = {}
+            self.batches = 0
+            self.images = 0
+            self.skipped = 0
+            self.backend = ""
+            self._wall = 0.0
+            self._active_since: Optional[float] = None
+
+    def set_range_hooks(self, hooks) -> None:
+        self._hooks = hooks
+
+    @contextmanager
+    def span(self, stage: Stage, **args) -> Iterator[None]:
+        """Time the enclosed block as ``stage``."""
+        hooks = self._hooks
+        if hooks is not None:
+            hooks[0](f"fastload.{stage.value}")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            if hooks is not None:
+                hooks[1]()
+            self.add(stage, start, end, **args)
+
+    def add(self, stage: Stage, start: float, end: float, **args) -> None:
+        """Account ``end - start`` seconds (``time.perf_counter`` values) to ``stage``."""
+        with self._lock:
+            self._seconds[stage.value] += end - start
+            if self._trace and len(self._events) < self._max_events:
+                thread = threading.current_thread()
+                self._thread_names.setdefault(thread.ident, thread.name)
+                self._events.append({"name": stage.value, "ph": "X", "pid": os.getpid(), "tid": thread.ident,
+                                     "ts": (start - self._t0) * 1e6, "dur": (end - start) * 1e6,
+                                     "args": args})
+
+    def consumer_active(self) -> None:
+        """The consumer started asking for batches (start of its wall-clock)."""
+        with self._lock:
+            if self._active_since is None:
+                self._active_since = time.perf_counter()
+
+    def consumer_took(self, images: int) -> None:
+        """The consumer took a batch of ``images`` samples."""
+        with self._lock:
+            now = time.perf_counter()
+            if self._active_since is not None:
+                self._wall += now - self._active_since
+            self._active_since = now
+            self.batches += 1
+            self.images += images
+
+    def consumer_idle(self) -> None:
+        """The consumer stopped iterating (end of an epoch, break, close)."""
+        with self._lock:
+            self._active_since = None
+
+    def snapshot(self) -> LoaderStats:
+        with self._lock:
+            wall = self._wall
+            return LoaderStats(seconds=dict(self._seconds), batches=self.batches, images=self.images, wall=wall,
+                               images_per_s=self.images / wall if wall > 0 else 0.0,
+                               input_bound=min(1.0, self._seconds[Stage.WAIT_DATA.value] / wall) if wall > 0 else 0.0,
+                               skipped=self.skipped, backend=self.backend)
+
+    def save_trace(self, path: str) -> str:
+        """Write the recorded spans as Chrome-trace JSON (open in chrome://tracing or Perfetto).
+
+        Returns:
+            The path written.
+        """
+        with self._lock:
+            events = list(self._events)
+            names = dict(self._thread_names)
+        meta = [{"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
+                for tid, name in names.items()]
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"traceEvents": meta + events, "displayTimeUnit": "ms"}, fh)
+        os.replace(tmp, path)
+        return path

@@ -1,0 +1,301 @@
+"""Tests of the measurement stage: the harness, the peer protocol, the reports and a --quick smoke run.
+
+No timing assertions: the numbers depend on the machine. What is checked is the structure: every
+contender is measured, skipped with a reason or reported as an error; interleaving; the verdicts'
+arithmetic; the files ``fastload bench`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import HAVE_ENGINE, REPO_ROOT
+
+from fastload_bench import harness, model_step, report, targets
+from fastload_bench.harness import Contender, Result, RunConfig, Sample, Skip, measure
+from fastload_bench.peers.torch_pil import center_crop_box, rrc_params
+
+
+class _Recorder(Contender):
+    """A fake contender: records the order of calls; optional failures."""
+
+    def __init__(self, name, log, *, skip=None, fail_run=False, rate=100.0, reference=False, group="g", threads=1,
+                 family=None):
+        super().__init__(name, group=group, reference=reference, threads=threads, family=family)
+        self.log, self.skip, self.fail_run, self.rate = log, skip, fail_run, rate
+        self.closed = 0
+
+    def start(self):
+        self.log.append(("start", self.name))
+        if self.skip:
+            raise Skip(self.skip)
+
+    def run(self):
+        self.log.append(("run", self.name))
+        if self.fail_run:
+            raise RuntimeError("boom")
+        return Sample(images=int(self.rate), bytes=int(self.rate) * 1000, seconds=1.0, extra={"n": 1})
+
+    def close(self):
+        self.closed += 1
+
+
+def test_measure_interleaves_and_reverses_each_round():
+    log = []
+    a, b, c = (_Recorder(n, log) for n in "abc")
+    measure([a, b, c], RunConfig(repeats=3, warmup=1), quiet=True)
+    runs = [name for op, name in log if op == "run"]
+    assert runs == list("abc") + list("abc") + list("cba") + list("abc")  # warm-up, then A B C / C B A / A B C
+    assert a.closed == b.closed == c.closed == 1
+
+
+def test_measure_keeps_skipped_and_failed_rows():
+    log = []
+    ok = _Recorder("ok", log, rate=200, reference=True, threads=2)
+    skip = _Recorder("skip", log, skip="no GPU here")
+    bad = _Recorder("bad", log, fail_run=True)
+    slow = _Recorder("slow", log, rate=50)
+    results = measure([ok, skip, bad, slow], RunConfig(repeats=2, warmup=0), quiet=True)
+    by = {r.name: r for r in results}
+    assert [r.name for r in results] == ["ok", "skip", "bad", "slow"]
+    assert by["skip"].skipped == "no GPU here" and not by["skip"].ok
+    assert "boom" in by["bad"].error and not by["bad"].ok
+    assert by["ok"].median_ips == pytest.approx(200) and by["ok"].per_core_ips == pytest.approx(100)
+    assert by["ok"].median_mbps == pytest.approx(0.2)
+    assert by["slow"].ratio_to_reference == pytest.approx(0.25)
+    assert by["ok"].extra["n"] == 2  # counters add up over repeats
+    assert ("run", "skip") not in log  # a skipped contender never runs
+    assert skip.closed == 1 and bad.closed == 1
+
+
+def test_run_config_validates():
+    with pytest.raises(ValueError, match="repeats"):
+        RunConfig(repeats=0)
+    with pytest.raises(ValueError, match="warmup"):
+        RunConfig(warmup=-1)
+
+
+def test_environment_records_where_it_ran():
+    env = harness.environment(["fastload", "bench", "--quick"])
+    for key in ("command", "timestamp", "host", "cpu_model", "cores", "git_sha", "versions", "python"):
+        assert key in env
+    assert env["command"] == "fastload bench --quick"
+    assert env["cores"] >= 1
+    assert "numpy" in env["versions"] and "fastload" in env["versions"]
+
+
+_FAKE_PEER = textwrap.dedent('''
+    import sys, time
+    from fastload_bench.peers.protocol import PeerSkip, serve
+
+    class Runner:
+        info = {"peer": "fake"}
+        def __init__(self, spec):
+            self.n = spec["n"]
+        def run(self):
+            print("libraries sometimes print to stdout")  # must not break the protocol
+            return {"images": self.n, "bytes": 10 * self.n, "seconds": 0.5}
+        def close(self):
+            pass
+
+    def skipper(spec):
+        raise PeerSkip("needs a GPU")
+
+    def broken(spec):
+        raise ValueError("bad spec")
+
+    raise SystemExit(serve({"ok": Runner, "skip": skipper, "broken": broken}))
+''')
+
+
+def _fastload_bench_path(tmp_path: Path) -> str:
+    """A PYTHONPATH under which subprocesses import this checkout's fastload and fastload_bench."""
+    shim = tmp_path / "shim"
+    shim.mkdir(exist_ok=True)
+    for name, folder in (("fastload_bench", "bench"), ("fastload_tools", "tools")):
+        link = shim / name
+        if not link.exists():
+            link.symlink_to(REPO_ROOT / folder)
+    return os.pathsep.join([str(shim), str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
+def test_peer_process_protocol(tmp_path):
+    script = tmp_path / "fake_peer.py"
+    script.write_text(_FAKE_PEER)
+    env_path = _fastload_bench_path(tmp_path)
+    procs = []
+
+    def process():
+        if not procs:
+            procs.append(harness.PeerProcess([sys.executable, str(script)], label="fake",
+                                             env={"PYTHONPATH": env_path}, timeout=60))
+        return procs[0]
+
+    rows = [harness.PeerContender("fake ok", process=process, kind="ok", spec={"n": 40}, group="g", reference=True),
+            harness.PeerContender("fake skip", process=process, kind="skip", spec={}, group="g"),
+            harness.PeerContender("fake broken", process=process, kind="broken", spec={}, group="g"),
+            harness.PeerContender("fake unknown", process=process, kind="nope", spec={}, group="g")]
+    try:
+        results = measure(rows, RunConfig(repeats=2, warmup=1), quiet=True)
+    finally:
+        procs[0].close()
+        procs[0].close()  # idempotent
+    by = {r.name: r for r in results}
+    assert by["fake ok"].median_ips == pytest.approx(80.0)
+    assert by["fake ok"].samples == [{"images": 40, "bytes": 400, "seconds": 0.5}] * 2
+    assert by["fake skip"].skipped == "needs a GPU"
+    assert "bad spec" in by["fake broken"].error
+    assert "unknown peer kind" in by["fake unknown"].error
+
+
+def test_peer_process_that_cannot_start_is_a_skip():
+    with pytest.raises(Skip, match="cannot start"):
+        harness.PeerProcess(["/nonexistent/python", "-c", "pass"], label="ghost")
+
+
+def test_torchvision_crop_sampling_matches_its_definition():
+    rng = random.Random(0)
+    areas = []
+    for _ in range(2000):
+        w, h = rng.randint(50, 600), rng.randint(50, 600)
+        x, y, cw, ch = rrc_params(w, h, rng)
+        assert 0 <= x and 0 <= y and x + cw <= w and y + ch <= h and cw > 0 and ch > 0
+        areas.append(cw * ch / (w * h))
+    assert 0.3 < sum(areas) / len(areas) < 0.7  # area fraction ~ U(0.08, 1) with some fallbacks
+    # A very wide image can never fit the ratio range: the centred fallback clamps to 4/3.
+    assert rrc_params(1000, 10, random.Random(1)) == ((1000 - 13) // 2, 0, 13, 10)
+    assert center_crop_box(256, 341, 224) == (16, 58, 240, 282)
+
+
+def _result(name, group, ips, *, threads=1, family=None, reference=False):
+    r = Result(name=name, group=group, family=family or name, threads=threads, reference=reference)
+    r.median_ips = r.min_ips = r.max_ips = float(ips)
+    r.median_mbps = ips / 10
+    r.per_core_ips = ips / threads
+    return r
+
+
+def _synthetic_results():
+    f = targets.FAMILIES
+    rows = [
+        _result(f"{f['engine_train']}, 1t", "decode", 1000, family=f["engine_train"]),
+        _result(f"{f['engine_train']}, 2t", "decode", 1800, threads=2, family=f["engine_train"], reference=True),
+        _result(f"{f['simplejpeg']}, 1t", "decode", 800, family=f["simplejpeg"]),
+        _result(f"{f['simplejpeg']}, 2t", "decode", 1500, threads=2, family=f["simplejpeg"]),
+        _result(f"{f['python_pipeline']} (Pillow), 1t", "decode", 500, family=f"{f['python_pipeline']} (Pillow)"),
+        _result(f"{f['loader']} (2 threads, batch 256)", "pipeline", 1700, threads=2, reference=True),
+        _result(f"{f['engine_alone']}, 2t", "pipeline", 1800, threads=2),
+        _result(f"{f['torch_peer']} (num_workers=2)", "pipeline", 850, threads=2),
+        harness.skipped("DALI CPU pipeline", group="pipeline", reason="no DALI interpreter"),
+    ]
+    harness.apply_ratios(rows)
+    return rows
+
+
+def test_targets_are_ratios_of_rows_in_the_run():
+    checks = {c["check"]: c for c in targets.evaluate(_synthetic_results())}
+    c = checks["fused train 1 thread / simplejpeg full-size decode 1 thread"]
+    assert c["value"] == pytest.approx(1.25) and c["met"] is True
+    c = checks["fused train 1 thread / fastest per-image Python pipeline"]
+    assert c["value"] == pytest.approx(2.0) and c["met"] is True
+    c = checks["2-thread scaling of fused train vs simplejpeg's scaling"]
+    assert c["value"] == pytest.approx(1.8 / 1.875)
+    assert checks["fastload Loader train images/s"]["met"] is False
+    assert checks["fastload Loader / torch DataLoader + PIL"]["value"] == pytest.approx(2.0)
+    c = checks["restart-indexed fused train 1t / plain shards 1t"]
+    assert c["value"] is None and "not measured" in c["why"]
+
+
+def test_model_step_verdict_and_cores():
+    rows = _synthetic_results()
+    step = model_step.ModelStep(step_ms=200.0, gpus=4, batch=256)
+    assert step.demand == pytest.approx(4 * 256 / 0.2)
+    rep = model_step.input_bound_report(rows, step, cores=2)
+    by = {p["name"]: p for p in rep["pipelines"]}
+    loader = by["fastload Loader (2 threads, batch 256)"]
+    assert loader["input_bound"] is True and loader["gpu_busy_fraction"] == pytest.approx(1700 / 5120)
+    assert rep["fastload_cores_needed"] == 7  # ceil(5120 / 850 per core)
+    assert rep["thread_scaling"]["efficiency"] == pytest.approx(0.9)
+    easy = model_step.input_bound_report(rows, model_step.ModelStep(step_ms=1000, gpus=1, batch=256, target=100), cores=2)
+    assert all(not p["input_bound"] for p in easy["pipelines"])
+    assert easy["fastload_cores_needed"] == 1
+    text = model_step.format_report(rep)
+    assert "INPUT-BOUND" in text and "cores" in text
+    with pytest.raises(ValueError, match="positive"):
+        model_step.ModelStep(step_ms=0)
+    with pytest.raises(ValueError, match="gpus"):
+        model_step.ModelStep(step_ms=10, gpus=0)
+    with pytest.raises(ValueError, match="milliseconds"):
+        model_step.parse_model_step("fast", gpus=1, batch=8, target=None)
+
+
+def test_model_step_callable_is_timed():
+    step = model_step.parse_model_step("numpy:sum", gpus=2, batch=4, target=None)
+    assert step.step_ms > 0 and step.source.startswith("timed numpy:sum")
+    with pytest.raises(ValueError, match="cannot load"):
+        model_step.parse_model_step("numpy:no_such_function", gpus=1, batch=4, target=None)
+
+
+def test_report_files(tmp_path):
+    rows = _synthetic_results()
+    env = harness.environment(["fastload", "bench"])
+    paths = report.write_outputs(str(tmp_path), env=env, dataset={"source": "synthetic", "images": 3, "mean_kb": 1.0},
+                                 config={}, results=rows, targets=targets.evaluate(rows), model_step=None)
+    doc = json.loads(Path(paths["json"]).read_text())
+    assert doc["format"] == "fastload-bench/1" and len(doc["results"]) == len(rows)
+    assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = Path(paths["table"]).read_text()
+    assert "skipped: no DALI interpreter" in table and "0.50x" in table
+    report.write_outputs(str(tmp_path), env=env, dataset={"source": "synthetic"}, config={}, results=rows,
+                         targets=[], model_step=None)
+    assert len(Path(paths["jsonl"]).read_text().splitlines()) == 2  # runs accumulate
+
+
+def test_options_are_validated():
+    from fastload_bench.command import BenchOptions, _peer_python_arg
+    with pytest.raises(ValueError, match="suite"):
+        BenchOptions(suite="everything")
+    with pytest.raises(ValueError, match="repeats"):
+        BenchOptions(repeats=0)
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME="):
+        _peer_python_arg("dali")
+    assert _peer_python_arg("dali=/x/python") == ("dali", "/x/python")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built: the smoke run measures it")
+def test_quick_bench_smoke(tmp_path):
+    out = tmp_path / "bench-out"
+    env = dict(os.environ, PYTHONPATH=_fastload_bench_path(tmp_path), MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-m", "fastload", "bench", "--quick", "--out", str(out),
+                           "--model-step", "100", "--gpus", "2"],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["format"] == "fastload-bench/1"
+    for key in ("command", "host", "cpu_model", "cores", "versions", "git_sha", "timestamp"):
+        assert key in doc["environment"]
+    assert doc["config"]["quick"] is True
+    groups = {r["group"] for r in doc["results"]}
+    assert {"read", "decode", "pipeline", "eval", "h2d", "pack"} <= groups
+    for row in doc["results"]:
+        # Every row is measured or says why not; a crash inside a contender is a failure here.
+        assert row["error"] is None, (row["name"], row["error"])
+        assert row["skipped"] or (row["median_ips"] > 0 and row["samples"]), row["name"]
+    measured = {r["name"] for r in doc["results"] if not r["skipped"]}
+    assert any(n.startswith("fastload Loader") for n in measured)
+    assert any(n.startswith("fastload engine train") for n in measured)
+    assert doc["targets"] and doc["model_step"]["demand_ips"] == pytest.approx(2 * 256 / 0.1)
+    table = (out / "table.txt").read_text()
+    assert "== train pipeline" in table and "issue targets" in table and "GPUs consume" in table
+    assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+    assert "wrote" in proc.stdout
