@@ -31,7 +31,7 @@ __all__ = ["add_parser", "bench_main", "BenchOptions", "SUITES", "run_bench"]
 SUITES = ("all", "stages", "peers", "pack", "decode", "loader", "mxnet")
 _GROUPS_OF_SUITE = {
     "all": ("read", "decode", "pipeline", "eval", "sparse", "h2d", "pack"),
-    "stages": ("read", "decode", "eval", "h2d"),
+    "stages": ("read", "decode", "pipeline", "eval", "h2d"),
     "peers": ("pipeline", "eval"),
     "pack": ("pack",),
     "decode": ("decode",),
@@ -135,7 +135,7 @@ def _pipeline_group(opts: BenchOptions, data: BenchData, procs: PeerProcesses, t
     f = FAMILIES
     out: List[Contender] = []
     skips: List[Result] = []
-    fastload_rows = opts.suite in ("all", "loader", "peers")
+    fastload_rows = opts.suite in ("all", "loader", "peers", "stages")
     if fastload_rows:
         if data.packed is None:
             skips.append(skipped(f["loader"], group="pipeline", reason=data.missing.get("packed", "no packed dataset")))
@@ -261,7 +261,8 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
             results += measure(rows, config, quiet=quiet) + skips
             procs.close()
         env = environment(list(opts.argv) or ["fastload", "bench"],
-                          extra_versions={"dali": _dali_version(opts.peer_python)})
+                          extra_versions={name: _peer_version(name, module, opts.peer_python)
+                                          for name, module in (("dali", "nvidia.dali"), ("ffcv", "ffcv"))})
         targets = evaluate(results)
         model = model_text = None
         if step is not None:
@@ -281,17 +282,19 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _dali_version(overrides: Dict[str, str]) -> Optional[str]:
-    python = peer_python("dali", overrides)
+def _peer_version(name: str, module: str, overrides: Dict[str, str]) -> Optional[str]:
+    """The version of a peer library as its own interpreter sees it (None when there is none)."""
+    python = peer_python(name, overrides)
     if python is None:
         return None
     import subprocess
+    code = (f"import importlib.metadata as m, {module} as x; "
+            f"print(getattr(x, '__version__', None) or m.version('{name if name != 'dali' else 'nvidia-dali-cuda120'}'))")
     try:
-        proc = subprocess.run([python, "-c", "import nvidia.dali as d; print(d.__version__)"], capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
 def _peer_python_arg(value: str) -> Tuple[str, str]:

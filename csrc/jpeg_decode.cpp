@@ -194,6 +194,13 @@ void JpegDecoder::configure_output(int denom) {
   cinfo_.dct_method = settings_.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
   cinfo_.do_fancy_upsampling = settings_.fancy_upsampling ? TRUE : FALSE;
   cinfo_.out_color_space = cmyk_ ? JCS_CMYK : JCS_RGB;
+  // libjpeg-turbo 2.1's jpeg_skip_scanlines tests cinfo->cconvert / cquantize and swaps their
+  // function pointers. With the merged upsampler (plain upsampling of 4:2:0 / 4:2:2) no colour
+  // deconverter is created, so on a reused decompressor those fields still point into the previous
+  // image's freed pool: a use-after-free valgrind shows. Clearing them lets start_decompress
+  // install fresh modules or leave them null.
+  cinfo_.cconvert = nullptr;
+  cinfo_.cquantize = nullptr;
 }
 
 // Pillow's CMYK -> RGB (libImaging/Convert.c cmyk2rgb), after Pillow's JPEG reader inverts every

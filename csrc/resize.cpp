@@ -1,11 +1,16 @@
 // Pixels stage (native): antialiased bilinear resampling of a decoded region into a batch slot.
 //
-// Why hand-written SSSE3 kernels rather than libyuv or auto-vectorized loops: libyuv's ARGBScale
+// Why hand-written SIMD kernels rather than libyuv or auto-vectorized loops: libyuv's ARGBScale
 // box/bilinear filters neither take a float source box nor match Pillow's support-scaled triangle
 // filter (and need ARGB input plus separate flip and NCHW passes), and g++ -O3 does not vectorize
 // the horizontal pass (a gather over 3-byte pixels). pmaddwd on (pixel pair x coefficient pair)
-// does two taps of three channels per instruction; measured about 0.1 ms for a 300x300 region to
-// 224x224 on this machine's 2.x GHz cores (the scalar twin: about 0.45 ms).
+// applies two taps to three channels per instruction. Measured on this machine (AMD EPYC, a
+// 290x280 region to 224x224, NHWC, flip, coefficient tables included): AVX2 four-row kernel
+// 0.09-0.11 ms, SSSE3 one-row kernel 0.41 ms, scalar 1.1-1.3 ms. The AVX2 kernel runs four rows
+// per pass, two per 256-bit register, so coefficient loads and loop overhead are shared and four
+// independent accumulator chains hide the pmaddwd latency; the one-row SSSE3 loop was latency-bound.
+// Mean absolute difference to Pillow's Image.resize(BILINEAR, box) on the same decoded pixels:
+// 0.004-0.055 (14-bit int16 coefficients vs Pillow's 22-bit int32), at most 2 levels.
 #include "resize.h"
 
 #include <algorithm>

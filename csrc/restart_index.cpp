@@ -407,8 +407,8 @@ bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_
   if (g.restart_interval == 0) return fail(why, "no restart interval (DRI)");
   if (g.intervals_per_row == 0)
     return fail(why, "restart interval %ld does not divide the MCU row width %ld", g.restart_interval, g.mcus_per_row);
-  if (crop_w <= 0 || crop_h <= 0 || crop_x < 0 || crop_y < 0 || crop_x + crop_w > g.width ||
-      crop_y + crop_h > g.height)
+  if (crop_w <= 0 || crop_h <= 0 || crop_x < 0 || crop_y < 0 || static_cast<long>(crop_x) + crop_w > g.width ||
+      static_cast<long>(crop_y) + crop_h > g.height)
     return fail(why, "crop lies outside the %ldx%ld image", g.width, g.height);
 
   // One scan over the entropy data: where each interval starts and ends. The count and the RSTn

@@ -5,7 +5,9 @@
 // the entropy decoder (bit buffer and DC predictors), so the compressed bytes between two markers
 // decode on their own. With an interval of N MCUs where N divides the MCU row width, every MCU row
 // is exactly `intervals_per_row` intervals, and a crop needs only the intervals of the interval
-// columns and MCU rows it touches.
+// columns and MCU rows it touches. The slice keeps DRI = N and is k * N MCUs wide (k whole interval
+// columns), so its decoder expects a marker exactly where each copied interval ends; the DC
+// predictors restart at every interval, so no interval depends on one that was left out.
 //
 // Geometry (all at full scale, 1/1): an MCU is `mcu_width` x `mcu_height` pixels (8 * max sampling
 // factor for interleaved scans, 8x8 for one-component images). A slice starts at (x0, y0), multiples
@@ -13,9 +15,17 @@
 // edge lies on an MCU boundary in a subsampled direction and a neighbour exists, the slice keeps the
 // neighbouring MCU column/row too: libjpeg's fancy (triangle) chroma upsampling reads the adjacent
 // chroma sample, so without it the crop's edge pixels would differ from a decode of the full image.
-// If a caller decodes the slice with DCT scaling (scale_num/scale_denom), the MCU geometry and the
-// origin scale with it: the origin becomes (x0 * s, y0 * s) in scaled pixels; the one-MCU padding is
+// A slice is also never left at most 4 pixels wide (a partial last MCU column alone): libjpeg
+// switches to plain (replicating) h2 upsampling for components of <= 2 samples, so such a slice is
+// widened by one interval column. If a caller decodes the slice with DCT scaling (scale_num /
+// scale_denom = 1/d), it passes d: the MCU geometry and the origin scale with it (origin
+// (x0 / d, y0 / d) in scaled pixels) and the padding is decided on scaled MCU boundaries; one MCU is
 // still enough because upsampling never reads further than one chroma sample.
+//
+// Note for region decoders: libjpeg-turbo's jpeg_crop_scanline treats the first and last decoded
+// columns as image edges for chroma upsampling, so a cropped decode (plain or of a slice) differs
+// from a full decode in those two columns; slices keep exactly the plain region decode's behaviour
+// because their MCU grid coincides with the image's.
 //
 // Plain C++ over the libjpeg API: no Python here (bindings.cpp is the glue). libjpeg errors never
 // call exit(): they longjmp back and come out as `false` plus a message.

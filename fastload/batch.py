@@ -6,9 +6,10 @@ loader is built: memory is bounded by the ring, and nothing is allocated per bat
 Ownership rule (what a consumer may rely on):
 
     A :class:`Batch` stays intact until the consumer has taken **two further batches** from the
-    same iterator (so the current and the previous batch are always valid), or until it calls
-    :meth:`Batch.release`, or the iterator is closed, whichever comes first. After that the slot is
-    refilled. Additionally, a slot is never refilled before every *fence* attached to it (a device
+    same loader (so the current and the previous batch are always valid, across epoch boundaries
+    too), or until it calls :meth:`Batch.release`, or the loader's producer is restarted (an
+    iteration abandoned mid-epoch, ``set_epoch`` / ``load_state_dict`` to another position,
+    ``close``), whichever comes first. After that the slot may be refilled. Additionally, a slot is never refilled before every *fence* attached to it (a device
     copy's ``torch.cuda.Event``, for instance) reports completion. To keep a batch longer, copy it
     (:meth:`Batch.copy`, or ``LoaderConfig(copy=True)`` which hands out copies).
 
@@ -118,7 +119,7 @@ class Batch:
     def add_fence(self, fence: Any) -> None:
         """Keep the slot from being refilled until ``fence.query()`` is True (e.g. a CUDA event)."""
         if self._ring is not None:
-            self._ring.add_fence(self.slot, fence)
+            self._ring.add_fence(self.slot, fence, self._generation)
 
     def release(self) -> None:
         """Give the slot back early; the arrays must not be used afterwards. Idempotent."""
@@ -198,16 +199,17 @@ class BatchRing:
             if stop.is_set() or self._closed:
                 return None
             slot = self.slots[self._free.popleft()]
-        # Outside the lock: fences belong to device work that the consumer thread issued.
-        while slot.fences:
+        # Device copies still reading the slot: poll (never block) so stop and close stay prompt.
+        while True:
+            with self._cond:
+                slot.fences = [f for f in slot.fences if not f.query()]
+                if not slot.fences:
+                    slot.generation += 1
+                    return slot
             if stop.is_set() or self._closed:
                 self._put_back(slot)
                 return None
-            slot.fences = [f for f in slot.fences if not f.query()]
-            if slot.fences:
-                time.sleep(0.0002)
-        slot.generation += 1
-        return slot
+            time.sleep(0.0002)
 
     def _put_back(self, slot: Slot) -> None:
         with self._cond:
@@ -218,8 +220,16 @@ class BatchRing:
         """Return a slot the producer acquired but did not hand out."""
         self._put_back(slot)
 
-    def add_fence(self, slot_id: int, fence: Any) -> None:
-        self.slots[slot_id].fences.append(fence)
+    def add_fence(self, slot_id: int, fence: Any, generation: Optional[int] = None) -> None:
+        """Keep ``slot_id`` from being refilled until ``fence.query()`` is True.
+
+        With ``generation``, the fence is dropped when the slot has already moved on (the batch it
+        was meant for is gone, so there is nothing left to protect).
+        """
+        with self._cond:
+            slot = self.slots[slot_id]
+            if generation is None or slot.generation == generation:
+                slot.fences.append(fence)
 
     def consumed(self, slot_id: int, generation: int) -> None:
         """Record that the consumer took the batch in ``slot_id``; releases the one ``HELD_BATCHES`` back."""

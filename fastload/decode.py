@@ -251,17 +251,20 @@ def _check_args(images, out, transform, indices, threads, layout, options):
 
 _pool_lock = threading.Lock()
 _pool: Optional[ThreadPoolExecutor] = None
-_pool_size = 0
+_pool_key = (0, 0)  # (threads, pid)
 
 
 def _pillow_pool(threads: int) -> ThreadPoolExecutor:
-    global _pool, _pool_size
+    global _pool, _pool_key
     with _pool_lock:
-        if _pool is None or _pool_size != threads:
-            if _pool is not None:
+        # A forked child (e.g. a torch DataLoader worker) inherits the executor but not its threads:
+        # it would queue work nobody runs, so each process makes its own.
+        key = (threads, os.getpid())
+        if _pool is None or _pool_key != key:
+            if _pool is not None and _pool_key[1] == key[1]:
                 _pool.shutdown(wait=False)
             _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fastload-pillow")
-            _pool_size = threads
+            _pool_key = key
         return _pool
 
 

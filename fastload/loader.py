@@ -10,7 +10,9 @@ from the ring (:mod:`fastload.batch`), collects zero-copy record views (``datase
 
 Position, resume and epochs: iterating the loader runs one epoch. When an epoch is completed the
 loader moves to the next one by itself, and :meth:`Loader.set_epoch` sets it explicitly (as with
-``DistributedSampler``). :meth:`Loader.state_dict` is ``{"epoch", "batch"}`` (plus a fingerprint of
+``DistributedSampler``). The producer does not stop at the end of an epoch: it runs on into the next
+one (bounded by the ring), so the next pass starts with batches already decoded; a pass that asks
+for another position (abandoned mid-epoch, another ``set_epoch``, a resume) restarts it there. :meth:`Loader.state_dict` is ``{"epoch", "batch"}`` (plus a fingerprint of
 everything the order depends on); after :meth:`Loader.load_state_dict` the next iteration yields
 exactly the batches an uninterrupted run would have yielded from that point, because the order and
 every random crop are pure functions of ``(seed, epoch, index)``.
@@ -190,6 +192,7 @@ class Loader:
         self._epoch = 0
         self._resume_batch = 0
         self._iterator: Optional[_EpochIterator] = None
+        self._stream: Optional[_Stream] = None
         self._closed = False
 
     def _build(self, dataset, config: LoaderConfig, allocator, decode, range_hooks) -> None:
@@ -240,7 +243,13 @@ class Loader:
             raise ValueError("the loader is closed")
         self._end_iteration()
         start, self._resume_batch = self._resume_batch, 0
-        self._iterator = _EpochIterator(self, self._epoch, start)
+        stream = self._stream
+        if stream is None or (stream.epoch, stream.batch) != (self._epoch, start):
+            # Not where the running producer is (first pass, set_epoch to another epoch, resume):
+            # restart it there. Otherwise keep the batches it already prefetched.
+            self._stop_stream(stream)
+            stream = self._stream = _Stream(self._pipeline, self.ring, self._epoch, start)
+        self._iterator = _EpochIterator(self, stream)
         return self._iterator
 
     def state_dict(self) -> Dict[str, Any]:
@@ -283,11 +292,12 @@ class Loader:
         return self.timer.snapshot()
 
     def reset_stats(self) -> None:
+        """Zero the counters (e.g. after a warm-up epoch)."""
         self.timer.reset()
 
     def save_trace(self, path: Optional[str] = None) -> str:
         """Write the Chrome-trace JSON of the stages (needs ``trace_path`` set in the config)."""
-        if not self.timer._trace:
+        if not self.timer.tracing:
             raise ValueError("tracing is off: set LoaderConfig(trace_path=...)")
         return self.timer.save_trace(str(path or self.config.trace_path))
 
@@ -297,6 +307,7 @@ class Loader:
             return
         self._closed = True
         self._end_iteration()
+        self._stop_stream()
         self.ring.close()
         if self.config.trace_path is not None:
             try:
@@ -317,6 +328,7 @@ class Loader:
         try:
             if not self._closed:
                 self._end_iteration()
+                self._stop_stream()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -333,8 +345,16 @@ class Loader:
         if it is not None:
             it.close()
 
+    def _stop_stream(self, stream: Optional["_Stream"] = None) -> None:
+        """Stop ``stream`` if it is the running one (None: whatever runs)."""
+        current = self._stream
+        if current is not None and (stream is None or stream is current):
+            self._stream = None
+            current.close()
+
     def _epoch_finished(self, epoch: int) -> None:
         self._epoch, self._resume_batch = epoch + 1, 0
+
 
 class _Pipeline:
     """The producer side: order -> read-ahead -> records -> decode into a slot (runs on the thread)."""
@@ -358,8 +378,21 @@ class _Pipeline:
         if self._will_need is not None and len(indices):
             self._will_need(indices)
 
-    def produce(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Batch]:
-        """Producer-thread body: yields filled batches of ``epoch`` from batch ``start`` on."""
+    def produce(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Union[Batch, "_EpochEnd"]]:
+        """Producer-thread body: filled batches from ``(epoch, start)`` on, epoch after epoch.
+
+        An :class:`_EpochEnd` marker follows each epoch's last batch. Running on into the next
+        epoch keeps the decode threads busy across the boundary instead of restarting cold.
+        """
+        while True:
+            for batch in self._produce_epoch(epoch, start, stop):
+                if batch is None:
+                    return
+                yield batch
+            yield _EpochEnd(epoch)
+            epoch, start = epoch + 1, 0
+
+    def _produce_epoch(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Optional[Batch]]:
         order = EpochOrder(self.order_spec, epoch)
         n = len(order)
         ahead = self.config.read_ahead
@@ -375,6 +408,7 @@ class _Pipeline:
             with timer.span(Stage.WAIT_SLOT):
                 slot = self.ring.acquire(stop)
             if slot is None:
+                yield None
                 return
             try:
                 indices = self._fill(slot, order[k], epoch, k)
@@ -412,6 +446,7 @@ class _Pipeline:
             result = self._decode(views, out, self.config.transform, seed=self.config.seed, epoch=epoch,
                                   indices=indices, **self._decode_kwargs)
             timer.backend = result.backend
+            timer.count_slices(getattr(result, "sliced", 0), getattr(result, "slice_fallbacks", 0))
             failures = dict(result.errors)
             failures.update(read_errors)
             if failures:
@@ -461,18 +496,43 @@ class _Pipeline:
 
 
 
-class _EpochIterator:
-    """One pass over an epoch: owns the producer thread; closing it stops the thread."""
+class _EpochEnd:
+    """Marker the producer puts after the last batch of an epoch."""
 
-    def __init__(self, loader: Loader, epoch: int, start: int) -> None:
-        self._loader = loader
-        self.epoch, self.start, self.taken = epoch, start, 0
+    __slots__ = ("epoch",)
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+
+class _Stream:
+    """The running producer and the position of the next item it will hand out."""
+
+    def __init__(self, pipeline: "_Pipeline", ring: BatchRing, epoch: int, start: int) -> None:
+        self.epoch, self.batch = epoch, start
+        ring.reset()
+        self._ring = ring
+        # The lambda closes over the pipeline only, never the Loader (see Loader._build).
+        self.producer = Producer(lambda stop: pipeline.produce(epoch, start, stop), maxsize=len(ring.slots),
+                                 name=f"fastload-loader-e{epoch}b{start}")
+
+    def close(self) -> None:
+        self.producer.close()
+        self._ring.release_all()
+
+
+class _EpochIterator:
+    """One pass over an epoch, reading from the loader's stream.
+
+    Finishing the epoch leaves the stream running into the next epoch (bounded by the ring); ending
+    early (break then a new iteration, ``set_epoch``, an exception, ``close``) stops it.
+    """
+
+    def __init__(self, loader: Loader, stream: _Stream) -> None:
+        self._loader, self._stream = loader, stream
+        self.epoch, self.start, self.taken = stream.epoch, stream.batch, 0
         self.finished = False
         self._closed = False
-        loader.ring.reset()
-        pipeline = loader._pipeline
-        self._producer = Producer(lambda stop: pipeline.produce(epoch, start, stop), maxsize=len(loader.ring.slots),
-                                  name=f"fastload-loader-epoch{epoch}")
 
     def __iter__(self) -> "_EpochIterator":
         return self
@@ -488,29 +548,30 @@ class _EpochIterator:
         timer.consumer_active()
         try:
             with timer.span(Stage.WAIT_DATA):
-                batch = self._producer.get()
-        except StopIteration:
-            self.finished = True
-            loader._epoch_finished(self.epoch)
-            self.close()
-            raise
+                item = self._stream.producer.get()
         except BaseException:
             self.close()
             raise
-        loader.ring.consumed(batch.slot, batch._generation)
+        if isinstance(item, _EpochEnd):
+            self.finished = self._closed = True
+            self._stream.epoch, self._stream.batch = item.epoch + 1, 0
+            loader._epoch_finished(item.epoch)
+            timer.consumer_idle()
+            raise StopIteration
+        self._stream.batch += 1
+        loader.ring.consumed(item.slot, item._generation)
         self.taken += 1
-        timer.consumer_took(batch.size)
+        timer.consumer_took(item.size)
         if loader.config.copy:
-            copy = batch.copy()
-            batch.release()
+            copy = item.copy()
+            item.release()
             return copy
-        return batch
+        return item
 
     def close(self) -> None:
-        """Stop the producer and release the ring (idempotent)."""
+        """End this pass; a pass that did not finish its epoch stops the stream (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        self._producer.close()
-        self._loader.ring.release_all()
+        self._loader._stop_stream(self._stream)
         self._loader.timer.consumer_idle()

@@ -50,6 +50,9 @@ class LoaderStats:
         input_bound: Fraction of ``wall`` the consumer spent waiting for data.
         skipped: Bad records replaced under ``on_error="skip"`` (occurrences).
         backend: The decode backend that produced the pixels.
+        sliced: Images decoded through restart-interval slices (restart-indexed shards, issue 7).
+        slice_fallbacks: Restart-marked images whose markers did not match their claimed geometry
+            and took the plain decode path instead.
     """
 
     seconds: Dict[str, float] = field(default_factory=dict)
@@ -60,6 +63,8 @@ class LoaderStats:
     input_bound: float = 0.0
     skipped: int = 0
     backend: str = ""
+    sliced: int = 0
+    slice_fallbacks: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -71,7 +76,8 @@ class LoaderStats:
                    "partly input-bound" if self.input_bound > 0.1 else "not input-bound")
         return (f"{self.batches} batches, {self.images} images in {self.wall:.2f}s = {self.images_per_s:.0f} images/s; "
                 f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); stages: {stages}; "
-                f"skipped {self.skipped}; backend {self.backend or '?'}")
+                f"skipped {self.skipped}; backend {self.backend or '?'}; "
+                f"sliced {self.sliced} (fallbacks {self.slice_fallbacks})")
 
 
 class StageTimer:
@@ -104,10 +110,18 @@ class StageTimer:
             self.images = 0
             self.skipped = 0
             self.backend = ""
+            self.sliced = 0
+            self.slice_fallbacks = 0
             self._wall = 0.0
             self._active_since: Optional[float] = None
 
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are kept for :meth:`save_trace`."""
+        return self._trace
+
     def set_range_hooks(self, hooks) -> None:
+        """Install or remove (None) the ``(push, pop)`` range hooks."""
         self._hooks = hooks
 
     @contextmanager
@@ -136,6 +150,12 @@ class StageTimer:
                                      "ts": (start - self._t0) * 1e6, "dur": (end - start) * 1e6,
                                      "args": args})
 
+    def count_slices(self, sliced: int, fallbacks: int) -> None:
+        """Add one decode call's restart-slice counters (``BatchResult.sliced`` / ``slice_fallbacks``)."""
+        with self._lock:
+            self.sliced += int(sliced)
+            self.slice_fallbacks += int(fallbacks)
+
     def consumer_active(self) -> None:
         """The consumer started asking for batches (start of its wall-clock)."""
         with self._lock:
@@ -163,7 +183,8 @@ class StageTimer:
             return LoaderStats(seconds=dict(self._seconds), batches=self.batches, images=self.images, wall=wall,
                                images_per_s=self.images / wall if wall > 0 else 0.0,
                                input_bound=min(1.0, self._seconds[Stage.WAIT_DATA.value] / wall) if wall > 0 else 0.0,
-                               skipped=self.skipped, backend=self.backend)
+                               skipped=self.skipped, backend=self.backend, sliced=self.sliced,
+                               slice_fallbacks=self.slice_fallbacks)
 
     def save_trace(self, path: str) -> str:
         """Write the recorded spans as Chrome-trace JSON (open in chrome://tracing or Perfetto).

@@ -461,3 +461,88 @@ def test_set_threads_resizes_the_pool(photos, monkeypatch):
         np.testing.assert_array_equal(a, b)
     finally:
         _engine.set_threads(max(before, 1))
+
+
+# --- restart-interval slices (issue 7 integration) ---------------------------------------------
+
+
+@requires_engine
+def test_restart_sliced_decode_matches_plain_decode(monkeypatch):
+    from fastload import _engine
+
+    if not hasattr(_engine, "add_restart_markers"):
+        pytest.skip("engine built without the restart-index functions")
+    monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
+    sizes = [(403, 351, "4:2:0"), (500, 375, "4:2:2"), (333, 250, "4:4:4"), (257, 300, "4:2:0")]
+    originals = [make_jpeg(w, h, subsampling=s, seed=30 + i) for i, (w, h, s) in enumerate(sizes)]
+    originals.append(make_jpeg(210, 190, mode="L", seed=40))
+    indexed = [_engine.add_restart_markers(d, 4)[0] for d in originals]
+    assert all(b"\xff\xdd" in d for d in indexed)
+    for t in (T.train(64), T.train(224), T.eval_transform(160, resize=180)):
+        idx = np.arange(len(originals)) * 11
+        plain, rp = _run(originals, t, indices=idx)
+        sliced, rs = _run(indexed, t, indices=idx)
+        unsliced, ru = _run(indexed, t, indices=idx, options=DecodeOptions(use_restart_slices=False))
+        assert rp.ok and rs.ok and ru.ok
+        assert rp.sliced == 0 and ru.sliced == 0 and rs.slice_fallbacks == 0
+        assert rs.sliced >= len(indexed) - 1  # every crop that is not the whole image
+        # The transcode is lossless and a slice decodes to the same pixels as the whole image.
+        np.testing.assert_array_equal(sliced, unsliced)
+        np.testing.assert_array_equal(sliced, plain)
+
+
+def test_empty_batch(backend):
+    out = np.zeros((0, 16, 16, 3), np.uint8)
+    res = decode.decode_batch([], out, T.train(16), seed=0, epoch=0, indices=np.zeros(0, np.int64))
+    assert res.status.shape == (0,) and res.ok
+
+
+def test_slightly_corrupt_data_counts_warnings(backend):
+    data = make_jpeg(120, 90, seed=8)
+    sos = data.find(b"\xff\xda")
+    damaged = data[:sos] + b"\x00\x11\x22" + data[sos:]  # extraneous bytes before a marker
+    out, res = _run([damaged, data], T.Resize(size=(30, 40)))
+    assert res.ok, res.errors
+    np.testing.assert_array_equal(out[0], out[1])
+    if backend == "engine":
+        assert res.warnings >= 1
+    else:
+        assert res.warnings == 0  # Pillow does not report libjpeg warnings
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_decoding_in_a_forked_child(backend, photos):
+    t = T.train(32)
+    parent, _ = _run(photos, t, threads=2)  # the pools exist before the fork
+    pid = os.fork()
+    if pid == 0:  # child: must not inherit a dead pool
+        code = 1
+        try:
+            child, res = _run(photos, t, threads=2)
+            code = 0 if res.ok and np.array_equal(child, parent) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@requires_engine
+def test_mutated_jpegs_never_crash(monkeypatch):
+    monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
+    rng = np.random.default_rng(11)
+    seeds = [make_jpeg(97, 75, seed=1), make_jpeg(64, 80, progressive=True, seed=2), make_jpeg(50, 40, mode="L", seed=3)]
+    imgs = []
+    for i in range(240):
+        data = bytearray(seeds[i % len(seeds)])
+        for _ in range(int(rng.integers(1, 6))):
+            pos = int(rng.integers(2, len(data)))
+            data[pos] = int(rng.integers(0, 256))
+        if i % 7 == 0:
+            data = data[: int(rng.integers(2, len(data)))]
+        imgs.append(bytes(data))
+    for t in (T.train(24), T.eval_transform(16, resize=20)):
+        out, res = _run(imgs, t, indices=np.arange(len(imgs)), threads=2, want_params=True)
+        assert set(np.unique(res.status)) <= {int(s) for s in DecodeStatus if s != DecodeStatus.NEEDS_PILLOW}
+        assert set(res.errors) == set(np.flatnonzero(res.status).tolist())
+        for p in res.errors:
+            assert not out[p].any()

@@ -15,6 +15,7 @@ from fastload.batch import BatchRing, Layout
 from fastload.decode import decode_batch
 from fastload.errors import DecodeError
 from fastload.loader import Loader, LoaderConfig
+from fastload.order import EpochOrder
 from fastload.prefetch import Producer
 from fastload.transforms import eval_transform, train
 
@@ -31,7 +32,7 @@ def cfg(**kw):
 
 
 def producer_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("fastload-")]
+    return [t for t in threading.enumerate() if t.name.startswith(("fastload-loader", "fastload-test"))]
 
 
 def run_epoch(loader):
@@ -82,8 +83,15 @@ def test_read_ahead_hints_follow_the_order(ds):
     ds = FakeDataset(40)
     with Loader(ds, cfg(shuffle="global", read_ahead=2, prefetch=1)) as loader:
         batches = [b.indices.copy() for b in loader]
+        time.sleep(0.2)  # the producer runs on into epoch 1 (bounded by the ring)
+        next_epoch = EpochOrder(loader.order_spec, 1)
+        stream = loader._stream
+        first = next(iter(loader))
+        assert loader._stream is stream, "the next pass continues the running producer"
+        np.testing.assert_array_equal(first.indices, next_epoch[0])
     hinted = [h.tolist() for h in ds.will_need_calls]
-    assert hinted == [b.tolist() for b in batches], "each batch hinted once, in the order it is decoded"
+    assert hinted[:len(batches)] == [b.tolist() for b in batches], "each batch hinted once, in decode order"
+    assert hinted[len(batches)] == next_epoch[0].tolist()
 
 
 def test_repeated_iteration_advances_epochs_and_set_epoch(ds):
@@ -153,17 +161,19 @@ def test_load_state_dict_rejects_other_orders(ds):
 
 
 def test_held_batch_is_never_overwritten_within_its_lifetime():
-    ds = FakeDataset(120)
+    ds = FakeDataset(60)
     with Loader(ds, cfg(prefetch=2, shuffle="global")) as loader:
         held = []  # (batch, saved copy)
-        for b in loader:
-            held.append((b, b.images.copy(), b.indices.copy()))
-            # Give the producer every chance to run ahead and refill whatever it may.
-            time.sleep(0.02)
-            for batch, images, indices in held[-2:]:  # current + previous: the documented lifetime
-                assert batch.intact
-                np.testing.assert_array_equal(batch.images, images)
-                np.testing.assert_array_equal(batch.indices, indices)
+        for epoch in range(2):  # the lifetime also spans the epoch boundary
+            for b in loader:
+                held.append((b, b.images.copy(), b.indices.copy()))
+                # Give the producer every chance to run ahead and refill whatever it may.
+                time.sleep(0.02)
+                for batch, images, indices in held[-2:]:  # current + previous: the documented lifetime
+                    assert batch.intact
+                    np.testing.assert_array_equal(batch.images, images)
+                    np.testing.assert_array_equal(batch.indices, indices)
+        assert {b.epoch for b, _, _ in held} == {0, 1}
         # The rule is tight: older batches were recycled (so the check above can fail).
         assert sum(not b.intact for b, _, _ in held[:-2]) > 0
 
@@ -461,3 +471,18 @@ def test_memory_does_not_grow_over_epochs():
         gc.collect()
         grown = proc.memory_info().rss - base
     assert grown < 20 * 2**20, f"RSS grew by {grown / 2**20:.1f} MB over 5 epochs"
+
+
+def test_packed_and_unpacked_give_the_same_batches(tmp_path):
+    packer = pytest.importorskip("fastload.pack.packer")
+    src = tmp_path / "images"
+    for c in range(3):
+        d = src / f"class_{c}"
+        d.mkdir(parents=True)
+        for k in range(6):
+            (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(30 + 3 * k, 40 - k, 10 * c + k))
+    packer.pack_folder(str(src), str(tmp_path / "packed"), progress=False, workers=1)
+    config = cfg(batch_size=5, shuffle="global", seed=4)
+    with Loader(str(tmp_path / "packed"), config) as packed, Loader(str(src), config) as folder:
+        assert packed.dataset.kind != folder.dataset.kind
+        assert_same_batches(run_epoch(packed), run_epoch(folder))

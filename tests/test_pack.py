@@ -1,4 +1,4 @@
-"""`fastload pack` / `info` / `verify`: conversion of odd files, bad input, overwrite, full disk, kill -9 and resume, CLI."""
+"""`fastload pack` / `info` / `verify`: odd files, bad input, overwrite, full disk, kill -9 and resume, the CLI."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def run_cli(*args, check=None):
 
 
 def _odd_kinds(folder):
-    return {e["kind"]: os.path.join(folder, e["path"]) for e in json.load(open(os.path.join(folder, "odd_files.json")))["files"]}
+    entries = json.load(open(os.path.join(folder, "odd_files.json")))["files"]
+    return {e["kind"]: os.path.join(folder, e["path"]) for e in entries}
 
 
 # ---------------------------------------------------------------- conversion
@@ -296,8 +297,9 @@ def _kill_after(proc, staging, done_files):
     raise AssertionError("pack made no progress")
 
 
-def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path):  # noqa: F811
-    args = ["--resize", "640", "--quality", "90", "--shard-size", "600KB", "--workers", "1"]
+@pytest.mark.parametrize("fmt", ["recordio", "lmdb"])
+def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):  # noqa: F811
+    args = ["--resize", "640", "--quality", "90", "--shard-size", "600KB", "--workers", "1", "--format", fmt]
     ref = str(tmp_path / "ref")
     run_cli("pack", tiny_folder, ref, "--quiet", *args, check=0)
     out = str(tmp_path / "out")
@@ -320,6 +322,8 @@ def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path):  # noqa: F
     assert not os.path.exists(staging)
     assert sorted(os.listdir(out)) == sorted(os.listdir(ref))
     for name in os.listdir(ref):
+        if name.endswith(".lmdb"):
+            name = os.path.join(name, "data.mdb")
         a, b = open(os.path.join(ref, name), "rb").read(), open(os.path.join(out, name), "rb").read()
         if name == MANIFEST_NAME:
             ma, mb = json.loads(a), json.loads(b)
@@ -345,6 +349,9 @@ def test_cli_pack_info_verify(odd_folder, tmp_path):  # noqa: F811
     assert info["records"] == 24 and info["restart_index"] is None
     res = run_cli("info", check=0)
     assert res.stdout.startswith("decoder:")
+    res = run_cli("info", os.path.join(out, "odd-00000.rec"), check=0)
+    first = info["shards"][0]["records"]
+    assert "kind:          recordio" in res.stdout and f"records:       {first}\n" in res.stdout
     assert run_cli("verify", out, "--decode", check=0).stdout.startswith("OK")
     # Corrupt one byte inside a record of the second shard.
     manifest = json.load(open(os.path.join(out, MANIFEST_NAME)))
@@ -371,3 +378,58 @@ def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):  # noqa: F811
     assert "not both" in res.stderr
     res = run_cli("verify", str(tmp_path / "nothing"), check=2)
     assert "no such file" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_two_packs_never_write_the_same_folder(tiny_folder, tmp_path):  # noqa: F811
+    import fcntl
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running pack holds
+        res = run_cli("pack", tiny_folder, str(out), "--quiet", check=2)
+        assert "another fastload pack is writing to this folder" in res.stderr
+    finally:
+        os.close(fd)
+    run_cli("pack", tiny_folder, str(out), "--quiet", check=0)
+
+
+class _Crash(BaseException):
+    """Stands in for the process dying (not an Exception: nothing may catch it)."""
+
+
+@pytest.mark.parametrize("rerun", ["same", "other"])
+def test_crash_while_moving_into_place(tiny_folder, tmp_path, monkeypatch, rerun):  # noqa: F811
+    out = str(tmp_path / "out")
+    pack_folder(tiny_folder, out, shards=2, name="a", progress=False)
+    real_replace, moves = os.replace, []
+
+    def crashing_replace(src, dst, *args, **kwargs):
+        src_s = str(src)
+        if ".fastload-staging" in src_s and ".fastload-staging" not in str(dst) and src_s.endswith(".rec"):
+            moves.append(src_s)
+            if len(moves) == 2:
+                raise _Crash()
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", crashing_replace)
+    with pytest.raises(_Crash):
+        pack_folder(tiny_folder, out, shards=3, name="b", overwrite=True, progress=False)
+    monkeypatch.undo()
+    assert not os.path.exists(os.path.join(out, MANIFEST_NAME))  # mixed files never look complete
+    with pytest.raises(UserError, match="unfinished pack"):
+        open_dataset(out)
+    if rerun == "same":
+        res = pack_folder(tiny_folder, out, shards=3, name="b", overwrite=True, progress=False)
+        want = "b"
+    else:
+        # Another command first completes the interrupted move (the staged dataset is complete),
+        # then refuses to replace it without --overwrite.
+        with pytest.raises(UserError, match="already holds a dataset"):
+            pack_folder(tiny_folder, out, shards=1, name="c", progress=False)
+        assert json.load(open(os.path.join(out, MANIFEST_NAME)))["name"] == "b" and verify_dataset(out).ok
+        res = pack_folder(tiny_folder, out, shards=1, name="c", overwrite=True, progress=False)
+        want = "c"
+    assert res.manifest["name"] == want and verify_dataset(out).ok
+    shards = {f for f in os.listdir(out) if f.endswith((".rec", ".idx"))}
+    assert shards == {e[k] for e in res.manifest["shards"] for k in ("file", "index_file")}

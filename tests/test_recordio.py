@@ -129,7 +129,15 @@ def test_fastload_reads_im2rec_and_packs_identically(tmp_path, tiny_folder):
     pytest.importorskip("mxnet")
     pytest.importorskip("cv2")
     prefix = str(tmp_path / "data")
-    _im2rec(["--list", "--recursive", prefix, tiny_folder], tmp_path)
+    # The list im2rec's `--list --recursive` writes (its label = sorted class folder), in a shuffled
+    # order; written here to save a second MXNet start-up.
+    rels = sorted(os.path.relpath(os.path.join(d, f), tiny_folder)
+                  for d, _, fs in os.walk(tiny_folder) for f in fs if f.endswith(".JPEG"))
+    classes = sorted({os.path.dirname(r) for r in rels})
+    order = np.random.default_rng(0).permutation(len(rels))
+    with open(prefix + ".lst", "w") as f:
+        for i in order.tolist():
+            f.write(f"{i}\t{float(classes.index(os.path.dirname(rels[i]))):f}\t{rels[i]}\n")
     _im2rec(["--pass-through", "--num-thread", "1", prefix, tiny_folder], tmp_path)
     lines = [line.split("\t") for line in open(prefix + ".lst").read().splitlines()]
     with open_dataset(prefix + ".rec") as ds:
@@ -200,3 +208,41 @@ def test_framing_header_and_payload_without_concatenation():
             split = recordio.FramedRecord(payload, head)
             assert b"".join(map(bytes, split.chunks)) == b"".join(map(bytes, joined))
             assert split.size == sum(len(c) for c in joined)
+
+
+def _jpeg_with_magic(color, magic_count):
+    """A valid JPEG whose comment segment puts the magic word at 4-byte-aligned payload offsets."""
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", (24, 24), color).save(buf, "JPEG", quality=90)
+    data = buf.getvalue()
+    # Payload = 24-byte IRHeader + JPEG; the COM body starts at JPEG offset 6, payload offset 30.
+    body = b"ab" + M * magic_count + b"xyz"
+    return data[:2] + b"\xff\xfe" + struct.pack(">H", len(body) + 2) + body + data[2:]
+
+
+def test_mxnet_iterators_read_split_records(tmp_path):
+    mx = pytest.importorskip("mxnet")
+    images = [_jpeg_with_magic((200, 10 * k, 30), k % 3) for k in range(6)]
+    folder = tmp_path / "src" / "cls"
+    folder.mkdir(parents=True)
+    for k, data in enumerate(images):
+        (folder / f"{k}.jpg").write_bytes(data)
+    from fastload.pack.packer import pack_folder
+    res = pack_folder(str(tmp_path / "src"), str(tmp_path / "out"), shards=1, progress=False)
+    with open_dataset(str(tmp_path / "out")) as ds:
+        assert [bytes(ds.image(i)) for i in range(6)] == images
+        assert int(np.count_nonzero(ds._parts)) == 4  # records 1, 2, 4, 5 were split by the writer
+    entry = res.manifest["shards"][0]
+    rec, idx = str(tmp_path / "out" / entry["file"]), str(tmp_path / "out" / entry["index_file"])
+    reader = mx.recordio.MXIndexedRecordIO(idx, rec, "r")
+    assert [mx.recordio.unpack(reader.read_idx(k))[1] for k in range(6)] == images
+    reader.close()
+    it = mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=idx, data_shape=(3, 24, 24), batch_size=6,
+                               preprocess_threads=1, round_batch=False)
+    batch = next(iter(it))
+    got = batch.data[0].asnumpy()
+    for k in range(6):
+        assert abs(float(got[k, 0].mean()) - 200) < 4 and abs(float(got[k, 1].mean()) - 10 * k) < 4

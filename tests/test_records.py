@@ -243,3 +243,19 @@ def test_open_dataset_errors(tmp_path):
     (tmp_path / "unfinished" / ".fastload-staging").mkdir(parents=True)
     with pytest.raises(UserError, match="unfinished pack"):
         open_dataset(str(tmp_path / "unfinished"))
+
+
+def test_bare_rec_with_damaged_header_is_named(tmp_path):
+    with open(tmp_path / "d.rec", "wb") as f:
+        w = recordio.RecordIOWriter(f)
+        for k in range(3):
+            w.write(recordio.pack_header(float(k), k) + b"x" * 40, k)
+    (tmp_path / "d.idx").write_bytes(w.idx_bytes())
+    data = bytearray((tmp_path / "d.rec").read_bytes())
+    data[w.offsets[1] + 8: w.offsets[1] + 12] = b"\xff\xff\xff\xff"  # flag: 4 billion labels
+    (tmp_path / "d.rec").write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match=r"more labels than the record holds.*d\.rec.*record 1"):
+        open_dataset(str(tmp_path / "d.rec"))
+    (tmp_path / "d.rec").write_bytes(bytes(data[: w.offsets[2] + 20]))
+    with pytest.raises(CorruptRecordError, match=r"d\.rec.*record 1"):
+        open_dataset(str(tmp_path / "d.rec"))

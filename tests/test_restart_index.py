@@ -7,7 +7,9 @@ import re
 
 import numpy as np
 import pytest
-from PIL import Image, ImageFile
+from PIL import Image
+
+from conftest import make_jpeg
 
 _engine = pytest.importorskip("fastload._engine")
 if not hasattr(_engine, "add_restart_markers"):
@@ -29,23 +31,13 @@ def _pixels(width: int, height: int, seed: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+_SUBSAMPLING = {0: "4:4:4", 1: "4:2:2", 2: "4:2:0"}
+
+
 def _encode(width: int, height: int, *, mode: str = "RGB", subsampling: int = 2, progressive: bool = False,
             seed: int = 0) -> bytes:
-    im = Image.fromarray(_pixels(width, height, seed), "RGB")
-    if mode != "RGB":
-        im = im.convert(mode)
-    buf = io.BytesIO()
-    kwargs = {"quality": 90}
-    if mode != "L":
-        kwargs["subsampling"] = subsampling
-    saved = ImageFile.MAXBLOCK
-    # Pillow's progressive encoder needs the whole image in one output buffer ("Suspension not allowed").
-    ImageFile.MAXBLOCK = max(saved, width * height * 4 + 65536)
-    try:
-        im.save(buf, format="JPEG", progressive=progressive, **kwargs)
-    finally:
-        ImageFile.MAXBLOCK = saved
-    return buf.getvalue()
+    return make_jpeg(width, height, quality=90, subsampling=_SUBSAMPLING[subsampling], mode=mode,
+                     progressive=progressive, seed=seed)
 
 
 def _decode(data: bytes) -> np.ndarray:
@@ -133,6 +125,14 @@ def test_interval_bound_is_respected(originals):
     assert geo_big["restart_interval"] == geo_big["mcus_per_row"] == 13
     with pytest.raises(ValueError):
         _engine.add_restart_markers(src, 0)
+    # Slices stay exact whatever the interval: one MCU, or a whole MCU row (row-only slicing).
+    for max_mcus in (1, 1000):
+        out, geo = _engine.add_restart_markers(src, max_mcus, True)
+        full = _decode(out)
+        for x, y, w, h in _crop_boxes(geo, np.random.default_rng(max_mcus), 20):
+            sl, x0, y0 = _engine.restart_slice(out, x, y, w, h)
+            got = _decode(sl)[y - y0:y - y0 + h, x - x0:x - x0 + w]
+            assert np.array_equal(got, full[y:y + h, x:x + w]), (max_mcus, (x, y, w, h))
 
 
 def test_metadata_markers_are_kept_once(originals):
@@ -261,7 +261,7 @@ def test_slice_is_only_the_needed_intervals(transcoded):
 def test_slice_rejects_bad_crops_and_plain_jpegs(originals, transcoded):
     out, geo = transcoded["420"]
     for box in [(-1, 0, 5, 5), (0, 0, 0, 5), (0, 0, geo["width"] + 1, 5), (geo["width"] - 2, 0, 5, 5),
-                (0, geo["height"], 1, 1)]:
+                (0, geo["height"], 1, 1), (2**31 - 10, 0, 100, 5)]:
         with pytest.raises(ValueError, match="outside"):
             _engine.restart_slice(out, *box)
     with pytest.raises(ValueError, match="no restart interval"):
@@ -432,11 +432,26 @@ def test_pack_restart_index_end_to_end(tmp_path, originals):
     result = packer.pack_folder(str(tmp_path / "src"), str(tmp_path / "out"), restart_index=True, workers=2)
     entry = result.manifest["restart_index"]
     assert entry["verified"] == "sample" and entry["max_mcus"] == 4 and entry["images"] == 5
+    assert sum(s["restart_index"]["images"] for s in result.manifest["shards"]) == 5
+    assert all(s["restart_index"]["verified"] == "sample" for s in result.manifest["shards"])
     with records.open_dataset(str(tmp_path / "out")) as ds:
         assert ds.restart_indexed and len(ds) == 5
         for i in range(len(ds)):
             data = bytes(ds.image(i))
             assert _engine.restart_geometry(data) is not None, ds.locate(i)
+        from fastload.decode import active_backend
+        from fastload.loader import Loader, LoaderConfig
+        from fastload.transforms import RandomResizedCrop
+
+        if active_backend() == "libjpeg-turbo":
+            config = LoaderConfig(batch_size=5, transform=RandomResizedCrop(size=32, scale=(0.1, 0.5)), num_threads=1)
+            with Loader(ds, config) as loader:
+                for _ in loader:
+                    pass
+                stats = loader.stats()
+            # Crops of at most half the area never cover a whole image: every record is sliced.
+            assert stats.sliced == 5 and stats.slice_fallbacks == 0
+            assert "sliced 5" in stats.summary()
 
 
 # --- other readers ----------------------------------------------------------------------------

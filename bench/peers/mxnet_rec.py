@@ -111,7 +111,7 @@ class _SparseRunner:
             import scipy.sparse as sp
         except Exception as exc:
             raise PeerSkip(f"mxnet/scipy are not importable: {type(exc).__name__}: {exc}") from exc
-        rows, features = int(spec.get("rows", 256 * 40)), int(spec.get("features", 250_000))
+        rows, features = int(spec.get("rows", 256 * 32)), int(spec.get("features", 250_000))
         density, batch = float(spec.get("density", 0.001)), int(spec.get("batch_size", 256))
         rng = np.random.default_rng(int(spec.get("seed", 0)))
         nnz_row = max(1, int(round(features * density)))

@@ -119,12 +119,21 @@ def pipeline_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int,
                                      spec={"rec": data.rec, "idx": data.idx, "batch_size": batch_size,
                                            "threads": threads, "region": region},
                                      notes="fn.readers.mxnet, device_id=None, linear antialiased resize"))
-    # FFCV needs its own .beton conversion and OpenCV/libturbojpeg dev packages to build.
+    # FFCV builds against OpenCV and libturbojpeg dev packages and reads its own .beton file.
     python = peer_python("ffcv", overrides)
-    reason = ("FFCV is not installed (tools/setup_peer_envs.sh ffcv builds it when libopencv-dev and "
-              "libturbojpeg0-dev are present)" if python is None else
-              "an FFCV interpreter exists but fastload's bench has no FFCV (.beton) peer yet")
-    skips.append(skipped("FFCV loader", group=group, reason=reason))
+    name = f"FFCV loader (num_workers={threads}, RANDOM order)"
+    if quick:
+        skips.append(skipped(name, group=group, reason="not in --quick (converts the dataset to .beton first)"))
+    elif python is None:
+        skips.append(skipped(name, group=group, reason="no FFCV interpreter: tools/setup_peer_envs.sh ffcv (needs "
+                                                      "libopencv-dev, libturbojpeg0-dev) or --peer-python ffcv=PATH"))
+    elif data.images_root is None:
+        skips.append(skipped(name, group=group, reason=data.missing.get("images", "no image folder")))
+    else:
+        out.append(PeerContender(name, process=procs.factory("ffcv", [python, os.path.join(_HERE, "ffcv_peer.py")]),
+                                 kind="train", group=group, threads=threads,
+                                 spec={"root": data.images_root, "batch_size": batch_size, "threads": threads},
+                                 notes="RandomResizedCropRGBImageDecoder + flip; .beton re-encoded at quality 90"))
     return out, skips
 
 
@@ -168,7 +177,9 @@ def sparse_peers(*, procs: PeerProcesses, quick: bool, batch_size: int = 256) ->
     if not _have("mxnet"):
         return [], [skipped(n, group="sparse", reason="mxnet is not installed") for n, _, _ in names]
     # Issue 5's case: 250,000 features at ~0.1% density; --quick shrinks it to a smoke size.
-    spec = {"rows": 256 * (4 if quick else 40), "features": 20_000 if quick else 250_000, "density": 0.001,
+    # 32 batches: MXNet's default build refuses arrays whose *logical* size (rows x features, even
+    # for CSR) reaches 2^31 elements, so 8,192 x 250,000 is about the largest it can iterate.
+    spec = {"rows": 256 * (4 if quick else 32), "features": 20_000 if quick else 250_000, "density": 0.001,
             "batch_size": batch_size, "seed": 0}
     note = f"{spec['rows']} x {spec['features']} CSR, 0.1% dense, batch {batch_size}, consumer waits for data+label"
     return [PeerContender(n, process=procs.factory("mxnet", _module_argv("mxnet_rec")), kind="ndarrayiter_csr",

@@ -5,7 +5,9 @@ to the first scan (frame size, components, precision) and the file must end with
 marker; the bytes are then stored untouched, with no decode. Anything the cheap check cannot vouch
 for gets a full Pillow decode: if that works the image is converted to RGB JPEG (grayscale, CMYK,
 PNG and other formats: counted per kind), otherwise the file is skipped with Pillow's reason.
-``--resize`` decodes everything (with JPEG DCT scaling when it shrinks by 2x or more) and re-encodes.
+``--resize`` decodes everything and re-encodes: colour JPEGs through the C++ engine (one GIL-free
+decode + antialiased bilinear resize) when it is built, everything else through Pillow (with JPEG
+DCT scaling when it shrinks by 2x or more).
 
 An optional ``transcode`` hook (e.g. adding restart markers) runs on the final JPEG bytes.
 """
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import io
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 __all__ = ["NOT_INDEXED", "ConvertOptions", "Converted", "JpegInfo", "inspect_jpeg", "convert_image", "BadImage"]
@@ -185,6 +189,46 @@ def _to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
+_engine_resize_fn = None
+_engine_lock = threading.Lock()
+
+
+def _engine_resize():
+    """``decode_batch`` of the C++ engine when it is live (libjpeg-turbo + SIMD resize), else None."""
+    global _engine_resize_fn
+    with _engine_lock:
+        if _engine_resize_fn is None:
+            fn = False
+            try:
+                from fastload import decode
+                if decode.engine_info().get("backend") == "libjpeg-turbo":
+                    fn = decode.decode_batch
+            except ImportError:
+                pass
+            _engine_resize_fn = fn
+    return _engine_resize_fn or None
+
+
+def _resize_with_engine(data: bytes, info: JpegInfo, shorter: int) -> Optional[Image.Image]:
+    """Decode + antialiased bilinear resize in one GIL-free engine call (about 3x Pillow's decode + resize).
+
+    With ``threads=1`` the engine runs on the calling thread with its own thread-local decompressor,
+    so converter threads call it concurrently. Returns None when the engine is absent or fails (the
+    Pillow path then decides).
+    """
+    decode_batch = _engine_resize()
+    if decode_batch is None:
+        return None
+    from fastload.transforms import Resize
+    width, height = _resized_size(info.width, info.height, shorter)
+    out = np.empty((1, height, width, 3), dtype=np.uint8)
+    result = decode_batch([data], out, Resize(size=(height, width)), seed=0, epoch=0,
+                          indices=np.zeros(1, dtype=np.int64), threads=1)
+    if result.status[0] != 0:
+        return None
+    return Image.fromarray(out[0])
+
+
 def convert_image(data: bytes, options: ConvertOptions) -> Converted:
     """Decide what to store for one file's bytes.
 
@@ -211,12 +255,13 @@ def convert_image(data: bytes, options: ConvertOptions) -> Converted:
                 else:
                     out = _encode(_to_rgb(img), options.quality)
         else:
-            img = _decode_full(data, draft_to=options.resize)
             kind = "resized"
-            img = _to_rgb(img)
-            size = _resized_size(img.width, img.height, options.resize)
-            if img.size != size:
-                img = img.resize(size, Image.Resampling.BILINEAR)
+            img = _resize_with_engine(data, info, options.resize) if cheap_ok else None
+            if img is None:
+                img = _to_rgb(_decode_full(data, draft_to=options.resize))
+                size = _resized_size(img.width, img.height, options.resize)
+                if img.size != size:
+                    img = img.resize(size, Image.Resampling.BILINEAR)
             out = _encode(img, options.quality)
     except BadImage as exc:
         return Converted(None, None, str(exc))

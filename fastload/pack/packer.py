@@ -19,8 +19,10 @@ deterministic order, so the same command always produces the same bytes.
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -484,6 +486,30 @@ class _ShardSink:
         _remove(self.partial)
 
 
+@contextlib.contextmanager
+def _exclusive(out: str) -> Iterator[None]:
+    """Create OUT and hold an exclusive lock on it, so two packs never write the same folder.
+
+    ``flock`` on the directory itself: nothing is left behind, and the kernel drops the lock when
+    the process dies (kill -9 included).
+    """
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"{out}: exists and is not a folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create the output folder ({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{out}: another fastload pack is writing to this folder") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def _prepare_out(out: str, options: PackOptions, fingerprint: str) -> Tuple[str, bool]:
     """Check OUT, set up staging. Returns ``(staging, up_to_date)``."""
     if os.path.exists(out) and not os.path.isdir(out):
@@ -504,6 +530,14 @@ def _prepare_out(out: str, options: PackOptions, fingerprint: str) -> Tuple[str,
                 staged_plan = json.load(f).get("fingerprint")
         except (OSError, ValueError, AttributeError):
             staged_plan = None
+    if staged_plan not in (None, fingerprint) and os.path.isfile(os.path.join(staging, MANIFEST_NAME)):
+        # A complete dataset from another command was being moved into place when that run died:
+        # finish the move first, so it is never lost, then treat it as the dataset OUT holds.
+        try:
+            _finalize(out, staging)
+        except OSError as exc:
+            raise _write_error(exc, out) from None
+        staged_plan = None
     has_dataset = os.path.isfile(manifest_path)
     if has_dataset:
         try:
@@ -613,65 +647,66 @@ def pack_folder(src: str, out: str, *, options: Optional[PackOptions] = None, **
     out = os.path.abspath(out)
     if source.kind == "folder" and (out == source.path or out.startswith(source.path + os.sep)):
         raise UserError(f"{out}: the output folder must not be inside the source folder")
-    staging, up_to_date = _prepare_out(out, options, fingerprint)
-    if up_to_date:
-        manifest = read_manifest(out)
-        counts = manifest.get("counts", {})
-        return PackResult(out=out, manifest=manifest, written=manifest["records"],
-                          skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])],
-                          converted=counts.get("converted", {}), bytes_in=0,
-                          bytes_out=sum(s["bytes"] for s in manifest["shards"]),
-                          seconds=time.perf_counter() - t0, up_to_date=True)
+    with _exclusive(out):
+        staging, up_to_date = _prepare_out(out, options, fingerprint)
+        if up_to_date:
+            manifest = read_manifest(out)
+            counts = manifest.get("counts", {})
+            return PackResult(out=out, manifest=manifest, written=manifest["records"],
+                              skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])],
+                              converted=counts.get("converted", {}), bytes_in=0,
+                              bytes_out=sum(s["bytes"] for s in manifest["shards"]),
+                              seconds=time.perf_counter() - t0, up_to_date=True)
 
-    convert_options = ConvertOptions(resize=options.resize, quality=options.quality, transcode=transcode)
-    ext = ".rec" if options.format is ShardFormat.RECORDIO else ".lmdb"
+        convert_options = ConvertOptions(resize=options.resize, quality=options.quality, transcode=transcode)
+        ext = ".rec" if options.format is ShardFormat.RECORDIO else ".lmdb"
 
-    def shard_file(number: int) -> str:
-        return f"{name}-{number:05d}{ext}"
+        def shard_file(number: int) -> str:
+            return f"{name}-{number:05d}{ext}"
 
-    edges = _fixed_edges(len(items), options.shards)
-    resumed = processed = bytes_in = 0
-    if not os.path.isfile(os.path.join(staging, MANIFEST_NAME)):
-        # Shards are written in order, so the completed ones are a prefix; reuse it, redo the rest.
-        done: List[_ShardDone] = []
-        pos = 0
-        while pos < len(items):
-            d = _load_done(staging, len(done), shard_file(len(done)), pos, edges)
-            if d is None:
-                break
-            done.append(d)
-            pos = d.end
-        resumed = len(done)
-        _discard_from(staging, name, resumed)
-        workers = options.workers or os.cpu_count() or 1
-        progress = _Progress(options.progress and sys.stderr.isatty(), len(items))
-        progress.skip(pos)
-        try:
-            stream = _ordered_results(
-                iter(items[pos:]),
-                lambda it: _read_and_convert(it, convert_options, options.format, source.label_width), workers)
+        edges = _fixed_edges(len(items), options.shards)
+        resumed = processed = bytes_in = 0
+        if not os.path.isfile(os.path.join(staging, MANIFEST_NAME)):
+            # Shards are written in order, so the completed ones are a prefix; reuse it, redo the rest.
+            done: List[_ShardDone] = []
+            pos = 0
+            while pos < len(items):
+                d = _load_done(staging, len(done), shard_file(len(done)), pos, edges)
+                if d is None:
+                    break
+                done.append(d)
+                pos = d.end
+            resumed = len(done)
+            _discard_from(staging, name, resumed)
+            workers = options.workers or os.cpu_count() or 1
+            progress = _Progress(options.progress and sys.stderr.isatty(), len(items))
+            progress.skip(pos)
             try:
-                new = _write_shards(staging, items, pos, resumed, shard_file, stream, options, edges,
-                                    source.label_width, progress)
+                stream = _ordered_results(
+                    iter(items[pos:]),
+                    lambda it: _read_and_convert(it, convert_options, options.format, source.label_width), workers)
+                try:
+                    new = _write_shards(staging, items, pos, resumed, shard_file, stream, options, edges,
+                                        source.label_width, progress)
+                finally:
+                    stream.close()
             finally:
-                stream.close()
-        finally:
-            progress.close()
-        processed = len(items) - pos
-        bytes_in = sum(d.bytes_in for d in new)
-        _write_dataset_files(staging, source, options, name, fingerprint, done + new)
-    try:
-        manifest = _finalize(out, staging)
-    except OSError as exc:
-        if exc.errno in _USER_WRITE_ERRNOS:
-            raise _write_error(exc, out) from None
-        raise
-    counts = manifest["counts"]
-    return PackResult(out=out, manifest=manifest, written=manifest["records"],
-                      skipped=[(s["path"], s["reason"]) for s in manifest["skipped"]],
-                      converted=counts["converted"], bytes_in=bytes_in,
-                      bytes_out=sum(s["bytes"] for s in manifest["shards"]),
-                      seconds=time.perf_counter() - t0, resumed_shards=resumed, processed=processed)
+                progress.close()
+            processed = len(items) - pos
+            bytes_in = sum(d.bytes_in for d in new)
+            _write_dataset_files(staging, source, options, name, fingerprint, done + new)
+        try:
+            manifest = _finalize(out, staging)
+        except OSError as exc:
+            if exc.errno in _USER_WRITE_ERRNOS:
+                raise _write_error(exc, out) from None
+            raise
+        counts = manifest["counts"]
+        return PackResult(out=out, manifest=manifest, written=manifest["records"],
+                          skipped=[(s["path"], s["reason"]) for s in manifest["skipped"]],
+                          converted=counts["converted"], bytes_in=bytes_in,
+                          bytes_out=sum(s["bytes"] for s in manifest["shards"]),
+                          seconds=time.perf_counter() - t0, resumed_shards=resumed, processed=processed)
 
 
 def _write_shards(staging: str, items: List[SourceItem], pos: int, number: int, shard_file, stream,
@@ -741,6 +776,9 @@ def _write_dataset_files(staging: str, source: Source, options: PackOptions, nam
             index["labels"][sl] = np.asarray(d.rows["labels"], dtype=np.float32).reshape(n, width)
         pos += n
         entry = {k: v for k, v in d.entry.items()}
+        if options.restart_index:  # issue 7: which of this shard's records carry restart markers
+            entry["restart_index"] = {"images": n - d.kinds.get(_NOT_INDEXED, 0),
+                                      "verified": _restart_config(options).verify.value}
         shards.append(entry)
         skipped.extend(d.skipped)
         kinds.update(d.kinds)

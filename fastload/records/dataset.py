@@ -243,6 +243,17 @@ def _index_bare_rec(shard: recordio.RecordIOShard, keys: np.ndarray, offsets: np
     fw = fw[whole]
     length = (lrec[whole] & recordio.MAX_RECORD_LENGTH).astype(np.uint64)
     flag = words[fw + 2]
+    # Check framing before trusting `flag` (a damaged one could ask for billions of labels).
+    too_short = length < recordio.IR_HEADER_SIZE + 4 * flag.astype(np.uint64)
+    if np.any(too_short):
+        bad = int(fast_idx[np.flatnonzero(too_short)[0]])
+        raise CorruptRecordError("header announces more labels than the record holds", shard=shard.path,
+                                 record=bad, offset=int(offsets[bad]))
+    past_end = offsets[fast_idx] + 8 + length > shard.size
+    if np.any(past_end):
+        bad = int(fast_idx[np.flatnonzero(past_end)[0]])
+        raise CorruptRecordError("record runs past the end of the shard (truncated?)", shard=shard.path,
+                                 record=bad, offset=int(offsets[bad]))
     label_width = int(max(1, flag.max() if flag.size else 1))
     slow = np.setdiff1d(np.arange(n), fast_idx)
     slow_headers = {}
@@ -262,14 +273,6 @@ def _index_bare_rec(shard: recordio.RecordIOShard, keys: np.ndarray, offsets: np
     if fast_idx.size:
         index["length"][fast_idx] = length
         index["data_offset"][fast_idx] = recordio.IR_HEADER_SIZE + 4 * flag
-        if np.any(length < recordio.IR_HEADER_SIZE + 4 * flag.astype(np.uint64)):
-            bad = int(fast_idx[np.flatnonzero(length < recordio.IR_HEADER_SIZE + 4 * flag.astype(np.uint64))[0]])
-            raise CorruptRecordError("header announces more labels than the record holds", shard=shard.path,
-                                     record=bad, offset=int(offsets[bad]))
-        if np.any(offsets[fast_idx] + 8 + length > shard.size):
-            bad = int(fast_idx[np.flatnonzero(offsets[fast_idx] + 8 + length > shard.size)[0]])
-            raise CorruptRecordError("record runs past the end of the shard (truncated?)", shard=shard.path,
-                                     record=bad, offset=int(offsets[bad]))
         index["id"][fast_idx] = words[fw + 4].astype(np.uint64) | (words[fw + 5].astype(np.uint64) << np.uint64(32))
         single = flag == 0
         index["labels"][fast_idx[single], 0] = words[fw[single] + 3].view("<f4")

@@ -1,4 +1,4 @@
-"""Read stage, checking: ``fastload verify``: checksums, framing and headers of every record (and, optionally, decoding).
+"""Read stage, checking: ``fastload verify``: checksums, framing and headers of every record, optionally decoded.
 
 Every problem names its shard and record. A fastload folder is checked against its manifest
 (file sizes, SHA-256 of shards and ``.idx`` files, record counts) and its index (framing, lengths,
