@@ -318,8 +318,8 @@ PYBIND11_MODULE(_engine, m) {
     d["status_names"] = names;
     return d;
   });
-  m.def("_resize_force_scalar", &resize_force_scalar, py::arg("scalar"),
-        "Testing hook: use the portable scalar resampling kernels.");
+  m.def("_resize_force_kernels", &resize_force_kernels, py::arg("name"),
+        "Testing hook: resample with the 'scalar', 'ssse3' or 'best' kernels; False if unavailable.");
 
   // ---- restart-index (issue 7) bindings: owned by the restart-index helper, below this line ----
   restart_index_glue::register_functions(m);

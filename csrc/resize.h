@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "jpeg_decode.h"
@@ -61,7 +62,8 @@ class Resampler final : public RowSink {
 // Name of the resampling kernels in use ("avx2", "ssse3" or "scalar").
 const char* resize_kernel_name();
 
-// Testing hook: force the portable scalar kernels (true) or the best available (false).
-void resize_force_scalar(bool scalar);
+// Testing hook: use the "scalar", "ssse3" or the "best" available kernels; false when the CPU
+// lacks the requested set. All sets give identical bytes.
+bool resize_force_kernels(const std::string& name);
 
 }  // namespace fastload

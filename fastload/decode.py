@@ -23,7 +23,7 @@ import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -78,18 +78,24 @@ class DecodeOptions:
         max_pixels: Largest ``width * height`` accepted; larger headers are rejected before any
             pixel memory is allocated (decompression-bomb guard). Default: Pillow's warning
             threshold, 89,478,485 pixels.
-        fast_idct: Use libjpeg's fast integer IDCT (``JDCT_IFAST``): a few percent faster, slightly
-            less accurate (about one grey level on average). C++ engine only.
-        fancy_upsampling: Smooth (triangle) chroma upsampling as Pillow/libjpeg default; ``False``
-            replicates chroma samples: slightly faster, blockier colour edges. C++ engine only.
+        fast_idct: Use libjpeg's fast integer IDCT (``JDCT_IFAST``). Measured on ImageNet-like
+            JPEGs, RandomResizedCrop(224): mean absolute difference to the Pillow reference 1.1
+            grey levels (default settings: 0.11), speed within a few percent of the default (the
+            IDCT is a small share once entropy decoding dominates). C++ engine only.
+        fancy_upsampling: Smooth (triangle) chroma upsampling, libjpeg's and Pillow's default.
+            ``False`` replicates chroma samples (libjpeg's merged upsampler): about 3-7% faster,
+            mean difference 1.8 levels, blockier colour edges. C++ engine only.
         apply_exif: Rotate/mirror by the EXIF orientation tag before cropping. Default ``False``:
             torchvision (``PIL.Image.open``) and most training pipelines ignore it, so the pixels
             match theirs. When ``True``, images whose tag asks for a transform take the Pillow path.
         use_restart_slices: For records packed with restart-marker indexing, decode only the restart
             intervals covering the crop (see ``csrc/restart_index.h``); falls back to the plain
             region decode when slicing does not apply.
-        dct_scaling: Let libjpeg downscale by 1/2, 1/4 or 1/8 in the DCT domain when the crop is at
-            least that many times larger than the output in both directions.
+        dct_scaling: Let libjpeg downscale by 1/2 in the DCT domain when the crop is at least
+            twice the output in both directions (1/4 from 8x, 1/8 from 16x, so the antialiased
+            resize always keeps a 2x step). Measured: RandomResizedCrop(112) about 7% faster, mean
+            difference to Pillow 1.26 levels instead of 0.004; at 224 on ImageNet-sized images it
+            rarely applies (0.11 vs 0.04).
     """
 
     max_pixels: int = _DEFAULT_MAX_PIXELS

@@ -247,18 +247,21 @@ def test_resize_without_dct_scaling_is_pillow_exact_up_to_rounding(photos, monke
 
 
 @requires_engine
-def test_scalar_kernels_give_the_same_bytes(photos, monkeypatch):
+def test_every_kernel_set_gives_the_same_bytes(photos, monkeypatch):
     from fastload import _engine
 
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
-    for layout in ("NHWC", "NCHW"):
-        fast, _ = _run(photos, T.train(72), layout=layout)
-        _engine._resize_force_scalar(True)
-        try:
-            slow, _ = _run(photos, T.train(72), layout=layout)
-        finally:
-            _engine._resize_force_scalar(False)
-        np.testing.assert_array_equal(fast, slow)
+    for t in (T.train(72), T.Resize(size=(37, 300)), T.CenterCrop(size=(16, 90), resize=None, flip=1.0)):
+        for layout in ("NHWC", "NCHW"):
+            best, _ = _run(photos, t, layout=layout)
+            for name in ("scalar", "ssse3"):
+                if not _engine._resize_force_kernels(name):
+                    continue
+                try:
+                    other, _ = _run(photos, t, layout=layout)
+                finally:
+                    _engine._resize_force_kernels("best")
+                np.testing.assert_array_equal(best, other, err_msg=f"{name} kernels differ")
 
 
 @requires_engine

@@ -486,3 +486,23 @@ def test_packed_and_unpacked_give_the_same_batches(tmp_path):
     with Loader(str(tmp_path / "packed"), config) as packed, Loader(str(src), config) as folder:
         assert packed.dataset.kind != folder.dataset.kind
         assert_same_batches(run_epoch(packed), run_epoch(folder))
+
+
+def test_odd_image_folder_under_both_policies(odd_folder, odd_files, caplog):
+    pytest.importorskip("fastload.records.imagefolder")
+    with caplog.at_level(logging.WARNING, logger="fastload.loader"):
+        with Loader(str(odd_folder), cfg(batch_size=4, shuffle="global")) as loader:
+            batches = run_epoch(loader)
+            s = loader.stats()
+            n = len(loader.dataset)
+    assert all(len(i) == 4 for i, _, _ in batches[:-1])
+    assert sum(len(i) for i, _, _ in batches) == n  # bad records replaced, none dropped
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for kind in ("empty", "text"):
+        assert str(odd_files[kind]) in logged
+    for kind in ("grayscale", "cmyk", "progressive", "png"):
+        assert str(odd_files[kind]) not in logged, f"{kind} must decode"
+    assert s.skipped == len(caplog.records) >= 2
+    with Loader(str(odd_folder), cfg(batch_size=4, shuffle="none", on_error="raise")) as loader:
+        with pytest.raises(DecodeError, match=str(odd_folder)):
+            run_epoch(loader)

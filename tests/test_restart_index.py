@@ -449,9 +449,10 @@ def test_pack_restart_index_end_to_end(tmp_path, originals):
                 for _ in loader:
                     pass
                 stats = loader.stats()
-            # Crops of at most half the area never cover a whole image: every record is sliced.
-            assert stats.sliced == 5 and stats.slice_fallbacks == 0
-            assert "sliced 5" in stats.summary()
+            # Crops of at most half the area never cover a whole image: every record is sliced. The
+            # producer may already have decoded batches of the next epoch: whole batches of 5.
+            assert stats.sliced >= 5 and stats.sliced % 5 == 0 and stats.slice_fallbacks == 0
+            assert f"sliced {stats.sliced}" in stats.summary()
 
 
 # --- other readers ----------------------------------------------------------------------------
@@ -521,3 +522,28 @@ def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, tra
         sliced_total += on.sliced
         fallbacks_total += on.slice_fallbacks
     assert sliced_total >= epochs * (len(names) - 2) and fallbacks_total >= 1
+
+
+def test_engine_survives_corrupt_restart_indexed_records(transcoded):
+    decode = pytest.importorskip("fastload.decode")
+    from fastload.transforms import RandomResizedCrop
+
+    if decode.active_backend() != "libjpeg-turbo":
+        pytest.skip("the C++ engine is not the active decoder")
+    rng = np.random.default_rng(5)
+    sources = [transcoded[n][0] for n in ("420", "422", "444", "gray")]
+    images = []
+    for i in range(64):
+        data = bytearray(sources[i % len(sources)])
+        for _ in range(int(rng.integers(1, 8))):
+            data[int(rng.integers(2, len(data)))] = int(rng.integers(0, 256))
+        if i % 5 == 0:
+            data = data[: int(rng.integers(4, len(data)))]
+        images.append(bytes(data))
+    out = np.zeros((len(images), 24, 24, 3), np.uint8)
+    res = decode.decode_batch(images, out, RandomResizedCrop(size=24), seed=1, epoch=0,
+                              indices=np.arange(len(images), dtype=np.int64), threads=2)
+    assert len(res.status) == len(images)
+    assert set(res.errors) == set(np.flatnonzero(res.status).tolist())
+    assert res.sliced + res.slice_fallbacks <= len(images)
+    assert res.sliced > 0 and res.slice_fallbacks > 0  # both paths were exercised
