@@ -372,6 +372,7 @@ class _Pipeline:
         if config.decode_options is not None:
             self._decode_kwargs["options"] = config.decode_options
         self._will_need = getattr(dataset, "will_need", None)
+        self._done_with = getattr(dataset, "done_with", None)
         self._bad: set = set()
 
     def _hint(self, indices: np.ndarray) -> None:
@@ -452,6 +453,9 @@ class _Pipeline:
             if failures:
                 indices = indices.copy()
                 self._substitute(failures, indices, out, epoch)
+        if self._done_with is not None:
+            del views  # the decoded bytes are no longer referenced by this batch
+            self._done_with(indices)
         slot.indices[:m] = indices
         np.take(self._labels, indices, axis=0, out=slot.labels[:m])
         return indices

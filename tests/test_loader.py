@@ -453,7 +453,8 @@ def test_image_folder_without_packing(tmp_path):
     assert len(batches) == 4
     idx = np.concatenate([i for i, _, _ in batches])
     labels = np.concatenate([lab[:, 0] for _, lab, _ in batches])
-    assert s.skipped == 1 and len(idx) == 15
+    # The producer may already be decoding the next epoch, which meets the bad file again.
+    assert s.skipped >= 1 and len(idx) == 15
     np.testing.assert_array_equal(labels, idx // 5)  # labels follow the class folder
 
 

@@ -70,6 +70,9 @@ class Dataset:
     def will_need(self, indices: Iterable[int]) -> None:
         """Hint the OS to read those records ahead."""
 
+    def done_with(self, indices: Iterable[int]) -> None:
+        """Hint that those records were consumed (their mapped pages may leave this process's RSS)."""
+
     def close(self) -> None:
         """Release files and mappings. Idempotent."""
 
@@ -172,6 +175,16 @@ class ShardedDataset(Dataset):
 
     def will_need(self, indices: Iterable[int]) -> None:
         """``MADV_WILLNEED`` over the records' byte ranges (merged per shard); LMDB: no-op."""
+        self._advise(indices, "will_need")
+
+    def done_with(self, indices: Iterable[int]) -> None:
+        """``MADV_DONTNEED`` over the records' byte ranges: decoded records leave this process's RSS.
+
+        Views stay valid (the pages come back from the page cache on access). LMDB: no-op.
+        """
+        self._advise(indices, "done_with")
+
+    def _advise(self, indices: Iterable[int], method: str) -> None:
         if self._closed or self._lmdb:
             return
         idx = np.unique(np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
@@ -179,6 +192,8 @@ class ShardedDataset(Dataset):
         if idx.size == 0:
             return
         idx = idx[(idx >= 0) & (idx < len(self))]
+        if idx.size == 0:
+            return
         order = np.lexsort((self._offset[idx], self._shard[idx]))
         idx = idx[order]
         # A split record's parts add 8 bytes each; overshooting by a little is harmless for a hint.
@@ -189,9 +204,9 @@ class ShardedDataset(Dataset):
                 end = max(end, e)
                 continue
             if cur_shard >= 0:
-                self.shards[cur_shard].will_need(start, end - start)
+                getattr(self.shards[cur_shard], method)(start, end - start)
             cur_shard, start, end = s, o, e
-        self.shards[cur_shard].will_need(start, end - start)
+        getattr(self.shards[cur_shard], method)(start, end - start)
 
     def close(self) -> None:
         with self._lock:

@@ -394,12 +394,24 @@ class RecordIOShard:
 
     def will_need(self, offset: int, length: int) -> None:
         """Ask the kernel to read ``[offset, offset + length)`` ahead (``MADV_WILLNEED``)."""
-        if self._mmap is None or length <= 0 or not hasattr(mmap, "MADV_WILLNEED"):
+        self._advise(getattr(mmap, "MADV_WILLNEED", None), offset, length)
+
+    def done_with(self, offset: int, length: int) -> None:
+        """Unmap the pages of ``[offset, offset + length)`` from this process (``MADV_DONTNEED``).
+
+        The file's pages stay in the page cache and views stay valid (a later access faults the page
+        back in from the cache); what goes is their share of this process's RSS, so a loader's
+        resident memory stays bounded by its ring rather than growing to the dataset's size.
+        """
+        self._advise(getattr(mmap, "MADV_DONTNEED", None), offset, length)
+
+    def _advise(self, advice: Optional[int], offset: int, length: int) -> None:
+        if self._mmap is None or length <= 0 or advice is None:
             return
         start = offset - offset % mmap.PAGESIZE
         end = min(self.size, offset + length)
         if end > start:
-            self._mmap.madvise(mmap.MADV_WILLNEED, start, end - start)
+            self._mmap.madvise(advice, start, end - start)
 
     def close(self) -> None:
         """Unmap the file. Views handed out earlier keep the mapping alive until they are released."""
