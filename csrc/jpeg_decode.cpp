@@ -243,6 +243,9 @@ Status JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int y1, Row
   // chroma sample (the crop ends there) and differs from a full decode; a few spare columns (one
   // chroma sample is at most 4 pixels wide) keep every column the resampler reads exact.
   if (x1 < ow) x1 = std::min(ow, x1 + 8);
+  // The same holds for the first column of a cropped scanline (libjpeg treats it as the image
+  // edge): one spare column on the left means that column is never one the resampler reads.
+  if (x0 > 0) x0 -= 1;
   JDIMENSION xoff = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(x1 - x0);
   if (x0 > 0 || x1 < ow) jpeg_crop_scanline(&cinfo_, &xoff, &width);
   const int w = static_cast<int>(cinfo_.output_width);
