@@ -139,7 +139,7 @@ setup(
     long_description=open(os.path.join(HERE, "README.md")).read() if os.path.exists(os.path.join(HERE, "README.md")) else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=find_packages(include=["fastload", "fastload.*"]) + ["fastload_bench", "fastload_tools"],
+    packages=find_packages(include=["fastload", "fastload.*"]) + ["fastload_bench", "fastload_bench.peers", "fastload_tools"],
     package_dir={"fastload_bench": "bench", "fastload_tools": "tools"},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},

@@ -21,7 +21,8 @@ from . import stages
 from .harness import Contender, Result, RunConfig, cpu_count, environment, measure, skipped
 from .model_step import format_report, input_bound_report, parse_model_step
 from .pack_bench import pack_contenders
-from .peers.registry import PeerProcesses, eval_peers, mxnet_peers, peer_python, pipeline_peers, sparse_peers
+from .peers.registry import (PeerProcesses, eval_peers, mxnet_peers, peer_python, pipeline_peers, set_overrides,
+                             sparse_peers)
 from .prepare import BenchData, prepare
 from .report import render_text, write_outputs
 from .targets import FAMILIES, evaluate
@@ -52,7 +53,7 @@ class BenchOptions:
         peer_python: ``name -> interpreter`` for peers in their own environments (``dali``, ``ffcv``).
         threads: Most threads any contender may use (default: every CPU of this process).
         batch_size: Batch size of the pipelines (default 256, 32 with ``quick``).
-        repeats: Timed repeats (default 5, 1 with ``quick``).
+        repeats: Timed repeats (default 3, 1 with ``quick``).
         warmup: Untimed repeats before them.
         count: Images to generate when no dataset is given.
         model_step: Milliseconds per step, or ``module:function`` to time.
@@ -223,7 +224,7 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
     max_threads = opts.threads or cores
     threads = _thread_counts(max_threads, opts.quick)
     batch = opts.batch_size or (32 if opts.quick else 256)
-    config = RunConfig(repeats=opts.repeats or (1 if opts.quick else 5), warmup=opts.warmup)
+    config = RunConfig(repeats=opts.repeats or (1 if opts.quick else 3), warmup=opts.warmup)
     groups = _GROUPS_OF_SUITE[opts.suite]
     step = None
     if opts.model_step is not None:
@@ -238,6 +239,7 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
     data = prepare(opts.dataset, quick=opts.quick, count=opts.count,
                    restart_index=not opts.quick and any(g in groups for g in ("decode", "pipeline")),
                    tmpfs="read" in groups)
+    set_overrides(opts.peer_python)
     procs = PeerProcesses()
     results: List[Result] = []
     scratch = None
@@ -260,6 +262,7 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
             procs.spawn_all()
             results += measure(rows, config, quiet=quiet) + skips
             procs.close()
+            stages.clear_image_cache()
         env = environment(list(opts.argv) or ["fastload", "bench"],
                           extra_versions={name: _peer_version(name, module, opts.peer_python)
                                           for name, module in (("dali", "nvidia.dali"), ("ffcv", "ffcv"))})
@@ -316,7 +319,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="interpreter for a peer in its own environment, e.g. dali=.venv-dali/bin/python")
     p.add_argument("--threads", type=int, help="most threads a contender may use (default: all CPUs)")
     p.add_argument("--batch-size", type=int, help="pipeline batch size (default 256; 32 with --quick)")
-    p.add_argument("--repeats", type=int, help="timed repeats per contender (default 5; 1 with --quick)")
+    p.add_argument("--repeats", type=int, help="timed repeats per contender (default 3; 1 with --quick)")
     p.add_argument("--warmup", type=int, default=1, help="untimed repeats first (default 1)")
     p.add_argument("--count", type=int, help="images to generate when no DATASET is given")
     p.add_argument("--model-step", metavar="MS", help="model step in ms per batch per GPU, or module:function to time")

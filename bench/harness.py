@@ -297,11 +297,15 @@ def _summarize(result: Result, samples: List[Sample]) -> None:
         result.min_ips, result.max_ips = min(rates), max(rates)
         result.median_mbps = statistics.median(mbps)
         result.per_core_ips = result.median_ips / max(1, result.threads)
-    # Counters (records sliced, seconds per stage) add up over repeats; fractions are averaged.
+    # Counters (records sliced, seconds per stage) add up over repeats; keys ending in _fraction or
+    # _mean are averaged, keys ending in _max keep the largest value.
     for s in samples:
         for key, value in s.extra.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                share = value / len(samples) if key.endswith("_fraction") else value
+                if key.endswith("_max"):
+                    result.extra[key] = max(result.extra.get(key, value), value)
+                    continue
+                share = value / len(samples) if key.endswith(("_fraction", "_mean")) else value
                 result.extra[key] = result.extra.get(key, 0) + share
             else:
                 result.extra[key] = value
@@ -333,6 +337,9 @@ def measure(contenders: Sequence[Contender], config: RunConfig, *, quiet: bool =
                 _log(f"start {c.group}/{c.name}", quiet)
                 c.start()
                 live.append(c)
+                info = getattr(c, "info", None)
+                if isinstance(info, dict) and info:
+                    results[id(c)].extra["info"] = dict(info)
             except Skip as exc:
                 results[id(c)].skipped = str(exc)
                 _log(f"  skipped: {exc}", quiet)

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional
 
 from fastload.errors import UserError
 
-__all__ = ["BenchData", "prepare", "SHARED_DATASET", "pack_command", "image_files"]
+__all__ = ["BenchData", "prepare", "SHARED_DATASET", "pack_command", "image_files", "manifest"]
 
 # Another helper of this project leaves a ready-made realistic dataset here on shared machines.
 SHARED_DATASET = "/tmp/fl-data"
@@ -181,14 +181,15 @@ def prepare(dataset: Optional[str], *, quick: bool, count: Optional[int] = None,
     try:
         packed_given = False
         if dataset is None:
-            shared_ready = os.path.exists(os.path.join(SHARED_DATASET, "READY"))
             shared_images = os.path.join(SHARED_DATASET, "images")
+            shared = (len(image_files(shared_images)) if os.path.exists(os.path.join(SHARED_DATASET, "READY"))
+                      and os.path.isdir(shared_images) else 0)
             n = count or (96 if quick else 2000)
             data.images_root = os.path.join(tmp, "images")
-            if shared_ready and os.path.isdir(shared_images) and (quick or count is not None):
+            if shared and n < shared:
                 _subset(shared_images, data.images_root, n)
                 data.source = f"{n} images sampled from {shared_images}"
-            elif shared_ready and os.path.isdir(shared_images):
+            elif shared and n == shared:
                 data.images_root = shared_images
                 data.source = shared_images
             else:

@@ -33,6 +33,26 @@ def _num(x: Optional[float], fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _details(r: Result) -> str:
+    """One indented line of what a row's counters say (loader stages, sliced decodes, failures)."""
+    e = r.extra
+    parts = []
+    stages = {k.split(".", 1)[1]: v for k, v in e.items() if k.startswith("stage_seconds.") and isinstance(v, (int, float))}
+    if stages:
+        parts.append("stage seconds " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+    if "input_bound_fraction" in e:
+        parts.append(f"consumer waited {e['input_bound_fraction']:.0%}")
+    if "first_batch_ms_mean" in e:
+        parts.append(f"first batch {e['first_batch_ms_mean']:.0f} ms")
+    if e.get("sliced"):
+        parts.append(f"{e['sliced']:,} decodes took the restart-interval (sliced) path")
+    if e.get("failed"):
+        parts.append(f"{e['failed']:,} decode failures")
+    if e.get("skipped_records"):
+        parts.append(f"{e['skipped_records']:,} bad records skipped")
+    return "; ".join(parts)
+
+
 def format_table(results: Sequence[Result]) -> str:
     """A fixed-width table, one block per group, skipped rows with their reason."""
     lines: List[str] = []
@@ -57,6 +77,9 @@ def format_table(results: Sequence[Result]) -> str:
             ratio = "-" if r.ratio_to_reference is None else f"{r.ratio_to_reference:.2f}x"
             lines.append(f"{name:<64} {r.threads:>3} {_num(r.median_ips):>10} {span:>17} "
                          f"{_num(r.median_mbps, ',.1f'):>8} {_num(r.per_core_ips):>9} {ratio:>7}")
+            detail = _details(r)
+            if detail:
+                lines.append(f"    {detail}")
     lines.append("")
     lines.append("* = the group's reference row (fastload); 'vs ref' = median / reference median; "
                  "thr = threads or processes allowed; per core = median / thr.")
@@ -99,7 +122,7 @@ def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
     left.set_ylabel("images/s")
     left.set_title("decode throughput vs threads")
     if families:
-        left.legend(fontsize=7)
+        left.legend(fontsize=7, loc="best")
         left.set_xticks(sorted({r.threads for rows in families.values() for r in rows}))
     else:
         left.text(0.5, 0.5, "decode stage not measured", ha="center", transform=left.transAxes)
@@ -107,7 +130,7 @@ def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
 
     rows = [r for r in results if r.ok and r.group in ("pipeline", "mxnet", "eval")]
     if rows:
-        labels = [f"[{r.group}] {r.name}"[:60] for r in rows]
+        labels = [f"[{r.group}] {r.name}"[:72] for r in rows]
         ys = list(range(len(rows)))[::-1]
         colors = ["tab:green" if r.name.startswith("fastload") else "tab:gray" for r in rows]
         err = [[r.median_ips - r.min_ips for r in rows], [r.max_ips - r.median_ips for r in rows]]
@@ -115,7 +138,9 @@ def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
         right.set_yticks(ys)
         right.set_yticklabels(labels, fontsize=7)
         for y, r in zip(ys, rows):
-            right.text(r.max_ips, y, f" {r.median_ips:,.0f}", va="center", fontsize=7)
+            ratio = "" if r.ratio_to_reference is None else f" ({r.ratio_to_reference:.2f}x)"
+            right.text(r.max_ips, y, f" {r.median_ips:,.0f}{ratio}", va="center", fontsize=7)
+        right.set_xlim(0, max(r.max_ips for r in rows) * 1.18)  # room for the labels
     else:
         right.text(0.5, 0.5, "no pipeline measured", ha="center", transform=right.transAxes)
     right.set_xlabel("images/s (median, min-max)")

@@ -33,6 +33,8 @@ __all__ = [
     "torch_loader_contender",
     "h2d_contenders",
     "load_images",
+    "clear_image_cache",
+    "quiesce",
 ]
 
 
@@ -44,11 +46,32 @@ def _open(path: str):
     return open_dataset(path)
 
 
-def load_images(path: str, limit: Optional[int] = None) -> List[bytes]:
-    """The encoded image bytes of every record (copied, so decode stages do no I/O)."""
-    with _open(path) as ds:
-        n = len(ds) if limit is None else min(limit, len(ds))
-        return [bytes(ds.image(i)) for i in range(n)]
+_IMAGES: dict = {}
+
+
+def load_images(path: str) -> List[bytes]:
+    """The encoded image bytes of every record (copied, so decode stages do no I/O).
+
+    Cached per path: a dozen decode contenders share one read-only copy instead of holding a
+    dozen (:func:`clear_image_cache` frees it).
+    """
+    if path not in _IMAGES:
+        with _open(path) as ds:
+            _IMAGES[path] = [bytes(ds.image(i)) for i in range(len(ds))]
+    return _IMAGES[path]
+
+
+def clear_image_cache() -> None:
+    """Drop the cached image bytes of :func:`load_images`."""
+    _IMAGES.clear()
+
+
+def _rss_mb() -> Optional[float]:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil.Process().memory_info().rss / 1e6
 
 
 def _transform(kind: str, size: int = 224):
@@ -277,6 +300,18 @@ def python_pipeline_contender(path: str, *, decoder: str, size: int = 224) -> Co
 # --- whole loader --------------------------------------------------------------------------
 
 
+def quiesce(loader) -> None:
+    """Stop a ``fastload.Loader``'s producer between repeats.
+
+    The loader keeps decoding into the next epoch when one ends (bounded by its ring). Between two
+    timed repeats that work would run while another contender is being timed: it would steal that
+    contender's CPU and make fastload's next repeat look faster. Opening a pass and closing it
+    before it finishes stops the producer (public API: an unfinished pass stops the stream), so
+    every repeat starts cold, as the peers' do.
+    """
+    iter(loader).close()
+
+
 class LoaderContender(Contender):
     """``fastload.Loader`` over a packed dataset: one epoch per repeat, uint8 NHWC batches."""
 
@@ -305,16 +340,25 @@ class LoaderContender(Contender):
         if hasattr(self._loader, "set_epoch"):
             self._loader.set_epoch(self._epoch)
         images = 0
+        first = None
         t0 = time.perf_counter()
         for batch in self._loader:
+            if first is None:
+                first = time.perf_counter() - t0
             images += len(batch.indices)
         seconds = time.perf_counter() - t0
+        quiesce(self._loader)
         stats = self._loader.stats()
         # Per-stage seconds and the consumer's waiting fraction: where the loader's time went.
         extra = {f"stage_seconds.{k}": float(v) for k, v in stats.seconds.items()}
         extra["input_bound_fraction"] = float(stats.input_bound)
         extra["skipped_records"] = int(stats.skipped)
         extra["backend"] = stats.backend
+        # Cold-start latency (every repeat starts cold) and this process's resident memory.
+        extra["first_batch_ms_mean"] = 1000.0 * (first or 0.0)
+        rss = _rss_mb()
+        if rss is not None:
+            extra["process_rss_mb_max"] = rss
         self._loader.reset_stats()
         return Sample(images=images, bytes=self._bytes, seconds=seconds, extra=extra)
 
@@ -362,7 +406,9 @@ class TorchLoaderContender(Contender):
         t0 = time.perf_counter()
         for batch in self._loader:
             images += int(batch[0].shape[0])
-        return Sample(images=images, bytes=self._bytes, seconds=time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        quiesce(self._loader.loader)
+        return Sample(images=images, bytes=self._bytes, seconds=seconds)
 
     def close(self) -> None:
         loader, self._loader = self._loader, None

@@ -7,6 +7,8 @@ they print one clear line and exit non-zero, without a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from typing import List, Optional
 
@@ -67,30 +69,62 @@ def _run_verify(args) -> int:
     return verify_main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands contributed by other stages: (module, help). A module is imported only when its command
+# runs (or for a full parser): `fastload bench` pulls in the whole benchmark harness, which would
+# otherwise add its import time to every `fastload pack`.
+_CONTRIBUTED = {
+    "bench": ("fastload_bench.command", "measure the loader's stages and compare with peer loaders"),
+    "pack-arrays": ("fastload.pack.arrays", "store dense .npy / sparse CSR .npz arrays as shards for NDArrayIter"),
+}
+
+
+def _contributed_module(module_name: str):
+    """The module, or None when it (or its parent package, e.g. fastload_bench) is not installed."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # A real import bug inside the module must surface.
+        if exc.name not in (module_name, module_name.split(".")[0]):
+            raise
+        return None
+
+
+def _installed(module_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:  # the parent package is missing
+        return False
+
+
+def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+    """The ``fastload`` parser.
+
+    Args:
+        argv: The arguments about to be parsed. When given, only the contributed command they
+            name is imported; the others are listed (for ``--help``) without importing them.
+            None builds the full parser.
+    """
     parser = argparse.ArgumentParser(prog="fastload", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
     for add in (_add_pack, _add_info, _add_verify):
         add(sub)
-    # Commands contributed by other stages register here (bench, pack-arrays).
-    for module_name in ("fastload_bench.command", "fastload.pack.arrays"):
-        try:
-            module = __import__(module_name, fromlist=["add_parser"])
-        except ModuleNotFoundError as exc:
-            # Missing module or missing parent package (fastload_bench not installed): skip it.
-            # A real import bug inside the module must surface.
-            if exc.name not in (module_name, module_name.split(".")[0]):
-                raise
-            continue
-        add_parser = getattr(module, "add_parser", None)
-        if add_parser is not None:
-            add_parser(sub)
+    # The top-level parser has only flags without values, so its first positional is the command.
+    command = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    for name, (module_name, help_text) in _CONTRIBUTED.items():
+        if command is None or command == name:
+            module = _contributed_module(module_name)
+            if module is not None and getattr(module, "add_parser", None) is not None:
+                module.add_parser(sub)
+        elif _installed(module_name):
+            sub.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.version:
         from fastload import __version__

@@ -76,6 +76,22 @@ def test_measure_keeps_skipped_and_failed_rows():
     assert skip.closed == 1 and bad.closed == 1
 
 
+def test_loader_repeats_leave_nothing_running(tiny_folder):
+    # fastload's loader decodes on into the next epoch; between timed repeats that would run while
+    # another contender is timed, so the contender stops it after each repeat.
+    from fastload_bench import stages
+    c = stages.loader_contender("loader", str(tiny_folder), threads=1, batch_size=8)
+    c.start()
+    try:
+        for _ in range(2):
+            s = c.run()
+            assert s.images == 40 and s.seconds > 0
+            assert c._loader._stream is None
+    finally:
+        c.close()
+        c.close()
+
+
 def test_run_config_validates():
     with pytest.raises(ValueError, match="repeats"):
         RunConfig(repeats=0)
@@ -286,7 +302,7 @@ def test_quick_bench_smoke(tmp_path):
         assert key in doc["environment"]
     assert doc["config"]["quick"] is True
     groups = {r["group"] for r in doc["results"]}
-    assert {"read", "decode", "pipeline", "eval", "h2d", "pack"} <= groups
+    assert {"read", "decode", "pipeline", "eval", "sparse", "h2d", "pack"} <= groups
     for row in doc["results"]:
         # Every row is measured or says why not; a crash inside a contender is a failure here.
         assert row["error"] is None, (row["name"], row["error"])

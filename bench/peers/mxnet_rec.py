@@ -11,10 +11,15 @@ iterator from ``bench/mxnet_iters.py``, so both see the same interpreter and lib
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
-from .protocol import PeerSkip, serve
+if __package__ in (None, ""):  # run as a script by another interpreter (--peer-python torch=/mxnet=)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from protocol import PeerSkip, serve  # type: ignore
+else:
+    from .protocol import PeerSkip, serve
 
 __all__ = ["FACTORIES"]
 
@@ -91,10 +96,35 @@ class _Runner:
 def _fastload_mxnet(spec: dict):
     # fastload's own MXNet iterator, measured by the MXNet helper's module when it is present.
     try:
-        from .. import mxnet_iters
+        if __package__ in (None, ""):
+            from fastload_bench import mxnet_iters  # script mode: needs fastload installed there too
+        else:
+            from .. import mxnet_iters
     except ImportError as exc:
         raise PeerSkip(f"bench/mxnet_iters.py is not available: {exc}") from exc
-    return mxnet_iters.make_runner(spec)
+    return _Quiesced(mxnet_iters.make_runner(spec))
+
+
+class _Quiesced:
+    """fastload.mxnet's runner, with its loader's producer stopped after every repeat.
+
+    fastload's loader decodes on into the next epoch when one ends; between repeats that work would
+    run during another contender's timing (see ``fastload_bench.stages.quiesce``).
+    """
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.info = getattr(runner, "info", {})
+
+    def run(self) -> dict:
+        result = self.runner.run()
+        loader = getattr(getattr(self.runner, "it", None), "loader", None)
+        if loader is not None:
+            iter(loader).close()  # an unfinished pass stops the producer
+        return result
+
+    def close(self) -> None:
+        self.runner.close()
 
 
 class _SparseRunner:
@@ -111,7 +141,7 @@ class _SparseRunner:
             import scipy.sparse as sp
         except Exception as exc:
             raise PeerSkip(f"mxnet/scipy are not importable: {type(exc).__name__}: {exc}") from exc
-        rows, features = int(spec.get("rows", 256 * 32)), int(spec.get("features", 250_000))
+        rows, features = int(spec.get("rows", 256 * 4)), int(spec.get("features", 250_000))
         density, batch = float(spec.get("density", 0.001)), int(spec.get("batch_size", 256))
         rng = np.random.default_rng(int(spec.get("seed", 0)))
         nnz_row = max(1, int(round(features * density)))

@@ -14,7 +14,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ..harness import Contender, PeerContender, PeerProcess, Result, skipped
 
-__all__ = ["PeerProcesses", "peer_python", "pipeline_peers", "eval_peers", "mxnet_peers", "sparse_peers"]
+__all__ = ["PeerProcesses", "peer_python", "pipeline_peers", "eval_peers", "mxnet_peers", "sparse_peers",
+           "set_overrides"]
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
 _PROJECT = os.path.dirname(os.path.dirname(_HERE))
@@ -38,21 +39,21 @@ class PeerProcesses:
         self._procs: Dict[str, PeerProcess] = {}
         self._argv: Dict[str, List[str]] = {}
 
-    def factory(self, key: str, argv: List[str]):
-        self._argv[key] = argv
+    def factory(self, key: str, argv: List[str], env: Optional[Dict[str, str]] = None):
+        self._argv[key] = (argv, env)
 
         def get() -> PeerProcess:
             if key not in self._procs:
-                self._procs[key] = PeerProcess(argv, label=key)
+                self._procs[key] = PeerProcess(argv, label=key, env=env)
             return self._procs[key]
         return get
 
     def spawn_all(self) -> None:
         """Start every registered peer now, so their imports overlap instead of queueing."""
-        for key, argv in self._argv.items():
+        for key, (argv, env) in self._argv.items():
             if key not in self._procs:
                 try:
-                    self._procs[key] = PeerProcess(argv, label=key)
+                    self._procs[key] = PeerProcess(argv, label=key, env=env)
                 except Exception:
                     pass  # the contender's own start() reports it
 
@@ -62,12 +63,31 @@ class PeerProcesses:
             proc.close()
 
 
-def _module_argv(module: str) -> List[str]:
+_OVERRIDES: Dict[str, str] = {}
+
+
+def _module_argv(module: str, family: str) -> List[str]:
+    """This interpreter running the peer module, or ``--peer-python FAMILY=PATH`` running its file."""
+    python = _OVERRIDES.get(family)
+    if python:
+        return [python, os.path.join(_HERE, f"{module}.py")]
     return [sys.executable, "-m", f"fastload_bench.peers.{module}"]
 
 
+def set_overrides(overrides: Dict[str, str]) -> None:
+    """Remember ``--peer-python`` for the torch and mxnet peers (dali and ffcv always use theirs)."""
+    _OVERRIDES.clear()
+    _OVERRIDES.update(overrides)
+
+
+# MXNet logs every storage fallback (one per CSR batch) unless told not to.
+_MXNET_ENV = {"MXNET_STORAGE_FALLBACK_LOG_VERBOSE": "0"}
+
+
 def _have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    # With --peer-python for that family, the other interpreter is the one that must have it; its
+    # peer reports a skip itself when it does not.
+    return module in _OVERRIDES or importlib.util.find_spec(module) is not None
 
 
 def pipeline_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int, quick: bool,
@@ -83,7 +103,7 @@ def pipeline_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int,
     elif data.images_root is None:
         skips.append(skipped(name, group=group, reason=data.missing.get("images", "no image folder")))
     else:
-        out.append(PeerContender(name, process=procs.factory("torch", _module_argv("torch_pil")), kind="train",
+        out.append(PeerContender(name, process=procs.factory("torch", _module_argv("torch_pil", "torch")), kind="train",
                                  spec={"root": data.images_root, "batch_size": batch_size, "workers": threads},
                                  group=group, threads=threads,
                                  notes="torchvision-equivalent RandomResizedCrop(224)+flip in Pillow, ImageFolder"))
@@ -97,7 +117,7 @@ def pipeline_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int,
         elif data.rec is None:
             skips.append(skipped(name, group=group, reason=data.missing.get("rec", "no .rec")))
         else:
-            out.append(PeerContender(name, process=procs.factory("mxnet", _module_argv("mxnet_rec")),
+            out.append(PeerContender(name, process=procs.factory("mxnet", _module_argv("mxnet_rec", "mxnet"), _MXNET_ENV),
                                      kind="imagerecorditer", group=group, threads=threads,
                                      spec={"rec": data.rec, "idx": data.idx, "batch_size": batch_size,
                                            "threads": threads, "parts": parts},
@@ -144,7 +164,7 @@ def eval_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int) -> 
         return [], [skipped(name, group="eval", reason="torch is not installed")]
     if data.images_root is None:
         return [], [skipped(name, group="eval", reason=data.missing.get("images", "no image folder"))]
-    return [PeerContender(name, process=procs.factory("torch", _module_argv("torch_pil")), kind="eval",
+    return [PeerContender(name, process=procs.factory("torch", _module_argv("torch_pil", "torch")), kind="eval",
                           spec={"root": data.images_root, "batch_size": batch_size, "workers": threads},
                           group="eval", threads=threads, notes="Resize(256) + CenterCrop(224) in Pillow")], []
 
@@ -164,7 +184,7 @@ def mxnet_peers(data, *, procs: PeerProcesses, threads: int, batch_size: int, wi
         elif data.rec is None:
             skips.append(skipped(name, group=group, reason=data.missing.get("rec", "no .rec")))
         else:
-            out.append(PeerContender(name, process=procs.factory("mxnet", _module_argv("mxnet_rec")), kind=kind,
+            out.append(PeerContender(name, process=procs.factory("mxnet", _module_argv("mxnet_rec", "mxnet"), _MXNET_ENV), kind=kind,
                                      group=group, threads=threads, reference=ref,
                                      spec={"rec": data.rec, "idx": data.idx, "packed": data.packed,
                                            "batch_size": batch_size, "threads": threads, "parts": parts}))
@@ -177,11 +197,14 @@ def sparse_peers(*, procs: PeerProcesses, quick: bool, batch_size: int = 256) ->
     if not _have("mxnet"):
         return [], [skipped(n, group="sparse", reason="mxnet is not installed") for n, _, _ in names]
     # Issue 5's case: 250,000 features at ~0.1% density; --quick shrinks it to a smoke size.
-    # 32 batches: MXNet's default build refuses arrays whose *logical* size (rows x features, even
-    # for CSR) reaches 2^31 elements, so 8,192 x 250,000 is about the largest it can iterate.
-    spec = {"rows": 256 * (4 if quick else 32), "features": 20_000 if quick else 250_000, "density": 0.001,
+    # mx.io.NDArrayIter slices CSR with slice_axis, which has no sparse kernel: every batch
+    # densifies the *whole* matrix (rows x features floats; MXNet's default build also refuses
+    # 2^31 elements). Its cost per batch grows with the rows, so the epoch is kept to 4 batches
+    # (1,024 x 250,000 = 1 GB of temporary dense memory per batch); the note says so.
+    spec = {"rows": 256 * (2 if quick else 4), "features": 20_000 if quick else 250_000, "density": 0.001,
             "batch_size": batch_size, "seed": 0}
-    note = f"{spec['rows']} x {spec['features']} CSR, 0.1% dense, batch {batch_size}, consumer waits for data+label"
-    return [PeerContender(n, process=procs.factory("mxnet", _module_argv("mxnet_rec")), kind="ndarrayiter_csr",
+    note = (f"{spec['rows']} x {spec['features']} CSR, 0.1% dense, batch {batch_size}, consumer waits for data+label; "
+            "MXNet's per-batch cost grows with the rows (dense fallback of slice_axis)")
+    return [PeerContender(n, process=procs.factory("mxnet", _module_argv("mxnet_rec", "mxnet"), _MXNET_ENV), kind="ndarrayiter_csr",
                           spec=dict(spec, impl=impl), group="sparse", reference=ref, unit="batches", notes=note)
             for n, impl, ref in names], []

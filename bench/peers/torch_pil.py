@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import random
 import time
 
-from .protocol import PeerSkip, serve
+if __package__ in (None, ""):  # run as a script by another interpreter (--peer-python torch=/mxnet=)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from protocol import PeerSkip, serve  # type: ignore
+else:
+    from .protocol import PeerSkip, serve
 
 __all__ = ["list_images", "rrc_params", "center_crop_box", "FACTORIES"]
 
