@@ -111,7 +111,8 @@ def input_bound_report(results: Sequence[Result], step: ModelStep, *, cores: int
     target = step.target or demand
     rows = []
     for r in results:
-        if r.group not in ("pipeline", "mxnet") or not r.ok:
+        # Only loaders are judged; the engine-alone row is their ceiling, not a way to feed a GPU.
+        if r.group not in ("pipeline", "mxnet") or not r.ok or r.name.startswith("fastload engine alone"):
             continue
         rows.append({"name": r.name, "images_per_s": r.median_ips,
                      "input_bound": r.median_ips < demand,

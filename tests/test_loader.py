@@ -276,17 +276,26 @@ def test_producer_exception_reaches_consumer_with_traceback(ds):
 
 
 def test_keyboard_interrupt_while_waiting_stops_the_producer(ds):
+    release = threading.Event()
+
     def slow_decode(images, out, transform, **kw):
-        time.sleep(0.3)
+        # No batch can arrive before the interrupt, however loaded the machine is.
+        release.wait(3)
         return decode_batch(images, out, transform, **kw)
 
     loader = Loader(ds, cfg(), decode=slow_decode)
     it = iter(loader)
     timer = threading.Timer(0.1, _thread.interrupt_main)
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        next(it)
-    timer.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+    finally:
+        release.set()
+        timer.join()
+    deadline = time.time() + 10
+    while producer_threads() and time.time() < deadline:
+        time.sleep(0.02)
     assert not producer_threads()
     loader.close()
 

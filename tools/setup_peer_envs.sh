@@ -5,13 +5,19 @@
 #
 # Idempotent: an environment whose import check passes is left alone. Exit 0 when every requested
 # environment is ready or (FFCV only) skipped for a stated reason, 1 when an install failed. Usage:
-#   bash tools/setup_peer_envs.sh [dali] [ffcv]      (default: dali; ffcv only when asked)
+#   bash tools/setup_peer_envs.sh [--apt] [dali] [ffcv]   (default: dali; ffcv only when asked)
+# --apt lets the ffcv step apt-get install the OpenCV / libturbojpeg dev packages it builds against
+# (about 250 Debian packages); without it a missing package makes the step report a skip.
 # Not part of the test path: the download is large (DALI's wheel is several hundred MB).
 set -u -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PY:-python3}"
-WANT=("$@")
+APT=0
+WANT=()
+for arg in "$@"; do
+    if [ "$arg" = "--apt" ]; then APT=1; else WANT+=("$arg"); fi
+done
 [ ${#WANT[@]} -eq 0 ] && WANT=(dali)
 STATUS=0
 
@@ -45,6 +51,11 @@ setup_ffcv() {
         return 0
     fi
     # ffcv compiles a C extension against OpenCV and libturbojpeg found through pkg-config.
+    if [ "$APT" = 1 ] && ! { pkg-config --exists opencv4 && pkg-config --exists libturbojpeg; } 2>/dev/null; then
+        say "ffcv: apt-get install libopencv-dev libturbojpeg0-dev pkg-config"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            libopencv-dev libturbojpeg0-dev pkg-config >/dev/null || { say "ffcv: apt-get install failed"; return 1; }
+    fi
     for pc in opencv4 libturbojpeg; do
         if ! pkg-config --exists "$pc" 2>/dev/null; then
             say "ffcv: skipped: pkg-config cannot find $pc (apt-get install libopencv-dev libturbojpeg0-dev pkg-config)"

@@ -58,6 +58,8 @@ class PeerProcesses:
                     pass  # the contender's own start() reports it
 
     def close(self) -> None:
+        """End every peer process and forget the registrations (the next group registers its own)."""
+        self._argv.clear()
         while self._procs:
             _, proc = self._procs.popitem()
             proc.close()

@@ -97,9 +97,13 @@ def _atomic_write(path: str, write) -> None:
     fsync_dir(folder)
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write JSON to ``path`` through a fsynced temporary file and a rename."""
-    data = (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode("utf-8")
+def write_json_atomic(path: str, obj: Any, *, indent: Optional[int] = 2) -> None:
+    """Write JSON to ``path`` through a fsynced temporary file and a rename.
+
+    ``indent=None`` writes compact JSON with the C encoder (machine-read files with large lists).
+    """
+    data = (json.dumps(obj, indent=indent, sort_keys=False, separators=None if indent else (",", ":"))
+            + "\n").encode("utf-8")
     _atomic_write(path, lambda f: f.write(data))
 
 
