@@ -38,7 +38,7 @@ import numpy as np
 
 from fastload.batch import HELD_BATCHES, Allocator, Batch, BatchRing, Layout, Slot
 from fastload.errors import CorruptRecordError, DecodeError
-from fastload.order import EpochOrder, Even, OrderSpec, Shuffle
+from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum
 from fastload.prefetch import Producer
 from fastload.stats import LoaderStats, Stage, StageTimer
 from fastload.transforms import CenterCrop, RandomResizedCrop, Resize, Transform, train
@@ -55,16 +55,6 @@ class OnError(str, enum.Enum):
 
     SKIP = "skip"
     RAISE = "raise"
-
-
-def _enum(cls, value, name):
-    if isinstance(value, cls):
-        return value
-    try:
-        return cls(value)
-    except ValueError:
-        choices = ", ".join(repr(m.value) for m in cls)
-        raise ValueError(f"{name}={value!r} must be one of {choices}") from None
 
 
 def _positive_int(value, name: str, minimum: int = 1) -> None:
@@ -126,10 +116,10 @@ class LoaderConfig:
         if not isinstance(self.transform, (RandomResizedCrop, CenterCrop, Resize)):
             raise ValueError(f"transform={self.transform!r} must be a fastload.transforms op "
                              "(train(), eval_transform(), RandomResizedCrop, CenterCrop, Resize)")
-        object.__setattr__(self, "shuffle", _enum(Shuffle, self.shuffle, "shuffle"))
-        object.__setattr__(self, "even", _enum(Even, self.even, "even"))
-        object.__setattr__(self, "layout", _enum(Layout, self.layout, "layout"))
-        object.__setattr__(self, "on_error", _enum(OnError, self.on_error, "on_error"))
+        object.__setattr__(self, "shuffle", coerce_enum(Shuffle, self.shuffle, "shuffle"))
+        object.__setattr__(self, "even", coerce_enum(Even, self.even, "even"))
+        object.__setattr__(self, "layout", coerce_enum(Layout, self.layout, "layout"))
+        object.__setattr__(self, "on_error", coerce_enum(OnError, self.on_error, "on_error"))
         _positive_int(self.seed, "seed", 0)
         _positive_int(self.world_size, "world_size")
         if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.world_size:

@@ -38,6 +38,7 @@ __all__ = [
     "rank_share",
     "batch_bounds",
     "num_batches",
+    "coerce_enum",
 ]
 
 
@@ -56,7 +57,8 @@ class Even(str, enum.Enum):
     DROP = "drop"
 
 
-def _enum(cls, value, name):
+def coerce_enum(cls, value, name: str):
+    """``value`` as a member of the enum ``cls`` (members and their values accepted), else a clear ValueError."""
     if isinstance(value, cls):
         return value
     try:
@@ -112,8 +114,8 @@ class OrderSpec:
             raise ValueError(f"rank={self.rank!r} must be an int in [0, world_size={self.world_size})")
         if not isinstance(self.drop_last, bool):
             raise ValueError(f"drop_last={self.drop_last!r} must be a bool")
-        object.__setattr__(self, "shuffle", _enum(Shuffle, self.shuffle, "shuffle"))
-        object.__setattr__(self, "even", _enum(Even, self.even, "even"))
+        object.__setattr__(self, "shuffle", coerce_enum(Shuffle, self.shuffle, "shuffle"))
+        object.__setattr__(self, "even", coerce_enum(Even, self.even, "even"))
         if self.even is Even.DROP and self.num_records < self.world_size:
             raise ValueError(f"even='drop' with {self.num_records} records and world_size={self.world_size} "
                              "leaves no record for some ranks; use even='pad'")
@@ -139,7 +141,7 @@ def epoch_permutation(num_records: int, shuffle: Union[Shuffle, str], *, seed: i
     Returns:
         int64 array of length ``num_records``, a permutation of ``range(num_records)``.
     """
-    shuffle = _enum(Shuffle, shuffle, "shuffle")
+    shuffle = coerce_enum(Shuffle, shuffle, "shuffle")
     _check_int(epoch, "epoch", 0)
     if shuffle is Shuffle.NONE:
         return np.arange(num_records, dtype=np.int64)
@@ -178,7 +180,7 @@ def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Uni
     Returns:
         int64 array, the same length on every rank.
     """
-    even = _enum(Even, even, "even")
+    even = coerce_enum(Even, even, "even")
     n = len(permutation)
     if even is Even.PAD:
         per_rank = -(-n // world_size)

@@ -370,3 +370,63 @@ def test_slot_is_not_refilled_while_engine_work_still_reads_it(data_dir):
     assert rest == 14
     np.testing.assert_array_equal(pending.asnumpy(), original.astype(np.float32))
     it.close()
+
+
+def _small_rec(root, n: int) -> str:
+    """An MXNet-written .rec of ``n`` 12x12 JPEGs; record i has label i % 7 + 1 (never 0) and id 500 + i."""
+    rec = str(root / f"small{n}.rec")
+    writer = mx.recordio.MXIndexedRecordIO(str(root / f"small{n}.idx"), rec, "w")
+    for i in range(n):
+        pixels = np.random.default_rng(i).integers(0, 256, (12, 12, 3)).astype(np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, "JPEG", quality=90)
+        writer.write_idx(i, mx.recordio.pack(mx.recordio.IRHeader(0, float(i % 7 + 1), 500 + i, 0), buf.getvalue()))
+    writer.close()
+    return rec
+
+
+@pytest.mark.parametrize("round_batch", [True, False])
+@pytest.mark.parametrize("n, batch_size, dtype", [(48, 32, "float32"), (10, 4, "uint8")])
+def test_last_partial_batch_matches_mxnet_batch_count_shapes_and_pad(tmp_path, n, batch_size, dtype, round_batch):
+    """Regression: round_batch=False once turned the slot's never-written index rows into record ids."""
+    rec = _small_rec(tmp_path, n)
+    theirs = mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=rec[:-4] + ".idx", data_shape=(3, 8, 8),
+                                   batch_size=batch_size, round_batch=round_batch, preprocess_threads=1)
+    reference = [(b.data[0].shape, b.label[0].shape, b.pad, b.label[0].asnumpy()) for b in theirs]
+    nbatches = -(-n // batch_size)
+    missing = nbatches * batch_size - n
+    assert len(reference) == nbatches
+    labels = (np.arange(n) % 7 + 1).astype(np.float32)
+    if round_batch:
+        # MXNet completes the last batch with the first records and reports how many.
+        assert reference[-1][2] == missing
+        np.testing.assert_array_equal(np.concatenate([r[3] for r in reference]),
+                                      np.concatenate([labels, labels[:missing]]))
+    else:
+        # Measured on MXNet 1.9.1: a full-size batch with pad=0 whose last rows are no records.
+        assert reference[-1][2] == 0
+    # A small ring (3 slots) and three epochs: every slot is refilled, so stale rows would show.
+    mine = fm.ImageRecordIter(path_imgrec=rec, data_shape=(3, 8, 8), batch_size=batch_size, round_batch=round_batch,
+                              preprocess_threads=1, prefetch_buffer=1, dtype=dtype)
+    for epoch in range(3):
+        got = _collect(mine)
+        assert len(got) == nbatches
+        for k, ((data, label, pad, _), (data_shape, label_shape, _, _)) in enumerate(zip(got, reference)):
+            assert data.shape == data_shape and label.shape == label_shape
+            assert pad == (missing if k == nbatches - 1 else 0)
+        images = np.concatenate([g[0][: batch_size - g[2]] for g in got])
+        assert images.shape[0] == n
+        np.testing.assert_array_equal(np.concatenate([g[1][: batch_size - g[2]] for g in got]), labels)
+        np.testing.assert_array_equal(np.concatenate([g[3][: batch_size - g[2]] for g in got]), 500 + np.arange(n))
+        data, label, pad, index = got[-1]
+        real = batch_size - pad
+        if round_batch:
+            np.testing.assert_array_equal(label, reference[-1][3])
+            np.testing.assert_array_equal(index, np.concatenate([500 + np.arange(n - real, n), 500 + np.arange(pad)]))
+            np.testing.assert_array_equal(data[real:], got[0][0][:pad])  # the first records' pixels
+        else:
+            np.testing.assert_array_equal(label[real:], 0)
+            np.testing.assert_array_equal(data[real:], 0)
+            np.testing.assert_array_equal(index, 500 + np.arange(n - real, n))
+        mine.reset()
+    mine.close()

@@ -24,8 +24,18 @@ Argument mapping (MXNet's names, meanings and defaults):
 - ``rand_mirror`` -> flip with probability 0.5; ``mirror=True`` -> always flipped.
 - ``mean_*``/``std_*``/``scale``: ``out = (pixel - mean) / std * scale`` per channel (RGB), as
   MXNet's normalizer; ``dtype='uint8'`` returns the raw pixels and refuses normalization.
-- ``round_batch=True``: the last partial batch is completed with the first records of the epoch's
-  order and ``pad`` says how many; ``False``: those rows keep stale data and ``pad`` says how many.
+- ``round_batch``: every batch is full size (``batch_size`` rows) and an epoch has
+  ``ceil(records / batch_size)`` batches, as in MXNet. ``True``: the last partial batch is completed
+  with the first records of the epoch's order and ``pad`` says how many, as MXNet does in the first
+  epoch (MXNet then starts the next epoch after those records, so its batch count varies from epoch
+  to epoch; fastload restarts every epoch at its first record, keeping equal batch counts).
+  ``False``: the missing rows are zero pixels (before mean/std) with label 0, ``pad`` says how many
+  and ``index`` lists only the ``batch_size - pad`` real rows. MXNet 1.9.1 instead returns
+  ``pad=0`` with leftover rows (measured on a 48-record ``.rec``, ``batch_size=32``), which makes
+  ``Module.predict`` return outputs for rows that are no records; fastload's ``pad`` keeps those
+  out.
+- ``DataBatch.index``: the record ids (the IRHeader ``id`` of a ``.rec``, the manifest id of a
+  fastload folder) of the batch's rows.
 - ``part_index``/``num_parts``, ``kvstore`` (a ``dist_*`` kvstore or its name), ``rank``/
   ``num_workers``: this worker reads its own contiguous share of the epoch permutation; every
   worker gets the same number of batches (``fastload.order``).
@@ -261,6 +271,11 @@ class ImageRecordIter(mx.io.DataIter):
         pad = self.batch_size - m
         if pad and self.round_batch:
             self._complete(batch, images_nd, labels_nd, m)
+        elif pad:
+            # Rows past the batch's records hold whatever the slot held before (or never-written
+            # memory): give them defined values so no consumer ever sees stale pixels or labels.
+            self._view(images_nd)[m:] = 0
+            self._view(labels_nd)[m:] = 0
         batch.add_fence(_EngineFence((images_nd, labels_nd)))
         data = images_nd
         if self.dtype != "uint8":
@@ -283,7 +298,8 @@ class ImageRecordIter(mx.io.DataIter):
         if self._ctxs is not None:
             data = place(data, self._ctxs, self._slices)
             label = place(label, self._ctxs, self._slices)
-        rows = self._view(batch.owners["indices"]) if pad else batch.indices
+        # round_batch=False: the padding rows stand for no record, so `index` lists the real rows only.
+        rows = self._view(batch.owners["indices"]) if pad and self.round_batch else batch.indices
         index = rows.copy() if self._ids is None else self._ids[rows]
         return mx.io.DataBatch(data=[data], label=[label], pad=pad, index=index,
                                provide_data=self.provide_data, provide_label=self.provide_label)

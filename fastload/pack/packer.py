@@ -29,9 +29,11 @@ import hashlib
 import itertools
 import json
 import os
+import queue
 import re
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -360,9 +362,9 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
 class _GatherFile:
     """The shard file as ``RecordIOWriter`` sees it: gathers chunks, writes ~4 MB per ``writev``.
 
-    Each written batch is hashed right away (SHA-256 of the whole file; hashlib releases the GIL
-    while the converter threads go on) and its disk writes are started, so the fsync that completes
-    the shard only waits for the last few megabytes.
+    Each written batch goes to a hashing thread (SHA-256 of the whole file, in write order) and its
+    disk writes are started at once, so the fsync that completes the shard only waits for the last
+    few megabytes.
     """
 
     _MAX_IOV = 512  # below IOV_MAX (1024 on Linux)
@@ -375,6 +377,20 @@ class _GatherFile:
         self.written = 0
         self._kicked = 0
         self._hash = hashlib.sha256()
+        # Hashing runs on its own thread: the writing thread's writev (the page-cache copy) and
+        # SHA-256 (hashlib releases the GIL) then use both cores.
+        self._queue: "queue.Queue" = queue.Queue(maxsize=8)  # bounds the bytes held for hashing
+        self._thread = threading.Thread(target=self._run, name="fastload-pack-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        update = self._hash.update
+        while True:
+            chunks = self._queue.get()
+            if chunks is None:
+                return
+            for chunk in chunks:
+                update(chunk)
 
     def fileno(self) -> int:
         return self._fd
@@ -407,9 +423,7 @@ class _GatherFile:
                         raise OSError(errno.EIO, "writev wrote nothing")
         self.written += self._pending
         self._pending = 0
-        update = self._hash.update
-        for chunk in chunks:
-            update(chunk)
+        self._queue.put(chunks)
         if self.written - self._kicked >= _WRITEBACK_STEP:
             _start_writeback(self._fd, self._kicked, self.written - self._kicked)
             self._kicked = self.written
@@ -417,7 +431,13 @@ class _GatherFile:
     def hexdigest(self) -> str:
         """Flush and return the SHA-256 of everything written."""
         self.flush()
+        self._stop()
         return self._hash.hexdigest()
+
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
     def sync_and_close(self) -> None:
         os.fsync(self._fd)
@@ -425,6 +445,13 @@ class _GatherFile:
 
     def close(self) -> None:
         """Idempotent (used on abort too)."""
+        if self._thread.is_alive():
+            while True:  # after an abort nobody wants the hash: drop what is queued
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._stop()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)

@@ -124,8 +124,10 @@ def _magic_positions(payload: Buffer) -> List[int]:
             return []
         return [4 * i for i in range(words) if small[4 * i:4 * i + 4] == _MAGIC_BYTES]
     # One vectorized compare over the aligned words: several GB/s, against <1 GB/s for bytes.find.
-    hits = np.flatnonzero(np.frombuffer(payload, dtype="<u4", count=words) == MAGIC)
-    return (hits * 4).tolist()
+    aligned = np.frombuffer(payload, dtype="<u4", count=words)
+    if MAGIC not in aligned:  # the usual answer, without numpy's Python-level wrappers
+        return []
+    return (np.flatnonzero(aligned == MAGIC) * 4).tolist()
 
 
 def frame_parts(payload: Buffer) -> List[Buffer]:
