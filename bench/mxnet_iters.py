@@ -9,6 +9,11 @@ Two comparisons (issue 5):
   ``fastload.mxnet.NDArrayIter`` vs ``mx.io.NDArrayIter`` (``last_batch_handle='discard'``, the only
   mode MXNet allows for CSR), each batch consumed the same way.
 
+Images are counted the same way for every contender: the records an epoch delivers, taken from the
+``.idx`` (each batch counts ``min(batch_size, records not yet delivered)``), never ``rows - pad``:
+with ``round_batch=False`` MXNet 1.9.1 returns a full-size last batch with ``pad=0`` whose extra
+rows are no records (measured: 48 records, ``batch_size=32`` -> two batches of 32, both ``pad=0``).
+
 :func:`make_runner` is what ``fastload_bench.peers.mxnet_rec`` calls for its
 ``fastload_imagerecorditer`` kind (``run() -> {"images", "bytes", "seconds"}``, ``close()``).
 :func:`image_iters` and :func:`sparse_iters` run a whole comparison in this process and return plain
@@ -32,12 +37,36 @@ _RRC = dict(random_resized_crop=True, min_random_area=0.08, max_random_area=1.0,
             max_aspect_ratio=4.0 / 3.0, rand_mirror=True, dtype="uint8", round_batch=False)
 
 
-def _drain(it, limit: Optional[int] = None) -> int:
-    """Images in one epoch (padding excluded), consuming each batch the same way for every iterator."""
+def _idx_records(rec: str) -> int:
+    """Records of a ``.rec`` by its ``.idx`` (one line per record), which every contender reads."""
+    idx = os.path.splitext(rec)[0] + ".idx"
+    if not os.path.isfile(idx):
+        raise FileNotFoundError(f"{rec}: the benchmark needs its index {idx} (MXNet partitions and counts by it)")
+    with open(idx) as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def _part_records(total: int, part: int, parts: int) -> int:
+    """Records MXNet's indexed reader gives ``part_index=part`` of ``num_parts=parts``.
+
+    dmlc splits the index into chunks of ``ceil(total / parts)`` records, the last one shorter
+    (measured with MXNet 1.9.1: 10 records over 3 parts -> 4, 4, 2; over 4 parts -> 3, 3, 3, 1).
+    """
+    step = -(-total // parts)
+    return min(step * (part + 1), total) - min(step * part, total)
+
+
+def _drain(it, records: int, limit: Optional[int] = None) -> int:
+    """Records delivered in one epoch of ``it``, whose epoch covers ``records`` records.
+
+    Every batch is consumed the same way for every iterator (wait for its data) and counts the
+    records it holds, ``min(rows, records not yet delivered)``: ``pad`` cannot be used, MXNet
+    reports ``pad=0`` for the padded last batch when ``round_batch=False``.
+    """
     n = 0
     for k, batch in enumerate(it):
         batch.data[0].wait_to_read()
-        n += batch.data[0].shape[0] - (batch.pad or 0)
+        n += min(batch.data[0].shape[0], records - n)
         if limit is not None and k + 1 >= limit:
             break
     return n
@@ -64,11 +93,13 @@ class FastloadImageRunner:
         from fastload.decode import engine_info
 
         self.info = {"preprocess_threads": threads, "backend": engine_info().get("backend")}
+        # One part: an epoch covers every record of the dataset once (the .idx count for a .rec).
+        self.records = len(self.it.loader.dataset)
 
     def run(self) -> dict:
         t0 = time.perf_counter()
         self.it.reset()
-        n = _drain(self.it, self.limit)
+        n = _drain(self.it, self.records, self.limit)
         return {"images": n, "bytes": self.nbytes, "seconds": time.perf_counter() - t0}
 
     def close(self) -> None:
@@ -86,8 +117,10 @@ class _MXImageRunner:
         import mxnet as mx
 
         idx = os.path.splitext(rec)[0] + ".idx"
+        total = _idx_records(rec)
+        self.records = [_part_records(total, p, parts) for p in range(parts)]
         self.limit = limit
-        self.iters = [mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=idx if os.path.exists(idx) else "",
+        self.iters = [mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=idx,
                                             data_shape=(3, size, size), batch_size=batch_size, shuffle=True,
                                             seed=seed + p, preprocess_threads=threads, prefetch_buffer=4,
                                             part_index=p, num_parts=parts, verbose=False, **_RRC)
@@ -97,11 +130,12 @@ class _MXImageRunner:
         for it in self.iters:
             it.reset()
         if len(self.iters) == 1:
-            return _drain(self.iters[0], self.limit)
+            return _drain(self.iters[0], self.records[0], self.limit)
         counts = [0] * len(self.iters)
 
         def work(i):
-            counts[i] = _drain(self.iters[i], None if self.limit is None else -(-self.limit // len(self.iters)))
+            limit = None if self.limit is None else -(-self.limit // len(self.iters))
+            counts[i] = _drain(self.iters[i], self.records[i], limit)
 
         # next() is a ctypes call that releases the GIL, so the partitions decode in parallel.
         threads = [threading.Thread(target=work, args=(i,)) for i in range(len(self.iters))]
@@ -170,14 +204,19 @@ def image_iters(rec: str, *, batch_size: int = 256, size: int = 224, threads: in
     return _rows(rates, "images", {n: common for n in names})
 
 
-def sparse_iters(*, rows: int = 256 * 8, features: int = 250_000, density: float = 0.001, batch_size: int = 256,
+def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float = 0.001, batch_size: int = 256,
                  repeats: int = 3, warmup: int = 1, consumer: str = "wait", seed: int = 0) -> List[dict]:
     """fastload.mxnet.NDArrayIter vs mx.io.NDArrayIter on the same CSR data, same consumer.
 
     Args:
-        rows: Rows of the synthetic CSR matrix (one epoch). The default keeps MXNet's side short:
-            ``mx.io.NDArrayIter`` densifies every CSR batch (a 256 x 250,000 float32 slice is 256 MB),
-            which ran at well under one batch/s in a smoke run here.
+        rows: Rows of the synthetic CSR matrix (one epoch); default 1,024 (4 batches of 256).
+            ``mx.io.NDArrayIter`` slices CSR data with ``slice_axis``, which has no CSR kernel:
+            MXNet's storage fallback densifies the *whole* matrix for every batch and hands out
+            dense batches. Its per-batch cost therefore grows with ``rows`` (measured here with
+            250,000 features: 512 rows 0.54 s/batch, 1,024 rows 1.25 s/batch, 1.5 GB peak). And
+            MXNet's wheel (built without ``USE_INT64_TENSOR_SIZE``) refuses any NDArray, CSR
+            included, of ``2**31 - 1`` elements or more: a 10,240 x 250,000 CSR fails at creation.
+            The speed-up over MXNet grows with ``rows``; quote it with the size.
         features: Columns.
         density: Fraction of non-zeros per row.
         batch_size: Rows per batch.
@@ -197,6 +236,9 @@ def sparse_iters(*, rows: int = 256 * 8, features: int = 250_000, density: float
 
     if consumer not in ("wait", "dot"):
         raise ValueError(f"consumer={consumer!r} must be 'wait' or 'dot'")
+    if rows * features >= 2 ** 31 - 1:
+        raise ValueError(f"rows={rows} x features={features} = {rows * features:,} elements: MXNet refuses arrays "
+                         f"(CSR included) of 2**31 - 1 elements or more; use fewer rows")
     rng = np.random.default_rng(seed)
     nnz_row = max(1, int(round(features * density)))
     indptr = np.arange(rows + 1, dtype=np.int64) * nnz_row

@@ -48,8 +48,8 @@ void hpass_scalar(const uint8_t* src, const int* start, const int16_t* coef, int
       g += k[j] * s[3 * j + 1];
       b += k[j] * s[3 * j + 2];
     }
-    uint8_t* d = dst + 4 * (flip ? out_w - 1 - x : x);
-    d[0] = clip8(r >> kCoefBits), d[1] = clip8(g >> kCoefBits), d[2] = clip8(b >> kCoefBits), d[3] = 0;
+    uint8_t* d = dst + 3 * (flip ? out_w - 1 - x : x);
+    d[0] = clip8(r >> kCoefBits), d[1] = clip8(g >> kCoefBits), d[2] = clip8(b >> kCoefBits);
   }
 }
 
@@ -61,14 +61,8 @@ void vpass_scalar(const uint8_t* const* rows, const int16_t* k, int taps, int by
   }
 }
 
-void emit_nhwc_scalar(const uint8_t* line, int out_w, uint8_t* dst) {
-  for (int x = 0; x < out_w; ++x) {
-    dst[3 * x] = line[4 * x], dst[3 * x + 1] = line[4 * x + 1], dst[3 * x + 2] = line[4 * x + 2];
-  }
-}
-
 void emit_nchw_scalar(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g, uint8_t* b) {
-  for (int x = 0; x < out_w; ++x) r[x] = line[4 * x], g[x] = line[4 * x + 1], b[x] = line[4 * x + 2];
+  for (int x = 0; x < out_w; ++x) r[x] = line[3 * x], g[x] = line[3 * x + 1], b[x] = line[3 * x + 2];
 }
 
 #ifdef FASTLOAD_X86
@@ -80,10 +74,12 @@ __attribute__((target("ssse3"))) void hpass_ssse3(const uint8_t* src, const int*
   const __m128i pair01 = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
   const __m128i pair23 = _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   const __m128i round = _mm_set1_epi32(1 << (kCoefBits - 1));
-  const int step = flip ? -4 : 4;
-  uint8_t* d = dst + (flip ? 4 * (out_w - 1) : 0);
+  // Destination pixels are written in ascending order (source order reversed for the flip): each
+  // 4-byte store's spare byte is overwritten by the next pixel, the last one lands in the row slack.
+  const int x_first = flip ? out_w - 1 : 0, x_step = flip ? -1 : 1;
+  uint8_t* d = dst;
   if (taps == 2) {
-    for (int x = 0; x < out_w; ++x, d += step) {
+    for (int i = 0, x = x_first; i < out_w; ++i, x += x_step, d += 3) {
       const uint8_t* s = src + 3 * start[x];
       int32_t kk;
       std::memcpy(&kk, coef + 2 * x, 4);
@@ -96,7 +92,7 @@ __attribute__((target("ssse3"))) void hpass_ssse3(const uint8_t* src, const int*
     }
     return;
   }
-  for (int x = 0; x < out_w; ++x, d += step) {
+  for (int i = 0, x = x_first; i < out_w; ++i, x += x_step, d += 3) {
     const uint8_t* s = src + 3 * start[x];
     const int16_t* k = coef + static_cast<size_t>(x) * taps;
     __m128i acc = round;
@@ -121,7 +117,8 @@ __attribute__((target("ssse3"))) void hpass4_ssse3(const uint8_t* const* src, co
   const __m128i pair01 = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
   const __m128i pair23 = _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   const __m128i round = _mm_set1_epi32(1 << (kCoefBits - 1));
-  for (int x = 0; x < out_w; ++x) {
+  const int x_first = flip ? out_w - 1 : 0, x_step = flip ? -1 : 1;
+  for (int i = 0, x = x_first; i < out_w; ++i, x += x_step) {
     const size_t off = 3 * static_cast<size_t>(start[x]);
     const int16_t* k = coef + static_cast<size_t>(x) * taps;
     __m128i acc[4] = {round, round, round, round};
@@ -150,7 +147,7 @@ __attribute__((target("ssse3"))) void hpass4_ssse3(const uint8_t* const* src, co
     const __m128i p01 = _mm_packs_epi32(_mm_srai_epi32(acc[0], kCoefBits), _mm_srai_epi32(acc[1], kCoefBits));
     const __m128i p23 = _mm_packs_epi32(_mm_srai_epi32(acc[2], kCoefBits), _mm_srai_epi32(acc[3], kCoefBits));
     const __m128i p = _mm_packus_epi16(p01, p23);  // row0 | row1 | row2 | row3, 4 bytes each
-    const size_t dx = 4 * static_cast<size_t>(flip ? out_w - 1 - x : x);
+    const size_t dx = 3 * static_cast<size_t>(i);
     const int32_t v0 = _mm_cvtsi128_si32(p), v1 = _mm_cvtsi128_si32(_mm_srli_si128(p, 4));
     const int32_t v2 = _mm_cvtsi128_si32(_mm_srli_si128(p, 8)), v3 = _mm_cvtsi128_si32(_mm_srli_si128(p, 12));
     std::memcpy(dst[0] + dx, &v0, 4);
@@ -187,90 +184,128 @@ __attribute__((target("ssse3"))) void vpass_ssse3(const uint8_t* const* rows, co
   }
 }
 
-__attribute__((target("ssse3"))) void emit_nhwc_ssse3(const uint8_t* line, int out_w, uint8_t* dst) {
-  const __m128i drop_x = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-  int x = 0;
-  // 16-byte stores of 12 useful bytes: safe while at least 4 more output bytes follow.
-  for (; x + 6 <= out_w; x += 4) {
-    const __m128i v = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(line + 4 * x)), drop_x);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * x), v);
+// Packed RGB -> three planes, 16 pixels (48 bytes, three loads) per step: each plane gathers its
+// bytes from the three loads with one shuffle each (-1 lanes give zero) and ORs them together.
+struct PlaneMasks {
+  __m128i m[3][3];  // [channel][load]
+};
+
+PlaneMasks make_plane_masks() {
+  PlaneMasks pm;
+  for (int c = 0; c < 3; ++c) {
+    for (int l = 0; l < 3; ++l) {
+      alignas(16) int8_t m[16];
+      for (int x = 0; x < 16; ++x) {
+        const int byte = 3 * x + c - 16 * l;
+        m[x] = (byte >= 0 && byte < 16) ? static_cast<int8_t>(byte) : static_cast<int8_t>(-1);
+      }
+      std::memcpy(&pm.m[c][l], m, 16);
+    }
   }
-  emit_nhwc_scalar(line + 4 * x, out_w - x, dst + 3 * x);
+  return pm;
 }
 
 __attribute__((target("ssse3"))) void emit_nchw_ssse3(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g,
                                                       uint8_t* b) {
-  const __m128i planes = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  static const PlaneMasks pm = make_plane_masks();
+  uint8_t* planes[3] = {r, g, b};
   int x = 0;
   for (; x + 16 <= out_w; x += 16) {
-    const __m128i* p = reinterpret_cast<const __m128i*>(line + 4 * x);
-    const __m128i v0 = _mm_shuffle_epi8(_mm_loadu_si128(p), planes);
-    const __m128i v1 = _mm_shuffle_epi8(_mm_loadu_si128(p + 1), planes);
-    const __m128i v2 = _mm_shuffle_epi8(_mm_loadu_si128(p + 2), planes);
-    const __m128i v3 = _mm_shuffle_epi8(_mm_loadu_si128(p + 3), planes);
-    const __m128i t0 = _mm_unpacklo_epi32(v0, v1), t1 = _mm_unpacklo_epi32(v2, v3);
-    const __m128i t2 = _mm_unpackhi_epi32(v0, v1), t3 = _mm_unpackhi_epi32(v2, v3);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(r + x), _mm_unpacklo_epi64(t0, t1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(g + x), _mm_unpackhi_epi64(t0, t1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + x), _mm_unpacklo_epi64(t2, t3));
+    const __m128i* p = reinterpret_cast<const __m128i*>(line + 3 * x);
+    const __m128i v0 = _mm_loadu_si128(p), v1 = _mm_loadu_si128(p + 1), v2 = _mm_loadu_si128(p + 2);
+    for (int c = 0; c < 3; ++c) {
+      const __m128i v = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, pm.m[c][0]), _mm_shuffle_epi8(v1, pm.m[c][1])),
+                                     _mm_shuffle_epi8(v2, pm.m[c][2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[c] + x), v);
+    }
   }
-  emit_nchw_scalar(line + 4 * x, out_w - x, r + x, g + x, b + x);
+  emit_nchw_scalar(line + 3 * x, out_w - x, r + x, g + x, b + x);
 }
 
-
 // AVX2: four source rows per call, two per 256-bit register (one per 128-bit lane), so the
-// coefficient broadcasts and the loop overhead are shared and four dependency chains run at once.
-__attribute__((target("avx2"))) void hpass4_avx2(const uint8_t* const* src, const int* start, const int16_t* coef,
-                                                 int taps, int out_w, uint8_t* const* dst, bool flip) {
+// coefficient broadcasts and the loop overhead are shared and four independent accumulator chains
+// run at once. Output pixels go in pairs: one pack and one shuffle put both pixels' RGB of a row
+// side by side, stored with one 8-byte store per row (its 2 spare bytes are overwritten by the
+// next pair or land in the row slack).
+__attribute__((target("avx2"))) inline void hpix4_avx2(const uint8_t* s0, const uint8_t* s1, const uint8_t* s2,
+                                                       const uint8_t* s3, size_t off, const int16_t* k, int taps,
+                                                       __m256i* out01, __m256i* out23) {
   const __m256i pair01 = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
                                           0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
   const __m256i pair23 = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1,
                                           6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   const __m256i round = _mm256_set1_epi32(1 << (kCoefBits - 1));
+  __m256i a01 = round, a23 = round;
+  if (taps == 2) {
+    int32_t kk;
+    std::memcpy(&kk, k, 4);
+    const __m256i c = _mm256_set1_epi32(kk);
+    const __m256i r01 = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + off))),
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1 + off)), 1);
+    const __m256i r23 = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s2 + off))),
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s3 + off)), 1);
+    a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c));
+    a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c));
+  } else {
+    for (int j = 0; j < taps; j += 4) {
+      int32_t k01, k23;
+      std::memcpy(&k01, k + j, 4);
+      std::memcpy(&k23, k + j + 2, 4);
+      const __m256i c01 = _mm256_set1_epi32(k01), c23 = _mm256_set1_epi32(k23);
+      const size_t o = off + 3 * static_cast<size_t>(j);
+      const __m256i r01 = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + o))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + o)), 1);
+      const __m256i r23 = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s2 + o))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(s3 + o)), 1);
+      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c01));
+      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c01));
+      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair23), c23));
+      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair23), c23));
+    }
+  }
+  *out01 = _mm256_srai_epi32(a01, kCoefBits);
+  *out23 = _mm256_srai_epi32(a23, kCoefBits);
+}
+
+__attribute__((target("avx2"))) void hpass4_avx2(const uint8_t* const* src, const int* start, const int16_t* coef,
+                                                 int taps, int out_w, uint8_t* const* dst, bool flip) {
+  // After packus: lane 0 holds A.row0 A.row2 B.row0 B.row2 (4 bytes each), lane 1 the odd rows;
+  // this gathers A.rgb B.rgb of each row into 6 consecutive bytes.
+  const __m256i join = _mm256_setr_epi8(0, 1, 2, 8, 9, 10, -1, -1, 4, 5, 6, 12, 13, 14, -1, -1,
+                                        0, 1, 2, 8, 9, 10, -1, -1, 4, 5, 6, 12, 13, 14, -1, -1);
   const uint8_t *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
   uint8_t *d0 = dst[0], *d1 = dst[1], *d2 = dst[2], *d3 = dst[3];
-  for (int x = 0; x < out_w; ++x) {
-    const size_t off = 3 * static_cast<size_t>(start[x]);
-    const int16_t* k = coef + static_cast<size_t>(x) * taps;
-    __m256i a01 = round, a23 = round;
-    if (taps == 2) {
-      int32_t kk;
-      std::memcpy(&kk, k, 4);
-      const __m256i c = _mm256_set1_epi32(kk);
-      const __m256i r01 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + off))),
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1 + off)), 1);
-      const __m256i r23 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s2 + off))),
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s3 + off)), 1);
-      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c));
-      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c));
-    } else {
-      for (int j = 0; j < taps; j += 4) {
-        int32_t k01, k23;
-        std::memcpy(&k01, k + j, 4);
-        std::memcpy(&k23, k + j + 2, 4);
-        const __m256i c01 = _mm256_set1_epi32(k01), c23 = _mm256_set1_epi32(k23);
-        const size_t o = off + 3 * static_cast<size_t>(j);
-        const __m256i r01 = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + o))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + o)), 1);
-        const __m256i r23 = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s2 + o))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s3 + o)), 1);
-        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c01));
-        a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c01));
-        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair23), c23));
-        a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair23), c23));
-      }
-    }
-    a01 = _mm256_srai_epi32(a01, kCoefBits);
-    a23 = _mm256_srai_epi32(a23, kCoefBits);
+  const int x_step = flip ? -1 : 1;
+  int i = 0, x = flip ? out_w - 1 : 0;
+  for (; i + 2 <= out_w; i += 2, x += 2 * x_step) {
+    const int xb = x + x_step;
+    __m256i a01, a23, b01, b23;
+    hpix4_avx2(s0, s1, s2, s3, 3 * static_cast<size_t>(start[x]), coef + static_cast<size_t>(x) * taps, taps, &a01,
+               &a23);
+    hpix4_avx2(s0, s1, s2, s3, 3 * static_cast<size_t>(start[xb]), coef + static_cast<size_t>(xb) * taps, taps, &b01,
+               &b23);
+    const __m256i u = _mm256_shuffle_epi8(
+        _mm256_packus_epi16(_mm256_packs_epi32(a01, a23), _mm256_packs_epi32(b01, b23)), join);
+    const __m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
+    const size_t dx = 3 * static_cast<size_t>(i);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(d0 + dx), lo);
+    _mm_storeh_pd(reinterpret_cast<double*>(d2 + dx), _mm_castsi128_pd(lo));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(d1 + dx), hi);
+    _mm_storeh_pd(reinterpret_cast<double*>(d3 + dx), _mm_castsi128_pd(hi));
+  }
+  if (i < out_w) {
+    __m256i a01, a23;
+    hpix4_avx2(s0, s1, s2, s3, 3 * static_cast<size_t>(start[x]), coef + static_cast<size_t>(x) * taps, taps, &a01,
+               &a23);
     // lane 0: row0 then row2; lane 1: row1 then row3 (pack works within lanes).
     __m256i p = _mm256_packs_epi32(a01, a23);
     p = _mm256_packus_epi16(p, p);
     const __m128i lo = _mm256_castsi256_si128(p), hi = _mm256_extracti128_si256(p, 1);
-    const size_t dx = 4 * static_cast<size_t>(flip ? out_w - 1 - x : x);
+    const size_t dx = 3 * static_cast<size_t>(i);
     const int32_t v0 = _mm_cvtsi128_si32(lo), v2 = _mm_extract_epi32(lo, 1);
     const int32_t v1 = _mm_cvtsi128_si32(hi), v3 = _mm_extract_epi32(hi, 1);
     std::memcpy(d0 + dx, &v0, 4);
@@ -324,16 +359,16 @@ struct Kernels {
   void (*hpass)(const uint8_t*, const int*, const int16_t*, int, int, uint8_t*, bool);
   // Four rows at once, or null (then hpass runs row by row).
   void (*hpass4)(const uint8_t* const*, const int*, const int16_t*, int, int, uint8_t* const*, bool);
+  // Processes bytes rounded up to its vector width: writes may run up to 31 bytes past `bytes`.
   void (*vpass)(const uint8_t* const*, const int16_t*, int, int, uint8_t*);
-  void (*nhwc)(const uint8_t*, int, uint8_t*);
   void (*nchw)(const uint8_t*, int, uint8_t*, uint8_t*, uint8_t*);
   const char* name;
 };
 
-const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, emit_nhwc_scalar, emit_nchw_scalar, "scalar"};
+const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, emit_nchw_scalar, "scalar"};
 #ifdef FASTLOAD_X86
-const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, emit_nhwc_ssse3, emit_nchw_ssse3, "ssse3"};
-const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nhwc_ssse3, emit_nchw_ssse3, "avx2"};
+const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, emit_nchw_ssse3, "ssse3"};
+const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, "avx2"};
 #endif
 
 const Kernels* best_kernels() {
@@ -441,7 +476,9 @@ void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t)
 void Resampler::setup(const AxisTable* xt, const AxisTable* yt, bool flip) {
   xt_ = xt, yt_ = yt, flip_ = flip;
   rows_received_ = 0;
-  tmp_stride_ = (static_cast<size_t>(xt->out_size) * 4 + 31) / 32 * 32;
+  // Packed RGB rows: the horizontal kernels' 4- and 8-byte stores need two spare bytes past the
+  // last pixel, the vertical kernels read whole 32-byte chunks.
+  tmp_stride_ = (static_cast<size_t>(xt->out_size) * 3 + 2 + 31) / 32 * 32;
   // Extra rows: the padded vertical taps of the last outputs may point past the needed range
   // (their coefficients are zero, the memory must still exist).
   const size_t rows = static_cast<size_t>(yt->src_last - yt->src_first) + yt->taps + 1;
@@ -479,7 +516,7 @@ void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
 void Resampler::finish(uint8_t* dst, Layout layout) {
   const Kernels& kr = kernels();
   const int out_w = xt_->out_size, out_h = yt_->out_size, taps = yt_->taps;
-  const int bytes = static_cast<int>(tmp_stride_);
+  const int bytes = out_w * 3;
   const uint8_t* rows[256];
   std::vector<const uint8_t*> many;
   const uint8_t** rp = rows;
@@ -488,13 +525,24 @@ void Resampler::finish(uint8_t* dst, Layout layout) {
     rp = many.data();
   }
   const size_t plane = static_cast<size_t>(out_h) * out_w;
+  const size_t slot = plane * 3;
   for (int y = 0; y < out_h; ++y) {
     const uint8_t* base = tmp_.data() + static_cast<size_t>(yt_->start[y] - yt_->src_first) * tmp_stride_;
     for (int j = 0; j < taps; ++j) rp[j] = base + static_cast<size_t>(j) * tmp_stride_;
-    kr.vpass(rp, yt_->coef.data() + static_cast<size_t>(y) * taps, taps, bytes, line_.data());
+    const int16_t* k = yt_->coef.data() + static_cast<size_t>(y) * taps;
     if (layout == Layout::kNHWC) {
-      kr.nhwc(line_.data(), out_w, dst + static_cast<size_t>(y) * out_w * 3);
+      // NHWC rows are packed RGB like the intermediate: the vertical pass writes the slot directly.
+      // Its chunked stores run up to 31 bytes past the row, into rows written later; only where
+      // that would leave the slot (another image's, maybe another thread's) does it go via line_.
+      const size_t at = static_cast<size_t>(y) * bytes;
+      if (at + bytes + 32 <= slot) {
+        kr.vpass(rp, k, taps, bytes, dst + at);
+      } else {
+        kr.vpass(rp, k, taps, bytes, line_.data());
+        std::memcpy(dst + at, line_.data(), bytes);
+      }
     } else {
+      kr.vpass(rp, k, taps, bytes, line_.data());
       uint8_t* r = dst + static_cast<size_t>(y) * out_w;
       kr.nchw(line_.data(), out_w, r, r + plane, r + 2 * plane);
     }

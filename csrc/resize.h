@@ -55,8 +55,8 @@ class Resampler final : public RowSink {
   int rows_received_ = 0;
   size_t tmp_stride_ = 0;
   std::vector<int> rel_start_;
-  std::vector<uint8_t> tmp_;   // intermediate RGBX rows, out_w wide
-  std::vector<uint8_t> line_;  // one output row, RGBX
+  std::vector<uint8_t> tmp_;   // intermediate packed RGB rows, out_w wide (+ kernel slack)
+  std::vector<uint8_t> line_;  // one output row, packed RGB (NCHW and slot-end rows)
 };
 
 // Name of the resampling kernels in use ("avx2", "ssse3" or "scalar").

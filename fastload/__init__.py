@@ -9,7 +9,7 @@ The data path, one module per stage: folder -> shards (:mod:`fastload.pack`) -> 
 
 __version__ = "0.1.0"
 
-from fastload.transforms import CenterCrop, RandomResizedCrop, Resize, eval_transform, train  # noqa: E402
+_TRANSFORMS = ("CenterCrop", "RandomResizedCrop", "Resize", "eval_transform", "train")
 
 __all__ = [
     "__version__",
@@ -27,7 +27,11 @@ __all__ = [
 
 
 def __getattr__(name):
-    # Lazy: `import fastload` stays cheap and never imports a stage the caller does not use.
+    # Lazy: `import fastload` stays cheap (no numpy) and never imports a stage the caller does not
+    # use; the CLI relies on it to configure numpy's BLAS before numpy loads (see fastload.cli).
+    if name in _TRANSFORMS:
+        from fastload import transforms
+        return getattr(transforms, name)
     if name == "open_dataset":
         from fastload.records.dataset import open_dataset
         return open_dataset
@@ -40,4 +44,7 @@ def __getattr__(name):
     if name == "info":
         from fastload.decode import engine_info
         return engine_info
+    if name == "transforms":  # was imported eagerly before; `fastload.transforms.X` keeps working
+        import importlib
+        return importlib.import_module("fastload.transforms")
     raise AttributeError(f"module 'fastload' has no attribute {name!r}")

@@ -326,3 +326,27 @@ def test_dense_slot_waits_for_engine_reads_before_refill():
     assert sum(1 for _ in it) == 19  # the ring (4 slots) wraps several times meanwhile
     np.testing.assert_array_equal(pending.asnumpy(), x[:5])
     it.close()
+
+
+# --- bench/mxnet_iters.py sparse comparison ------------------------------------------------------
+
+
+def test_bench_sparse_default_size_is_one_mxnet_accepts_and_oversize_is_refused_clearly():
+    """Regression: a 10,240 x 250,000 comparison died inside MXNet (arrays of 2**31 - 1 elements or more)."""
+    import inspect
+
+    from fastload_bench.mxnet_iters import sparse_iters
+
+    params = inspect.signature(sparse_iters).parameters
+    rows, features = params["rows"].default, params["features"].default
+    assert (rows, features) == (1024, 250_000)
+    # MXNet checks the logical shape when the array is used, before any batch is densified.
+    csr = mx.nd.sparse.csr_matrix((np.ones(1, np.float32), np.zeros(1, np.int64), np.r_[0, np.ones(rows, np.int64)]),
+                                  shape=(rows, features))
+    assert csr.shape == (rows, features)
+    with pytest.raises(ValueError, match=r"2\*\*31"):
+        sparse_iters(rows=256 * 40, features=250_000, repeats=1, warmup=0)
+    # The comparison runs end to end (small feature count to keep the test fast).
+    out = sparse_iters(rows=512, features=2_000, repeats=1, warmup=0)
+    assert [r["name"] for r in out] == ["fastload.mxnet NDArrayIter (CSR)", "MXNet NDArrayIter (CSR)"]
+    assert all(r["median"] > 0 for r in out)

@@ -67,17 +67,20 @@ def test_reads_mxnet_rec_into_pinned_float_batches(data_dir):
                             batch_size=16, resize=30)
     assert it.provide_data == [mx.io.DataDesc("data", (16, 3, 24, 24), np.float32, "NCHW")]
     assert it.provide_label[0].name == "softmax_label" and it.provide_label[0].shape == (16,)
-    batches = []
+    batches, labels = [], []
     for b in it:
         assert b.data[0].context == mx.cpu_pinned() and b.label[0].context == mx.cpu_pinned()
         assert b.data[0].dtype == np.float32 and b.data[0].shape == (16, 3, 24, 24)
         batches.append(b)
+        # Read now: only the current and previous batch are guaranteed intact (the producer runs
+        # on into the next epoch and may refill older slots).
+        labels.append(b.label[0].asnumpy())
     assert len(batches) == 4 and batches[-1].pad == 4
     ids = np.concatenate([np.asarray(b.index)[: 16 - b.pad] for b in batches])
     assert sorted(ids.tolist()) == list(range(N_IMAGES))
     # round_batch (MXNet's default): the last batch is completed with the epoch's first records.
     np.testing.assert_array_equal(np.asarray(batches[-1].index)[12:], [0, 1, 2, 3])
-    labels = np.concatenate([b.label[0].asnumpy() for b in batches])
+    labels = np.concatenate(labels)
     np.testing.assert_array_equal(labels[:N_IMAGES], np.arange(N_IMAGES) % 3)
     it.close()
 
@@ -430,3 +433,26 @@ def test_last_partial_batch_matches_mxnet_batch_count_shapes_and_pad(tmp_path, n
             np.testing.assert_array_equal(index, 500 + np.arange(n - real, n))
         mine.reset()
     mine.close()
+
+
+def test_bench_counts_the_records_each_iterator_delivers(tmp_path):
+    """Regression: with round_batch=False MXNet's padded last batch has pad=0, so rows - pad over-counted."""
+    from fastload_bench.mxnet_iters import FastloadImageRunner, _MXImageRunner, _part_records
+
+    n = 48
+    rec = _small_rec(tmp_path, n)
+    assert [_part_records(10, p, 3) for p in range(3)] == [4, 4, 2]
+    assert [_part_records(10, p, 4) for p in range(4)] == [3, 3, 3, 1]
+    common = dict(batch_size=32, size=8, threads=1, seed=0)
+    for parts in (1, 2, 3):
+        runner = _MXImageRunner(rec, parts=parts, limit=None, **common)
+        assert runner.run() == n, f"MXNet, {parts} part(s)"
+        runner.close()
+    mine = FastloadImageRunner({"rec": rec, **common})
+    assert mine.run()["images"] == n
+    mine.limit = 1
+    assert mine.run()["images"] == 32
+    mine.close()
+    (tmp_path / f"small{n}.idx").unlink()
+    with pytest.raises(FileNotFoundError, match="idx"):
+        _MXImageRunner(rec, parts=1, limit=None, **common)
