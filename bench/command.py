@@ -10,6 +10,7 @@ the plot. ``fastload/cli.py`` registers this module's :func:`add_parser`.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -25,18 +26,19 @@ from .peers.registry import (PeerProcesses, eval_peers, mxnet_peers, peer_python
                              sparse_peers)
 from .prepare import BenchData, prepare
 from .report import render_text, write_outputs
+from .startup import first_batch_contender, memory_contender
 from .targets import FAMILIES, evaluate
 
 __all__ = ["add_parser", "bench_main", "BenchOptions", "SUITES", "run_bench"]
 
 SUITES = ("all", "stages", "peers", "pack", "decode", "loader", "mxnet")
 _GROUPS_OF_SUITE = {
-    "all": ("read", "decode", "pipeline", "eval", "sparse", "h2d", "pack"),
+    "all": ("read", "decode", "pipeline", "eval", "sparse", "h2d", "pack", "startup", "memory"),
     "stages": ("read", "decode", "pipeline", "eval", "h2d"),
     "peers": ("pipeline", "eval"),
     "pack": ("pack",),
     "decode": ("decode",),
-    "loader": ("pipeline",),
+    "loader": ("pipeline", "startup", "memory"),
     "mxnet": ("pipeline", "sparse"),
 }
 
@@ -206,6 +208,38 @@ def _read_group(data: BenchData) -> Tuple[List[Contender], List[Result]]:
     return out, skips
 
 
+# Records of the dataset whose first batch is timed (issue 4: a million; --quick: a smoke-test size).
+STARTUP_RECORDS = 1_000_000
+STARTUP_RECORDS_QUICK = 20_000
+
+
+def _startup_group(opts: BenchOptions, data: BenchData, threads: int) -> Tuple[List[Contender], List[Result]]:
+    name = FAMILIES["first_batch"]
+    if data.packed is None:
+        return [], [skipped(name, group="startup", reason=data.missing.get("packed", "no packed dataset"))]
+    records = STARTUP_RECORDS_QUICK if opts.quick else STARTUP_RECORDS
+    batch = opts.batch_size or 256
+    cache = os.path.join(opts.out, "cache")
+    rows = [first_batch_contender(f"{name}, {records:,} records, page cache warm", source=data.packed, cache_dir=cache,
+                                  records=records, threads=threads, batch_size=batch, reference=True)]
+    if opts.quick:
+        return rows, [skipped(f"{name}, {records:,} records, .rec evicted", group="startup", reason="not in --quick")]
+    rows.append(first_batch_contender(f"{name}, {records:,} records, .rec evicted", source=data.packed,
+                                      cache_dir=cache, records=records, threads=threads, batch_size=batch, evict=True))
+    return rows, []
+
+
+def _memory_group(data: BenchData, threads: int, batch: int) -> Tuple[List[Contender], List[Result]]:
+    if data.packed is None:
+        reason = data.missing.get("packed", "no packed dataset")
+        return [], [skipped(FAMILIES["memory_torch"], group="memory", reason=reason)]
+    f = FAMILIES
+    return [memory_contender(f"{f['memory_torch']}, batch {batch}", path=data.packed, api="torch",
+                             threads=threads, batch_size=batch, reference=True),
+            memory_contender(f"{f['memory_loader']}, batch {batch}", path=data.packed, api="loader",
+                             threads=threads, batch_size=batch)], []
+
+
 def _h2d_group(batch: int) -> Tuple[List[Contender], List[Result]]:
     reason = stages.cuda_available()
     if reason is not None:
@@ -257,10 +291,20 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
                 rows, skips = sparse_peers(procs=procs, quick=opts.quick)
             elif group == "h2d":
                 rows, skips = _h2d_group(batch)
+            elif group == "startup":
+                rows, skips = _startup_group(opts, data, max_threads)
+            elif group == "memory":
+                rows, skips = _memory_group(data, max_threads, batch)
             else:
                 rows, skips, scratch = pack_contenders(data.images_root, workers=max_threads, quick=opts.quick)
             procs.spawn_all()
-            results += measure(rows, config, quiet=quiet) + skips
+            group_config = config
+            if group == "memory" or (group == "startup" and opts.quick):
+                # A fresh process per repeat: a warm-up run only re-warms the page cache, which
+                # --quick skips; one 5-epoch run is the memory measurement (repeating re-measures it).
+                group_config = RunConfig(repeats=opts.repeats or (1 if group == "memory" else config.repeats),
+                                         warmup=0)
+            results += measure(rows, group_config, quiet=quiet) + skips
             procs.close()
             stages.clear_image_cache()
         env = environment(list(opts.argv) or ["fastload", "bench"],

@@ -26,6 +26,8 @@ GROUP_TITLES = {
     "h2d": "host-to-device copy",
     "pack": "packing, pass-through (whole command, same workers)",
     "pack-resize": "packing, --resize 256 (whole command, same workers)",
+    "startup": "first batch after constructing the loader (fresh process per repeat; rate = first batch's images / its seconds)",
+    "memory": "memory over 5 epochs (fresh process; rate = images/s over the 5 epochs)",
 }
 
 
@@ -44,6 +46,16 @@ def _details(r: Result) -> str:
         parts.append(f"consumer waited {e['input_bound_fraction']:.0%}")
     if "first_batch_ms_mean" in e:
         parts.append(f"first batch {e['first_batch_ms_mean']:.0f} ms")
+    if "index_load_ms_mean" in e:
+        parts.append(f"constructing {e.get('construct_ms_mean', 0):.0f} ms, index load {e['index_load_ms_mean']:.0f} ms, "
+                     f"open_dataset {e.get('open_dataset_ms_mean', 0):.0f} ms, {e.get('records_max', 0):,.0f} records, "
+                     f".rec {e.get('rec_mb_max', 0):,.0f} MB of which {e.get('rec_resident_kb_after_construct_max', 0):,.0f}"
+                     f" KB mapped in after constructing")
+    if "rss_peak_mb_max" in e:
+        parts.append(f"peak RSS {e['rss_peak_mb_max']:,.0f} MB (bound {e.get('rss_bound_mb_max', 0):,.0f} MB), "
+                     f"anon peak {e.get('rss_anon_peak_mb_max', 0):,.0f} MB, after imports "
+                     f"{e.get('rss_after_imports_mb_max', 0):,.0f} MB; per epoch: RSS peak {e.get('rss_epoch_peak_mb')}, "
+                     f"RSS at the end {e.get('rss_epoch_end_mb')}, anon at the end {e.get('rss_anon_epoch_end_mb')} MB")
     if e.get("sliced"):
         parts.append(f"{e['sliced']:,} decodes took the restart-interval (sliced) path")
     if e.get("failed"):

@@ -1,12 +1,14 @@
 """Measurement stage, verdicts: the issues' throughput targets checked against one run's rows.
 
 Every check is a ratio of two rows measured interleaved in the same group (or an absolute rate),
-so a run on a noisy machine still compares like with like. A check whose rows were not measured
+so a run on a noisy machine still compares like with like; issue 4's first-batch latency and memory
+bounds are upper limits on one row's seconds or megabytes. A check whose rows were not measured
 is listed as not measured, with the reason, rather than left out.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import List, Optional, Sequence
 
 from .harness import Result
@@ -31,7 +33,13 @@ FAMILIES = {
     "mxnet_parts": "MXNet ImageRecordIter x2",
     "pack_fastload": "fastload pack",
     "pack_im2rec": "MXNet im2rec.py",
+    "first_batch": "fastload.torch first batch",
+    "memory_torch": "fastload.torch DataLoader, 5 epochs",
+    "memory_loader": "fastload Loader (no torch), 5 epochs",
 }
+
+# Issue 4 states the first-batch target for a dataset of this many records.
+FIRST_BATCH_RECORDS = 1_000_000
 
 
 def _find(results: Sequence[Result], prefix: str, group: str, threads: Optional[int] = None,
@@ -55,6 +63,50 @@ def _check(issue: int, check: str, num: Optional[Result], den: Optional[Result],
     row.update(value=value, met=value >= target, unit="/s" if absolute else "x",
                rows=[num.name] + ([] if absolute else [den.name]))
     return row
+
+
+def _at_most(check: str, value: Optional[float], limit: Optional[float], unit: str, rows: Sequence[str],
+             why: str = "not measured") -> dict:
+    """An upper-bound check (seconds, megabytes) on one row's measurement."""
+    row = {"issue": 4, "check": check, "target": limit,
+           "target_text": "-" if limit is None else f"<= {limit:,.2f}{unit}"}
+    if value is None or limit is None:
+        row.update(value=None, met=None, why=why)
+        return row
+    row.update(value=value, met=value <= limit, unit=unit, rows=list(rows))
+    return row
+
+
+def _first_batch_check(results: Sequence[Result]) -> dict:
+    check = f"seconds to the first batch, {FIRST_BATCH_RECORDS:,}-record dataset"
+    row = _find(results, FAMILIES["first_batch"], "startup", exclude="evicted")
+    if row is None:
+        return _at_most(check, None, 1.0, " s", [], "first-batch row not measured")
+    seconds = statistics.median(s["seconds"] for s in row.samples)
+    records = int(row.extra.get("records_max", 0))
+    if records < FIRST_BATCH_RECORDS:
+        return _at_most(check, None, 1.0, " s", [row.name],
+                        f"this run used {records:,} records (median {seconds:.2f} s)")
+    return _at_most(check, seconds, 1.0, " s", [row.name])
+
+
+def _memory_checks(results: Sequence[Result]) -> List[dict]:
+    checks = []
+    for key, label in (("memory_torch", "fastload.torch"), ("memory_loader", "fastload Loader, no torch")):
+        row = _find(results, FAMILIES[key], "memory")
+        # The bound, (prefetch + 2) batches + 300 MB, is the row's target.
+        peak = f"peak RSS over 5 epochs, {label}"
+        growth = f"anon RSS growth, {label}, end of epoch"
+        if row is None:
+            checks += [_at_most(peak, None, 1.0, " MB", [], "memory row not measured"),
+                       _at_most(growth, None, 1.0, " MB", [], "memory row not measured")]
+            continue
+        e = row.extra
+        checks.append(_at_most(peak, e.get("rss_peak_mb_max"), e.get("rss_bound_mb_max"), " MB", [row.name]))
+        epochs = e.get("growth_epochs") or [2, 5]
+        checks.append(_at_most(f"{growth} {epochs[0]} -> {epochs[-1]}", e.get("rss_anon_growth_mb_max"),
+                               e.get("growth_slack_mb_max"), " MB", [row.name]))
+    return checks
 
 
 def _scaling_ratio(results: Sequence[Result], a: str, b: str) -> dict:
@@ -101,5 +153,6 @@ def evaluate(results: Sequence[Result]) -> List[dict]:
                _find(results, f["pack_im2rec"], "pack"), 5.0),
         _check(2, "fastload pack --resize 256 / im2rec --resize 256", _find(results, f["pack_fastload"], "pack-resize"),
                _find(results, f["pack_im2rec"], "pack-resize"), 1.5),
+        _first_batch_check(results),
     ]
-    return checks
+    return checks + _memory_checks(results)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAVE_ENGINE, REPO_ROOT
+from conftest import HAVE_ENGINE, HAVE_TORCH, REPO_ROOT
 
 from fastload_bench import harness, model_step, report, targets
 from fastload_bench.harness import Contender, Result, RunConfig, Sample, Skip, measure
@@ -302,7 +302,7 @@ def test_quick_bench_smoke(tmp_path):
         assert key in doc["environment"]
     assert doc["config"]["quick"] is True
     groups = {r["group"] for r in doc["results"]}
-    assert {"read", "decode", "pipeline", "eval", "sparse", "h2d", "pack"} <= groups
+    assert {"read", "decode", "pipeline", "eval", "sparse", "h2d", "pack", "startup", "memory"} <= groups
     for row in doc["results"]:
         # Every row is measured or says why not; a crash inside a contender is a failure here.
         assert row["error"] is None, (row["name"], row["error"])
@@ -311,7 +311,116 @@ def test_quick_bench_smoke(tmp_path):
     assert any(n.startswith("fastload Loader") for n in measured)
     assert any(n.startswith("fastload engine train") for n in measured)
     assert doc["targets"] and doc["model_step"]["demand_ips"] == pytest.approx(2 * 256 / 0.1)
+    by_group = {r["group"]: r for r in doc["results"] if not r["skipped"]}
+    assert by_group["startup"]["extra"]["records_max"] == 20_000  # --quick builds a small dataset
+    assert by_group["memory"]["extra"]["rss_peak_mb_max"] > 0
+    checks = {t["check"]: t for t in doc["targets"]}
+    assert "this run used 20,000 records" in checks["seconds to the first batch, 1,000,000-record dataset"]["why"]
     table = (out / "table.txt").read_text()
     assert "== train pipeline" in table and "issue targets" in table and "GPUs consume" in table
     assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert "wrote" in proc.stdout
+
+
+# --- issue 4's loader limits: first batch of a large dataset, memory over epochs -------------------
+
+
+def test_loader_suite_has_startup_and_memory_groups(tiny_folder, tmp_path):
+    from fastload_bench import command
+    from fastload_bench.prepare import BenchData
+    for suite in ("all", "loader"):
+        assert {"startup", "memory"} <= set(command._GROUPS_OF_SUITE[suite])
+    data = BenchData(source="test", packed=str(tiny_folder))
+    quick = command.BenchOptions(quick=True, out=str(tmp_path))
+    rows, skips = command._startup_group(quick, data, threads=2)
+    assert [(r.group, r.reference) for r in rows] == [("startup", True)]
+    assert rows[0].records == command.STARTUP_RECORDS_QUICK and rows[0].batch_size == 256
+    assert rows[0].cache_dir == str(tmp_path / "cache")
+    assert [s.skipped for s in skips] == ["not in --quick"]
+    rows, skips = command._startup_group(command.BenchOptions(out=str(tmp_path)), data, threads=2)
+    assert [r.evict for r in rows] == [False, True] and rows[0].records == 1_000_000 and not skips
+    rows, skips = command._memory_group(data, threads=2, batch=32)
+    assert [(r.group, r.api, r.batch_size, r.prefetch, r.epochs) for r in rows] == [
+        ("memory", "torch", 32, 2, 5), ("memory", "loader", 32, 2, 5)]
+    missing = BenchData(source="test", missing={"packed": "pack failed"})
+    for rows, skips in (command._startup_group(quick, missing, threads=2), command._memory_group(missing, 2, 32)):
+        assert rows == [] and [s.skipped for s in skips] == ["pack failed"]
+
+
+@pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built: the builder makes thumbnails with it")
+def test_large_dataset_builder_cycles_real_images(tiny_folder, tmp_path):
+    from fastload.records.dataset import open_dataset
+    from fastload_bench.startup import build_records_dataset
+    path, info = build_records_dataset(str(tiny_folder), str(tmp_path), records=1000, side=16)
+    assert info["cached"] is False and info["distinct_images"] == 40
+    with open_dataset(path) as ds, open_dataset(str(tiny_folder)) as src:
+        assert len(ds) == 1000 and ds.ids[999] == 999
+        assert bytes(ds.image(7)) == bytes(ds.image(47)) == bytes(ds.image(967)) != bytes(ds.image(8))
+        assert bytes(ds.image(7))[:2] == b"\xff\xd8"  # a JPEG
+        assert ds.labels[47, 0] == src.labels[7, 0]
+    again, info = build_records_dataset(str(tiny_folder), str(tmp_path), records=1000, side=16)
+    assert again == path and info["cached"] is True
+    with pytest.raises(ValueError, match="records"):
+        build_records_dataset(str(tiny_folder), str(tmp_path), records=0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (HAVE_ENGINE and HAVE_TORCH), reason="needs the C++ engine and torch")
+def test_startup_and_memory_contenders_report_their_figures(tiny_folder, tmp_path):
+    from fastload_bench import startup
+    env_path = _fastload_bench_path(tmp_path)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = env_path  # the children import this checkout's fastload_bench
+    try:
+        first = startup.FirstBatchContender("first", source=str(tiny_folder), cache_dir=str(tmp_path / "cache"),
+                                            records=2000, threads=1, batch_size=8, size=32)
+        mem = startup.MemoryContender("mem", path=str(tiny_folder), api="loader", threads=1, batch_size=8, size=32)
+        results = measure([first, mem], RunConfig(repeats=1, warmup=0), quiet=True)
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+    by = {r.name: r for r in results}
+    assert all(r.ok for r in results), [(r.name, r.error, r.skipped) for r in results]
+    e = by["first"].extra
+    assert e["records_max"] == 2000 and by["first"].samples[0]["images"] == 8
+    assert e["rec_resident_kb_after_construct_max"] == 0  # constructing maps no page of the shard in
+    assert e["index_load_ms_mean"] > 0 and e["first_batch_ms_mean"] >= e["construct_ms_mean"]
+    e = by["mem"].extra
+    assert len(e["rss_epoch_end_mb"]) == len(e["rss_epoch_peak_mb"]) == 5 and e["growth_epochs"] == [2, 5]
+    assert all(p >= end for p, end in zip(e["rss_epoch_peak_mb"], e["rss_epoch_end_mb"]))
+    assert e["rss_peak_mb_max"] >= max(e["rss_epoch_end_mb"]) and e["rss_anon_peak_mb_max"] > 0
+    assert e["rss_bound_mb_max"] == pytest.approx(startup.rss_bound_mb(prefetch=2, batch_size=8, size=32), abs=0.05)
+    assert by["mem"].samples[0]["images"] == 5 * 40
+
+
+def _limit_row(name, group, extra, seconds=(0.5,)):
+    r = Result(name=name, group=group, family=name, threads=2, extra=dict(extra))
+    r.samples = [{"images": 256, "bytes": 0, "seconds": s} for s in seconds]
+    r.median_ips = r.min_ips = r.max_ips = 256 / sorted(seconds)[len(seconds) // 2]
+    return r
+
+
+def test_loader_limit_checks():
+    f = targets.FAMILIES
+    mem = {"rss_peak_mb_max": 500.0, "rss_bound_mb_max": 454.1, "rss_anon_growth_mb_max": 1.0,
+           "rss_growth_mb_max": 40.0, "growth_slack_mb_max": 16.0, "growth_epochs": [2, 5]}
+    rows = [_limit_row(f"{f['first_batch']}, 1,000,000 records, page cache warm", "startup", {"records_max": 1_000_000},
+                       seconds=(0.4, 1.5, 0.6)),
+            _limit_row(f"{f['first_batch']}, 1,000,000 records, .rec evicted", "startup", {"records_max": 1_000_000},
+                       seconds=(3.0,)),
+            _limit_row(f"{f['memory_torch']}, batch 256", "memory", mem),
+            _limit_row(f"{f['memory_loader']}, batch 256", "memory", dict(mem, rss_peak_mb_max=300.0,
+                                                                          rss_anon_growth_mb_max=40.0))]
+    checks = {c["check"]: c for c in targets.evaluate(rows)}
+    c = checks["seconds to the first batch, 1,000,000-record dataset"]
+    assert c["value"] == pytest.approx(0.6) and c["met"] is True  # median of the warm row's repeats
+    assert checks["peak RSS over 5 epochs, fastload.torch"]["met"] is False
+    assert checks["peak RSS over 5 epochs, fastload Loader, no torch"]["met"] is True
+    # Growth is judged on anonymous RSS: full RSS swings with the shard pages of batches in flight.
+    assert checks["anon RSS growth, fastload.torch, end of epoch 2 -> 5"]["met"] is True
+    assert checks["anon RSS growth, fastload Loader, no torch, end of epoch 2 -> 5"]["met"] is False
+    small = [_limit_row(f"{f['first_batch']}, 20,000 records", "startup", {"records_max": 20_000})]
+    c = {c["check"]: c for c in targets.evaluate(small)}["seconds to the first batch, 1,000,000-record dataset"]
+    assert c["value"] is None and "20,000 records" in c["why"]

@@ -233,6 +233,30 @@ def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp
     assert len(res.manifest["shards"]) == 4 and verify_dataset(out).ok
 
 
+def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
+    from fastload.pack import packer
+    ref = pack_folder(tiny_folder, str(tmp_path / "ref"), shards=2, progress=False)
+    real_writev = os.writev
+    calls = {"n": 0}
+
+    def short_writev(fd, buffers):
+        # The kernel may write less than asked: at most 1000 bytes per call, resumed by the writer.
+        calls["n"] += 1
+        return real_writev(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:1000]])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    monkeypatch.setattr(packer._GatherFile, "_MAX_BYTES", 5000)  # many gathered batches per shard
+    monkeypatch.setattr(packer, "_WRITEBACK_STEP", 1)  # start writeback after every batch
+    res = pack_folder(tiny_folder, str(tmp_path / "short"), shards=2, progress=False)
+    monkeypatch.undo()
+    assert calls["n"] > 40
+    assert [s["sha256"] for s in res.manifest["shards"]] == [s["sha256"] for s in ref.manifest["shards"]]
+    for entry in ref.manifest["shards"]:
+        for name in (entry["file"], entry["index_file"]):
+            assert open(tmp_path / "short" / name, "rb").read() == open(tmp_path / "ref" / name, "rb").read()
+    assert verify_dataset(str(tmp_path / "short")).ok
+
+
 def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
     try:
         from fastload import _engine

@@ -333,7 +333,9 @@ def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions,
     return [_read_and_convert(item, size, options, fmt, label_width) for item, size in batch]
 
 
-_PASS_BATCH = 32
+_PASS_BATCH = 32  # images per worker task when they pass through (decoded ones: 4 per task)
+_BATCHES_PER_WORKER = 4  # tasks in flight per worker: bounds the images held in memory
+_HASH_QUEUE = 8  # written batches (~4 MB each) waiting for the hashing thread
 _WRITEBACK_STEP = 32 << 20  # start the disk writes of every this many bytes while packing goes on
 _sync_file_range = None
 
@@ -377,9 +379,10 @@ class _GatherFile:
         self.written = 0
         self._kicked = 0
         self._hash = hashlib.sha256()
+        self._error: Optional[BaseException] = None
         # Hashing runs on its own thread: the writing thread's writev (the page-cache copy) and
         # SHA-256 (hashlib releases the GIL) then use both cores.
-        self._queue: "queue.Queue" = queue.Queue(maxsize=8)  # bounds the bytes held for hashing
+        self._queue: "queue.Queue" = queue.Queue(maxsize=_HASH_QUEUE)  # bounds the bytes held for hashing
         self._thread = threading.Thread(target=self._run, name="fastload-pack-sha256", daemon=True)
         self._thread.start()
 
@@ -389,8 +392,12 @@ class _GatherFile:
             chunks = self._queue.get()
             if chunks is None:
                 return
-            for chunk in chunks:
-                update(chunk)
+            if self._error is None:
+                try:
+                    for chunk in chunks:
+                        update(chunk)
+                except BaseException as exc:  # noqa: BLE001 - re-raised by hexdigest(); keep draining
+                    self._error = exc
 
     def fileno(self) -> int:
         return self._fd
@@ -404,7 +411,7 @@ class _GatherFile:
         return n
 
     def flush(self) -> None:
-        """Write every gathered chunk (short writes resumed), hash them, start their writeback."""
+        """Write the gathered chunks (short writes resumed), queue them for hashing, start writeback."""
         chunks, self._chunks = self._chunks, []
         if not chunks:
             return
@@ -432,6 +439,8 @@ class _GatherFile:
         """Flush and return the SHA-256 of everything written."""
         self.flush()
         self._stop()
+        if self._error is not None:
+            raise RuntimeError(f"hashing the shard failed: {self._error!r}") from self._error
         return self._hash.hexdigest()
 
     def _stop(self) -> None:
@@ -464,7 +473,7 @@ def _ordered_results(items: Iterator[Tuple[SourceItem, int]], fn, workers: int,
 
     Batches keep the per-image cost of futures and thread hand-offs off the hot path.
     """
-    window = max(4, workers * 4)  # bounds memory: at most `window` batches in flight
+    window = max(4, workers * _BATCHES_PER_WORKER)  # bounds memory: at most `window` batches in flight
     pending: "collections.deque[Tuple[List[Tuple[SourceItem, int]], Future]]" = collections.deque()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fastload-pack")
 
@@ -816,8 +825,8 @@ def pack_folder(src: str, out: str, *, options: Optional[PackOptions] = None, **
             progress.skip(pos)
             try:
                 sizes = [stats[i][0] for i in order[pos:].tolist()]
-                # Small batches when every image is decoded (even load on the workers), large ones
-                # for pass-through, where the per-image overhead is what counts.
+                # Large batches for pass-through, where the per-image overhead is what counts;
+                # small ones when every image is decoded (even load on the workers).
                 batch = _PASS_BATCH if convert_options.resize is None and transcode is None else 4
                 stream = _ordered_results(
                     zip(items[pos:], sizes),
