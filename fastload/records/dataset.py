@@ -110,6 +110,9 @@ class ShardedDataset(Dataset):
         manifest: The manifest, when there is one.
     """
 
+    #: Consumed bytes between two releases of the shards' mapped pages (see :meth:`done_with`).
+    RELEASE_EVERY_BYTES = 64 << 20
+
     def __init__(self, *, path: str, kind: str, shards: Sequence[Shard], index: np.ndarray,
                  manifest: Optional[Dict[str, Any]] = None) -> None:
         self.path = path
@@ -133,6 +136,7 @@ class ShardedDataset(Dataset):
         self._lmdb = bool(self.shards) and isinstance(self.shards[0], LmdbShard)
         self._closed = False
         self._lock = threading.Lock()
+        self._consumed = 0  # bytes of records consumed since the mappings were last released
 
     def _where(self, i: int):
         if self._closed:
@@ -178,11 +182,26 @@ class ShardedDataset(Dataset):
         self._advise(indices, "will_need")
 
     def done_with(self, indices: Iterable[int]) -> None:
-        """``MADV_DONTNEED`` over the records' byte ranges: decoded records leave this process's RSS.
+        """Consumed records leave this process's RSS, in bulk.
 
-        Views stay valid (the pages come back from the page cache on access). LMDB: no-op.
+        Every ``RELEASE_EVERY_BYTES`` of consumed records, each shard's whole mapping gets one
+        ``MADV_DONTNEED``: the pages stay in the page cache, views stay valid (a later access faults
+        the page back in from the cache), and the process's resident size stays bounded by what a
+        few batches touch instead of growing to the dataset's size. One call per shard rather than
+        one per record: per-record calls (each a TLB shootdown across the decode threads) cost ~7%
+        of the decode time when measured. LMDB: no-op.
         """
-        self._advise(indices, "done_with")
+        if self._closed or self._lmdb:
+            return
+        idx = np.asarray(indices if isinstance(indices, np.ndarray) else list(indices), dtype=np.int64)
+        consumed = int(self._length[idx].sum()) if idx.size else 0
+        with self._lock:
+            self._consumed += consumed
+            if self._consumed < self.RELEASE_EVERY_BYTES:
+                return
+            self._consumed = 0
+        for shard in self.shards:
+            shard.done_with(0, shard.size)
 
     def _advise(self, indices: Iterable[int], method: str) -> None:
         if self._closed or self._lmdb:
