@@ -103,6 +103,12 @@ def _memory_checks(results: Sequence[Result]) -> List[dict]:
             continue
         e = row.extra
         checks.append(_at_most(peak, e.get("rss_peak_mb_max"), e.get("rss_bound_mb_max"), " MB", [row.name]))
+        # What the loader itself adds: the framework's import (torch alone maps ~230 MB of code and
+        # data) is the same with any loader, so the bound is also checked over the post-import RSS.
+        peak_mb, base_mb = e.get("rss_peak_mb_max"), e.get("rss_after_imports_mb_max")
+        added = None if peak_mb is None or base_mb is None else peak_mb - base_mb
+        checks.append(_at_most(f"peak RSS added after imports, {label}", added, e.get("rss_bound_mb_max"),
+                               " MB", [row.name]))
         epochs = e.get("growth_epochs") or [2, 5]
         checks.append(_at_most(f"{growth} {epochs[0]} -> {epochs[-1]}", e.get("rss_anon_growth_mb_max"),
                                e.get("growth_slack_mb_max"), " MB", [row.name]))
