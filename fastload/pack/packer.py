@@ -333,7 +333,7 @@ def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions,
     return [_read_and_convert(item, size, options, fmt, label_width) for item, size in batch]
 
 
-_PASS_BATCH = 32  # images per worker task when they pass through (decoded ones: 4 per task)
+_PASS_BATCH = 32  # images per worker task when they pass through (decoded ones: 1 per task)
 _BATCHES_PER_WORKER = 4  # tasks in flight per worker: bounds the images held in memory
 _HASH_QUEUE = 8  # written batches (~4 MB each) waiting for the hashing thread
 _WRITEBACK_STEP = 32 << 20  # start the disk writes of every this many bytes while packing goes on
@@ -825,9 +825,9 @@ def pack_folder(src: str, out: str, *, options: Optional[PackOptions] = None, **
             progress.skip(pos)
             try:
                 sizes = [stats[i][0] for i in order[pos:].tolist()]
-                # Large batches for pass-through, where the per-image overhead is what counts;
-                # small ones when every image is decoded (even load on the workers).
-                batch = _PASS_BATCH if convert_options.resize is None and transcode is None else 4
+                # Batches for pass-through, where the per-image overhead is what counts; one image
+                # per task when every image is decoded (milliseconds each: even load on the workers).
+                batch = _PASS_BATCH if convert_options.resize is None and transcode is None else 1
                 stream = _ordered_results(
                     zip(items[pos:], sizes),
                     lambda chunk: _convert_batch(chunk, convert_options, options.format, source.label_width),
