@@ -25,12 +25,13 @@ so an adapter can use its own array type without a copy.
 from __future__ import annotations
 
 import collections
-import enum
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from fastload.decode import Layout  # the engine's output layouts are the slots' layouts
 
 __all__ = ["Layout", "Allocator", "numpy_allocator", "Fence", "Slot", "Batch", "BatchRing", "HELD_BATCHES"]
 
@@ -38,13 +39,6 @@ __all__ = ["Layout", "Allocator", "numpy_allocator", "Fence", "Slot", "Batch", "
 HELD_BATCHES = 2
 
 Allocator = Callable[[Tuple[int, ...], np.dtype], Tuple[np.ndarray, Any]]
-
-
-class Layout(str, enum.Enum):
-    """Memory layout of a batch of images."""
-
-    NCHW = "NCHW"
-    NHWC = "NHWC"
 
 
 def numpy_allocator(shape: Tuple[int, ...], dtype: np.dtype) -> Tuple[np.ndarray, Any]:
