@@ -4,6 +4,7 @@ import _thread
 import gc
 import json
 import logging
+import signal
 import threading
 import time
 import traceback
@@ -283,6 +284,9 @@ def test_keyboard_interrupt_while_waiting_stops_the_producer(ds):
         release.wait(3)
         return decode_batch(images, out, transform, **kw)
 
+    # A process started in the background (CI runners, `cmd &`) inherits SIGINT ignored, and then
+    # interrupt_main() does nothing: install Python's own handler for the test's duration.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     loader = Loader(ds, cfg(), decode=slow_decode)
     it = iter(loader)
     timer = threading.Timer(0.1, _thread.interrupt_main)
@@ -293,6 +297,7 @@ def test_keyboard_interrupt_while_waiting_stops_the_producer(ds):
     finally:
         release.set()
         timer.join()
+        signal.signal(signal.SIGINT, previous)
     deadline = time.time() + 10
     while producer_threads() and time.time() < deadline:
         time.sleep(0.02)
