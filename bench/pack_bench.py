@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -148,6 +149,17 @@ def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
             name, argv=argv + [prefix, images_root], scratch=folder, images=len(files), nbytes=nbytes,
             prepare=[sys.executable, im2rec, "--list", "--recursive", prefix, images_root],
             family=f"im2rec {label}", threads=workers, notes="list made beforehand, untimed", pycache=pycache))
+        if resize is None:
+            # The same job as `fastload pack FOLDER`: im2rec needs its --list step to pack a folder,
+            # and fastload's own folder scan is inside its timing, so this row times both steps.
+            folder_all = os.path.join(scratch, "im2rec-list-pack")
+            prefix_all = os.path.join(folder_all, "data")
+            listing = [sys.executable, im2rec, "--list", "--recursive", prefix_all, images_root]
+            script = " && ".join(shlex.join(cmd) for cmd in (listing, argv + [prefix_all, images_root]))
+            out.append(CommandContender(
+                f"MXNet im2rec.py --list, then pack ({label}, {workers} workers)", argv=["sh", "-c", script],
+                scratch=folder_all, images=len(files), nbytes=nbytes, family=f"im2rec list+pack {label}",
+                threads=workers, notes="folder to .rec: the list step is timed too", pycache=pycache))
     # Fix the reference per mode: the ratio column compares like with like.
     if not quick:
         for c in out:
