@@ -219,6 +219,19 @@ void JpegDecoder::cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int width) cons
   }
 }
 
+Status JpegDecoder::finish(bool complete) {
+  jpeg_abort_decompress(&cinfo_);
+  if (saw_eof_) {
+    message_ = "truncated JPEG data: " + message_;
+    return Status::kTruncated;
+  }
+  if (!complete) {
+    message_ = "decoder returned fewer rows than the image has";
+    return Status::kCorrupt;
+  }
+  return Status::kOk;
+}
+
 Status JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int y1, RowSink* sink) {
   if (!header_ok_) {
     message_ = "decode_region called without a successful open";
@@ -281,16 +294,7 @@ Status JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int y1, Row
     if (got < want) break;
   }
   const bool complete = static_cast<int>(cinfo_.output_scanline) >= y1;
-  jpeg_abort_decompress(&cinfo_);
-  if (saw_eof_) {
-    message_ = "truncated JPEG data: " + message_;
-    return Status::kTruncated;
-  }
-  if (!complete) {
-    message_ = "decoder returned fewer rows than the image has";
-    return Status::kCorrupt;
-  }
-  return Status::kOk;
+  return finish(complete);
 }
 
 Status JpegDecoder::decode_full(uint8_t* dst) {
@@ -315,16 +319,7 @@ Status JpegDecoder::decode_full(uint8_t* dst) {
     if (cmyk_) cmyk_to_rgb(cmyk_buf_.data(), dst + stride * y, w);
   }
   const bool complete = static_cast<int>(cinfo_.output_scanline) >= h;
-  jpeg_abort_decompress(&cinfo_);
-  if (saw_eof_) {
-    message_ = "truncated JPEG data: " + message_;
-    return Status::kTruncated;
-  }
-  if (!complete) {
-    message_ = "decoder returned fewer rows than the image has";
-    return Status::kCorrupt;
-  }
-  return Status::kOk;
+  return finish(complete);
 }
 
 }  // namespace fastload

@@ -99,6 +99,8 @@ class JpegDecoder {
   Status fail_status() const;
   void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int width) const;
   void configure_output(int denom);
+  // Ends a decode: releases libjpeg's state and turns early EOF / missing rows into a status.
+  Status finish(bool complete);
 
   jpeg_decompress_struct cinfo_;
   ErrorManager err_;

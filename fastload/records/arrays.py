@@ -15,13 +15,13 @@ batch gathers them, so the arrays may be far larger than RAM.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
 from fastload.errors import CorruptRecordError, UserError
+from fastload.records.manifest import read_json_manifest
 
 __all__ = ["ARRAYS_MANIFEST", "ARRAYS_FORMAT", "ShardedVector", "DenseArray", "CSRArray", "ArrayShards",
            "open_arrays"]
@@ -106,17 +106,9 @@ class ArrayShards:
     def __init__(self, path: str) -> None:
         self.path = path
         mpath = os.path.join(path, ARRAYS_MANIFEST)
-        try:
-            with open(mpath, "rb") as f:
-                manifest = json.load(f)
-        except FileNotFoundError:
-            raise UserError(f"{path}: no {ARRAYS_MANIFEST} (not a fastload pack-arrays folder, or an unfinished pack)") from None
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{mpath}: unreadable manifest ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != ARRAYS_FORMAT:
+        manifest = read_json_manifest(path, ARRAYS_MANIFEST, what="a fastload pack-arrays folder", max_version=_VERSION)
+        if manifest.get("format") != ARRAYS_FORMAT:
             raise UserError(f"{mpath}: not a {ARRAYS_FORMAT} manifest")
-        if not isinstance(manifest.get("format_version"), int) or manifest["format_version"] > _VERSION:
-            raise UserError(f"{mpath}: format_version {manifest.get('format_version')!r} is not supported")
         self.manifest = manifest
         self.num_rows = int(manifest["num_rows"])
         self._row_starts = np.asarray(manifest["row_starts"], dtype=np.int64)

@@ -38,6 +38,7 @@ __all__ = [
     "write_index",
     "load_index",
     "write_json_atomic",
+    "read_json_manifest",
     "read_manifest",
     "sha256_file",
     "fsync_dir",
@@ -141,25 +142,40 @@ def sha256_file(path: str, chunk: int = 4 << 20) -> str:
             h.update(block)
 
 
+def read_json_manifest(folder: str, name: str, *, what: str, max_version: int) -> Dict[str, Any]:
+    """Load ``folder/name`` (a JSON object with an int ``format_version``) for a reader.
+
+    Args:
+        folder: The dataset folder.
+        name: The manifest's file name.
+        what: What such a folder is, for the message when the manifest is missing.
+        max_version: The newest ``format_version`` this fastload reads.
+
+    Raises:
+        UserError: Missing, unreadable, not an object, or from a newer format version.
+    """
+    path = os.path.join(folder, name)
+    try:
+        with open(path, "rb") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{folder}: no {name} (not {what}, or an unfinished pack)") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable manifest ({exc})") from None
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if not isinstance(version, int) or version > max_version:
+        raise UserError(f"{path}: manifest format_version {version!r} is not supported "
+                        f"(this fastload reads up to {max_version})")
+    return manifest
+
+
 def read_manifest(folder: str) -> Dict[str, Any]:
     """Load and sanity-check ``folder/fastload.json``.
 
     Raises:
         UserError: Missing, unreadable, or from a newer format version.
     """
-    path = os.path.join(folder, MANIFEST_NAME)
-    try:
-        with open(path, "rb") as f:
-            manifest = json.load(f)
-    except FileNotFoundError:
-        raise UserError(f"{folder}: no {MANIFEST_NAME} (not a fastload dataset, or an unfinished pack)") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable manifest ({exc})") from None
-    version = manifest.get("format_version") if isinstance(manifest, dict) else None
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise UserError(f"{path}: manifest format_version {version!r} is not supported "
-                        f"(this fastload reads up to {FORMAT_VERSION})")
-    return manifest
+    return read_json_manifest(folder, MANIFEST_NAME, what="a fastload dataset", max_version=FORMAT_VERSION)
 
 
 def _human_bytes(n: float) -> str:
