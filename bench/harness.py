@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "Skip",
@@ -41,6 +41,7 @@ __all__ = [
     "skipped",
     "environment",
     "cpu_count",
+    "warm_inputs",
 ]
 
 
@@ -76,12 +77,21 @@ class Contender:
         reference: The row other rows of the group are compared with (fastload's).
         unit: What ``images`` counts (``images``, ``records``).
         notes: Free text for the table and JSON (settings that matter for fairness).
+        inputs: Files or folders the contender reads during a repeat; the harness reads them
+            through the page cache (untimed) before every repeat, see :func:`warm_inputs`.
     """
 
     def __init__(self, name: str, *, group: str, family: Optional[str] = None, threads: int = 1,
-                 reference: bool = False, unit: str = "images", notes: str = "") -> None:
+                 reference: bool = False, unit: str = "images", notes: str = "",
+                 inputs: Sequence[str] = ()) -> None:
         self.name, self.group, self.family = name, group, family or name
         self.threads, self.reference, self.unit, self.notes = int(threads), reference, unit, notes
+        self._inputs = tuple(p for p in inputs if p)
+
+    @property
+    def inputs(self) -> Tuple[str, ...]:
+        """Paths read by a repeat (known after :meth:`start` for contenders that create them)."""
+        return self._inputs
 
     def start(self) -> None:
         """Prepare (allocate, open, spawn); raise :class:`Skip` when the contender cannot run."""
@@ -217,6 +227,13 @@ class PeerContender(Contender):
             raise RuntimeError(f"{self.name}: {reply.get('error')}\n{reply.get('traceback', '')}")
         self.info = reply.get("info") or {}
 
+    @property
+    def inputs(self) -> Tuple[str, ...]:
+        # The shared dataset forms named in the spec, plus files the peer made itself (FFCV's .beton).
+        named = [self.spec.get(k) for k in ("rec", "idx", "root", "packed")]
+        named += list(self.info.get("inputs") or ()) if isinstance(self.info, dict) else []
+        return tuple(p for p in named if isinstance(p, str) and p)
+
     def run(self) -> Sample:
         reply = self._process.request({"op": "run", "id": self._id})
         if not reply.get("ok"):
@@ -316,6 +333,43 @@ def _log(msg: str, quiet: bool) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
+_WARM_CHUNK = 8 << 20
+
+
+def warm_inputs(paths: Sequence[str]) -> int:
+    """Read ``paths`` (files, or folders recursively) through the page cache; returns bytes read.
+
+    Every timed repeat is meant to start with its input in the page cache (that is what the warm-up
+    repeat is for), but a round of a group can outlast the kernel's patience: proactive reclaim
+    (e.g. DAMON's ``pageout`` scheme on cloud VMs) evicts page-cache pages that no process maps and
+    nobody touched for tens of seconds. A file read by one contender only (a restart-indexed pack,
+    FFCV's ``.beton``, a JPEG folder) then comes back from disk on its next repeat while a file
+    several contenders share stays warm. Reading every contender's inputs right before its repeat,
+    outside the timed region, gives all of them the same cache state. Missing paths are ignored
+    (the contender reports its own error).
+    """
+    total = 0
+    buf = bytearray(_WARM_CHUNK)
+    files: List[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            for dirpath, _dirs, names in os.walk(path, followlinks=True):
+                files.extend(os.path.join(dirpath, n) for n in names)
+        elif os.path.isfile(path):
+            files.append(path)
+    for path in files:
+        try:
+            with open(path, "rb", buffering=0) as fh:
+                while True:
+                    n = fh.readinto(buf)
+                    if not n:
+                        break
+                    total += n
+        except OSError:
+            continue
+    return total
+
+
 def measure(contenders: Sequence[Contender], config: RunConfig, *, quiet: bool = False) -> List[Result]:
     """Start, warm up and run ``contenders`` interleaved; always closes them.
 
@@ -352,6 +406,7 @@ def measure(contenders: Sequence[Contender], config: RunConfig, *, quiet: bool =
         def one(c: Contender, timed: bool) -> None:
             if results[id(c)].error is not None:
                 return
+            warm_inputs(c.inputs)
             try:
                 s = c.run()
             except Exception as exc:

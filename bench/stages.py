@@ -102,7 +102,7 @@ def read_contender(name: str, path: str, *, reference: bool = False, notes: str 
         return len(ds), total
 
     return FunctionContender(name, setup=setup, work=work, teardown=lambda s: s[0].close(), group="read",
-                             threads=1, reference=reference, unit="records", notes=notes)
+                             threads=1, reference=reference, unit="records", notes=notes, inputs=(path,))
 
 
 # --- decode engine alone -------------------------------------------------------------------
@@ -318,7 +318,7 @@ class LoaderContender(Contender):
     def __init__(self, name: str, path: str, *, kind: str, threads: int, batch_size: int, group: str,
                  reference: bool = False, notes: str = "", family: Optional[str] = None) -> None:
         super().__init__(name, group=group, family=family or name, threads=threads, reference=reference,
-                         notes=notes)
+                         notes=notes, inputs=(path,))
         self.path, self.kind, self.batch_size = path, kind, batch_size
         self._loader = None
         self._epoch = 0
@@ -383,7 +383,7 @@ class TorchLoaderContender(Contender):
 
     def __init__(self, name: str, path: str, *, kind: str, threads: int, batch_size: int, group: str,
                  notes: str = "") -> None:
-        super().__init__(name, group=group, threads=threads, notes=notes)
+        super().__init__(name, group=group, threads=threads, notes=notes, inputs=(path,))
         self.path, self.kind, self.batch_size = path, kind, batch_size
         self._loader = None
         self._epoch = 0

@@ -76,6 +76,44 @@ def test_measure_keeps_skipped_and_failed_rows():
     assert skip.closed == 1 and bad.closed == 1
 
 
+def test_inputs_are_read_through_before_every_repeat(tmp_path, monkeypatch):
+    # A file only one contender reads can be evicted between its repeats (proactive reclaim of
+    # unmapped page cache) while shared files stay warm; the harness re-reads every contender's
+    # inputs, untimed, right before each of its repeats so all start from the same cache state.
+    data = tmp_path / "data.rec"
+    data.write_bytes(b"x" * 5000)
+    log = []
+    a = _Recorder("a", log)
+    a._inputs = (str(data),)
+    b = _Recorder("b", log)
+    monkeypatch.setattr(harness, "warm_inputs", lambda paths: log.append(("warm", tuple(paths))))
+    measure([a, b], RunConfig(repeats=2, warmup=1), quiet=True)
+    warm_a = ("warm", (str(data),))
+    assert log.count(warm_a) == 3 and log.count(("warm", ())) == 3
+    for i, entry in enumerate(log):
+        if entry == ("run", "a"):
+            assert log[i - 1] == warm_a
+
+
+def test_warm_inputs_reads_files_and_folders(tmp_path):
+    (tmp_path / "cls" / "sub").mkdir(parents=True)
+    (tmp_path / "cls" / "a.jpg").write_bytes(b"a" * 300)
+    (tmp_path / "cls" / "sub" / "b.jpg").write_bytes(b"b" * 9_000_000)  # more than one read chunk
+    single = tmp_path / "one.rec"
+    single.write_bytes(b"c" * 70)
+    assert harness.warm_inputs([str(tmp_path / "cls")]) == 9_000_300
+    assert harness.warm_inputs([str(single), str(tmp_path / "missing")]) == 70
+    assert harness.warm_inputs([]) == 0
+
+
+def test_fastload_contenders_declare_their_dataset(tiny_folder):
+    from fastload_bench import stages
+    for c in (stages.loader_contender("l", str(tiny_folder), threads=1, batch_size=8),
+              stages.torch_loader_contender("t", str(tiny_folder), threads=1, batch_size=8),
+              stages.read_contender("r", str(tiny_folder))):
+        assert c.inputs == (str(tiny_folder),)
+
+
 def test_loader_repeats_leave_nothing_running(tiny_folder):
     # fastload's loader decodes on into the next epoch; between timed repeats that would run while
     # another contender is timed, so the contender stops it after each repeat.

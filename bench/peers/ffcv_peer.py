@@ -74,7 +74,7 @@ class _Runner:
                                         "label": [IntDecoder(), ToTensor()]})
         import ffcv
         self.info = {"ffcv": getattr(ffcv, "__version__", "?"), "threads": threads, "jpeg_quality": quality,
-                     "beton_bytes": os.path.getsize(beton)}
+                     "beton_bytes": os.path.getsize(beton), "inputs": [beton]}
 
     def run(self) -> dict:
         images = 0
