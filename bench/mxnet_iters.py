@@ -31,6 +31,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from .peers.sparse_data import synthetic_csr
+
 __all__ = ["make_runner", "image_iters", "sparse_iters", "FastloadImageRunner"]
 
 _RRC = dict(random_resized_crop=True, min_random_area=0.08, max_random_area=1.0, min_aspect_ratio=3.0 / 4.0,
@@ -230,7 +232,6 @@ def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float
         One dict per contender; ``samples`` are batches/s per repeat.
     """
     import mxnet as mx
-    import scipy.sparse as sp
 
     import fastload.mxnet as fm
 
@@ -240,12 +241,7 @@ def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float
         raise ValueError(f"rows={rows} x features={features} = {rows * features:,} elements: MXNet refuses arrays "
                          f"(CSR included) of 2**31 - 1 elements or more; use fewer rows")
     rng = np.random.default_rng(seed)
-    nnz_row = max(1, int(round(features * density)))
-    indptr = np.arange(rows + 1, dtype=np.int64) * nnz_row
-    indices = np.sort(rng.integers(0, features, (rows, nnz_row)), axis=1).ravel()
-    x = sp.csr_matrix((rng.random(rows * nnz_row, dtype=np.float32), indices, indptr), shape=(rows, features))
-    x.sum_duplicates()
-    y = rng.integers(0, 2, rows).astype(np.float32)
+    x, y = synthetic_csr(rows, features, density, rng)
     weight = mx.nd.array(rng.random((features, 8), dtype=np.float32)) if consumer == "dot" else None
 
     def consume(it) -> int:
@@ -271,7 +267,7 @@ def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float
         return go
 
     names = {"fastload.mxnet NDArrayIter (CSR)": run(mine), "MXNet NDArrayIter (CSR)": run(theirs)}
-    note = f"{rows} x {features} CSR, {nnz_row} nnz/row, batch {batch_size}, shuffle, consumer={consumer}"
+    note = f"{rows} x {features} CSR, {x.nnz // rows} nnz/row, batch {batch_size}, shuffle, consumer={consumer}"
     try:
         rates = _round_robin(names, repeats, warmup)
     finally:

@@ -18,8 +18,10 @@ import time
 if __package__ in (None, ""):  # run as a script by another interpreter (--peer-python torch=/mxnet=)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from protocol import PeerSkip, serve  # type: ignore
+    from sparse_data import synthetic_csr  # type: ignore
 else:
     from .protocol import PeerSkip, serve
+    from .sparse_data import synthetic_csr
 
 __all__ = ["FACTORIES"]
 
@@ -138,18 +140,13 @@ class _SparseRunner:
         try:
             import mxnet as mx
             import numpy as np
-            import scipy.sparse as sp
+            import scipy.sparse  # noqa: F401  (synthetic_csr builds the rows with it)
         except Exception as exc:
             raise PeerSkip(f"mxnet/scipy are not importable: {type(exc).__name__}: {exc}") from exc
         rows, features = int(spec.get("rows", 256 * 4)), int(spec.get("features", 250_000))
         density, batch = float(spec.get("density", 0.001)), int(spec.get("batch_size", 256))
         rng = np.random.default_rng(int(spec.get("seed", 0)))
-        nnz_row = max(1, int(round(features * density)))
-        indptr = np.arange(rows + 1, dtype=np.int64) * nnz_row
-        indices = np.sort(rng.integers(0, features, (rows, nnz_row)), axis=1).ravel()
-        x = sp.csr_matrix((rng.random(rows * nnz_row, dtype=np.float32), indices, indptr), shape=(rows, features))
-        x.sum_duplicates()
-        y = rng.integers(0, 2, rows).astype(np.float32)
+        x, y = synthetic_csr(rows, features, density, rng)
         self.nbytes = int(x.data.nbytes + x.indices.nbytes + x.indptr.nbytes)
         self.rows_per_epoch = rows
         if spec.get("impl") == "fastload":
@@ -163,7 +160,7 @@ class _SparseRunner:
             # CSR data only allows last_batch_handle='discard' in MXNet.
             self.it = mx.io.NDArrayIter(mx.nd.sparse.array(x), y, batch_size=batch, shuffle=True,
                                         last_batch_handle="discard")
-        self.info = {"nnz_per_row": nnz_row, "rows": rows, "features": features}
+        self.info = {"nnz_per_row": x.nnz // rows, "rows": rows, "features": features}
 
     def run(self) -> dict:
         t0 = time.perf_counter()
