@@ -378,15 +378,8 @@ def loader_contender(name: str, path: str, *, kind: str = "train", threads: int,
                            reference=reference, notes=notes)
 
 
-class TorchLoaderContender(Contender):
+class TorchLoaderContender(LoaderContender):
     """``fastload.torch.DataLoader``: the same loader behind torch's interface (uint8 NCHW tensors)."""
-
-    def __init__(self, name: str, path: str, *, kind: str, threads: int, batch_size: int, group: str,
-                 notes: str = "") -> None:
-        super().__init__(name, group=group, threads=threads, notes=notes, inputs=(path,))
-        self.path, self.kind, self.batch_size = path, kind, batch_size
-        self._loader = None
-        self._epoch = 0
 
     def start(self) -> None:
         try:
@@ -409,11 +402,6 @@ class TorchLoaderContender(Contender):
         seconds = time.perf_counter() - t0
         quiesce(self._loader.loader)
         return Sample(images=images, bytes=self._bytes, seconds=seconds)
-
-    def close(self) -> None:
-        loader, self._loader = self._loader, None
-        if loader is not None and hasattr(loader, "close"):
-            loader.close()
 
 
 def torch_loader_contender(name: str, path: str, *, kind: str = "train", threads: int, batch_size: int,
