@@ -7,6 +7,7 @@
 #include <exception>
 #include <new>
 
+#include "jpeg_encode.h"
 #include "thread_pool.h"
 
 // The restart-interval slicer (issue 7) is compiled in when its header is present.
@@ -28,6 +29,8 @@ struct Worker {
   RestartSlice slice;
 #endif
   std::string why;
+  JpegEncoder encoder;            // pack --resize only
+  std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
 };
 
 Worker& this_worker() {
@@ -204,6 +207,60 @@ void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layo
   results->warnings = warnings.load();
   results->sliced = sliced.load();
   results->slice_fallbacks = fallbacks.load();
+}
+
+void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int quality, int threads,
+                         const BatchOptions& options, std::vector<EncodedImage>* results) {
+  const int n = static_cast<int>(images.size());
+  results->assign(n, EncodedImage());
+  auto work = [&](int i) {
+    EncodedImage& r = (*results)[i];
+    try {
+      Worker& w = this_worker();
+      JpegInfo info;
+      Status st = w.decoder.open(images[i].data, images[i].size, options.decode, &info);
+      if (st != Status::kOk) {
+        r.status = st;
+        r.message = w.decoder.message();
+        return;
+      }
+      // im2rec's arithmetic: the shorter side becomes `shorter`, the other scales by floor division.
+      const long long W = info.width, H = info.height;
+      const long long ow = H > W ? shorter : W * shorter / H;
+      const long long oh = H > W ? H * shorter / W : shorter;
+      if (ow < 1 || oh < 1 || ow > JPEG_MAX_DIMENSION || oh > JPEG_MAX_DIMENSION) {
+        r.status = Status::kUnsupported;
+        r.message = "cannot resize " + std::to_string(W) + "x" + std::to_string(H) + " to shorter side " +
+                    std::to_string(shorter);
+        return;
+      }
+      OpParams op;
+      op.kind = OpKind::kResize;
+      op.out_w = static_cast<int>(ow);
+      op.out_h = static_cast<int>(oh);
+      w.pixels.resize(static_cast<size_t>(ow) * oh * 3);
+      SampleBox box;
+      BatchOptions plain = options;
+      plain.use_restart_slices = false;  // a whole-image resize has nothing to slice
+      const ImageOutcome oc = decode_one(images[i], w.pixels.data(), Layout::kNHWC, op, 0, plain, &box);
+      if (oc.status != Status::kOk) {
+        r.status = oc.status;
+        r.message = oc.message;
+        return;
+      }
+      r.width = op.out_w, r.height = op.out_h;
+      if (!w.encoder.encode(w.pixels.data(), op.out_w, op.out_h, quality, &r.jpeg, &r.message)) {
+        r.status = Status::kInternal;
+      }
+    } catch (const std::bad_alloc&) {
+      r.status = Status::kInternal;
+      r.message = "out of memory";
+    } catch (const std::exception& e) {
+      r.status = Status::kInternal;
+      r.message = e.what();
+    }
+  };
+  ThreadPool::instance().run(n, threads, work);
 }
 
 Status open_single(const uint8_t* data, size_t size, const DecodeSettings& settings, JpegInfo* info, std::string* msg) {

@@ -46,6 +46,21 @@ void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layo
                   uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const BatchOptions& options,
                   BatchResults* results);
 
+// One re-encoded image of resize_encode_batch.
+struct EncodedImage {
+  Status status = Status::kOk;
+  std::string message;          // why it failed ("" when it did not)
+  int width = 0, height = 0;    // size after the resize
+  std::vector<uint8_t> jpeg;    // the re-encoded bytes
+};
+
+// `fastload pack --resize`: decodes each JPEG, resizes it so its shorter side is `shorter` (the
+// longer side scaled with floor division, as MXNet's im2rec does; Pillow-like antialiased bilinear,
+// DCT-domain downscaling first when the image is at least twice the target) and re-encodes it at
+// `quality`. Images that are not JPEG, or fail, get a non-OK status for the caller's slower path.
+void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int quality, int threads,
+                         const BatchOptions& options, std::vector<EncodedImage>* results);
+
 // Single full-size decode on the calling thread's decoder: open (header checks) then decode into
 // a width * height * 3 buffer the caller allocates in between.
 Status open_single(const uint8_t* data, size_t size, const DecodeSettings& settings, JpegInfo* info, std::string* msg);

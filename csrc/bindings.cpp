@@ -171,6 +171,37 @@ py::tuple decode_image_py(const py::object& buf, const py::tuple& options_t) {
   return py::make_tuple(0, std::string(), arr);
 }
 
+// `fastload pack --resize`: one GIL-free call decodes, resizes and re-encodes a batch of files.
+py::list resize_encode_batch_py(const py::sequence& images, int shorter, int quality, int threads,
+                                const py::tuple& options_t) {
+  BatchOptions options;
+  options.decode = parse_settings(options_t, &options.use_restart_slices);
+  if (shorter < 1) throw py::value_error("shorter=" + std::to_string(shorter) + " must be >= 1");
+  if (quality < 1 || quality > 100) throw py::value_error("quality=" + std::to_string(quality) + " must be in 1..100");
+  if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
+  const size_t n = static_cast<size_t>(py::len(images));
+  BufferViews views;
+  views.reserve(n);
+  std::vector<ImageRef> refs;
+  refs.reserve(n);
+  size_t pos = 0;
+  for (const py::handle item : images) refs.push_back(views.add(item.ptr(), pos++));
+  std::vector<EncodedImage> results;
+  {
+    py::gil_scoped_release release;
+    resize_encode_batch(refs, shorter, quality, threads, options, &results);
+  }
+  py::list out;
+  for (const EncodedImage& r : results) {
+    if (r.status == Status::kOk) {
+      out.append(py::make_tuple(0, std::string(), py::bytes(reinterpret_cast<const char*>(r.jpeg.data()), r.jpeg.size())));
+    } else {
+      out.append(py::make_tuple(static_cast<int>(r.status), std::string(status_name(r.status)) + ": " + r.message, py::none()));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 // ==== restart index (issue 7) ============================================================
@@ -299,6 +330,10 @@ PYBIND11_MODULE(_engine, m) {
   m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("layout"), py::arg("op"),
         py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"), py::arg("options"),
         "Decode a batch into out (GIL released once); returns a dict of per-image results.");
+  m.def("resize_encode_batch", &resize_encode_batch_py, py::arg("images"), py::arg("shorter"), py::arg("quality"),
+        py::arg("threads"), py::arg("options"),
+        "Decode, resize (shorter side to `shorter`, im2rec's arithmetic) and re-encode at `quality` each "
+        "image, in one GIL-free call; returns [(status, message, jpeg_bytes or None)].");
   m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
         "Full-size RGB decode: (status, message, array or None).");
   m.def("set_threads", [](int threads) {

@@ -23,6 +23,7 @@ from fastload.records import recordio
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.records.verify import verify_dataset
+from conftest import make_jpeg, requires_engine
 from test_records_data import REPO, odd_folder, tiny_folder  # noqa: F401  (fixtures)
 
 
@@ -98,6 +99,53 @@ def test_resize_shorter_side(tiny_folder, tmp_path):  # noqa: F811
         for i in range(len(ds)):
             img = Image.open(io.BytesIO(bytes(ds.image(i))))
             assert min(img.size) == 32 and img.mode == "RGB"
+
+
+@requires_engine
+def test_engine_resize_encode_matches_the_decode_path():
+    """One engine call re-encodes a batch: the engine's resize, encoded as Pillow encodes it at q95."""
+    from fastload import decode
+    from fastload.transforms import Resize
+    images = [make_jpeg(403, 351, seed=1), make_jpeg(257, 300, subsampling="4:4:4", seed=2),
+              make_jpeg(640, 480, seed=3), make_jpeg(301, 211, progressive=True, seed=4)]
+    fn = convert._engine_resize_encode()
+    assert fn is not None
+    encoded = fn(images, 128, 95)
+    for data, jpeg in zip(images, encoded):
+        info = convert.inspect_jpeg(data)
+        w, h = convert._resized_size(info.width, info.height, 128)
+        got = np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
+        assert got.shape == (h, w, 3)
+        ref = np.empty((1, h, w, 3), np.uint8)
+        res = decode.decode_batch([data], ref, Resize(size=(h, w)), seed=0, epoch=0, indices=[0], threads=1)
+        assert res.ok
+        # Same pixels in, same libjpeg defaults (4:2:0, baseline, standard tables): Pillow's encode
+        # of the engine's resized pixels decodes the same (bit-identical with equal libjpeg-turbo
+        # builds; a tolerance for Pillow's bundled copy).
+        buf = io.BytesIO()
+        Image.fromarray(ref[0]).save(buf, "JPEG", quality=95)
+        pillow = np.asarray(Image.open(buf).convert("RGB"))
+        assert np.abs(got.astype(int) - pillow.astype(int)).mean() < 0.25
+        assert abs(len(jpeg) - buf.tell()) < 0.05 * buf.tell()
+
+
+@requires_engine
+def test_engine_resize_encode_reports_bad_images_without_crashing():
+    from fastload import decode
+    good = make_jpeg(200, 150, seed=5)
+    png = io.BytesIO()
+    Image.new("RGB", (20, 10)).save(png, "PNG")
+    bad = [b"", good[: len(good) // 3], png.getvalue(), b"\xff\xd8\xff" + bytes(100), good]
+    out = decode._engine.resize_encode_batch(bad, 64, 90, 2, decode._options_tuple(decode.DecodeOptions()))
+    assert [s == 0 for s, _, _ in out] == [False, False, False, False, True]
+    assert all(msg for s, msg, _ in out if s != 0)
+    with pytest.raises(ValueError, match="quality"):
+        decode._engine.resize_encode_batch([good], 64, 101, 1, decode._options_tuple(decode.DecodeOptions()))
+    # The per-image converter still decides for what the engine refused: PNG is converted, the
+    # truncated JPEG is either decoded by Pillow or skipped with its reason.
+    results = convert.convert_images(bad[1:], convert.ConvertOptions(resize=64))
+    assert results[1].kind == "resized" and results[3].kind == "resized"
+    assert all((r.data is None) == (r.reason is not None) for r in results)
 
 
 # ---------------------------------------------------------------- sources, order, shards

@@ -6,8 +6,8 @@ marker; the bytes are then stored untouched, with no decode. Anything the cheap 
 for gets a full Pillow decode: if that works the image is converted to RGB JPEG (grayscale, CMYK,
 PNG and other formats: counted per kind), otherwise the file is skipped with Pillow's reason.
 ``--resize`` decodes everything and re-encodes: colour JPEGs through the C++ engine (one GIL-free
-decode + antialiased bilinear resize) when it is built, everything else through Pillow (with JPEG
-DCT scaling when it shrinks by 2x or more).
+call per batch of files: decode, antialiased bilinear resize, libjpeg-turbo encode) when it is
+built, everything else through Pillow (with JPEG DCT scaling when it shrinks by 2x or more).
 
 An optional ``transcode`` hook (e.g. adding restart markers) runs on the final JPEG bytes.
 """
@@ -18,14 +18,14 @@ import io
 import struct
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["NOT_INDEXED", "ConvertOptions", "Converted", "JpegInfo", "inspect_jpeg", "convert_image", "BadImage"]
+__all__ = ["NOT_INDEXED", "ConvertOptions", "Converted", "JpegInfo", "inspect_jpeg", "convert_image", "convert_images",
+           "BadImage"]
 
 Transcode = Callable[[bytes], bytes]
 NOT_INDEXED = "not_restart_indexed"
@@ -196,61 +196,91 @@ def _to_rgb(img: "Image.Image") -> "Image.Image":
     return img.convert("RGB")
 
 
-_engine_resize_fn = None
+_engine_fn = None
 _engine_lock = threading.Lock()
 
 
-def _engine_resize():
-    """``decode_batch`` of the C++ engine when it is live (libjpeg-turbo + SIMD resize), else None."""
-    global _engine_resize_fn
+def _engine_resize_encode() -> Optional[Callable[[Sequence[bytes], int, int], List[Optional[bytes]]]]:
+    """The C++ engine's batch decode + resize + re-encode when it is live, else None.
+
+    The returned function takes ``(images, shorter, quality)`` and gives one JPEG ``bytes`` per
+    image, or None where the engine could not do it (the Pillow path then decides). It runs with
+    ``threads=1``: on the calling thread, with that thread's own decompressor and compressor, so the
+    pack's converter threads call it concurrently, each with the GIL released for its whole batch.
+    """
+    global _engine_fn
     with _engine_lock:
-        if _engine_resize_fn is None:
+        if _engine_fn is None:
             fn = False
             try:
                 from fastload import decode
                 if decode.engine_info().get("backend") == "libjpeg-turbo":
-                    fn = decode.decode_batch
-            except ImportError:
-                pass
-            _engine_resize_fn = fn
-    return _engine_resize_fn or None
+                    options = decode._options_tuple(decode.DecodeOptions())
+                    batch = decode._engine.resize_encode_batch
+
+                    def fn(images, shorter, quality):
+                        return [data for _, _, data in batch(list(images), shorter, quality, 1, options)]
+            except (ImportError, AttributeError):
+                fn = False
+            _engine_fn = fn
+    return _engine_fn or None
 
 
-def _resize_with_engine(data: bytes, info: JpegInfo, shorter: int) -> Optional["Image.Image"]:
-    """Decode + antialiased bilinear resize in one GIL-free engine call (about 3x Pillow's decode + resize).
+def _cheap_info(data: bytes) -> Tuple[Optional[JpegInfo], bool]:
+    """The marker walk's verdict: (info, True) for an 8-bit colour JPEG the engine can take as is."""
+    try:
+        info = inspect_jpeg(data)
+    except BadImage:
+        return None, False
+    ok = (info is not None and info.components == 3 and info.precision == 8 and not info.lossless
+          and info.width > 0 and info.height > 0)
+    return info, ok
 
-    With ``threads=1`` the engine runs on the calling thread with its own thread-local decompressor,
-    so converter threads call it concurrently. Returns None when the engine is absent or fails (the
-    Pillow path then decides).
+
+def _finish(out: bytes, kind: str, options: ConvertOptions) -> Converted:
+    if options.transcode is not None:
+        try:
+            out = options.transcode(out)
+        except ValueError:
+            # The image stays valid, just without restart markers: store it as is and count it.
+            return Converted(out, kind, note=NOT_INDEXED)
+    return Converted(out, kind)
+
+
+def convert_images(datas: Sequence[bytes], options: ConvertOptions) -> List[Converted]:
+    """:func:`convert_image` over a batch of files' bytes, in order.
+
+    With ``resize`` the colour JPEGs of the batch are decoded, resized and re-encoded by one
+    GIL-free engine call (about twice the Pillow round trip's rate); every other file, and any the
+    engine fails on, takes the per-image path.
     """
-    decode_batch = _engine_resize()
-    if decode_batch is None:
-        return None
-    from fastload.transforms import Resize
-    width, height = _resized_size(info.width, info.height, shorter)
-    out = np.empty((1, height, width, 3), dtype=np.uint8)
-    result = decode_batch([data], out, Resize(size=(height, width)), seed=0, epoch=0,
-                          indices=np.zeros(1, dtype=np.int64), threads=1)
-    if result.status[0] != 0:
-        return None
-    from PIL import Image
-    return Image.fromarray(out[0])
+    fn = _engine_resize_encode() if options.resize is not None else None
+    if fn is None or not datas:
+        return [convert_image(d, options) for d in datas]
+    picks = [i for i, d in enumerate(datas) if d and _cheap_info(d)[1]]
+    done: Dict[int, Converted] = {}
+    if picks:
+        for i, jpeg in zip(picks, fn([datas[i] for i in picks], options.resize, options.quality)):
+            if jpeg is not None:
+                done[i] = _finish(jpeg, "resized", options)
+    return [done[i] if i in done else convert_image(d, options, use_engine=False) for i, d in enumerate(datas)]
 
 
-def convert_image(data: bytes, options: ConvertOptions) -> Converted:
+def convert_image(data: bytes, options: ConvertOptions, *, use_engine: bool = True) -> Converted:
     """Decide what to store for one file's bytes.
+
+    Args:
+        data: The file's bytes.
+        options: How images are stored.
+        use_engine: With ``resize``, try the C++ engine first (False: Pillow only, e.g. after the
+            engine failed on this image).
 
     Returns:
         A :class:`Converted`; never raises for bad image bytes (the reason is in the result).
     """
     if not data:
         return Converted(None, None, "empty file (0 bytes)")
-    try:
-        info = inspect_jpeg(data)
-        cheap_ok = (info is not None and info.components == 3 and info.precision == 8 and not info.lossless
-                    and info.width > 0 and info.height > 0)
-    except BadImage:
-        info, cheap_ok = None, False
+    info, cheap_ok = _cheap_info(data)
     try:
         if options.resize is None:
             if cheap_ok:
@@ -264,20 +294,17 @@ def convert_image(data: bytes, options: ConvertOptions) -> Converted:
                     out = _encode(_to_rgb(img), options.quality)
         else:
             kind = "resized"
-            img = _resize_with_engine(data, info, options.resize) if cheap_ok else None
-            if img is None:
+            fn = _engine_resize_encode() if cheap_ok and use_engine else None
+            encoded = fn([data], options.resize, options.quality)[0] if fn is not None else None
+            if encoded is not None:
+                out = encoded
+            else:
                 img = _to_rgb(_decode_full(data, draft_to=options.resize))
                 size = _resized_size(img.width, img.height, options.resize)
                 if img.size != size:
                     from PIL import Image
                     img = img.resize(size, Image.Resampling.BILINEAR)
-            out = _encode(img, options.quality)
+                out = _encode(img, options.quality)
     except BadImage as exc:
         return Converted(None, None, str(exc))
-    if options.transcode is not None:
-        try:
-            out = options.transcode(out)
-        except ValueError:
-            # The image stays valid, just without restart markers: store it as is and count it.
-            return Converted(out, kind, note=NOT_INDEXED)
-    return Converted(out, kind)
+    return _finish(out, kind, options)

@@ -44,7 +44,7 @@ import numpy as np
 from fastload import __version__
 from fastload.errors import UserError
 from fastload.pack.convert import NOT_INDEXED as _NOT_INDEXED
-from fastload.pack.convert import ConvertOptions, Converted, convert_image
+from fastload.pack.convert import ConvertOptions, Converted, convert_images
 from fastload.pack.sources import Source, SourceItem, open_source
 from fastload.records import recordio
 from fastload.records.dataset import STAGING_DIR
@@ -317,23 +317,27 @@ def _read_file(path: str, size: int) -> bytes:
         os.close(fd)
 
 
-def _read_and_convert(item: SourceItem, size: int, options: ConvertOptions, fmt: ShardFormat,
-                      label_width: int) -> Tuple[Converted, int, Optional[_Prepared]]:
-    try:
-        data = _read_file(item.path, size)
-    except OSError as exc:
-        return Converted(None, None, f"cannot read: {exc.strerror or exc}"), 0, None
-    result = convert_image(data, options)
-    prepared = _prepare(item, result.data, fmt, label_width) if result.data is not None else None
-    return result, len(data), prepared
-
-
 def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions, fmt: ShardFormat,
                    label_width: int) -> List[Tuple[Converted, int, Optional[_Prepared]]]:
-    return [_read_and_convert(item, size, options, fmt, label_width) for item, size in batch]
+    """Read a batch of files, convert them together (one engine call with ``--resize``), frame them."""
+    datas: Dict[int, bytes] = {}
+    results: Dict[int, Converted] = {}
+    for i, (item, size) in enumerate(batch):
+        try:
+            datas[i] = _read_file(item.path, size)
+        except OSError as exc:
+            results[i] = Converted(None, None, f"cannot read: {exc.strerror or exc}")
+    results.update(zip(datas, convert_images(list(datas.values()), options)))
+    out = []
+    for i, (item, _) in enumerate(batch):
+        result = results[i]
+        prepared = _prepare(item, result.data, fmt, label_width) if result.data is not None else None
+        out.append((result, len(datas.get(i, b"")), prepared))
+    return out
 
 
-_PASS_BATCH = 32  # images per worker task when they pass through (decoded ones: 1 per task)
+_PASS_BATCH = 32  # images per worker task when they pass through
+_DECODE_BATCH = 8  # images per task when each is decoded (milliseconds each): one engine call, even load
 _BATCHES_PER_WORKER = 4  # tasks in flight per worker: bounds the images held in memory
 _HASH_QUEUE = 8  # written batches (~4 MB each) waiting for the hashing thread
 _WRITEBACK_STEP = 32 << 20  # start the disk writes of every this many bytes while packing goes on
@@ -825,9 +829,9 @@ def pack_folder(src: str, out: str, *, options: Optional[PackOptions] = None, **
             progress.skip(pos)
             try:
                 sizes = [stats[i][0] for i in order[pos:].tolist()]
-                # Batches for pass-through, where the per-image overhead is what counts; one image
-                # per task when every image is decoded (milliseconds each: even load on the workers).
-                batch = _PASS_BATCH if convert_options.resize is None and transcode is None else 1
+                # Big batches for pass-through, where the per-image overhead is what counts; small
+                # ones when every image is decoded (milliseconds each: even load on the workers).
+                batch = _PASS_BATCH if convert_options.resize is None and transcode is None else _DECODE_BATCH
                 stream = _ordered_results(
                     zip(items[pos:], sizes),
                     lambda chunk: _convert_batch(chunk, convert_options, options.format, source.label_width),
