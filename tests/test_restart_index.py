@@ -411,7 +411,7 @@ def test_restart_transcoder_verifies_a_sample_and_refuses_what_it_cannot_index(o
         assert _engine.restart_geometry(stored[i]) is not None
         assert np.array_equal(_decode(stored[i]), _decode(items[i]))
     entry = tx.manifest_entry()
-    assert entry["verified"] == "sample" and entry["max_mcus"] == 4 and entry["sample_every"] == 2
+    assert entry["verified"] == "sample" and entry["max_mcus"] == 1 and entry["sample_every"] == 2
     assert entry["images"] == 3 and entry["verified_images"] == 2  # positions 0, 2 (and the refused 4) sampled
     assert entry["not_indexed"] == {"corrupt_source": 1, "not_jpeg": 1}
     assert entry["bytes_in"] == len(items[0]) + len(items[2]) + len(items[3])
@@ -431,7 +431,7 @@ def test_pack_restart_index_end_to_end(tmp_path, originals):
             (tmp_path / "src" / cls / f"{n}.jpg").write_bytes(originals[n])
     result = packer.pack_folder(str(tmp_path / "src"), str(tmp_path / "out"), restart_index=True, workers=2)
     entry = result.manifest["restart_index"]
-    assert entry["verified"] == "sample" and entry["max_mcus"] == 4 and entry["images"] == 5
+    assert entry["verified"] == "sample" and entry["max_mcus"] == 1 and entry["images"] == 5
     assert sum(s["restart_index"]["images"] for s in result.manifest["shards"]) == 5
     assert all(s["restart_index"]["verified"] == "sample" for s in result.manifest["shards"])
     with records.open_dataset(str(tmp_path / "out")) as ds:

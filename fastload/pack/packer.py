@@ -274,6 +274,8 @@ def _fingerprint(source: Source, order: np.ndarray, stats: List[Tuple[int, int]]
     h.update(json.dumps({
         "v": FORMAT_VERSION, "format": options.format.value, "resize": options.resize,
         "quality": options.quality, "name": name, "restart_index": options.restart_index,
+        # The transcode settings change the bytes: shards from other settings are not reused.
+        "restart": _restart_manifest(options) if options.restart_index else None,
         "on_error": options.on_error.value, "source": source.path, "root": source.root,
         "shards": options.shards, "shard_size": None if options.shards else options.shard_size,
     }, sort_keys=True).encode())

@@ -61,14 +61,17 @@ class RestartIndexConfig:
 
     Args:
         max_mcus: Upper bound on the restart interval in MCUs; the interval is the largest divisor
-            of the MCU row width not above it. 4 keeps crops cheap for ~1.5% of markers; larger
-            values shrink files slightly and make slices coarser (1 interval per row: 1.08x over a
-            plain region decode instead of ~1.4x).
+            of the MCU row width not above it. The default, 1 (a marker after every MCU), gives the
+            tightest slices: on the generated ImageNet-like set, RandomResizedCrop(224)+flip ran
+            1.5% (1 thread) and 5.8% (2 threads) faster than with intervals of up to 4 MCUs, while
+            the files stay 0.7% smaller than the originals (the transcode optimizes the Huffman
+            tables; up to 4 MCUs: 1.9% smaller). Larger values make slices coarser (1 interval per
+            row: 1.08x over a plain region decode instead of ~1.3x).
         verify: :class:`VerifyPolicy` (or its string value).
         sample_every: With ``VerifyPolicy.SAMPLE``, verify one image in this many (and the first).
     """
 
-    max_mcus: int = 4
+    max_mcus: int = 1
     verify: VerifyPolicy = VerifyPolicy.SAMPLE
     sample_every: int = 16
 
@@ -104,7 +107,7 @@ def available() -> bool:
     return True
 
 
-def transcode(image_bytes, *, max_mcus: int = 4, verify: bool = False) -> Tuple[bytes, Dict[str, Any]]:
+def transcode(image_bytes, *, max_mcus: int = 1, verify: bool = False) -> Tuple[bytes, Dict[str, Any]]:
     """Losslessly add restart markers to one JPEG.
 
     Args:
