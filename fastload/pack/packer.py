@@ -395,15 +395,20 @@ class _GatherFile:
     def _run(self) -> None:
         update = self._hash.update
         while True:
-            chunks = self._queue.get()
-            if chunks is None:
+            job = self._queue.get()
+            if job is None:
                 return
+            chunks, kick = job
             if self._error is None:
                 try:
                     for chunk in chunks:
                         update(chunk)
                 except BaseException as exc:  # noqa: BLE001 - re-raised by hexdigest(); keep draining
                     self._error = exc
+            if kick is not None and self._fd >= 0:
+                # Here rather than on the writing thread: starting the I/O of 32 MB blocks for a
+                # few milliseconds, which the writer then spends writing.
+                _start_writeback(self._fd, *kick)
 
     def fileno(self) -> int:
         return self._fd
@@ -436,10 +441,11 @@ class _GatherFile:
                         raise OSError(errno.EIO, "writev wrote nothing")
         self.written += self._pending
         self._pending = 0
-        self._queue.put(chunks)
+        kick = None
         if self.written - self._kicked >= _WRITEBACK_STEP:
-            _start_writeback(self._fd, self._kicked, self.written - self._kicked)
+            kick = (self._kicked, self.written - self._kicked)
             self._kicked = self.written
+        self._queue.put((chunks, kick))
 
     def hexdigest(self) -> str:
         """Flush and return the SHA-256 of everything written."""
@@ -502,6 +508,26 @@ def _ordered_results(items: Iterator[Tuple[SourceItem, int]], fn, workers: int,
         for _, fut in pending:
             fut.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+_GIL_SWITCH = 0.0005  # seconds; CPython's default is 0.005
+
+
+@contextlib.contextmanager
+def _short_gil_switch() -> Iterator[None]:
+    """Shorten the interpreter's GIL switch interval while the pack pipeline runs.
+
+    The writing thread spends its time in ``writev`` with the GIL released; each return then waits
+    for a converter thread to drop the GIL, up to a whole switch interval (5 ms by default) per
+    ~4 MB written. With 0.5 ms, pass-through packing of 2,000 ImageNet-like files (2 converter
+    threads) went from 0.35 s to 0.27 s in-process. The previous interval is restored afterwards.
+    """
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, _GIL_SWITCH))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
 
 
 def _fsync_file(path: str) -> None:
@@ -839,8 +865,9 @@ def pack_folder(src: str, out: str, *, options: Optional[PackOptions] = None, **
                     lambda chunk: _convert_batch(chunk, convert_options, options.format, source.label_width),
                     workers, batch)
                 try:
-                    new = _write_shards(staging, items, pos, resumed, shard_file, stream, options, edges,
-                                        source.label_width, progress)
+                    with _short_gil_switch():
+                        new = _write_shards(staging, items, pos, resumed, shard_file, stream, options, edges,
+                                            source.label_width, progress)
                 finally:
                     stream.close()
             finally:
