@@ -2,7 +2,10 @@
 
 Both tools are timed as a user runs them (the whole command, interpreter start-up included), with
 the same number of workers, pass-through and ``--resize 256``. A plain copy of the same files into
-one file is the page-cache bandwidth reference pass-through packing is measured against (issue 2).
+one file is the page-cache bandwidth reference pass-through packing is measured against (issue 2);
+as that copy runs inside the benchmark process, ``pack_folder()`` is also timed in-process (no
+interpreter start-up or imports), and a copy that ends with an fsync shows what durability costs
+(the pack fsyncs every shard before it counts as written).
 Outputs go to a scratch folder that is emptied, untimed, before every repeat.
 """
 
@@ -21,7 +24,7 @@ from typing import List, Optional, Tuple
 from .harness import Contender, Result, Sample, Skip, skipped
 from .prepare import image_files, pack_command
 
-__all__ = ["CommandContender", "CopyContender", "im2rec_path", "pack_contenders"]
+__all__ = ["CommandContender", "CopyContender", "InProcessPackContender", "im2rec_path", "pack_contenders"]
 
 
 def im2rec_path() -> Optional[str]:
@@ -87,10 +90,12 @@ class CommandContender(Contender):
 class CopyContender(Contender):
     """Read every source file and append it to one output file: the copy bandwidth reference."""
 
-    def __init__(self, files: List[str], scratch: str, nbytes: int) -> None:
-        super().__init__("copy files into one file (reference)", group="pack", family="copy", threads=1,
-                         notes="read + write of the same bytes, page cache")
-        self.files, self.scratch, self.nbytes = files, scratch, nbytes
+    def __init__(self, files: List[str], scratch: str, nbytes: int, *, fsync: bool = False) -> None:
+        name = "copy files into one file, then fsync" if fsync else "copy files into one file (reference)"
+        super().__init__(name, group="pack", family="copy+fsync" if fsync else "copy", threads=1,
+                         notes="read + write of the same bytes" + (", fsync at the end" if fsync else ", page cache"),
+                         inputs=files)
+        self.files, self.scratch, self.nbytes, self.fsync = files, scratch, nbytes, fsync
 
     def start(self) -> None:
         os.makedirs(self.scratch, exist_ok=True)
@@ -102,9 +107,38 @@ class CopyContender(Contender):
             for path in self.files:
                 with open(path, "rb") as fh:
                     out.write(fh.read())
+            if self.fsync:
+                out.flush()
+                os.fsync(out.fileno())
         seconds = time.perf_counter() - t0
         os.remove(target)
         return Sample(images=len(self.files), bytes=self.nbytes, seconds=seconds)
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class InProcessPackContender(Contender):
+    """``fastload.pack.pack_folder()`` called in this process: the pack without interpreter start-up."""
+
+    def __init__(self, images_root: str, scratch: str, *, images: int, nbytes: int, workers: int) -> None:
+        super().__init__(f"fastload pack_folder() in-process (pass-through, {workers} workers)", group="pack",
+                         family="fastload pack in-process", threads=workers,
+                         notes="same options as the command, timed without start-up and imports",
+                         inputs=(images_root,))
+        self.images_root, self.scratch, self.images, self.nbytes, self.workers = images_root, scratch, images, nbytes, workers
+
+    def start(self) -> None:
+        from fastload.pack.packer import pack_folder
+        self._pack = pack_folder
+        os.makedirs(self.scratch, exist_ok=True)
+
+    def run(self) -> Sample:
+        out = os.path.join(self.scratch, "out")
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        self._pack(self.images_root, out, overwrite=True, progress=False, shards=1, workers=self.workers)
+        return Sample(images=self.images, bytes=self.nbytes, seconds=time.perf_counter() - t0)
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -124,7 +158,10 @@ def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
     nbytes = sum(os.path.getsize(f) for f in files)
     im2rec = im2rec_path()
     have_cv2 = importlib.util.find_spec("cv2") is not None
-    out: List[Contender] = [CopyContender(files, os.path.join(scratch, "copy"), nbytes)]
+    out: List[Contender] = [CopyContender(files, os.path.join(scratch, "copy"), nbytes),
+                            CopyContender(files, os.path.join(scratch, "copy-fsync"), nbytes, fsync=True),
+                            InProcessPackContender(images_root, os.path.join(scratch, "fl-inproc"), images=len(files),
+                                                   nbytes=nbytes, workers=workers)]
     pycache = os.path.join(scratch, "pycache")
     skips: List[Result] = []
     modes = [(None, "pass-through")] + ([] if quick else [(256, "--resize 256")])
@@ -133,7 +170,8 @@ def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
             f"fastload pack ({label}, {workers} workers)", reference=True if resize is None else False,
             argv=pack_command(images_root, os.path.join(scratch, f"fl-{label[:6]}", "out"), workers=workers, resize=resize),
             scratch=os.path.join(scratch, f"fl-{label[:6]}"), images=len(files), nbytes=nbytes,
-            family=f"fastload pack {label}", threads=workers, notes="RecordIO, one shard", pycache=pycache))
+            family=f"fastload pack {label}", threads=workers, notes="RecordIO, one shard", pycache=pycache,
+            inputs=(images_root,)))
         name = f"MXNet im2rec.py ({label}, {workers} workers)"
         if im2rec is None:
             skips.append(skipped(name, group="pack", reason="mxnet (and its tools/im2rec.py) is not installed"))
@@ -148,7 +186,8 @@ def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
         out.append(CommandContender(
             name, argv=argv + [prefix, images_root], scratch=folder, images=len(files), nbytes=nbytes,
             prepare=[sys.executable, im2rec, "--list", "--recursive", prefix, images_root],
-            family=f"im2rec {label}", threads=workers, notes="list made beforehand, untimed", pycache=pycache))
+            family=f"im2rec {label}", threads=workers, notes="list made beforehand, untimed", pycache=pycache,
+            inputs=(images_root,)))
         if resize is None:
             # The same job as `fastload pack FOLDER`: im2rec needs its --list step to pack a folder,
             # and fastload's own folder scan is inside its timing, so this row times both steps.
@@ -159,7 +198,8 @@ def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
             out.append(CommandContender(
                 f"MXNet im2rec.py --list, then pack ({label}, {workers} workers)", argv=["sh", "-c", script],
                 scratch=folder_all, images=len(files), nbytes=nbytes, family=f"im2rec list+pack {label}",
-                threads=workers, notes="folder to .rec: the list step is timed too", pycache=pycache))
+                threads=workers, notes="folder to .rec: the list step is timed too", pycache=pycache,
+                inputs=(images_root,)))
     # Fix the reference per mode: the ratio column compares like with like.
     if not quick:
         for c in out:

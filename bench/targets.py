@@ -138,6 +138,7 @@ def evaluate(results: Sequence[Result]) -> List[dict]:
     restart1 = _find(results, f["engine_train_restart"], "decode", threads=1)
     loader = _find(results, f["loader"], "pipeline", exclude="restart")
     loader_r = _find(results, f["loader_restart"], "pipeline")
+    pack_cmd = _find(results, f["pack_fastload"], "pack", exclude="in-process")  # the whole command
     checks = [
         _check(3, "fused train 1 thread / simplejpeg full-size decode 1 thread", train1, sj1, 1.15),
         _check(3, "fused train 1 thread / fastest per-image Python pipeline", train1, py_best, 1.6),
@@ -155,14 +156,16 @@ def evaluate(results: Sequence[Result]) -> List[dict]:
         _check(7, "restart-indexed fused train 1t / plain shards 1t", restart1, train1, 1.3),
         _check(7, "fastload Loader on restart-indexed shards images/s", loader_r, None, 2500, absolute=True),
         _check(7, "fastload Loader restart-indexed / plain shards", loader_r, loader, 1.3),
-        _check(2, "fastload pack pass-through / im2rec pass-through (its list untimed)",
-               _find(results, f["pack_fastload"], "pack"),
+        _check(2, "fastload pack pass-through / im2rec pass-through (its list untimed)", pack_cmd,
                _find(results, f["pack_im2rec"], "pack", exclude="--list"), 5.0),
-        _check(2, "fastload pack pass-through / im2rec --list + pass-through (folder to .rec)",
-               _find(results, f["pack_fastload"], "pack"),
+        _check(2, "fastload pack pass-through / im2rec --list + pass-through (folder to .rec)", pack_cmd,
                _find(results, "MXNet im2rec.py --list", "pack"), 5.0),
         _check(2, "fastload pack --resize 256 / im2rec --resize 256", _find(results, f["pack_fastload"], "pack-resize"),
                _find(results, f["pack_im2rec"], "pack-resize"), 1.5),
+        # "Close to the page-cache copy bandwidth" has no number in the issue; 0.8x is this
+        # benchmark's reading of it. Both rows run in-process (no interpreter start-up).
+        _check(2, "fastload pack_folder() in-process / page-cache copy of the same files, MB/s",
+               _find(results, "fastload pack in-process", "pack"), _find(results, "copy", "pack", exclude="fsync"), 0.8),
         _first_batch_check(results),
     ]
     return checks + _memory_checks(results)
