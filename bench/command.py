@@ -22,6 +22,7 @@ from . import stages
 from .harness import Contender, Result, RunConfig, cpu_count, environment, measure, skipped
 from .model_step import format_report, input_bound_report, parse_model_step
 from .pack_bench import pack_contenders
+from .paired import PairedRatio, decode_pairs, format_paired, loader_pair
 from .peers.registry import (PeerProcesses, eval_peers, mxnet_peers, peer_python, pipeline_peers, set_overrides,
                              sparse_peers)
 from .prepare import BenchData, prepare
@@ -248,6 +249,28 @@ def _h2d_group(batch: int) -> Tuple[List[Contender], List[Result]]:
     return stages.h2d_contenders(batch), []
 
 
+def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool):
+    """Issue 7's loader ratio: fastload.torch.DataLoader on restart-indexed vs plain shards, epochs alternated."""
+    if not quiet:
+        print("[bench] paired loader epochs, restart-indexed vs plain", file=sys.stderr, flush=True)
+    num = stages.torch_loader_contender("fastload.torch DataLoader, restart-indexed", data.restart_packed,
+                                        threads=threads, batch_size=batch)
+    den = stages.torch_loader_contender("fastload.torch DataLoader", data.packed, threads=threads, batch_size=batch)
+    try:
+        num.start()
+        den.start()
+        return loader_pair(f"fastload.torch DataLoader restart-indexed / plain shards, {threads} threads",
+                           num, den, rounds=10)
+    except Exception as exc:  # noqa: BLE001 - reported as a skipped row, like any contender
+        nan = float("nan")
+        return PairedRatio(check="fastload.torch DataLoader restart-indexed / plain shards", numerator=num.name,
+                           denominator=den.name, median=nan, q1=nan, q3=nan, total=nan, pairs=0, chunk=0,
+                           skipped=f"{type(exc).__name__}: {exc}")
+    finally:
+        num.close()
+        den.close()
+
+
 def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
     """Run the benchmark and write its outputs.
 
@@ -276,6 +299,7 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
     set_overrides(opts.peer_python)
     procs = PeerProcesses()
     results: List[Result] = []
+    paired: list = []
     scratch = None
     try:
         for group in groups:
@@ -306,11 +330,20 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
                                          warmup=0)
             results += measure(rows, group_config, quiet=quiet) + skips
             procs.close()
+            if group == "decode" and data.packed is not None:
+                if not quiet:
+                    print("[bench] paired single-thread decode ratios", file=sys.stderr, flush=True)
+                restart = stages.load_images(data.restart_packed) if data.restart_packed and not opts.quick else None
+                paired += decode_pairs(stages.load_images(data.packed), restart,
+                                       chunk=16 if opts.quick else 128, rounds=1 if opts.quick else 3)
+            if group == "pipeline" and data.packed and data.restart_packed and not opts.quick:
+                paired.append(_loader_pair(data, max_threads, batch, quiet))
             stages.clear_image_cache()
         env = environment(list(opts.argv) or ["fastload", "bench"],
                           extra_versions={name: _peer_version(name, module, opts.peer_python)
                                           for name, module in (("dali", "nvidia.dali"), ("ffcv", "ffcv"))})
-        targets = evaluate(results)
+        targets = evaluate(results, paired)
+        paired_text = format_paired(paired)
         model = model_text = None
         if step is not None:
             model = input_bound_report(results, step, cores=cores)
@@ -319,8 +352,9 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
                       "repeats": config.repeats, "warmup": config.warmup, "order": "interleaved, reversed every round",
                       "peer_python": dict(opts.peer_python)}
         paths = write_outputs(opts.out, env=env, dataset=data.describe(), config=run_config, results=results,
-                              targets=targets, model_step=model, model_step_text=model_text or "")
-        text = render_text(env, data.describe(), results, targets, model_text or "")
+                              targets=targets, model_step=model, model_step_text=model_text or "",
+                              paired=[p.to_json() for p in paired], paired_text=paired_text)
+        text = render_text(env, data.describe(), results, targets, model_text or "", paired_text)
         return {"paths": paths, "results": results, "targets": targets, "text": text}
     finally:
         procs.close()

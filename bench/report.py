@@ -166,11 +166,13 @@ def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
 
 
 def write_outputs(out_dir: str, *, env: dict, dataset: dict, config: dict, results: Sequence[Result],
-                  targets: Sequence[dict], model_step: Optional[dict], model_step_text: str = "") -> Dict[str, str]:
+                  targets: Sequence[dict], model_step: Optional[dict], model_step_text: str = "",
+                  paired: Sequence[dict] = (), paired_text: str = "") -> Dict[str, str]:
     """Write results.json, results.jsonl (appended), table.txt and throughput.png; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
     doc = {"format": "fastload-bench/1", "environment": env, "dataset": dataset, "config": config,
-           "results": [r.to_json() for r in results], "targets": list(targets), "model_step": model_step}
+           "results": [r.to_json() for r in results], "paired": list(paired), "targets": list(targets),
+           "model_step": model_step}
     paths = {"json": os.path.join(out_dir, "results.json"), "jsonl": os.path.join(out_dir, "results.jsonl"),
              "table": os.path.join(out_dir, "table.txt"), "png": os.path.join(out_dir, "throughput.png")}
     tmp = paths["json"] + ".tmp"
@@ -179,7 +181,7 @@ def write_outputs(out_dir: str, *, env: dict, dataset: dict, config: dict, resul
     os.replace(tmp, paths["json"])
     with open(paths["jsonl"], "a") as fh:
         fh.write(json.dumps(doc, default=str) + "\n")
-    text = render_text(env, dataset, results, targets, model_step_text)
+    text = render_text(env, dataset, results, targets, model_step_text, paired_text)
     with open(paths["table"], "w") as fh:
         fh.write(text + "\n")
     plot(results, paths["png"], title=f"{env.get('cpu_model')} x{env.get('cores')} cores | {dataset.get('source')} "
@@ -188,14 +190,15 @@ def write_outputs(out_dir: str, *, env: dict, dataset: dict, config: dict, resul
 
 
 def render_text(env: dict, dataset: dict, results: Sequence[Result], targets: Sequence[dict],
-                model_step_text: str = "") -> str:
+                model_step_text: str = "", paired_text: str = "") -> str:
     head = [f"$ {env.get('command')}",
             f"{env.get('cpu_model')}, {env.get('cores')} cores, python {env.get('python')}, git {env.get('git_sha')}, "
             f"{env.get('timestamp')}",
             f"dataset: {dataset.get('source')} ({dataset.get('images')} images, mean {dataset.get('mean_kb')} KB)"]
     for note in dataset.get("notes") or []:
         head.append(f"note: {note}")
-    text = "\n".join(head) + "\n" + format_table(results) + format_targets(targets)
+    text = "\n".join(head) + "\n" + format_table(results) + (paired_text + "\n" if paired_text else "") \
+        + format_targets(targets)
     if model_step_text:
         text += "\n\n" + model_step_text
     return text

@@ -128,8 +128,32 @@ def _scaling_ratio(results: Sequence[Result], a: str, b: str) -> dict:
     return row
 
 
-def evaluate(results: Sequence[Result]) -> List[dict]:
-    """All checks of issues 2, 3, 4, 5 and 7 that this run's rows allow."""
+def _paired_checks(paired: Sequence) -> List[dict]:
+    """The single-thread decode ratios again, from the paired (alternated-chunk) measurement."""
+    targets = {"fused train 1t / simplejpeg full-size 1t": (3, 1.15),
+               "restart-indexed fused train 1t / simplejpeg full-size 1t": (7, 1.6),
+               "restart-indexed fused train 1t / plain shards 1t": (7, 1.3)}
+    out = []
+    for p in paired:
+        key = p.check.split(",")[0] if p.check.startswith("fastload.torch DataLoader") else p.check
+        if key == "fastload.torch DataLoader restart-indexed / plain shards":
+            issue, target = 7, 1.3
+        elif key in targets:
+            issue, target = targets[key]
+        else:
+            continue
+        row = {"issue": issue, "check": p.check + " (paired)", "target": target, "target_text": f">= {target:.2f}x",
+               "unit": "x"}
+        if p.skipped:
+            row.update(value=None, met=None, why=p.skipped)
+        else:
+            row.update(value=p.median, met=p.median >= target, quartiles=[p.q1, p.q3], of_sums=p.total)
+        out.append(row)
+    return out
+
+
+def evaluate(results: Sequence[Result], paired: Sequence = ()) -> List[dict]:
+    """All checks of issues 2, 3, 4, 5 and 7 that this run's rows (and paired ratios) allow."""
     f = FAMILIES
     train1 = _find(results, f["engine_train"], "decode", threads=1, exclude="restart")
     sj1 = _find(results, f["simplejpeg"], "decode", threads=1)
@@ -168,4 +192,4 @@ def evaluate(results: Sequence[Result]) -> List[dict]:
                _find(results, "fastload pack in-process", "pack"), _find(results, "copy", "pack", exclude="fsync"), 0.8),
         _first_batch_check(results),
     ]
-    return checks + _memory_checks(results)
+    return checks + _paired_checks(paired) + _memory_checks(results)

@@ -327,6 +327,56 @@ def test_options_are_validated():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built: the smoke run measures it")
+def test_paired_ratio_alternates_and_compares_like_with_like():
+    from fastload_bench import paired
+    calls = []
+    speed = {"fast": 1.0}
+
+    def work(name, cost):
+        def run(start, stop):
+            calls.append((name, start))
+            # Busy work whose cost drifts over time (as a shared machine does) but equally for
+            # both sides: the per-chunk ratio stays 2.
+            n = int((stop - start) * cost * 2000 * speed["fast"])
+            sum(i * i for i in range(n))
+            speed["fast"] *= 1.01
+        return run
+
+    r = paired.paired_ratio("a / b", "a", work("a", 1.0), "b", work("b", 2.0), images=40, chunk=10, rounds=2)
+    assert r.pairs == 8 and r.chunk == 10
+    assert 1.5 < r.median < 2.6 and 1.5 < r.total < 2.6
+    # Each chunk is done by both sides back to back, and the side that goes first alternates.
+    firsts = [calls[i][0] for i in range(0, len(calls), 2)]
+    assert all(calls[i][1] == calls[i + 1][1] for i in range(0, len(calls), 2))
+    assert "a" in firsts and "b" in firsts
+    text = paired.format_paired([r])
+    assert "a / b" in text and "8 x 10" in text
+
+
+def test_loader_pair_uses_whole_epochs():
+    from fastload_bench import paired
+
+    class Fake(Contender):
+        def __init__(self, name, ips):
+            super().__init__(name, group="pipeline")
+            self.ips, self.runs = ips, 0
+
+        def run(self):
+            self.runs += 1
+            return Sample(images=100, bytes=0, seconds=100 / self.ips)
+
+    num, den = Fake("restart", 300.0), Fake("plain", 200.0)
+    r = paired.loader_pair("restart / plain", num, den, rounds=4)
+    assert num.runs == den.runs == 5  # one warm-up pair
+    assert r.median == pytest.approx(1.5) and r.total == pytest.approx(1.5) and r.pairs == 4
+    checks = {c["check"]: c for c in targets.evaluate([], [r])}
+    assert not [k for k in checks if k.endswith("(paired)")]  # not one of the issues' targets
+    r.check = "fastload.torch DataLoader restart-indexed / plain shards, 2 threads"
+    checks = {c["check"]: c for c in targets.evaluate([], [r])}
+    c = checks[r.check + " (paired)"]
+    assert c["issue"] == 7 and c["met"] is True and c["value"] == pytest.approx(1.5)
+
+
 def test_quick_bench_smoke(tmp_path):
     out = tmp_path / "bench-out"
     env = dict(os.environ, PYTHONPATH=_fastload_bench_path(tmp_path), MPLBACKEND="Agg")
@@ -354,8 +404,11 @@ def test_quick_bench_smoke(tmp_path):
     assert by_group["memory"]["extra"]["rss_peak_mb_max"] > 0
     checks = {t["check"]: t for t in doc["targets"]}
     assert "this run used 20,000 records" in checks["seconds to the first batch, 1,000,000-record dataset"]["why"]
+    assert doc["paired"] and doc["paired"][0]["check"] == "fused train 1t / simplejpeg full-size 1t"
+    assert doc["paired"][0]["skipped"] or doc["paired"][0]["median"] > 0
     table = (out / "table.txt").read_text()
     assert "== train pipeline" in table and "issue targets" in table and "GPUs consume" in table
+    assert "== paired ratios" in table
     assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert "wrote" in proc.stdout
 

@@ -1,0 +1,178 @@
+"""Measurement stage, ratio form: two decoders alternated chunk by chunk on the same images.
+
+The interleaved repeats of :func:`fastload_bench.harness.measure` compare runs that are seconds
+apart, and on a shared 2-vCPU VM the speed a process gets drifts by 10% and more over seconds: the
+single-thread ratios the issues set targets on moved between 1.05x and 1.33x from one full run to
+the next. Here the two sides of a ratio take turns on the same chunk of images (A then B on one
+chunk, B then A on the next), so every ratio compares timings milliseconds apart; the reported
+figure is the median of the per-chunk ratios, with their quartiles and the ratio of the summed
+times beside it. Drift that lasts longer than a chunk (~0.1 s) cancels out.
+
+The pairs are issue 3's and issue 7's single-thread decode ratios: fastload's fused train decode
+(plain and restart-indexed shards) against simplejpeg's full-size decode of the same images, and
+restart-indexed against plain. Restart-indexed records are the same images in the same order
+(``fastload pack --restart-index`` of the same folder), so chunk ``i`` holds the same pictures on
+both sides. Issue 7's loader ratio is paired the same way one level up: two loaders take turns,
+one epoch each (:func:`loader_pair`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["PairedRatio", "paired_ratio", "decode_pairs", "loader_pair", "format_paired"]
+
+Work = Callable[[int, int], None]  # decode images [start, stop)
+
+
+@dataclass
+class PairedRatio:
+    """``numerator`` throughput over ``denominator`` throughput, from alternated chunks."""
+
+    check: str
+    numerator: str
+    denominator: str
+    median: float
+    q1: float
+    q3: float
+    total: float  # denominator's summed seconds / numerator's summed seconds
+    pairs: int
+    chunk: int
+    skipped: Optional[str] = None
+    extra: Dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def paired_ratio(check: str, numerator: str, run_num: Work, denominator: str, run_den: Work, *, images: int,
+                 chunk: int, rounds: int) -> PairedRatio:
+    """Alternate ``run_num`` and ``run_den`` over ``[0, images)`` in chunks, ``rounds`` times.
+
+    The first round is a warm-up (untimed): caches, lazy allocations and the thread pool settle.
+    """
+    if images < chunk:
+        chunk = images
+    starts = list(range(0, images - chunk + 1, chunk))
+    ratios: List[float] = []
+    num_total = den_total = 0.0
+    for r in range(rounds + 1):
+        for k, s in enumerate(starts):
+            first_num = (r + k) % 2 == 0
+            times = {}
+            for side in ((True, False) if first_num else (False, True)):
+                fn = run_num if side else run_den
+                t0 = time.perf_counter()
+                fn(s, s + chunk)
+                times[side] = time.perf_counter() - t0
+            if r == 0:
+                continue
+            ratios.append(times[False] / times[True])
+            num_total += times[True]
+            den_total += times[False]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    return PairedRatio(check=check, numerator=numerator, denominator=denominator, median=statistics.median(ratios),
+                       q1=q[0], q3=q[2], total=den_total / num_total, pairs=len(ratios), chunk=chunk,
+                       extra={"numerator_ips": len(ratios) * chunk / num_total,
+                              "denominator_ips": len(ratios) * chunk / den_total})
+
+
+def _engine_work(images: Sequence[bytes], kind: str, batch: int) -> Work:
+    from fastload import decode, transforms
+    transform = transforms.train(224) if kind == "train" else transforms.eval_transform(224)
+    out = np.empty((batch, 224, 224, 3), dtype=np.uint8)
+    epoch = [0]
+
+    def run(start: int, stop: int) -> None:
+        epoch[0] += 1
+        for s in range(start, stop, batch):
+            e = min(stop, s + batch)
+            decode.decode_batch(images[s:e], out[: e - s], transform, seed=0, epoch=epoch[0],
+                                indices=np.arange(s, e, dtype=np.int64), threads=1)
+
+    return run
+
+
+def _simplejpeg_work(images: Sequence[bytes]) -> Work:
+    import simplejpeg
+
+    def run(start: int, stop: int) -> None:
+        for b in images[start:stop]:
+            simplejpeg.decode_jpeg(b, colorspace="RGB")
+
+    return run
+
+
+def decode_pairs(plain: Sequence[bytes], restart: Optional[Sequence[bytes]], *, chunk: int = 128,
+                 rounds: int = 3) -> List[PairedRatio]:
+    """Issue 3's and issue 7's single-thread decode ratios, each from alternated chunks."""
+    images = min(len(plain), len(restart)) if restart is not None else len(plain)
+    batch = min(chunk, 256)
+    train = _engine_work(plain, "train", batch)
+    out: List[PairedRatio] = []
+    why = ""
+    try:
+        sj: Optional[Work] = _simplejpeg_work(plain)
+    except ImportError as exc:
+        sj = None
+        why = f"simplejpeg is not installed: {exc}"
+    names = ("fastload engine train, 1t", "fastload engine train, restart-indexed, 1t", "simplejpeg full-size decode, 1t")
+    pairs = [("fused train 1t / simplejpeg full-size 1t", names[0], train, names[2], sj)]
+    if restart is not None:
+        sliced = _engine_work(restart, "train", batch)
+        pairs += [("restart-indexed fused train 1t / simplejpeg full-size 1t", names[1], sliced, names[2], sj),
+                  ("restart-indexed fused train 1t / plain shards 1t", names[1], sliced, names[0], train)]
+    for check, num_name, num, den_name, den in pairs:
+        if den is None:
+            out.append(PairedRatio(check=check, numerator=num_name, denominator=den_name, median=float("nan"),
+                                   q1=float("nan"), q3=float("nan"), total=float("nan"), pairs=0, chunk=chunk,
+                                   skipped=why))
+            continue
+        out.append(paired_ratio(check, num_name, num, den_name, den, images=images, chunk=chunk, rounds=rounds))
+    return out
+
+
+def loader_pair(check: str, num, den, *, rounds: int) -> PairedRatio:
+    """Alternate whole epochs of two started contenders (``run() -> Sample``); the first pair is a warm-up.
+
+    Each ratio compares two epochs run back to back (their order swapped every pair), instead of
+    two repeats a whole round of other contenders apart.
+    """
+    ratios: List[float] = []
+    num_s = den_s = 0.0
+    num_n = den_n = 0
+    for r in range(rounds + 1):
+        samples = {}
+        for side in ((True, False) if r % 2 == 0 else (False, True)):
+            samples[side] = (num if side else den).run()
+        if r == 0:
+            continue
+        a, b = samples[True], samples[False]
+        ratios.append((a.images / a.seconds) / (b.images / b.seconds))
+        num_s, den_s, num_n, den_n = num_s + a.seconds, den_s + b.seconds, num_n + a.images, den_n + b.images
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    return PairedRatio(check=check, numerator=num.name, denominator=den.name, median=statistics.median(ratios),
+                       q1=q[0], q3=q[2], total=(num_n / num_s) / (den_n / den_s), pairs=len(ratios),
+                       chunk=num_n // max(1, len(ratios)),
+                       extra={"numerator_ips": num_n / num_s, "denominator_ips": den_n / den_s})
+
+
+def format_paired(rows: Sequence[PairedRatio]) -> str:
+    """The section of the text report."""
+    if not rows:
+        return ""
+    lines = ["", "== paired ratios (the two sides alternate on the same chunk of images, or epoch by epoch for "
+                 "loaders; median of the per-pair ratios)",
+             f"{'ratio':<60} {'median':>7} {'quartiles':>13} {'of sums':>8} {'chunks':>7}"]
+    for r in rows:
+        if r.skipped:
+            lines.append(f"{r.check:<60} skipped: {r.skipped}")
+            continue
+        lines.append(f"{r.check:<60} {r.median:>6.2f}x {r.q1:>5.2f}-{r.q3:<5.2f}x {r.total:>7.2f}x "
+                     f"{r.pairs:>4} x {r.chunk}")
+    return "\n".join(lines)
