@@ -38,6 +38,7 @@ __all__ = [
     "BatchResult",
     "decode_batch",
     "decode_image",
+    "resize_encode_batch",
     "engine_info",
     "default_threads",
     "active_backend",
@@ -430,6 +431,38 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, see
     return BatchResult(status=status, errors=errors, boxes=boxes if want_params else None,
                        flips=flips if want_params else None, warnings=int(warnings_count), sliced=int(sliced),
                        slice_fallbacks=int(slice_fallbacks), pillow=len(pending), backend=backend)
+
+
+def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads: int = 1,
+                        options: DecodeOptions = DecodeOptions()) -> List[Optional[bytes]]:
+    """Decode, resize and re-encode JPEGs in one GIL-free engine call (``fastload pack --resize``).
+
+    Each image's shorter side becomes ``shorter`` (the longer side scaled by floor division, as
+    MXNet's im2rec does), with the same antialiased bilinear resize as :func:`decode_batch` (DCT
+    scaling first when the image is at least twice the target), then libjpeg-turbo encodes it at
+    ``quality`` with libjpeg's defaults (4:2:0, baseline, standard Huffman tables).
+
+    Args:
+        images: Encoded images (buffer-protocol objects, not copied).
+        shorter: Target shorter side in pixels.
+        quality: JPEG quality, 1..100.
+        threads: Engine threads; 1 runs on the calling thread with its own decompressor and
+            compressor, so several Python threads may call this at once.
+        options: :class:`DecodeOptions` for the decode.
+
+    Returns:
+        One JPEG ``bytes`` per image, or None where the engine could not take it (not a JPEG,
+        corrupt, too large): the caller decides what to do with those.
+
+    Raises:
+        RuntimeError: The C++ engine is not live (see :func:`engine_info`).
+        ValueError: ``shorter``, ``quality`` or ``threads`` out of range.
+    """
+    if active_backend() != "libjpeg-turbo":
+        raise RuntimeError(f"resize_encode_batch needs the C++ engine: {engine_info()['reason']}")
+    native = _engine.resize_encode_batch(list(images), int(shorter), int(quality), int(threads),
+                                         _options_tuple(options))
+    return [data for _status, _message, data in native]
 
 
 def decode_image(buf, *, options: DecodeOptions = DecodeOptions()) -> np.ndarray:

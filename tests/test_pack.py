@@ -102,8 +102,9 @@ def test_resize_shorter_side(tiny_folder, tmp_path):  # noqa: F811
 
 
 @requires_engine
-def test_engine_resize_encode_matches_the_decode_path():
+def test_engine_resize_encode_matches_the_decode_path(monkeypatch):
     """One engine call re-encodes a batch: the engine's resize, encoded as Pillow encodes it at q95."""
+    monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     from fastload import decode
     from fastload.transforms import Resize
     images = [make_jpeg(403, 351, seed=1), make_jpeg(257, 300, subsampling="4:4:4", seed=2),
@@ -130,7 +131,8 @@ def test_engine_resize_encode_matches_the_decode_path():
 
 
 @requires_engine
-def test_engine_resize_encode_reports_bad_images_without_crashing():
+def test_engine_resize_encode_reports_bad_images_without_crashing(monkeypatch):
+    monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     from fastload import decode
     good = make_jpeg(200, 150, seed=5)
     png = io.BytesIO()
@@ -139,8 +141,14 @@ def test_engine_resize_encode_reports_bad_images_without_crashing():
     out = decode._engine.resize_encode_batch(bad, 64, 90, 2, decode._options_tuple(decode.DecodeOptions()))
     assert [s == 0 for s, _, _ in out] == [False, False, False, False, True]
     assert all(msg for s, msg, _ in out if s != 0)
+    assert [d is not None for d in decode.resize_encode_batch(bad, shorter=64, quality=90)] == [False] * 4 + [True]
     with pytest.raises(ValueError, match="quality"):
-        decode._engine.resize_encode_batch([good], 64, 101, 1, decode._options_tuple(decode.DecodeOptions()))
+        decode.resize_encode_batch([good], shorter=64, quality=101)
+    # With the Pillow decoder forced, the engine call refuses and the converter uses Pillow.
+    monkeypatch.setenv("FASTLOAD_DECODER", "pillow")
+    with pytest.raises(RuntimeError, match="FASTLOAD_DECODER"):
+        decode.resize_encode_batch([good], shorter=64, quality=90)
+    assert convert.convert_images([good], convert.ConvertOptions(resize=64))[0].kind == "resized"
     # The per-image converter still decides for what the engine refused: PNG is converted, the
     # truncated JPEG is either decoded by Pillow or skipped with its reason.
     results = convert.convert_images(bad[1:], convert.ConvertOptions(resize=64))

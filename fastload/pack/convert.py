@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import io
 import struct
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
-
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -196,34 +194,26 @@ def _to_rgb(img: "Image.Image") -> "Image.Image":
     return img.convert("RGB")
 
 
-_engine_fn = None
-_engine_lock = threading.Lock()
-
-
 def _engine_resize_encode() -> Optional[Callable[[Sequence[bytes], int, int], List[Optional[bytes]]]]:
-    """The C++ engine's batch decode + resize + re-encode when it is live, else None.
+    """The C++ engine's batch decode + resize + re-encode when it is live now, else None.
 
     The returned function takes ``(images, shorter, quality)`` and gives one JPEG ``bytes`` per
     image, or None where the engine could not do it (the Pillow path then decides). It runs with
     ``threads=1``: on the calling thread, with that thread's own decompressor and compressor, so the
     pack's converter threads call it concurrently, each with the GIL released for its whole batch.
+    Asked per call, not cached: ``FASTLOAD_DECODER=pillow`` may be set at any time.
     """
-    global _engine_fn
-    with _engine_lock:
-        if _engine_fn is None:
-            fn = False
-            try:
-                from fastload import decode
-                if decode.engine_info().get("backend") == "libjpeg-turbo":
-                    options = decode._options_tuple(decode.DecodeOptions())
-                    batch = decode._engine.resize_encode_batch
+    try:
+        from fastload import decode
+    except ImportError:
+        return None
+    if decode.active_backend() != "libjpeg-turbo":
+        return None
 
-                    def fn(images, shorter, quality):
-                        return [data for _, _, data in batch(list(images), shorter, quality, 1, options)]
-            except (ImportError, AttributeError):
-                fn = False
-            _engine_fn = fn
-    return _engine_fn or None
+    def fn(images: Sequence[bytes], shorter: int, quality: int) -> List[Optional[bytes]]:
+        return decode.resize_encode_batch(images, shorter=shorter, quality=quality, threads=1)
+
+    return fn
 
 
 def _cheap_info(data: bytes) -> Tuple[Optional[JpegInfo], bool]:
