@@ -249,21 +249,21 @@ def _h2d_group(batch: int) -> Tuple[List[Contender], List[Result]]:
     return stages.h2d_contenders(batch), []
 
 
-def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool):
+def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool) -> PairedRatio:
     """Issue 7's loader ratio: fastload.torch.DataLoader on restart-indexed vs plain shards, epochs alternated."""
     if not quiet:
         print("[bench] paired loader epochs, restart-indexed vs plain", file=sys.stderr, flush=True)
+    check = f"fastload.torch DataLoader restart-indexed / plain shards, {threads} threads"
     num = stages.torch_loader_contender("fastload.torch DataLoader, restart-indexed", data.restart_packed,
                                         threads=threads, batch_size=batch)
     den = stages.torch_loader_contender("fastload.torch DataLoader", data.packed, threads=threads, batch_size=batch)
     try:
         num.start()
         den.start()
-        return loader_pair(f"fastload.torch DataLoader restart-indexed / plain shards, {threads} threads",
-                           num, den, rounds=10)
+        return loader_pair(check, num, den, rounds=10)
     except Exception as exc:  # noqa: BLE001 - reported as a skipped row, like any contender
         nan = float("nan")
-        return PairedRatio(check="fastload.torch DataLoader restart-indexed / plain shards", numerator=num.name,
+        return PairedRatio(check=check, numerator=num.name,
                            denominator=den.name, median=nan, q1=nan, q3=nan, total=nan, pairs=0, chunk=0,
                            skipped=f"{type(exc).__name__}: {exc}")
     finally:
@@ -299,7 +299,7 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
     set_overrides(opts.peer_python)
     procs = PeerProcesses()
     results: List[Result] = []
-    paired: list = []
+    paired: List[PairedRatio] = []
     scratch = None
     try:
         for group in groups:
