@@ -37,7 +37,15 @@ class BufferViews {
     views_.push_back(view);
     return ImageRef{static_cast<const uint8_t*>(view.buf), static_cast<size_t>(view.len)};
   }
-  void reserve(size_t n) { views_.reserve(n); }
+  // Views of every item of a sequence of n buffers, in order.
+  std::vector<ImageRef> add_all(const py::sequence& items, size_t n) {
+    views_.reserve(views_.size() + n);
+    std::vector<ImageRef> refs;
+    refs.reserve(n);
+    size_t pos = 0;
+    for (const py::handle item : items) refs.push_back(add(item.ptr(), pos++));
+    return refs;
+  }
 
  private:
   std::vector<Py_buffer> views_;
@@ -113,11 +121,7 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, int 
     throw py::value_error("indices must be 1-D with one entry per image");
 
   BufferViews views;
-  views.reserve(n);
-  std::vector<ImageRef> refs;
-  refs.reserve(n);
-  size_t pos = 0;
-  for (const py::handle item : images) refs.push_back(views.add(item.ptr(), pos++));
+  const std::vector<ImageRef> refs = views.add_all(images, n);
 
   py::array_t<int32_t> status(static_cast<py::ssize_t>(n));
   py::array_t<double> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
@@ -181,11 +185,7 @@ py::list resize_encode_batch_py(const py::sequence& images, int shorter, int qua
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
   const size_t n = static_cast<size_t>(py::len(images));
   BufferViews views;
-  views.reserve(n);
-  std::vector<ImageRef> refs;
-  refs.reserve(n);
-  size_t pos = 0;
-  for (const py::handle item : images) refs.push_back(views.add(item.ptr(), pos++));
+  const std::vector<ImageRef> refs = views.add_all(images, n);
   std::vector<EncodedImage> results;
   {
     py::gil_scoped_release release;
