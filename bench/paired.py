@@ -51,10 +51,11 @@ class PairedRatio:
 
 
 def paired_ratio(check: str, numerator: str, run_num: Work, denominator: str, run_den: Work, *, images: int,
-                 chunk: int, rounds: int) -> PairedRatio:
+                 chunk: int, rounds: int, clock: Callable[[], float] = time.perf_counter) -> PairedRatio:
     """Alternate ``run_num`` and ``run_den`` over ``[0, images)`` in chunks, ``rounds`` times.
 
     The first round is a warm-up (untimed): caches, lazy allocations and the thread pool settle.
+    ``clock`` is the timer (seconds).
     """
     if images < chunk:
         chunk = images
@@ -67,9 +68,9 @@ def paired_ratio(check: str, numerator: str, run_num: Work, denominator: str, ru
             times = {}
             for side in ((True, False) if first_num else (False, True)):
                 fn = run_num if side else run_den
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn(s, s + chunk)
-                times[side] = time.perf_counter() - t0
+                times[side] = clock() - t0
             if r == 0:
                 continue
             ratios.append(times[False] / times[True])
@@ -82,9 +83,10 @@ def paired_ratio(check: str, numerator: str, run_num: Work, denominator: str, ru
                               "denominator_ips": len(ratios) * chunk / den_total})
 
 
-def _engine_work(images: Sequence[bytes], kind: str, batch: int) -> Work:
+def _engine_work(images: Sequence[bytes], batch: int) -> Work:
+    """fastload's fused RandomResizedCrop(224)+flip decode, 1 thread, ``batch`` images per call."""
     from fastload import decode, transforms
-    transform = transforms.train(224) if kind == "train" else transforms.eval_transform(224)
+    transform = transforms.train(224)
     out = np.empty((batch, 224, 224, 3), dtype=np.uint8)
     epoch = [0]
 
@@ -113,7 +115,7 @@ def decode_pairs(plain: Sequence[bytes], restart: Optional[Sequence[bytes]], *, 
     """Issue 3's and issue 7's single-thread decode ratios, each from alternated chunks."""
     images = min(len(plain), len(restart)) if restart is not None else len(plain)
     batch = min(chunk, 256)
-    train = _engine_work(plain, "train", batch)
+    train = _engine_work(plain, batch)
     out: List[PairedRatio] = []
     why = ""
     try:
@@ -124,7 +126,7 @@ def decode_pairs(plain: Sequence[bytes], restart: Optional[Sequence[bytes]], *, 
     names = ("fastload engine train, 1t", "fastload engine train, restart-indexed, 1t", "simplejpeg full-size decode, 1t")
     pairs = [("fused train 1t / simplejpeg full-size 1t", names[0], train, names[2], sj)]
     if restart is not None:
-        sliced = _engine_work(restart, "train", batch)
+        sliced = _engine_work(restart, batch)
         pairs += [("restart-indexed fused train 1t / simplejpeg full-size 1t", names[1], sliced, names[2], sj),
                   ("restart-indexed fused train 1t / plain shards 1t", names[1], sliced, names[0], train)]
     for check, num_name, num, den_name, den in pairs:

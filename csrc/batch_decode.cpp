@@ -111,23 +111,30 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
 }
 #endif
 
-ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const OpParams& op, uint64_t key,
-                        const BatchOptions& options, SampleBox* box_out) {
-  ImageOutcome oc;
-  Worker& w = this_worker();
-  JpegInfo info;
-  Status st = w.decoder.open(im.data, im.size, options.decode, &info);
+// Parses the header on the calling thread's decoder; false (with the outcome filled in) when the
+// image cannot take the engine's path.
+bool open_image(Worker& w, const ImageRef& im, const BatchOptions& options, JpegInfo* info, ImageOutcome* oc) {
+  const Status st = w.decoder.open(im.data, im.size, options.decode, info);
   if (st != Status::kOk) {
-    oc.status = st;
-    oc.message = w.decoder.message();
-    oc.warnings = w.decoder.warnings();
-    return oc;
+    oc->status = st;
+    oc->message = w.decoder.message();
+    oc->warnings = w.decoder.warnings();
+    return false;
   }
-  if (options.decode.apply_exif && info.orientation != 1) {
-    oc.status = Status::kNeedsPillow;
-    oc.message = "EXIF orientation " + std::to_string(info.orientation) + " is applied by the Pillow path";
-    return oc;
+  if (options.decode.apply_exif && info->orientation != 1) {
+    oc->status = Status::kNeedsPillow;
+    oc->message = "EXIF orientation " + std::to_string(info->orientation) + " is applied by the Pillow path";
+    return false;
   }
+  return true;
+}
+
+// Decodes an image open_image() has just opened on `w`, with `op`, into `slot`.
+ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, uint8_t* slot, Layout layout,
+                           const OpParams& op, uint64_t key, const BatchOptions& options, SampleBox* box_out) {
+  ImageOutcome oc;
+  JpegInfo info = opened;
+  Status st = Status::kOk;
   const SampleBox b = sample_box(info.width, info.height, op, key);
   *box_out = b;
   const int denom = choose_denom(b, op, options.decode.dct_scaling);
@@ -162,6 +169,15 @@ ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const 
   }
   w.resampler.finish(slot, layout);
   return oc;
+}
+
+ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const OpParams& op, uint64_t key,
+                        const BatchOptions& options, SampleBox* box_out) {
+  Worker& w = this_worker();
+  JpegInfo info;
+  ImageOutcome oc;
+  if (!open_image(w, im, options, &info, &oc)) return oc;
+  return decode_opened(w, im, info, slot, layout, op, key, options, box_out);
 }
 
 }  // namespace
@@ -218,10 +234,12 @@ void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int q
     try {
       Worker& w = this_worker();
       JpegInfo info;
-      Status st = w.decoder.open(images[i].data, images[i].size, options.decode, &info);
-      if (st != Status::kOk) {
-        r.status = st;
-        r.message = w.decoder.message();
+      ImageOutcome opened;
+      BatchOptions plain = options;
+      plain.use_restart_slices = false;  // a whole-image resize has nothing to slice
+      if (!open_image(w, images[i], plain, &info, &opened)) {
+        r.status = opened.status;
+        r.message = opened.message;
         return;
       }
       // im2rec's arithmetic: the shorter side becomes `shorter`, the other scales by floor division.
@@ -240,9 +258,7 @@ void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int q
       op.out_h = static_cast<int>(oh);
       w.pixels.resize(static_cast<size_t>(ow) * oh * 3);
       SampleBox box;
-      BatchOptions plain = options;
-      plain.use_restart_slices = false;  // a whole-image resize has nothing to slice
-      const ImageOutcome oc = decode_one(images[i], w.pixels.data(), Layout::kNHWC, op, 0, plain, &box);
+      const ImageOutcome oc = decode_opened(w, images[i], info, w.pixels.data(), Layout::kNHWC, op, 0, plain, &box);
       if (oc.status != Status::kOk) {
         r.status = oc.status;
         r.message = oc.message;

@@ -335,21 +335,24 @@ def test_options_are_validated():
 def test_paired_ratio_alternates_and_compares_like_with_like():
     from fastload_bench import paired
     calls = []
-    speed = {"fast": 1.0}
+    now = [0.0]
+    drift = [1.0]
 
     def work(name, cost):
         def run(start, stop):
             calls.append((name, start))
-            # Busy work whose cost drifts over time (as a shared machine does) but equally for
-            # both sides: the per-chunk ratio stays 2.
-            n = int((stop - start) * cost * 2000 * speed["fast"])
-            sum(i * i for i in range(n))
-            speed["fast"] *= 1.01
+            # A simulated clock: b costs twice a per image, and the machine slows down 1% per
+            # call (as a shared machine drifts), equally for both sides.
+            now[0] += (stop - start) * cost * drift[0]
+            drift[0] *= 1.01
         return run
 
-    r = paired.paired_ratio("a / b", "a", work("a", 1.0), "b", work("b", 2.0), images=40, chunk=10, rounds=2)
+    r = paired.paired_ratio("a / b", "a", work("a", 1.0), "b", work("b", 2.0), images=40, chunk=10, rounds=2,
+                            clock=lambda: now[0])
     assert r.pairs == 8 and r.chunk == 10
-    assert 1.5 < r.median < 2.6 and 1.5 < r.total < 2.6
+    # Only the drift between the two halves of a pair remains: each ratio is 2 * 1.01 or 2 / 1.01.
+    assert r.q1 == pytest.approx(2 / 1.01) and r.q3 == pytest.approx(2 * 1.01)
+    assert r.median == pytest.approx(2.0, rel=0.011) and r.total == pytest.approx(2.0, rel=0.011)
     # Each chunk is done by both sides back to back, and the side that goes first alternates.
     firsts = [calls[i][0] for i in range(0, len(calls), 2)]
     assert all(calls[i][1] == calls[i + 1][1] for i in range(0, len(calls), 2))
