@@ -143,7 +143,7 @@ setup(
     package_dir={"fastload_bench": "bench", "fastload_tools": "tools"},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
-    install_requires=["numpy", "lmdb", "pillow", "tqdm"],
+    install_requires=["numpy", "lmdb", "pillow", "tqdm", "xxhash"],
     extras_require={
         "torch": ["torch>=2.0"],
         "mxnet": ["mxnet>=1.9.1", "numpy<1.24"],

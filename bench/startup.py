@@ -47,7 +47,7 @@ __all__ = [
 THUMB_SIDE = 32
 THUMB_QUALITY = 90
 MB = 1e6
-_BUILDER_VERSION = 1  # bump when the layout of the built dataset changes (invalidates caches)
+_BUILDER_VERSION = 2  # bump when the layout of the built dataset changes (invalidates caches)
 _GROWTH_SLACK_MB = 16.0
 _GROWTH_SLACK_FRACTION = 0.02
 
@@ -105,8 +105,8 @@ def build_records_dataset(source: str, cache_dir: str, *, records: int, side: in
 
     from fastload import __version__
     from fastload.records import recordio
-    from fastload.records.manifest import (FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, empty_index, sha256_file,
-                                           write_index, write_json_atomic)
+    from fastload.records.manifest import (FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, checksum_bytes, checksum_file,
+                                           empty_index, write_index, write_json_atomic)
 
     if records < 1:
         raise ValueError(f"records={records} must be >= 1")
@@ -169,10 +169,9 @@ def build_records_dataset(source: str, cache_dir: str, *, records: int, side: in
                                   f"record i carries image i mod {n}"},
         "options": {"format": "recordio", "shards": 1, "shard_size": None, "resize": None, "quality": quality,
                     "shuffle": False, "seed": 0, "on_error": "raise", "restart_index": False},
-        "shards": [{"file": rec_name, "records": records, "bytes": writer.offset, "sha256": sha256_file(rec_path),
-                    "index_file": idx_name, "index_bytes": len(idx_data),
-                    "index_sha256": hashlib.sha256(idx_data).hexdigest()}],
-        "index": {"file": INDEX_NAME, "sha256": sha256_file(os.path.join(staging, INDEX_NAME))},
+        "shards": [{"file": rec_name, "records": records, "bytes": writer.offset, "checksum": checksum_file(rec_path),
+                    "index_file": idx_name, "index_bytes": len(idx_data), "index_checksum": checksum_bytes(idx_data)}],
+        "index": {"file": INDEX_NAME, "checksum": checksum_file(os.path.join(staging, INDEX_NAME))},
         "counts": {"found": records, "written": records, "skipped": 0, "converted": {}, "passed_through": records,
                    "ignored_non_image_files": 0, "not_restart_indexed": 0},
         "skipped": [],

@@ -1,6 +1,6 @@
 // Python glue of the native engine (fastload._engine): argument and buffer checks, GIL release,
 // results back as numpy arrays. The only file that includes pybind11; the work lives in plain C++
-// (batch_decode, jpeg_decode, resize, thread_pool, restart_index).
+// (batch_decode, jpeg_decode, jpeg_encode, resize, thread_pool, restart_index, record_framing).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "batch_decode.h"
+#include "record_framing.h"
 
 #ifndef FASTLOAD_JPEG_TURBO_VERSION
 #define FASTLOAD_JPEG_TURBO_VERSION "unknown"
@@ -202,6 +203,37 @@ py::list resize_encode_batch_py(const py::sequence& images, int shorter, int qua
   return out;
 }
 
+// Pass-through `fastload pack`: one GIL-free call reads, checks and frames a batch of files.
+py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, const py::sequence& heads) {
+  const size_t n = static_cast<size_t>(py::len(paths));
+  if (static_cast<size_t>(py::len(sizes)) != n || static_cast<size_t>(py::len(heads)) != n)
+    throw py::value_error("paths, sizes and heads must have one entry per file");
+  BufferViews views;
+  const std::vector<ImageRef> head_refs = views.add_all(heads, n);
+  std::vector<FrameJob> jobs(n);
+  for (size_t i = 0; i < n; ++i) {
+    py::handle p = paths[i];
+    if (!PyBytes_Check(p.ptr())) throw py::type_error("paths[" + std::to_string(i) + "] must be bytes (os.fsencode)");
+    jobs[i].path = p.cast<std::string>();
+    const long long size = sizes[i].cast<long long>();
+    if (size < 0) throw py::value_error("sizes[" + std::to_string(i) + "] is negative");
+    jobs[i].size = static_cast<size_t>(size);
+    jobs[i].head = head_refs[i].data;
+    jobs[i].head_len = head_refs[i].size;
+  }
+  const size_t capacity = frame_capacity(jobs);
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(capacity));
+  py::array_t<int64_t> framed(static_cast<py::ssize_t>(n));
+  uint8_t* dst = out.mutable_data();
+  int64_t* fs = framed.mutable_data();
+  size_t used = 0;
+  {
+    py::gil_scoped_release release;
+    used = frame_files(jobs, dst, capacity, fs);
+  }
+  return py::make_tuple(out, framed, used);
+}
+
 }  // namespace
 
 // ==== restart index (issue 7) ============================================================
@@ -334,6 +366,10 @@ PYBIND11_MODULE(_engine, m) {
         py::arg("threads"), py::arg("options"),
         "Decode, resize (shorter side to `shorter`, im2rec's arithmetic) and re-encode at `quality` each "
         "image, in one GIL-free call; returns [(status, message, jpeg_bytes or None)].");
+  m.def("frame_files", &frame_files_py, py::arg("paths"), py::arg("sizes"), py::arg("heads"),
+        "Read, check and frame a batch of files as RecordIO records (payload = head + file bytes) in one "
+        "GIL-free call; returns (buffer, framed_sizes, used): records back to back in buffer, framed_sizes[i] "
+        "> 0 for a framed record, < 0 for a file left to the Python path.");
   m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
         "Full-size RGB decode: (status, message, array or None).");
   m.def("set_threads", [](int threads) {

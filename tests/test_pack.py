@@ -306,7 +306,7 @@ def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_pat
     res = pack_folder(tiny_folder, str(tmp_path / "short"), shards=2, progress=False)
     monkeypatch.undo()
     assert calls["n"] > 40
-    assert [s["sha256"] for s in res.manifest["shards"]] == [s["sha256"] for s in ref.manifest["shards"]]
+    assert [s["checksum"] for s in res.manifest["shards"]] == [s["checksum"] for s in ref.manifest["shards"]]
     for entry in ref.manifest["shards"]:
         for name in (entry["file"], entry["index_file"]):
             assert open(tmp_path / "short" / name, "rb").read() == open(tmp_path / "ref" / name, "rb").read()
@@ -441,7 +441,7 @@ def test_cli_pack_info_verify(odd_folder, tmp_path):  # noqa: F811
         f.seek(int(offsets[2]) + 8)
         f.write(b"\x07")  # the IRHeader flag: now announces 7 labels
     res = run_cli("verify", out, check=1)
-    assert "BAD shard odd-00001.rec: SHA-256 differs" in res.stdout
+    assert "BAD shard odd-00001.rec: checksum differs" in res.stdout
     assert "BAD shard odd-00001.rec record 2:" in res.stdout
     assert res.stdout.rstrip().splitlines()[-1].startswith("FAILED")
 

@@ -29,11 +29,9 @@ import hashlib
 import itertools
 import json
 import os
-import queue
 import re
 import shutil
 import sys
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,12 +43,14 @@ from fastload import __version__
 from fastload.errors import UserError
 from fastload.pack.convert import NOT_INDEXED as _NOT_INDEXED
 from fastload.pack.convert import ConvertOptions, Converted, convert_images
+from fastload.pack.framing import Prepared, engine_framing, frame_batch
 from fastload.pack.sources import Source, SourceItem, open_source
 from fastload.records import recordio
 from fastload.records.dataset import STAGING_DIR
 from fastload.records.lmdb_shard import LmdbShardWriter, pack_value_header
-from fastload.records.manifest import (FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, empty_index, fsync_dir,
-                                       read_manifest, sha256_file, write_index, write_json_atomic)
+from fastload.records.manifest import (FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, Checksum, checksum_bytes,
+                                       checksum_file, empty_index, file_matches, fsync_dir, read_manifest,
+                                       recorded_checksum, write_index, write_json_atomic)
 
 __all__ = ["ShardFormat", "OnError", "PackOptions", "PackResult", "pack_folder", "pack_main", "parse_size",
            "format_summary"]
@@ -285,21 +285,13 @@ def _fingerprint(source: Source, order: np.ndarray, stats: List[Tuple[int, int]]
     return h.hexdigest()
 
 
-class _Prepared(NamedTuple):
-    """A record ready to write: built on a worker thread so the writing thread only writes."""
-
-    record: Any  # recordio.FramedRecord or the LMDB value bytes
-    length: int  # payload / value length
-    data_offset: int  # where the image starts inside it
-
-
-def _prepare(item: SourceItem, image: bytes, fmt: ShardFormat, label_width: int) -> _Prepared:
+def _prepare(item: SourceItem, image: bytes, fmt: ShardFormat, label_width: int) -> Prepared:
     if fmt is ShardFormat.RECORDIO:
         header = recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
-        return _Prepared(recordio.FramedRecord(image, header), len(header) + len(image), len(header))
+        return Prepared(recordio.FramedRecord(image, header), len(header) + len(image), len(header))
     header = pack_value_header(item.labels, item.id)
     value = header + image
-    return _Prepared(value, len(value), len(header))
+    return Prepared(value, len(value), len(header))
 
 
 def _read_file(path: str, size: int) -> bytes:
@@ -320,11 +312,24 @@ def _read_file(path: str, size: int) -> bytes:
 
 
 def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions, fmt: ShardFormat,
-                   label_width: int) -> List[Tuple[Converted, int, Optional[_Prepared]]]:
-    """Read a batch of files, convert them together (one engine call with ``--resize``), frame them."""
+                   label_width: int) -> List[Tuple[Converted, int, Optional[Prepared]]]:
+    """Read a batch of files, convert them together (one engine call with ``--resize``), frame them.
+
+    Pass-through RecordIO batches go to the engine's ``frame_files`` first (read, check and frame
+    in one GIL-free call); the files it leaves take the path below.
+    """
+    framed: List[Optional[Tuple[Converted, int, Prepared]]] = [None] * len(batch)
+    if fmt is ShardFormat.RECORDIO and options.resize is None and options.transcode is None:
+        frame_files = engine_framing()
+        if frame_files is not None:
+            framed = frame_batch(batch, label_width, frame_files)
+            if all(f is not None for f in framed):
+                return framed  # type: ignore[return-value]
     datas: Dict[int, bytes] = {}
     results: Dict[int, Converted] = {}
     for i, (item, size) in enumerate(batch):
+        if framed[i] is not None:
+            continue
         try:
             datas[i] = _read_file(item.path, size)
         except OSError as exc:
@@ -332,6 +337,9 @@ def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions,
     results.update(zip(datas, convert_images(list(datas.values()), options)))
     out = []
     for i, (item, _) in enumerate(batch):
+        if framed[i] is not None:
+            out.append(framed[i])
+            continue
         result = results[i]
         prepared = _prepare(item, result.data, fmt, label_width) if result.data is not None else None
         out.append((result, len(datas.get(i, b"")), prepared))
@@ -341,7 +349,6 @@ def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions,
 _PASS_BATCH = 32  # images per worker task when they pass through
 _DECODE_BATCH = 8  # images per task when each is decoded (milliseconds each): one engine call, even load
 _BATCHES_PER_WORKER = 4  # tasks in flight per worker: bounds the images held in memory
-_HASH_QUEUE = 8  # written batches (~4 MB each) waiting for the hashing thread
 _WRITEBACK_STEP = 32 << 20  # start the disk writes of every this many bytes while packing goes on
 _sync_file_range = None
 
@@ -370,9 +377,9 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
 class _GatherFile:
     """The shard file as ``RecordIOWriter`` sees it: gathers chunks, writes ~4 MB per ``writev``.
 
-    Each written batch goes to a hashing thread (SHA-256 of the whole file, in write order) and its
-    disk writes are started at once, so the fsync that completes the shard only waits for the last
-    few megabytes.
+    Each written batch is added to the shard's checksum (XXH3-128: a few milliseconds per hundred
+    megabytes, so on the writing thread) and its disk writes are started at once, so the fsync
+    that completes the shard only waits for the last few megabytes.
     """
 
     _MAX_IOV = 512  # below IOV_MAX (1024 on Linux)
@@ -384,31 +391,7 @@ class _GatherFile:
         self._pending = 0
         self.written = 0
         self._kicked = 0
-        self._hash = hashlib.sha256()
-        self._error: Optional[BaseException] = None
-        # Hashing runs on its own thread: the writing thread's writev (the page-cache copy) and
-        # SHA-256 (hashlib releases the GIL) then use both cores.
-        self._queue: "queue.Queue" = queue.Queue(maxsize=_HASH_QUEUE)  # bounds the bytes held for hashing
-        self._thread = threading.Thread(target=self._run, name="fastload-pack-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        update = self._hash.update
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            chunks, kick = job
-            if self._error is None:
-                try:
-                    for chunk in chunks:
-                        update(chunk)
-                except BaseException as exc:  # noqa: BLE001 - re-raised by hexdigest(); keep draining
-                    self._error = exc
-            if kick is not None and self._fd >= 0:
-                # Here rather than on the writing thread: starting the I/O of 32 MB blocks for a
-                # few milliseconds, which the writer then spends writing.
-                _start_writeback(self._fd, *kick)
+        self._hash = Checksum()
 
     def fileno(self) -> int:
         return self._fd
@@ -422,7 +405,7 @@ class _GatherFile:
         return n
 
     def flush(self) -> None:
-        """Write the gathered chunks (short writes resumed), queue them for hashing, start writeback."""
+        """Write the gathered chunks (short writes resumed), checksum them, start their writeback."""
         chunks, self._chunks = self._chunks, []
         if not chunks:
             return
@@ -441,24 +424,16 @@ class _GatherFile:
                         raise OSError(errno.EIO, "writev wrote nothing")
         self.written += self._pending
         self._pending = 0
-        kick = None
+        for chunk in chunks:
+            self._hash.update(chunk)
         if self.written - self._kicked >= _WRITEBACK_STEP:
-            kick = (self._kicked, self.written - self._kicked)
+            _start_writeback(self._fd, self._kicked, self.written - self._kicked)
             self._kicked = self.written
-        self._queue.put((chunks, kick))
 
-    def hexdigest(self) -> str:
-        """Flush and return the SHA-256 of everything written."""
+    def checksum(self) -> str:
+        """Flush and return the checksum of everything written (``"<algo>:<hex>"``)."""
         self.flush()
-        self._stop()
-        if self._error is not None:
-            raise RuntimeError(f"hashing the shard failed: {self._error!r}") from self._error
-        return self._hash.hexdigest()
-
-    def _stop(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        return self._hash.value()
 
     def sync_and_close(self) -> None:
         os.fsync(self._fd)
@@ -466,13 +441,6 @@ class _GatherFile:
 
     def close(self) -> None:
         """Idempotent (used on abort too)."""
-        if self._thread.is_alive():
-            while True:  # after an abort nobody wants the hash: drop what is queued
-                try:
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            self._stop()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
@@ -565,11 +533,12 @@ def _load_done(staging: str, number: int, file: str, start: int,
         if entry["file"] != file or first != start or (edges is not None and end != edges[number + 1]):
             return None
         data = _data_file(staging, entry)
-        if os.path.getsize(data) != entry["bytes"] or sha256_file(data) != entry["sha256"]:
+        if os.path.getsize(data) != entry["bytes"] or not file_matches(data, recorded_checksum(entry)):
             return None
         if entry.get("index_file"):
             idx = os.path.join(staging, entry["index_file"])
-            if os.path.getsize(idx) != entry["index_bytes"] or sha256_file(idx) != entry["index_sha256"]:
+            if os.path.getsize(idx) != entry["index_bytes"] or \
+                    not file_matches(idx, recorded_checksum(entry, "index_")):
                 return None
         return _ShardDone(number, first, end, entry, meta["rows"], [tuple(x) for x in meta["skipped"]],
                           meta["kinds"], meta["bytes_in"])
@@ -607,7 +576,7 @@ class _ShardSink:
         else:
             self.lmdb = LmdbShardWriter(self.partial)
 
-    def add(self, item: SourceItem, prepared: _Prepared) -> None:
+    def add(self, item: SourceItem, prepared: Prepared) -> None:
         if self.fmt is ShardFormat.RECORDIO:
             offset, parts = self.writer.write_framed(prepared.record, item.id)
         else:
@@ -621,7 +590,7 @@ class _ShardSink:
         """Flush, fsync, rename into place, then write the sidecar that marks the shard complete."""
         entry: Dict[str, Any] = {"file": self.file_name, "records": len(self.rows["id"])}
         if self.fmt is ShardFormat.RECORDIO:
-            digest = self.file.hexdigest()
+            digest = self.file.checksum()
             self.file.sync_and_close()
             idx_name = os.path.splitext(self.file_name)[0] + ".idx"
             idx_data = self.writer.idx_bytes()
@@ -630,15 +599,15 @@ class _ShardSink:
                 f.write(idx_data)
                 f.flush()
                 os.fsync(f.fileno())
-            entry.update(bytes=self.writer.offset, sha256=digest, index_file=idx_name,
-                         index_bytes=len(idx_data), index_sha256=hashlib.sha256(idx_data).hexdigest())
+            entry.update(bytes=self.writer.offset, checksum=digest, index_file=idx_name,
+                         index_bytes=len(idx_data), index_checksum=checksum_bytes(idx_data))
             os.replace(idx_partial, os.path.join(self.staging, idx_name))
             os.replace(self.partial, self.final)
         else:
             self.lmdb.finish()
             data = os.path.join(self.partial, "data.mdb")
             _fsync_file(data)
-            entry.update(bytes=os.path.getsize(data), sha256=sha256_file(data))
+            entry.update(bytes=os.path.getsize(data), checksum=checksum_file(data))
             _remove(self.final)
             os.replace(self.partial, self.final)
         fsync_dir(self.staging)
@@ -985,7 +954,7 @@ def _write_dataset_files(staging: str, source: Source, options: PackOptions, nam
                         "seed": options.seed, "on_error": options.on_error.value,
                         "restart_index": options.restart_index},
             "shards": shards,
-            "index": {"file": INDEX_NAME, "sha256": sha256_file(os.path.join(staging, INDEX_NAME))},
+            "index": {"file": INDEX_NAME, "checksum": checksum_file(os.path.join(staging, INDEX_NAME))},
             "counts": {"found": found, "written": written, "skipped": len(skipped),
                        "converted": converted, "passed_through": kinds.get("pass", 0),
                        "ignored_non_image_files": len(source.ignored),

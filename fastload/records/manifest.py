@@ -26,6 +26,7 @@ import tempfile
 from typing import Any, Dict, Optional
 
 import numpy as np
+import xxhash
 
 from fastload.errors import UserError
 
@@ -40,7 +41,12 @@ __all__ = [
     "write_json_atomic",
     "read_json_manifest",
     "read_manifest",
-    "sha256_file",
+    "CHECKSUM",
+    "Checksum",
+    "checksum_bytes",
+    "checksum_file",
+    "recorded_checksum",
+    "file_matches",
     "fsync_dir",
     "summarize",
     "info_main",
@@ -51,7 +57,7 @@ os.umask(_UMASK)
 
 MANIFEST_NAME = "fastload.json"
 INDEX_NAME = "fastload-index.npy"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: XXH3-128 checksums (1: SHA-256, still read and verified)
 
 
 def index_dtype(label_width: int) -> np.dtype:
@@ -131,15 +137,73 @@ def load_index(path: str, label_width: int, records: int) -> np.ndarray:
     return index
 
 
-def sha256_file(path: str, chunk: int = 4 << 20) -> str:
-    """Hex SHA-256 of a file."""
-    h = hashlib.sha256()
+CHECKSUM = "xxh3_128"  # what new manifests record for shards, .idx files and the record index
+
+
+def _hasher(algo: str):
+    if algo == "xxh3_128":
+        return xxhash.xxh3_128()
+    if algo == "sha256":  # format_version 1 manifests
+        return hashlib.sha256()
+    raise ValueError(f"unknown checksum algorithm {algo!r}")
+
+
+class Checksum:
+    """An incremental checksum whose ``value()`` is what manifests record: ``"<algo>:<hex>"``.
+
+    XXH3-128 for new datasets: a 128-bit non-cryptographic hash, ample to catch corrupted or
+    truncated shards, and ~25 GB/s against SHA-256's ~1.7 GB/s (with SHA instructions), which was
+    a third of pass-through packing's time and most of ``fastload verify``'s.
+    """
+
+    __slots__ = ("algo", "_h")
+
+    def __init__(self, algo: str = CHECKSUM) -> None:
+        self.algo, self._h = algo, _hasher(algo)
+
+    def update(self, data) -> None:
+        self._h.update(data)
+
+    def value(self) -> str:
+        return f"{self.algo}:{self._h.hexdigest()}"
+
+
+def checksum_bytes(data, algo: str = CHECKSUM) -> str:
+    """``"<algo>:<hex>"`` of a bytes-like object."""
+    c = Checksum(algo)
+    c.update(data)
+    return c.value()
+
+
+def checksum_file(path: str, algo: str = CHECKSUM, chunk: int = 4 << 20) -> str:
+    """``"<algo>:<hex>"`` of a file's contents."""
+    c = Checksum(algo)
     with open(path, "rb") as f:
         while True:
             block = f.read(chunk)
             if not block:
-                return h.hexdigest()
-            h.update(block)
+                return c.value()
+            c.update(block)
+
+
+def recorded_checksum(meta: Dict[str, Any], prefix: str = "") -> Optional[str]:
+    """The checksum a manifest entry records under ``<prefix>checksum`` (``<prefix>sha256`` in v1)."""
+    value = meta.get(prefix + "checksum")
+    if value:
+        return value
+    legacy = meta.get(prefix + "sha256")
+    return f"sha256:{legacy}" if legacy else None
+
+
+def file_matches(path: str, recorded: Optional[str]) -> bool:
+    """Whether a file's contents have the recorded ``"<algo>:<hex>"`` checksum (False when none is)."""
+    if not recorded or ":" not in recorded:
+        return False
+    algo = recorded.split(":", 1)[0]
+    try:
+        return checksum_file(path, algo) == recorded
+    except ValueError:  # an algorithm this fastload does not know
+        return False
 
 
 def read_json_manifest(folder: str, name: str, *, what: str, max_version: int) -> Dict[str, Any]:
@@ -212,7 +276,7 @@ def summarize(manifest: Dict[str, Any]) -> str:
         lines.append("converted:     " + ", ".join(f"{k} {v}" for k, v in sorted(converted.items())))
     lines.append(f"restart index: {'yes' if manifest.get('restart_index') else 'no'}")
     for s in shards[:20]:
-        lines.append(f"  {s['file']}: {s['records']} records, {_human_bytes(s['bytes'])}, sha256 {s['sha256'][:12]}")
+        lines.append(f"  {s['file']}: {s['records']} records, {_human_bytes(s['bytes'])}, {(recorded_checksum(s) or 'no checksum')[:21]}")
     if len(shards) > 20:
         lines.append(f"  ... {len(shards) - 20} more shards")
     return "\n".join(lines)

@@ -52,7 +52,6 @@ MAX_RECORD_LENGTH = (1 << 29) - 1
 _IR = struct.Struct("<IfQQ")
 IR_HEADER_SIZE = _IR.size  # 24
 _PAD = (b"", b"\0\0\0", b"\0\0", b"\0")  # indexed by length % 4
-_MAGIC_BYTES = struct.pack("<I", MAGIC)
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -237,6 +236,13 @@ class FramedRecord:
     def __init__(self, payload: Buffer, head: Buffer = b"") -> None:
         self.chunks, self.parts = _frame(payload, head)
         self.size = sum(len(c) for c in self.chunks)
+
+    @classmethod
+    def whole(cls, framed: Buffer) -> "FramedRecord":
+        """A record already framed whole (``cflag`` 0, padded), e.g. by the engine's ``frame_files``."""
+        record = cls.__new__(cls)
+        record.chunks, record.parts, record.size = [framed], 0, len(framed)
+        return record
 
 
 class RecordIOWriter:

@@ -18,7 +18,7 @@ from fastload.errors import CorruptRecordError, UserError
 from fastload.records import recordio
 from fastload.records.dataset import Dataset, ShardedDataset, open_dataset
 from fastload.records.lmdb_shard import unpack_value_header
-from fastload.records.manifest import MANIFEST_NAME, read_manifest, sha256_file
+from fastload.records.manifest import MANIFEST_NAME, file_matches, read_manifest, recorded_checksum
 
 __all__ = ["VerifyReport", "verify_dataset", "verify_main"]
 
@@ -75,18 +75,19 @@ def _check_files(folder: str, manifest: dict, report: VerifyReport) -> None:
         if size != entry["bytes"]:
             report.problems.append(f"shard {entry['file']}: {size} bytes, the manifest says {entry['bytes']}"
                                    + (" (truncated)" if size < entry["bytes"] else ""))
-        elif sha256_file(data) != entry["sha256"]:
-            report.problems.append(f"shard {entry['file']}: SHA-256 differs from the manifest (corrupted)")
+        elif not file_matches(data, recorded_checksum(entry)):
+            report.problems.append(f"shard {entry['file']}: checksum differs from the manifest (corrupted)")
         if entry.get("index_file"):
             idx = os.path.join(folder, entry["index_file"])
             if not os.path.exists(idx):
                 report.problems.append(f"shard {entry['file']}: index file {entry['index_file']} missing")
-            elif sha256_file(idx) != entry.get("index_sha256"):
+            elif not file_matches(idx, recorded_checksum(entry, "index_")):
                 report.problems.append(f"shard {entry['file']}: {entry['index_file']} differs from the manifest")
     index_meta = manifest.get("index", {})
     index_path = os.path.join(folder, index_meta.get("file", ""))
-    if index_meta.get("sha256") and os.path.exists(index_path) and sha256_file(index_path) != index_meta["sha256"]:
-        report.problems.append(f"record index {index_meta['file']}: SHA-256 differs from the manifest")
+    recorded = recorded_checksum(index_meta)
+    if recorded and os.path.exists(index_path) and not file_matches(index_path, recorded):
+        report.problems.append(f"record index {index_meta['file']}: checksum differs from the manifest")
 
 
 def _check_record(ds: ShardedDataset, i: int) -> Optional[str]:
