@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from conftest import make_jpeg, requires_engine
-from fastload.pack import convert
+from fastload.pack import convert, packer
 from fastload.pack.packer import pack_folder
 from fastload.records import recordio
 from fastload.records.manifest import MANIFEST_NAME, read_manifest, write_json_atomic
@@ -114,8 +114,9 @@ def test_frame_files_leaves_changed_and_unreadable_files_to_python(tmp_path):
 
 
 def _folder(root, files: dict) -> str:
+    # Odd files first (class_a), plain photos after: the later batches are all clean.
     for i, (name, data) in enumerate(sorted(files.items())):
-        cls = root / f"class_{i % 3}"
+        cls = root / ("class_" + ("bc"[i % 2] if name.startswith("photo") else "a"))
         cls.mkdir(parents=True, exist_ok=True)
         (cls / name).write_bytes(data)
     return str(root)
@@ -127,16 +128,24 @@ def _shard_bytes(out) -> dict:
 
 
 @requires_engine
-@pytest.mark.parametrize("shards", [1, 3])
-def test_engine_and_python_framing_pack_identical_datasets(tmp_path, monkeypatch, shards):
+@pytest.mark.parametrize("layout", [{"shards": 1}, {"shards": 3}, {"shards": 2}, {"shard_size": 60_000}],
+                         ids=["one-shard", "three-shards", "edge-inside-a-batch", "by-size"])
+def test_engine_and_python_framing_pack_identical_datasets(tmp_path, monkeypatch, layout):
+    # 74 files: batches of 32 are taken whole by the writer, or record by record where a shard
+    # boundary (fixed edges or the size limit) falls inside one.
     files = _variants()
-    for i in range(12):
-        files[f"photo{i}.jpg"] = make_jpeg(30 + i, 20 + 2 * i, seed=10 + i)
+    for i in range(56):
+        files[f"photo{i}.jpg"] = make_jpeg(30 + i % 20, 20 + i % 17, seed=10 + i)
     src = _folder(tmp_path / "src", files)
     monkeypatch.setenv("FASTLOAD_PACK_FRAMING", "python")
-    ref = pack_folder(src, str(tmp_path / "py"), shards=shards, workers=2, progress=False)
+    ref = pack_folder(src, str(tmp_path / "py"), workers=2, progress=False, **layout)
     monkeypatch.delenv("FASTLOAD_PACK_FRAMING")
-    res = pack_folder(src, str(tmp_path / "engine"), shards=shards, workers=2, progress=False)
+    whole = []
+    add_framed = packer._ShardSink.add_framed
+    monkeypatch.setattr(packer._ShardSink, "add_framed", lambda self, b, f: (whole.append(len(b)), add_framed(self, b, f)))
+    res = pack_folder(src, str(tmp_path / "engine"), workers=2, progress=False, **layout)
+    assert whole and sum(whole) < len(files)  # batches taken whole and record by record both happened
+    assert len(res.manifest["shards"]) == layout.get("shards", 2)
     assert _shard_bytes(tmp_path / "engine") == _shard_bytes(tmp_path / "py")
     for key in ("shards", "counts", "skipped", "records"):
         assert res.manifest[key] == ref.manifest[key]

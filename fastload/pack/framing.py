@@ -19,7 +19,7 @@ from fastload.pack.convert import Converted
 from fastload.pack.sources import SourceItem
 from fastload.records import recordio
 
-__all__ = ["Prepared", "engine_framing", "frame_batch"]
+__all__ = ["Prepared", "FramedBatch", "engine_framing", "frame_batch"]
 
 
 class Prepared(NamedTuple):
@@ -44,8 +44,45 @@ def engine_framing() -> Optional[Any]:
     return getattr(_engine, "frame_files", None)
 
 
-def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int,
-                frame_files: Any) -> List[Optional[Tuple[Converted, int, Prepared]]]:
+class FramedBatch:
+    """A batch of files framed by the engine: the records back to back in one buffer.
+
+    Attributes:
+        data: The framed records that were written to the buffer, back to back.
+        framed: Per file, its framed record's size (> 0) or the engine's refusal (< 0).
+        lengths: Per file, the payload length (head + image bytes).
+        head_lens: Per file, where the image starts inside the payload.
+        sizes: Per file, the bytes read (the stat size).
+    """
+
+    __slots__ = ("data", "framed", "lengths", "head_lens", "sizes")
+
+    def __init__(self, data: memoryview, framed: List[int], lengths: List[int], head_lens: List[int],
+                 sizes: List[int]) -> None:
+        self.data, self.framed, self.lengths, self.head_lens, self.sizes = data, framed, lengths, head_lens, sizes
+
+    @property
+    def complete(self) -> bool:
+        """Whether every file of the batch was framed (the writer can take the batch whole)."""
+        return all(n > 0 for n in self.framed)
+
+    def entries(self) -> List[Optional[Tuple[Converted, int, Prepared]]]:
+        """Per file, ``(converted, bytes read, prepared record)``, or None where the Python path must act."""
+        out: List[Optional[Tuple[Converted, int, Prepared]]] = []
+        pos = 0
+        for n, length, head_len, size in zip(self.framed, self.lengths, self.head_lens, self.sizes):
+            if n < 0:
+                out.append(None)
+                continue
+            record = self.data[pos:pos + n]
+            pos += n
+            start = 8 + head_len
+            out.append((Converted(record[start:start + size], "pass"), size,
+                        Prepared(recordio.FramedRecord.whole(record), length, head_len)))
+        return out
+
+
+def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int, frame_files: Any) -> FramedBatch:
     """Frame a batch of ``(item, stat size)`` pass-through files with the engine.
 
     Args:
@@ -54,23 +91,12 @@ def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int,
         frame_files: :func:`engine_framing`'s function.
 
     Returns:
-        Per file, ``(converted, bytes read, prepared record)`` or None when the Python path must
-        handle it.
+        The :class:`FramedBatch`; files it refused are for the Python path.
     """
     heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
              for item, _ in batch]
-    buffer, framed, _ = frame_files([os.fsencode(item.path) for item, _ in batch],
-                                    [size for _, size in batch], heads)
-    view = memoryview(buffer)
-    out: List[Optional[Tuple[Converted, int, Prepared]]] = []
-    pos = 0
-    for (_, size), head, n in zip(batch, heads, framed.tolist()):
-        if n < 0:
-            out.append(None)
-            continue
-        record = view[pos:pos + n]
-        pos += n
-        start = 8 + len(head)
-        out.append((Converted(record[start:start + size], "pass"), size,
-                    Prepared(recordio.FramedRecord.whole(record), len(head) + size, len(head))))
-    return out
+    sizes = [size for _, size in batch]
+    buffer, framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads)
+    head_lens = [len(h) for h in heads]
+    return FramedBatch(memoryview(buffer)[:used], framed.tolist(), [h + s for h, s in zip(head_lens, sizes)],
+                       head_lens, sizes)

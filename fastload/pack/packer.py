@@ -35,7 +35,7 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from fastload import __version__
 from fastload.errors import UserError
 from fastload.pack.convert import NOT_INDEXED as _NOT_INDEXED
 from fastload.pack.convert import ConvertOptions, Converted, convert_images
-from fastload.pack.framing import Prepared, engine_framing, frame_batch
+from fastload.pack.framing import FramedBatch, Prepared, engine_framing, frame_batch
 from fastload.pack.sources import Source, SourceItem, open_source
 from fastload.records import recordio
 from fastload.records.dataset import STAGING_DIR
@@ -214,12 +214,12 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(n)
 
-    def step(self, nbytes: int) -> None:
-        self.images += 1
+    def step(self, nbytes: int, images: int = 1) -> None:
+        self.images += images
         self.nbytes += nbytes
         if self.bar is None:
             return
-        self.bar.update(1)
+        self.bar.update(images)
         now = time.perf_counter()
         if now - self.last > 0.5:
             self.last = now
@@ -312,19 +312,21 @@ def _read_file(path: str, size: int) -> bytes:
 
 
 def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions, fmt: ShardFormat,
-                   label_width: int) -> List[Tuple[Converted, int, Optional[Prepared]]]:
+                   label_width: int) -> Union[FramedBatch, List[Tuple[Converted, int, Optional[Prepared]]]]:
     """Read a batch of files, convert them together (one engine call with ``--resize``), frame them.
 
     Pass-through RecordIO batches go to the engine's ``frame_files`` first (read, check and frame
-    in one GIL-free call); the files it leaves take the path below.
+    in one GIL-free call): a batch it frames whole is returned as is, for the writer to take in one
+    piece; files it leaves take the per-file path below.
     """
     framed: List[Optional[Tuple[Converted, int, Prepared]]] = [None] * len(batch)
     if fmt is ShardFormat.RECORDIO and options.resize is None and options.transcode is None:
         frame_files = engine_framing()
         if frame_files is not None:
-            framed = frame_batch(batch, label_width, frame_files)
-            if all(f is not None for f in framed):
-                return framed  # type: ignore[return-value]
+            whole = frame_batch(batch, label_width, frame_files)
+            if whole.complete:
+                return whole
+            framed = whole.entries()
     datas: Dict[int, bytes] = {}
     results: Dict[int, Converted] = {}
     for i, (item, size) in enumerate(batch):
@@ -447,9 +449,9 @@ class _GatherFile:
 
 
 def _ordered_results(items: Iterator[Tuple[SourceItem, int]], fn, workers: int,
-                     batch: int) -> Iterator[Tuple[SourceItem, Any]]:
+                     batch: int) -> Iterator[Tuple[List[Tuple[SourceItem, int]], Any]]:
     """Run ``fn([(item, size), ...])`` on a thread pool over batches of ``batch`` items, yielding
-    ``(item, result)`` in input order with a bounded window.
+    ``(batch, result)`` in input order with a bounded window.
 
     Batches keep the per-image cost of futures and thread hand-offs off the hot path.
     """
@@ -457,10 +459,9 @@ def _ordered_results(items: Iterator[Tuple[SourceItem, int]], fn, workers: int,
     pending: "collections.deque[Tuple[List[Tuple[SourceItem, int]], Future]]" = collections.deque()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fastload-pack")
 
-    def drain_one() -> Iterator[Tuple[SourceItem, Any]]:
+    def drain_one() -> Iterator[Tuple[List[Tuple[SourceItem, int]], Any]]:
         chunk, fut = pending.popleft()
-        for (item, _), result in zip(chunk, fut.result()):
-            yield item, result
+        yield chunk, fut.result()
 
     try:
         while True:
@@ -585,6 +586,22 @@ class _ShardSink:
         for key, value in (("offset", offset), ("id", item.id), ("length", prepared.length),
                            ("data_offset", prepared.data_offset), ("parts", parts), ("labels", list(item.labels))):
             self.rows[key].append(value)
+
+    def add_framed(self, batch: List[Tuple[SourceItem, int]], framed: FramedBatch) -> None:
+        """Append a batch the engine framed whole: one write, the index rows extended at once."""
+        items = [item for item, _ in batch]
+        ids = [item.id for item in items]
+        offsets = self.writer.write_records(framed.data, ids, framed.framed)
+        self.nbytes += len(framed.data)
+        self.bytes_in += sum(framed.sizes)
+        self.kinds["pass"] += len(items)
+        rows = self.rows
+        rows["offset"] += offsets
+        rows["id"] += ids
+        rows["length"] += framed.lengths
+        rows["data_offset"] += framed.head_lens
+        rows["parts"] += [0] * len(items)
+        rows["labels"] += [list(item.labels) for item in items]
 
     def finish(self, end: int) -> _ShardDone:
         """Flush, fsync, rename into place, then write the sidecar that marks the shard complete."""
@@ -866,30 +883,45 @@ def _write_shards(staging: str, items: List[SourceItem], pos: int, number: int, 
     sink: Optional[_ShardSink] = None
     target = os.path.join(staging, shard_file(number))
     try:
-        while pos < len(items):
-            item, (result, nread, prepared) = next(stream)
-            if prepared is not None and sink is not None and edges is None and sink.rows["id"] and \
-                    sink.nbytes + recordio.framed_size(prepared.length) > options.shard_size:
-                done.append(sink.finish(pos))
-                sink, number = None, number + 1
-            if sink is None:
-                target = os.path.join(staging, shard_file(number))
-                sink = _ShardSink(staging, number, shard_file(number), pos, options.format, label_width)
-            sink.bytes_in += nread
-            if result.data is None:
-                if options.on_error is OnError.FAIL:
-                    raise UserError(f"{item.path}: {result.reason} (--on-error fail)")
-                sink.skipped.append((item.path, result.reason))
-            else:
-                sink.kinds[result.kind] += 1
-                if result.note:
-                    sink.kinds[result.note] += 1
-                sink.add(item, prepared)
-            progress.step(nread)
-            pos += 1
-            if edges is not None and pos == edges[number + 1]:
-                done.append(sink.finish(pos))
-                sink, number = None, number + 1
+        for batch, out in stream:
+            if isinstance(out, FramedBatch):
+                if sink is None:
+                    target = os.path.join(staging, shard_file(number))
+                    sink = _ShardSink(staging, number, shard_file(number), pos, options.format, label_width)
+                fits = (sink.nbytes + len(out.data) <= options.shard_size) if edges is None else \
+                    (pos + len(batch) <= edges[number + 1])
+                if fits:  # the usual pass-through case: the whole batch in one piece
+                    sink.add_framed(batch, out)
+                    progress.step(sum(out.sizes), len(batch))
+                    pos += len(batch)
+                    if edges is not None and pos == edges[number + 1]:
+                        done.append(sink.finish(pos))
+                        sink, number = None, number + 1
+                    continue
+                out = out.entries()  # a shard boundary falls inside the batch: record by record
+            for (item, _), (result, nread, prepared) in zip(batch, out):
+                if prepared is not None and sink is not None and edges is None and sink.rows["id"] and \
+                        sink.nbytes + recordio.framed_size(prepared.length) > options.shard_size:
+                    done.append(sink.finish(pos))
+                    sink, number = None, number + 1
+                if sink is None:
+                    target = os.path.join(staging, shard_file(number))
+                    sink = _ShardSink(staging, number, shard_file(number), pos, options.format, label_width)
+                sink.bytes_in += nread
+                if result.data is None:
+                    if options.on_error is OnError.FAIL:
+                        raise UserError(f"{item.path}: {result.reason} (--on-error fail)")
+                    sink.skipped.append((item.path, result.reason))
+                else:
+                    sink.kinds[result.kind] += 1
+                    if result.note:
+                        sink.kinds[result.note] += 1
+                    sink.add(item, prepared)
+                progress.step(nread)
+                pos += 1
+                if edges is not None and pos == edges[number + 1]:
+                    done.append(sink.finish(pos))
+                    sink, number = None, number + 1
         if sink is not None:
             done.append(sink.finish(pos))
             sink = None
