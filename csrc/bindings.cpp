@@ -203,8 +203,10 @@ py::list resize_encode_batch_py(const py::sequence& images, int shorter, int qua
   return out;
 }
 
-// Pass-through `fastload pack`: one GIL-free call reads, checks and frames a batch of files.
-py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, const py::sequence& heads) {
+// Pass-through `fastload pack`: one GIL-free call reads, checks and frames a batch of files into
+// the caller's buffer (the pack reuses its buffers: fresh multi-megabyte allocations page-fault).
+py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, const py::sequence& heads,
+                         const py::buffer& out) {
   const size_t n = static_cast<size_t>(py::len(paths));
   if (static_cast<size_t>(py::len(sizes)) != n || static_cast<size_t>(py::len(heads)) != n)
     throw py::value_error("paths, sizes and heads must have one entry per file");
@@ -221,17 +223,28 @@ py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, c
     jobs[i].head = head_refs[i].data;
     jobs[i].head_len = head_refs[i].size;
   }
-  const size_t capacity = frame_capacity(jobs);
-  py::array_t<uint8_t> out(static_cast<py::ssize_t>(capacity));
+  Py_buffer outv;
+  if (PyObject_GetBuffer(out.ptr(), &outv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    PyErr_Clear();
+    throw py::value_error("out must be a writable C-contiguous buffer");
+  }
+  struct OutGuard {
+    Py_buffer* v;
+    ~OutGuard() { PyBuffer_Release(v); }
+  } out_guard{&outv};
+  const size_t capacity = static_cast<size_t>(outv.len);
+  const size_t needed = frame_capacity(jobs);
+  if (capacity < needed)
+    throw py::value_error("out holds " + std::to_string(capacity) + " bytes, the batch needs " + std::to_string(needed));
   py::array_t<int64_t> framed(static_cast<py::ssize_t>(n));
-  uint8_t* dst = out.mutable_data();
   int64_t* fs = framed.mutable_data();
+  uint8_t* dst = static_cast<uint8_t*>(outv.buf);
   size_t used = 0;
   {
     py::gil_scoped_release release;
     used = frame_files(jobs, dst, capacity, fs);
   }
-  return py::make_tuple(out, framed, used);
+  return py::make_tuple(framed, used);
 }
 
 }  // namespace
@@ -366,10 +379,11 @@ PYBIND11_MODULE(_engine, m) {
         py::arg("threads"), py::arg("options"),
         "Decode, resize (shorter side to `shorter`, im2rec's arithmetic) and re-encode at `quality` each "
         "image, in one GIL-free call; returns [(status, message, jpeg_bytes or None)].");
-  m.def("frame_files", &frame_files_py, py::arg("paths"), py::arg("sizes"), py::arg("heads"),
-        "Read, check and frame a batch of files as RecordIO records (payload = head + file bytes) in one "
-        "GIL-free call; returns (buffer, framed_sizes, used): records back to back in buffer, framed_sizes[i] "
-        "> 0 for a framed record, < 0 for a file left to the Python path.");
+  m.def("frame_files", &frame_files_py, py::arg("paths"), py::arg("sizes"), py::arg("heads"), py::arg("out"),
+        "Read, check and frame a batch of files as RecordIO records (payload = head + file bytes) into out "
+        "in one GIL-free call; out needs 1 + sum(8 + round_up_4(len(head) + size)) bytes. Returns "
+        "(framed_sizes, used): records back to back from out[0], framed_sizes[i] > 0 for a framed record, "
+        "< 0 for a file left to the Python path.");
   m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
         "Full-size RGB decode: (status, message, array or None).");
   m.def("set_threads", [](int threads) {

@@ -13,11 +13,13 @@ import os
 import shutil
 import struct
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from conftest import make_jpeg, requires_engine
 from fastload.pack import convert, packer
+from fastload.pack.framing import BufferPool
 from fastload.pack.packer import pack_folder
 from fastload.records import recordio
 from fastload.records.manifest import MANIFEST_NAME, read_manifest, write_json_atomic
@@ -74,7 +76,8 @@ def test_frame_files_verdicts_match_the_python_marker_walk(tmp_path):
         paths.append(os.fsencode(str(path)))
         sizes.append(len(data))
         heads.append(recordio.pack_header(3.0, len(heads)))
-    buffer, framed, used = _engine.frame_files(paths, sizes, heads)
+    buffer = np.empty(1 + sum(recordio.framed_size(len(h) + s) for h, s in zip(heads, sizes)), np.uint8)
+    framed, used = _engine.frame_files(paths, sizes, heads, buffer)
     pos = 0
     for (name, data), head, n in zip(files.items(), heads, framed.tolist()):
         ok = bool(data) and convert._cheap_info(data)[1]
@@ -99,18 +102,41 @@ def test_frame_files_leaves_changed_and_unreadable_files_to_python(tmp_path):
     path.write_bytes(data)
     p = os.fsencode(str(path))
     head = recordio.pack_header(1.0, 0)
-    _, framed, used = _engine.frame_files([p, p, p, os.fsencode(str(tmp_path / "missing.jpg")), p],
-                                          [len(data) - 1, len(data) + 1, len(data), 10, len(data)],
-                                          [head, head, head, head, b"12345"])
+    buf = np.full(1 << 16, 0xAB, np.uint8)
+    framed, used = _engine.frame_files([p, p, p, os.fsencode(str(tmp_path / "missing.jpg")), p],
+                                       [len(data) - 1, len(data) + 1, len(data), 10, len(data)],
+                                       [head, head, head, head, b"12345"], buf)
     # Grown since stat, shrunk since stat, fine, unreadable, a head that is not whole words.
     assert framed.tolist()[:2] == [-2, -2]
     assert framed.tolist()[2] == recordio.framed_size(len(head) + len(data))
     assert framed.tolist()[3:] == [-1, -5]
     assert used == framed.tolist()[2]
+    # The one record sits at the start of the caller's buffer, whatever the refused files left there.
+    assert bytes(buf[:used]) == b"".join(bytes(c) for c in recordio.frame_parts(head + data))
     with pytest.raises(TypeError):
-        _engine.frame_files([str(path)], [len(data)], [head])
-    with pytest.raises(ValueError):
-        _engine.frame_files([p], [len(data), 1], [head])
+        _engine.frame_files([str(path)], [len(data)], [head], buf)
+    with pytest.raises(ValueError, match="one entry per file"):
+        _engine.frame_files([p], [len(data), 1], [head], buf)
+    needed = 1 + recordio.framed_size(len(head) + len(data))
+    with pytest.raises(ValueError, match=f"needs {needed}"):
+        _engine.frame_files([p], [len(data)], [head], np.empty(needed - 1, np.uint8))
+    with pytest.raises(ValueError, match="writable"):
+        _engine.frame_files([p], [len(data)], [head], bytes(needed))
+    framed, used = _engine.frame_files([p], [len(data)], [head], np.empty(needed, np.uint8))
+    assert framed.tolist() == [needed - 1] and used == needed - 1
+
+
+def test_buffer_pool_reuses_and_bounds():
+    pool = BufferPool(keep=2)
+    a = pool.take(10)
+    assert a.nbytes >= 4 << 20  # small batches share one reusable size
+    big = pool.take(9 << 20)
+    assert big.nbytes == 9 << 20
+    pool.give(a)
+    pool.give(big)
+    pool.give(np.empty(1, np.uint8))  # beyond `keep`: dropped
+    assert pool.take(5 << 20) is big and pool.take(1) is a
+    assert pool.take(1) is not a
 
 
 def _folder(root, files: dict) -> str:
@@ -142,7 +168,7 @@ def test_engine_and_python_framing_pack_identical_datasets(tmp_path, monkeypatch
     monkeypatch.delenv("FASTLOAD_PACK_FRAMING")
     whole = []
     add_framed = packer._ShardSink.add_framed
-    monkeypatch.setattr(packer._ShardSink, "add_framed", lambda self, b, f: (whole.append(len(b)), add_framed(self, b, f)))
+    monkeypatch.setattr(packer._ShardSink, "add_framed", lambda self, b, f, pool: (whole.append(len(b)), add_framed(self, b, f, pool)))
     res = pack_folder(src, str(tmp_path / "engine"), workers=2, progress=False, **layout)
     assert whole and sum(whole) < len(files)  # batches taken whole and record by record both happened
     assert len(res.manifest["shards"]) == layout.get("shards", 2)

@@ -13,13 +13,16 @@ would split) is returned as ``None`` and takes the Python path, which converts o
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
 
 from fastload.pack.convert import Converted
 from fastload.pack.sources import SourceItem
 from fastload.records import recordio
 
-__all__ = ["Prepared", "FramedBatch", "engine_framing", "frame_batch"]
+__all__ = ["BufferPool", "Prepared", "FramedBatch", "engine_framing", "frame_batch"]
 
 
 class Prepared(NamedTuple):
@@ -28,6 +31,39 @@ class Prepared(NamedTuple):
     record: Any  # recordio.FramedRecord or the LMDB value bytes
     length: int  # payload / value length
     data_offset: int  # where the image starts inside it
+
+
+class BufferPool:
+    """Batch buffers handed back by the writer once their records are written, for later batches.
+
+    A fresh multi-megabyte allocation is mapped anew by malloc and every page then faults on first
+    touch: a tenth of a pass-through pack's CPU time before buffers were reused.
+
+    Args:
+        keep: Buffers held at most (the rest are freed).
+    """
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._free: List[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A buffer of at least ``nbytes`` (uninitialized)."""
+        with self._lock:
+            for i, buf in enumerate(self._free):
+                if buf.nbytes >= nbytes:
+                    return self._free.pop(i)
+        return np.empty(max(nbytes, _MIN_BUFFER), dtype=np.uint8)
+
+    def give(self, buf: np.ndarray) -> None:
+        """Return a buffer nobody reads any more."""
+        with self._lock:
+            if len(self._free) < self._keep:
+                self._free.append(buf)
+
+
+_MIN_BUFFER = 4 << 20  # most pass-through batches of ImageNet-like files fit: fewer, reusable sizes
 
 
 def engine_framing() -> Optional[Any]:
@@ -55,11 +91,12 @@ class FramedBatch:
         sizes: Per file, the bytes read (the stat size).
     """
 
-    __slots__ = ("data", "framed", "lengths", "head_lens", "sizes")
+    __slots__ = ("data", "framed", "lengths", "head_lens", "sizes", "buffer")
 
     def __init__(self, data: memoryview, framed: List[int], lengths: List[int], head_lens: List[int],
-                 sizes: List[int]) -> None:
+                 sizes: List[int], buffer: np.ndarray) -> None:
         self.data, self.framed, self.lengths, self.head_lens, self.sizes = data, framed, lengths, head_lens, sizes
+        self.buffer = buffer  # what ``data`` views: back to the pool once the records are written
 
     @property
     def complete(self) -> bool:
@@ -82,13 +119,15 @@ class FramedBatch:
         return out
 
 
-def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int, frame_files: Any) -> FramedBatch:
+def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int, frame_files: Any,
+                pool: BufferPool) -> FramedBatch:
     """Frame a batch of ``(item, stat size)`` pass-through files with the engine.
 
     Args:
         batch: The files, in record order, with the sizes ``stat`` gave.
         label_width: Labels per record (1: the IRHeader's label field; more: ``flag`` float32 labels).
         frame_files: :func:`engine_framing`'s function.
+        pool: Where the batch buffer comes from.
 
     Returns:
         The :class:`FramedBatch`; files it refused are for the Python path.
@@ -96,7 +135,9 @@ def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int, frame
     heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
              for item, _ in batch]
     sizes = [size for _, size in batch]
-    buffer, framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads)
     head_lens = [len(h) for h in heads]
-    return FramedBatch(memoryview(buffer)[:used], framed.tolist(), [h + s for h, s in zip(head_lens, sizes)],
-                       head_lens, sizes)
+    lengths = [h + s for h, s in zip(head_lens, sizes)]
+    # Every record framed whole, plus the read-ahead byte that notices a file grown since its stat.
+    buffer = pool.take(1 + sum(recordio.framed_size(n) for n in lengths))
+    framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads, buffer)
+    return FramedBatch(memoryview(buffer)[:used], framed.tolist(), lengths, head_lens, sizes, buffer)

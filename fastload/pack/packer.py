@@ -43,7 +43,7 @@ from fastload import __version__
 from fastload.errors import UserError
 from fastload.pack.convert import NOT_INDEXED as _NOT_INDEXED
 from fastload.pack.convert import ConvertOptions, Converted, convert_images
-from fastload.pack.framing import FramedBatch, Prepared, engine_framing, frame_batch
+from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch
 from fastload.pack.sources import Source, SourceItem, open_source
 from fastload.records import recordio
 from fastload.records.dataset import STAGING_DIR
@@ -312,7 +312,7 @@ def _read_file(path: str, size: int) -> bytes:
 
 
 def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions, fmt: ShardFormat,
-                   label_width: int) -> Union[FramedBatch, List[Tuple[Converted, int, Optional[Prepared]]]]:
+                   label_width: int, pool: BufferPool) -> Union[FramedBatch, List[Tuple[Converted, int, Optional[Prepared]]]]:
     """Read a batch of files, convert them together (one engine call with ``--resize``), frame them.
 
     Pass-through RecordIO batches go to the engine's ``frame_files`` first (read, check and frame
@@ -323,7 +323,7 @@ def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions,
     if fmt is ShardFormat.RECORDIO and options.resize is None and options.transcode is None:
         frame_files = engine_framing()
         if frame_files is not None:
-            whole = frame_batch(batch, label_width, frame_files)
+            whole = frame_batch(batch, label_width, frame_files, pool)
             if whole.complete:
                 return whole
             framed = whole.entries()
@@ -394,6 +394,7 @@ class _GatherFile:
         self.written = 0
         self._kicked = 0
         self._hash = Checksum()
+        self._after: List[Any] = []  # run once the chunks gathered so far are written and checksummed
 
     def fileno(self) -> int:
         return self._fd
@@ -405,6 +406,10 @@ class _GatherFile:
         if self._pending >= self._MAX_BYTES or len(self._chunks) >= self._MAX_IOV:
             self.flush()
         return n
+
+    def after_flush(self, fn) -> None:
+        """Call ``fn()`` once everything written so far has left the gathered chunks (buffer reuse)."""
+        self._after.append(fn)
 
     def flush(self) -> None:
         """Write the gathered chunks (short writes resumed), checksum them, start their writeback."""
@@ -431,6 +436,10 @@ class _GatherFile:
         if self.written - self._kicked >= _WRITEBACK_STEP:
             _start_writeback(self._fd, self._kicked, self.written - self._kicked)
             self._kicked = self.written
+        del chunks
+        after, self._after = self._after, []
+        for fn in after:
+            fn()
 
     def checksum(self) -> str:
         """Flush and return the checksum of everything written (``"<algo>:<hex>"``)."""
@@ -587,11 +596,14 @@ class _ShardSink:
                            ("data_offset", prepared.data_offset), ("parts", parts), ("labels", list(item.labels))):
             self.rows[key].append(value)
 
-    def add_framed(self, batch: List[Tuple[SourceItem, int]], framed: FramedBatch) -> None:
-        """Append a batch the engine framed whole: one write, the index rows extended at once."""
+    def add_framed(self, batch: List[Tuple[SourceItem, int]], framed: FramedBatch, pool: BufferPool) -> None:
+        """Append a batch the engine framed whole: one write, the index rows extended at once; its
+        buffer goes back to ``pool`` once written."""
         items = [item for item, _ in batch]
         ids = [item.id for item in items]
         offsets = self.writer.write_records(framed.data, ids, framed.framed)
+        buffer = framed.buffer
+        self.file.after_flush(lambda: pool.give(buffer))
         self.nbytes += len(framed.data)
         self.bytes_in += sum(framed.sizes)
         self.kinds["pass"] += len(items)
@@ -846,14 +858,16 @@ def pack_folder(src: str, out: str, *, options: Optional[PackOptions] = None, **
                 # Big batches for pass-through, where the per-image overhead is what counts; small
                 # ones when every image is decoded (milliseconds each: even load on the workers).
                 batch = _PASS_BATCH if convert_options.resize is None and transcode is None else _DECODE_BATCH
+                # Buffers in flight: the batches the window holds, plus those gathered by the writer.
+                pool = BufferPool(keep=max(4, workers * _BATCHES_PER_WORKER) + 4)
                 stream = _ordered_results(
                     zip(items[pos:], sizes),
-                    lambda chunk: _convert_batch(chunk, convert_options, options.format, source.label_width),
+                    lambda chunk: _convert_batch(chunk, convert_options, options.format, source.label_width, pool),
                     workers, batch)
                 try:
                     with _short_gil_switch():
                         new = _write_shards(staging, items, pos, resumed, shard_file, stream, options, edges,
-                                            source.label_width, progress)
+                                            source.label_width, progress, pool)
                 finally:
                     stream.close()
             finally:
@@ -877,7 +891,7 @@ def pack_folder(src: str, out: str, *, options: Optional[PackOptions] = None, **
 
 def _write_shards(staging: str, items: List[SourceItem], pos: int, number: int, shard_file, stream,
                   options: PackOptions, edges: Optional[List[int]], label_width: int,
-                  progress: _Progress) -> List[_ShardDone]:
+                  progress: _Progress, pool: BufferPool) -> List[_ShardDone]:
     """Consume converted items from ``pos`` on, cutting shards at ``edges`` or by size."""
     done: List[_ShardDone] = []
     sink: Optional[_ShardSink] = None
@@ -891,7 +905,7 @@ def _write_shards(staging: str, items: List[SourceItem], pos: int, number: int, 
                 fits = (sink.nbytes + len(out.data) <= options.shard_size) if edges is None else \
                     (pos + len(batch) <= edges[number + 1])
                 if fits:  # the usual pass-through case: the whole batch in one piece
-                    sink.add_framed(batch, out)
+                    sink.add_framed(batch, out, pool)
                     progress.step(sum(out.sizes), len(batch))
                     pos += len(batch)
                     if edges is not None and pos == edges[number + 1]:
