@@ -168,7 +168,8 @@ def test_engine_and_python_framing_pack_identical_datasets(tmp_path, monkeypatch
     monkeypatch.delenv("FASTLOAD_PACK_FRAMING")
     whole = []
     add_framed = packer._ShardSink.add_framed
-    monkeypatch.setattr(packer._ShardSink, "add_framed", lambda self, b, f, pool: (whole.append(len(b)), add_framed(self, b, f, pool)))
+    monkeypatch.setattr(packer._ShardSink, "add_framed",
+                        lambda self, b, f, pool: (whole.append(len(b)), add_framed(self, b, f, pool)))
     res = pack_folder(src, str(tmp_path / "engine"), workers=2, progress=False, **layout)
     assert whole and sum(whole) < len(files)  # batches taken whole and record by record both happened
     assert len(res.manifest["shards"]) == layout.get("shards", 2)

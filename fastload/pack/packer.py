@@ -5,17 +5,18 @@ How a pack survives being killed at any moment:
 1. Everything is built in ``OUT/.fastload-staging/``. ``plan.json`` there holds a fingerprint of the
    input (paths, sizes, mtimes, labels) and of the options that change the bytes.
 2. Each shard is written under a ``.partial`` name, fsynced, renamed, and only then gets its sidecar
-   ``<shard>.done.json`` (sizes, SHA-256, its index rows, skipped files). A rerun with the same
+   ``<shard>.done.json`` (sizes, checksums, its index rows, skipped files). A rerun with the same
    fingerprint keeps every shard whose sidecar matches the files on disk and rewrites the rest.
 3. When all shards are done, the index and ``fastload.json`` are written into staging, then moved
    into OUT: shards first, the manifest last (an older dataset's manifest is set aside first, so OUT
    never looks complete while it mixes two datasets), and the staging folder is removed.
 
 Images flow through a bounded, ordered pipeline: worker threads read, check/convert and frame
-batches of files (file I/O, numpy and Pillow release the GIL); the calling thread writes the
-records in a deterministic order (so the same command always produces the same bytes), a few
-megabytes per ``writev``, hashes what it wrote and starts its writeback to disk early, so the
-per-shard fsync finds little left to do.
+batches of files (file I/O, numpy and Pillow release the GIL; with the C++ engine built, a
+pass-through batch is read, checked and framed by one GIL-free call into a reused buffer); the
+calling thread writes the records in a deterministic order (so the same command always produces
+the same bytes), a few megabytes per ``writev``, checksums what it wrote and starts its writeback
+to disk early, so the per-shard fsync finds little left to do.
 """
 
 from __future__ import annotations
@@ -312,7 +313,8 @@ def _read_file(path: str, size: int) -> bytes:
 
 
 def _convert_batch(batch: List[Tuple[SourceItem, int]], options: ConvertOptions, fmt: ShardFormat,
-                   label_width: int, pool: BufferPool) -> Union[FramedBatch, List[Tuple[Converted, int, Optional[Prepared]]]]:
+                   label_width: int,
+                   pool: BufferPool) -> Union[FramedBatch, List[Tuple[Converted, int, Optional[Prepared]]]]:
     """Read a batch of files, convert them together (one engine call with ``--resize``), frame them.
 
     Pass-through RecordIO batches go to the engine's ``frame_files`` first (read, check and frame

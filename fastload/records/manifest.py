@@ -276,7 +276,8 @@ def summarize(manifest: Dict[str, Any]) -> str:
         lines.append("converted:     " + ", ".join(f"{k} {v}" for k, v in sorted(converted.items())))
     lines.append(f"restart index: {'yes' if manifest.get('restart_index') else 'no'}")
     for s in shards[:20]:
-        lines.append(f"  {s['file']}: {s['records']} records, {_human_bytes(s['bytes'])}, {(recorded_checksum(s) or 'no checksum')[:21]}")
+        checksum = (recorded_checksum(s) or "no checksum")[:21]
+        lines.append(f"  {s['file']}: {s['records']} records, {_human_bytes(s['bytes'])}, {checksum}")
     if len(shards) > 20:
         lines.append(f"  ... {len(shards) - 20} more shards")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Read stage, checking: ``fastload verify``: checksums, framing and headers of every record, optionally decoded.
 
 Every problem names its shard and record. A fastload folder is checked against its manifest
-(file sizes, SHA-256 of shards and ``.idx`` files, record counts) and its index (framing, lengths,
+(file sizes, checksums of shards and ``.idx`` files, record counts) and its index (framing, lengths,
 labels and ids of each record); a bare ``.rec``, LMDB shard or image folder is checked record by record.
 """
 
