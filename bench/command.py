@@ -21,8 +21,8 @@ from fastload.errors import UserError
 from . import stages
 from .harness import Contender, Result, RunConfig, cpu_count, environment, measure, skipped
 from .model_step import format_report, input_bound_report, parse_model_step
-from .pack_bench import pack_contenders
-from .paired import PairedRatio, decode_pairs, format_paired, loader_pair
+from .pack_bench import pack_contenders, pack_pair
+from .paired import PairedRatio, decode_pairs, format_paired, run_pair
 from .peers.registry import (PeerProcesses, eval_peers, mxnet_peers, peer_python, pipeline_peers, set_overrides,
                              sparse_peers)
 from .prepare import BenchData, prepare
@@ -260,7 +260,7 @@ def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool) -> Pair
     try:
         num.start()
         den.start()
-        return loader_pair(check, num, den, rounds=10)
+        return run_pair(check, num, den, rounds=10)
     except Exception as exc:  # noqa: BLE001 - reported as a skipped row, like any contender
         nan = float("nan")
         return PairedRatio(check=check, numerator=num.name,
@@ -338,6 +338,10 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
                                        chunk=16 if opts.quick else 128, rounds=1 if opts.quick else 3)
             if group == "pipeline" and data.packed and data.restart_packed and not opts.quick:
                 paired.append(_loader_pair(data, max_threads, batch, quiet))
+            if group == "pack" and data.images_root and not opts.quick:
+                if not quiet:
+                    print("[bench] paired runs, pack_folder() in-process vs copy", file=sys.stderr, flush=True)
+                paired.append(pack_pair(data.images_root, workers=max_threads, rounds=30))
             stages.clear_image_cache()
         env = environment(list(opts.argv) or ["fastload", "bench"],
                           extra_versions={name: _peer_version(name, module, opts.peer_python)

@@ -12,8 +12,8 @@ The pairs are issue 3's and issue 7's single-thread decode ratios: fastload's fu
 (plain and restart-indexed shards) against simplejpeg's full-size decode of the same images, and
 restart-indexed against plain. Restart-indexed records are the same images in the same order
 (``fastload pack --restart-index`` of the same folder), so chunk ``i`` holds the same pictures on
-both sides. Issue 7's loader ratio is paired the same way one level up: two loaders take turns,
-one epoch each (:func:`loader_pair`).
+both sides. Issue 7's loader ratio and issue 2's pack-versus-copy ratio are paired the same way
+one level up: two contenders take turns, one whole run (an epoch, a pack) each (:func:`run_pair`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["PairedRatio", "paired_ratio", "decode_pairs", "loader_pair", "format_paired"]
+__all__ = ["PairedRatio", "paired_ratio", "decode_pairs", "run_pair", "format_paired"]
 
 Work = Callable[[int, int], None]  # decode images [start, stop)
 
@@ -139,11 +139,12 @@ def decode_pairs(plain: Sequence[bytes], restart: Optional[Sequence[bytes]], *, 
     return out
 
 
-def loader_pair(check: str, num, den, *, rounds: int) -> PairedRatio:
-    """Alternate whole epochs of two started contenders (``run() -> Sample``); the first pair is a warm-up.
+def run_pair(check: str, num, den, *, rounds: int, before: Optional[Callable[[object], None]] = None) -> PairedRatio:
+    """Alternate whole runs (``run() -> Sample``: a loader epoch, a pack) of two started contenders.
 
-    Each ratio compares two epochs run back to back (their order swapped every pair), instead of
-    two repeats a whole round of other contenders apart.
+    The first pair is a warm-up. Each ratio compares two runs back to back (their order swapped
+    every pair), instead of two repeats a whole round of other contenders apart. ``before(c)`` runs
+    untimed ahead of each of contender ``c``'s runs (e.g. warming its input files).
     """
     ratios: List[float] = []
     num_s = den_s = 0.0
@@ -151,11 +152,14 @@ def loader_pair(check: str, num, den, *, rounds: int) -> PairedRatio:
     for r in range(rounds + 1):
         samples = {}
         for side in ((True, False) if r % 2 == 0 else (False, True)):
-            samples[side] = (num if side else den).run()
+            contender = num if side else den
+            if before is not None:
+                before(contender)
+            samples[side] = contender.run()
         if r == 0:
             continue
         a, b = samples[True], samples[False]
-        ratios.append((a.images / a.seconds) / (b.images / b.seconds))
+        ratios.append((a.images / a.seconds) / (b.images / b.seconds))  # same work: bytes/s ratio too
         num_s, den_s, num_n, den_n = num_s + a.seconds, den_s + b.seconds, num_n + a.images, den_n + b.images
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
     return PairedRatio(check=check, numerator=num.name, denominator=den.name, median=statistics.median(ratios),

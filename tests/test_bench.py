@@ -361,7 +361,7 @@ def test_paired_ratio_alternates_and_compares_like_with_like():
     assert "a / b" in text and "8 x 10" in text
 
 
-def test_loader_pair_uses_whole_epochs():
+def test_run_pair_uses_whole_runs():
     from fastload_bench import paired
 
     class Fake(Contender):
@@ -374,8 +374,10 @@ def test_loader_pair_uses_whole_epochs():
             return Sample(images=100, bytes=0, seconds=100 / self.ips)
 
     num, den = Fake("restart", 300.0), Fake("plain", 200.0)
-    r = paired.loader_pair("restart / plain", num, den, rounds=4)
+    warmed = []
+    r = paired.run_pair("restart / plain", num, den, rounds=4, before=lambda c: warmed.append((c.name, c.runs)))
     assert num.runs == den.runs == 5  # one warm-up pair
+    assert len(warmed) == 10 and ("restart", 4) in warmed and ("plain", 4) in warmed  # before every run
     assert r.median == pytest.approx(1.5) and r.total == pytest.approx(1.5) and r.pairs == 4
     checks = {c["check"]: c for c in targets.evaluate([], [r])}
     assert not [k for k in checks if k.endswith("(paired)")]  # not one of the issues' targets
@@ -523,3 +525,13 @@ def test_loader_limit_checks():
     small = [_limit_row(f"{f['first_batch']}, 20,000 records", "startup", {"records_max": 20_000})]
     c = {c["check"]: c for c in targets.evaluate(small)}["seconds to the first batch, 1,000,000-record dataset"]
     assert c["value"] is None and "20,000 records" in c["why"]
+
+
+def test_pack_pair_alternates_pack_and_copy_and_checks_issue_2(tiny_folder, tmp_path):
+    from fastload_bench import pack_bench
+    r = pack_bench.pack_pair(str(tiny_folder), workers=1, rounds=2, workdir=str(tmp_path))
+    assert r.skipped is None and r.pairs == 2 and r.median > 0
+    assert r.numerator.startswith("fastload pack_folder() in-process") and r.denominator.startswith("copy")
+    assert os.listdir(tmp_path) == []  # its scratch space is gone
+    c = {c["check"]: c for c in targets.evaluate([], [r])}[pack_bench.PACK_PAIR_CHECK + " (paired)"]
+    assert c["issue"] == 2 and c["target"] == targets.COPY_BANDWIDTH_SHARE and c["met"] == (r.median >= 0.8)
