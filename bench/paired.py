@@ -172,8 +172,8 @@ def format_paired(rows: Sequence[PairedRatio]) -> str:
     """The section of the text report."""
     if not rows:
         return ""
-    lines = ["", "== paired ratios (the two sides alternate on the same chunk of images, or epoch by epoch for "
-                 "loaders; median of the per-pair ratios)",
+    lines = ["", "== paired ratios (the two sides alternate on the same chunk of images, or run by run for "
+                 "loaders and the pack; median of the per-pair ratios)",
              f"{'ratio':<60} {'median':>7} {'quartiles':>13} {'of sums':>8} {'chunks':>7}"]
     for r in rows:
         if r.skipped:
