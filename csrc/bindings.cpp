@@ -52,6 +52,25 @@ class BufferViews {
   std::vector<Py_buffer> views_;
 };
 
+// A writable C-contiguous view of the caller's output buffer, released on scope exit.
+class WritableView {
+ public:
+  WritableView(const py::buffer& out, int extra_flags) {
+    if (PyObject_GetBuffer(out.ptr(), &view_, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | extra_flags) != 0) {
+      PyErr_Clear();
+      throw py::value_error("out must be a writable C-contiguous buffer");
+    }
+  }
+  ~WritableView() { PyBuffer_Release(&view_); }
+  WritableView(const WritableView&) = delete;
+  WritableView& operator=(const WritableView&) = delete;
+  const Py_buffer& operator*() const { return view_; }
+  const Py_buffer* operator->() const { return &view_; }
+
+ private:
+  Py_buffer view_;
+};
+
 DecodeSettings parse_settings(const py::tuple& t, bool* use_slices) {
   if (t.size() != 6) throw py::value_error("options must be (max_pixels, fast_idct, fancy_upsampling, apply_exif, use_restart_slices, dct_scaling)");
   DecodeSettings s;
@@ -98,15 +117,8 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, int 
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
   const size_t n = static_cast<size_t>(py::len(images));
 
-  Py_buffer outv;
-  if (PyObject_GetBuffer(out.ptr(), &outv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-    PyErr_Clear();
-    throw py::value_error("out must be a writable C-contiguous buffer");
-  }
-  struct OutGuard {
-    Py_buffer* v;
-    ~OutGuard() { PyBuffer_Release(v); }
-  } out_guard{&outv};
+  const WritableView out_view(out, PyBUF_FORMAT);
+  const Py_buffer& outv = *out_view;
   const std::string fmt = outv.format ? outv.format : "B";
   if (outv.itemsize != 1 || (fmt != "B" && fmt != "=B" && fmt != "<B" && fmt != "|B" && fmt != "c"))
     throw py::value_error("out must hold uint8 (format " + fmt + ")");
@@ -223,22 +235,14 @@ py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, c
     jobs[i].head = head_refs[i].data;
     jobs[i].head_len = head_refs[i].size;
   }
-  Py_buffer outv;
-  if (PyObject_GetBuffer(out.ptr(), &outv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
-    PyErr_Clear();
-    throw py::value_error("out must be a writable C-contiguous buffer");
-  }
-  struct OutGuard {
-    Py_buffer* v;
-    ~OutGuard() { PyBuffer_Release(v); }
-  } out_guard{&outv};
-  const size_t capacity = static_cast<size_t>(outv.len);
+  const WritableView outv(out, 0);
+  const size_t capacity = static_cast<size_t>(outv->len);
   const size_t needed = frame_capacity(jobs);
   if (capacity < needed)
     throw py::value_error("out holds " + std::to_string(capacity) + " bytes, the batch needs " + std::to_string(needed));
   py::array_t<int64_t> framed(static_cast<py::ssize_t>(n));
   int64_t* fs = framed.mutable_data();
-  uint8_t* dst = static_cast<uint8_t*>(outv.buf);
+  uint8_t* dst = static_cast<uint8_t*>(outv->buf);
   size_t used = 0;
   {
     py::gil_scoped_release release;

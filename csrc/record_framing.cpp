@@ -123,13 +123,13 @@ size_t frame_files(const std::vector<FrameJob>& jobs, uint8_t* out, size_t capac
     const FrameJob& job = jobs[i];
     const size_t payload = job.head_len + job.size;
     if (payload > kMaxPayload || (job.head_len & 3) != 0) {
-      sizes[i] = kFrameTooLarge;
+      sizes[i] = kFrameUnsupported;
       continue;
     }
     const size_t need = framed_size(payload);
     // One byte more than stat's size is read: getting it means the file grew.
     if (pos + 8 + payload + 1 > capacity || pos + need > capacity) {
-      sizes[i] = kFrameTooLarge;
+      sizes[i] = kFrameUnsupported;
       continue;
     }
     uint8_t* rec = out + pos;

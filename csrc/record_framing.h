@@ -32,7 +32,8 @@ enum FrameRefusal : int64_t {
   kFrameSizeChanged = -2,     // the file is not the size stat reported
   kFrameNotPassable = -3,     // not an 8-bit colour JPEG the marker walk can vouch for
   kFrameSplit = -4,           // the payload holds the magic word: a multi-part record
-  kFrameTooLarge = -5,        // beyond RecordIO's 2**29 - 1 byte payload limit
+  kFrameUnsupported = -5,     // over RecordIO's 2**29 - 1 byte payload limit, a head that is not
+                              // whole words, or no room left in the buffer
 };
 
 // Bytes `frame_files` needs in `out` for these jobs (every record framed whole, plus one byte of

@@ -898,12 +898,17 @@ def _write_shards(staging: str, items: List[SourceItem], pos: int, number: int, 
     done: List[_ShardDone] = []
     sink: Optional[_ShardSink] = None
     target = os.path.join(staging, shard_file(number))
+
+    def open_sink() -> _ShardSink:
+        nonlocal target
+        target = os.path.join(staging, shard_file(number))
+        return _ShardSink(staging, number, shard_file(number), pos, options.format, label_width)
+
     try:
         for batch, out in stream:
             if isinstance(out, FramedBatch):
                 if sink is None:
-                    target = os.path.join(staging, shard_file(number))
-                    sink = _ShardSink(staging, number, shard_file(number), pos, options.format, label_width)
+                    sink = open_sink()
                 fits = (sink.nbytes + len(out.data) <= options.shard_size) if edges is None else \
                     (pos + len(batch) <= edges[number + 1])
                 if fits:  # the usual pass-through case: the whole batch in one piece
@@ -921,8 +926,7 @@ def _write_shards(staging: str, items: List[SourceItem], pos: int, number: int, 
                     done.append(sink.finish(pos))
                     sink, number = None, number + 1
                 if sink is None:
-                    target = os.path.join(staging, shard_file(number))
-                    sink = _ShardSink(staging, number, shard_file(number), pos, options.format, label_width)
+                    sink = open_sink()
                 sink.bytes_in += nread
                 if result.data is None:
                     if options.on_error is OnError.FAIL:
