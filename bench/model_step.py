@@ -90,7 +90,7 @@ def _scaling(results: Sequence[Result], family: str) -> Optional[Dict[str, float
     series = sorted((r.threads, r.median_ips) for r in results if r.ok and r.family == family)
     if len(series) < 2 or series[0][0] != 1:
         return None
-    (t1, one), (tn, many) = series[0], series[-1]
+    (_, one), (tn, many) = series[0], series[-1]
     return {"threads": tn, "efficiency": many / (tn * one), "one_thread_ips": one}
 
 
