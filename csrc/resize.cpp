@@ -395,6 +395,71 @@ __attribute__((target("avx2"))) void vpass_avx2(const uint8_t* const* rows, cons
   }
 }
 
+// GCC 12's _mm512_* wrappers self-initialize an undefined register and warn about it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// AVX-512 (VBMI + VNNI): the horizontal pass as a planned gather. Lane i of a 512-bit accumulator
+// is output byte i of a 16-byte group of the packed RGB row, so the sums come out already in
+// output order (no pair joins, no per-pixel stores). One 64-byte load covers every source sample
+// the group's taps read (the plan only exists when it does); per pair of taps one vpermb lays the
+// two samples of each output byte side by side as int16 and one vpdpwssd adds both products, the
+// same integers as pmaddwd + paddd. Flip and edge clamping are folded into the plan's indices.
+// Measured end to end (1 thread, RandomResizedCrop(224)+flip, restart-indexed shards, alternating
+// runs): 4-10% more images/s than the AVX2 kernel. Packing four groups into one 64-byte store
+// was 2% slower than this (the four groups' indices and coefficients outgrow the registers).
+template <int kPairs>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline __m512i group_sum(
+    const uint8_t* src, const __m512i* ix, const __m512i* cf) {
+  const __mmask64 low_bytes = 0x5555555555555555ULL;  // zero-extends each permuted byte to int16
+  const __m512i pix = _mm512_loadu_si512(src);
+  __m512i acc = _mm512_set1_epi32(1 << (kCoefBits - 1));
+  for (int j = 0; j < kPairs; ++j) {
+    acc = _mm512_dpwssd_epi32(acc, _mm512_maskz_permutexvar_epi8(low_bytes, ix[j], pix), cf[j]);
+  }
+  return _mm512_srai_epi32(acc, kCoefBits);
+}
+
+template <int kPairs, int kRows>
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void hgroups_avx512_t(
+    const uint8_t* const* src, const int* rel_base, const GroupPlan& plan, uint8_t* const* dst) {
+  const __m512i zero = _mm512_setzero_si512();
+  for (int g = 0; g < plan.groups; ++g) {
+    __m512i ix[kPairs], cf[kPairs];
+    for (int j = 0; j < kPairs; ++j) {
+      ix[j] = _mm512_loadu_si512(plan.index.data() + 64 * (static_cast<size_t>(g) * kPairs + j));
+      cf[j] = _mm512_loadu_si512(plan.coef.data() + 16 * (static_cast<size_t>(g) * kPairs + j));
+    }
+    const size_t off = 3 * static_cast<size_t>(rel_base[g]);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i v = _mm512_max_epi32(group_sum<kPairs>(src[r] + off, ix, cf), zero);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst[r] + 16 * static_cast<size_t>(g)), _mm512_cvtusepi32_epi8(v));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+template <int kRows>
+void hgroups_avx512_rows(const uint8_t* const* src, const int* rel_base, const GroupPlan& plan, uint8_t* const* dst) {
+  switch (plan.pairs) {
+    case 1: return hgroups_avx512_t<1, kRows>(src, rel_base, plan, dst);
+    case 2: return hgroups_avx512_t<2, kRows>(src, rel_base, plan, dst);
+    default: return hgroups_avx512_t<4, kRows>(src, rel_base, plan, dst);
+  }
+}
+
+void hgroups_avx512(const uint8_t* const* src, int rows, const int* rel_base, const GroupPlan& plan,
+                    uint8_t* const* dst) {
+  if (rows == 4) return hgroups_avx512_rows<4>(src, rel_base, plan, dst);
+  for (int r = 0; r < rows; ++r) hgroups_avx512_rows<1>(src + r, rel_base, plan, dst + r);
+}
+
+bool cpu_has_avx512_groups() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni");
+}
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2");
@@ -407,6 +472,7 @@ bool cpu_has_ssse3() {
 #else
 bool cpu_has_ssse3() { return false; }
 bool cpu_has_avx2() { return false; }
+bool cpu_has_avx512_groups() { return false; }
 #endif
 
 struct Kernels {
@@ -416,26 +482,32 @@ struct Kernels {
   // Processes bytes rounded up to its vector width: writes may run up to 31 bytes past `bytes`.
   void (*vpass)(const uint8_t* const*, const int16_t*, int, int, uint8_t*);
   void (*nchw)(const uint8_t*, int, uint8_t*, uint8_t*, uint8_t*);
+  // Horizontal pass over 1 or 4 rows from a GroupPlan, or null. Used whenever the axis admits a
+  // plan; the per-pixel kernels above cover the rest (downscales past about 2.5x).
+  void (*hgroups)(const uint8_t* const*, int, const int*, const GroupPlan&, uint8_t* const*);
   const char* name;
 };
 
-const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, emit_nchw_scalar, "scalar"};
+const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, emit_nchw_scalar, nullptr, "scalar"};
 #ifdef FASTLOAD_X86
-const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, emit_nchw_ssse3, "ssse3"};
-const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, "avx2"};
+const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, emit_nchw_ssse3, nullptr, "ssse3"};
+const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, nullptr, "avx2"};
+const Kernels kAvx512 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, hgroups_avx512, "avx512"};
 #endif
 
 const Kernels* best_kernels() {
 #ifdef FASTLOAD_X86
+  static const bool avx512 = cpu_has_avx512_groups();
   static const bool avx2 = cpu_has_avx2();
   static const bool ssse3 = cpu_has_ssse3();
+  if (avx512) return &kAvx512;
   if (avx2) return &kAvx2;
   if (ssse3) return &kSsse3;
 #endif
   return &kScalar;
 }
 
-// Testing hook: 0 = best available, 1 = scalar, 2 = SSSE3.
+// Testing hook: 0 = best available, 1 = scalar, 2 = SSSE3, 3 = AVX2.
 std::atomic<int> g_forced{0};
 
 const Kernels& kernels() {
@@ -443,6 +515,7 @@ const Kernels& kernels() {
     case 1: return kScalar;
 #ifdef FASTLOAD_X86
     case 2: return kSsse3;
+    case 3: return kAvx2;
 #endif
     default: return *best_kernels();
   }
@@ -464,6 +537,10 @@ bool resize_force_kernels(const std::string& name) {
 #ifdef FASTLOAD_X86
   if (name == "ssse3" && cpu_has_ssse3()) {
     g_forced.store(2);
+    return true;
+  }
+  if (name == "avx2" && cpu_has_avx2()) {
+    g_forced.store(3);
     return true;
   }
 #endif
@@ -527,12 +604,56 @@ void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t)
   t->src_last = std::max(t->src_first + 1, last);
 }
 
+bool build_group_plan(const AxisTable& xt, bool flip, GroupPlan* plan) {
+  const int out_w = xt.out_size, taps = xt.taps, pairs = taps / 2;
+  // A group's taps must fit the one 64-byte load, which bounds the pairs to 1, 2 or 4.
+  if (out_w <= 0 || (pairs != 1 && pairs != 2 && pairs != 4)) return false;
+  const int bytes = 3 * out_w;
+  const int groups = (bytes + 15) / 16;
+  plan->groups = groups, plan->pairs = pairs;
+  plan->base.resize(groups);
+  plan->index.resize(static_cast<size_t>(groups) * pairs * 64);
+  plan->coef.resize(static_cast<size_t>(groups) * pairs * 16);
+  // Output byte b of the row is channel b % 3 of output pixel b / 3, whose source column is
+  // mirrored under the flip; the tail lanes past the row repeat the last byte's pixel.
+  auto column = [&](int b) {
+    const int i = std::min(b, bytes - 1) / 3;
+    return flip ? out_w - 1 - i : i;
+  };
+  for (int g = 0; g < groups; ++g) {
+    int base = xt.start[column(16 * g)];
+    for (int lane = 1; lane < 16; ++lane) base = std::min(base, xt.start[column(16 * g + lane)]);
+    plan->base[g] = base;
+    uint8_t* index = &plan->index[static_cast<size_t>(g) * pairs * 64];
+    int32_t* coef = &plan->coef[static_cast<size_t>(g) * pairs * 16];
+    for (int lane = 0; lane < 16; ++lane) {
+      const int b = std::min(16 * g + lane, bytes - 1), x = column(16 * g + lane), c = b % 3;
+      const int rel = xt.start[x] - base;
+      if (3 * (rel + taps - 1) + c >= 64) return false;
+      const int16_t* k = &xt.coef[static_cast<size_t>(x) * taps];
+      for (int j = 0; j < pairs; ++j) {
+        uint8_t* ix = index + 64 * j + 4 * lane;
+        ix[0] = static_cast<uint8_t>(3 * (rel + 2 * j) + c);
+        ix[1] = 0;
+        ix[2] = static_cast<uint8_t>(3 * (rel + 2 * j + 1) + c);
+        ix[3] = 0;
+        coef[16 * j + lane] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(k[2 * j])) |
+                                                   (static_cast<uint32_t>(static_cast<uint16_t>(k[2 * j + 1])) << 16));
+      }
+    }
+  }
+  return true;
+}
+
 void Resampler::setup(const AxisTable* xt, const AxisTable* yt, bool flip) {
   xt_ = xt, yt_ = yt, flip_ = flip;
   rows_received_ = 0;
+  grouped_ = kernels().hgroups != nullptr && build_group_plan(*xt, flip, &plan_);
   // Packed RGB rows: the horizontal kernels' 4- and 8-byte stores need two spare bytes past the
-  // last pixel, the vertical kernels read whole 32-byte chunks.
+  // last pixel, the grouped kernel stores whole 16-byte groups, the vertical kernels read whole
+  // 32-byte chunks.
   tmp_stride_ = (static_cast<size_t>(xt->out_size) * 3 + 2 + 31) / 32 * 32;
+  if (grouped_) tmp_stride_ = std::max(tmp_stride_, (static_cast<size_t>(plan_.groups) * 16 + 31) / 32 * 32);
   // Extra rows: the padded vertical taps of the last outputs may point past the needed range
   // (their coefficients are zero, the memory must still exist).
   const size_t rows = static_cast<size_t>(yt->src_last - yt->src_first) + yt->taps + 1;
@@ -544,6 +665,10 @@ void Resampler::setup(const AxisTable* xt, const AxisTable* yt, bool flip) {
 void Resampler::begin(int x_origin, int /*width*/) {
   x_origin_ = x_origin;
   for (int x = 0; x < xt_->out_size; ++x) rel_start_[x] = xt_->start[x] - x_origin;
+  if (grouped_) {
+    rel_base_.resize(plan_.groups);
+    for (int g = 0; g < plan_.groups; ++g) rel_base_[g] = plan_.base[g] - x_origin;
+  }
 }
 
 void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
@@ -554,6 +679,17 @@ void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
   int end = count;
   while (end > i && y + end - 1 >= yt_->src_last) --end;
   auto dst_row = [&](int r) { return tmp_.data() + static_cast<size_t>(y + r - yt_->src_first) * tmp_stride_; };
+  if (grouped_ && kr.hgroups) {
+    for (; i < end;) {
+      const int n = end - i >= 4 ? 4 : 1;
+      uint8_t* d[4] = {dst_row(i), n == 4 ? dst_row(i + 1) : nullptr, n == 4 ? dst_row(i + 2) : nullptr,
+                       n == 4 ? dst_row(i + 3) : nullptr};
+      kr.hgroups(rgb + i, n, rel_base_.data(), plan_, d);
+      rows_received_ += n;
+      i += n;
+    }
+    return;
+  }
   if (kr.hpass4) {
     for (; i + 4 <= end; i += 4) {
       uint8_t* d[4] = {dst_row(i), dst_row(i + 1), dst_row(i + 2), dst_row(i + 3)};

@@ -3,10 +3,10 @@
 // Same geometry as Pillow's Image.resize(size, BILINEAR, box=box): a triangle filter whose support
 // grows with the downscale factor, float box coordinates, horizontal pass first (only over the rows
 // the vertical pass needs), uint8 intermediate. Coefficients are 14-bit fixed point in int16 so the
-// inner loops are pmaddwd (AVX2 or SSSE3 kernels picked at run time, with a portable scalar twin giving the
-// same integers). The horizontal pass consumes decoder rows as they come out of libjpeg (the
-// RowSink interface), writes columns mirrored when the flip is drawn, and the vertical pass writes
-// NHWC or NCHW straight into the caller's buffer.
+// inner loops are pmaddwd or vpdpwssd (AVX-512, AVX2 or SSSE3 kernels picked at run time, with a
+// portable scalar twin giving the same integers). The horizontal pass consumes decoder rows as they
+// come out of libjpeg (the RowSink interface), writes columns mirrored when the flip is drawn, and
+// the vertical pass writes NHWC or NCHW straight into the caller's buffer.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,17 @@ struct AxisTable {
 // Builds the table following Pillow's precompute_coeffs (bilinear, support scaled by the factor).
 void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t);
 
+// The horizontal pass as a gather plan over the output row in 16-byte groups (see resize.cpp):
+// for each group, the source pixel its one vector load starts at and, per pair of taps, the byte
+// permutation that lays out that pair of samples for each output byte and the coefficient pair.
+struct GroupPlan {
+  int groups = 0;               // ceil(3 * out_w / 16)
+  int pairs = 0;                // taps / 2
+  std::vector<int> base;        // per group: first source pixel of its load (image coordinates)
+  std::vector<uint8_t> index;   // groups * pairs * 64 permutation bytes (odd bytes unused)
+  std::vector<int32_t> coef;    // groups * pairs * 16 coefficient pairs (low half: even tap)
+};
+
 // Receives decoded rows (RowSink), runs the horizontal pass on the rows the vertical pass needs,
 // then finish() runs the vertical pass into the output slot.
 class Resampler final : public RowSink {
@@ -55,15 +66,18 @@ class Resampler final : public RowSink {
   int rows_received_ = 0;
   size_t tmp_stride_ = 0;
   std::vector<int> rel_start_;
+  bool grouped_ = false;        // plan_ is valid and the grouped kernel runs the horizontal pass
+  GroupPlan plan_;
+  std::vector<int> rel_base_;   // plan_.base relative to the decoded region's first column
   std::vector<uint8_t> tmp_;   // intermediate packed RGB rows, out_w wide (+ kernel slack)
   std::vector<uint8_t> line_;  // one output row, packed RGB (NCHW and slot-end rows)
 };
 
-// Name of the resampling kernels in use ("avx2", "ssse3" or "scalar").
+// Name of the resampling kernels in use ("avx512", "avx2", "ssse3" or "scalar").
 const char* resize_kernel_name();
 
-// Testing hook: use the "scalar", "ssse3" or the "best" available kernels; false when the CPU
-// lacks the requested set. All sets give identical bytes.
+// Testing hook: use the "scalar", "ssse3", "avx2" or the "best" available kernels; false when the
+// CPU lacks the requested set. All sets give identical bytes.
 bool resize_force_kernels(const std::string& name);
 
 }  // namespace fastload
