@@ -9,8 +9,66 @@
 
 #include <jpeglib.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#define FASTLOAD_RI_X86 1
+#include <immintrin.h>
+#endif
+
 namespace fastload {
 namespace {
+
+// ---- entropy-data scan ------------------------------------------------------------------------
+// The slicer walks every 0xFF of the entropy data. About a third of them are stuffed data bytes
+// (0xFF 0x00), the rest restart markers (one per interval, about every 100 bytes here). memchr
+// stops at each; the AVX-512 scan below tests 64 bytes and their successors at once and stops
+// only at a 0xFF not followed by 0x00, which is all the caller acts on.
+
+// First position >= p holding 0xFF not followed by 0x00 (a 0xFF in the last byte counts), or size.
+size_t next_marker_scalar(const uint8_t* data, size_t p, size_t size) {
+  while (p < size) {
+    const void* hit = std::memchr(data + p, 0xFF, size - p);
+    if (hit == nullptr) return size;
+    const size_t at = static_cast<size_t>(static_cast<const uint8_t*>(hit) - data);
+    if (at + 1 < size && data[at + 1] == 0x00) {
+      p = at + 2;
+      continue;
+    }
+    return at;
+  }
+  return size;
+}
+
+#ifdef FASTLOAD_RI_X86
+__attribute__((target("avx512f,avx512bw,bmi"))) size_t next_marker_avx512(const uint8_t* data, size_t p, size_t size) {
+  const __m512i ff = _mm512_set1_epi8(static_cast<char>(0xFF));
+  const __m512i zero = _mm512_setzero_si512();
+  // Each step reads 65 bytes (a block and the byte after it); the tail goes to the scalar scan.
+  while (p + 65 <= size) {
+    const __m512i v = _mm512_loadu_si512(data + p);
+    const __mmask64 is_ff = _mm512_cmpeq_epi8_mask(v, ff);
+    if (is_ff != 0) {
+      const __mmask64 next_nonzero = _mm512_cmpneq_epi8_mask(_mm512_loadu_si512(data + p + 1), zero);
+      const __mmask64 hit = is_ff & next_nonzero;
+      if (hit != 0) return p + static_cast<size_t>(_tzcnt_u64(hit));
+    }
+    p += 64;
+  }
+  return next_marker_scalar(data, p, size);
+}
+
+bool cpu_has_avx512bw() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi");
+}
+#endif
+
+size_t next_marker(const uint8_t* data, size_t p, size_t size) {
+#ifdef FASTLOAD_RI_X86
+  static const bool wide = cpu_has_avx512bw();
+  if (wide) return next_marker_avx512(data, p, size);
+#endif
+  return next_marker_scalar(data, p, size);
+}
 
 // ---- libjpeg error handling -----------------------------------------------------------------
 // libjpeg's default error_exit calls exit(); ours longjmps back to the call site. Functions that
@@ -424,9 +482,8 @@ bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_
   size_t p = ph.scan_start;
   bounds[0] = static_cast<uint32_t>(p);
   for (;;) {
-    const void* hit = p < size ? std::memchr(data + p, 0xFF, size - p) : nullptr;
-    if (hit == nullptr) return fail(why, "entropy data truncated (no EOI) after interval %ld of %ld", idx, total);
-    const size_t run = static_cast<size_t>(static_cast<const uint8_t*>(hit) - data);
+    const size_t run = next_marker(data, p, size);
+    if (run >= size) return fail(why, "entropy data truncated (no EOI) after interval %ld of %ld", idx, total);
     size_t q = run + 1;
     while (q < size && data[q] == 0xFF) ++q;  // fill bytes before a marker
     if (q >= size) return fail(why, "entropy data truncated (no EOI) after interval %ld of %ld", idx, total);

@@ -245,6 +245,34 @@ def test_scaled_slice_decode_matches_scaled_full_decode(name, denom, transcoded)
         _engine.restart_slice(out, 0, 0, 8, 8, 3)
 
 
+def test_slice_scan_handles_fill_bytes_and_every_alignment(transcoded):
+    """0xFF fill bytes before markers (legal JPEG) and markers at every offset within a 64-byte block.
+
+    The slicer's vector scan looks at 64 bytes and their successors at once; shifting the entropy
+    data one byte at a time moves each marker and stuffed byte across those blocks' edges.
+    """
+    out, geo = transcoded["420"]
+    full = _decode(out)
+    sos = out.index(b"\xff\xda")
+    scan = sos + 2 + int.from_bytes(out[sos + 2:sos + 4], "big")
+    markers = [m.start() for m in _RST.finditer(out, scan)]
+    assert len(markers) > 20 and out[scan:].count(b"\xff\x00") > 0
+    rng = np.random.default_rng(5)
+    for shift in range(0, 64, 3):
+        # A COM segment of `shift` bytes before the scan moves all entropy data by that much.
+        pad = b"\xff\xfe" + (2 + shift).to_bytes(2, "big") + b"\x00" * shift
+        data = bytearray(out[:sos] + pad + out[sos:])
+        # One to three fill bytes before every fifth marker, different ones per shift.
+        for at in sorted(markers[shift % 5::5], reverse=True):
+            at += len(pad)
+            data[at:at] = b"\xff" * int(rng.integers(1, 4))
+        data = bytes(data)
+        for x, y, w, h in _crop_boxes(geo, rng, 3):
+            sl, x0, y0 = _engine.restart_slice(data, x, y, w, h)
+            got = _decode(sl)[y - y0:y - y0 + h, x - x0:x - x0 + w]
+            assert np.array_equal(got, full[y:y + h, x:x + w]), f"shift {shift}: crop {(x, y, w, h)} differs"
+
+
 def test_slice_is_only_the_needed_intervals(transcoded):
     out, geo = transcoded["420"]
     sl, x0, y0 = _engine.restart_slice(out, 100, 70, 20, 20)
