@@ -369,6 +369,8 @@ void register_functions(py::module_& m) {
         "geometry the headers claim.");
   m.def("restart_verify", &restart_verify, py::arg("a"), py::arg("b"),
         "Whether two JPEGs decode to bit-identical pixels (libjpeg defaults).");
+  m.def("_restart_force_scalar_scan", &fastload::restart_force_scalar_scan, py::arg("scalar"),
+        "Testing hook: the slicer's portable interval scan instead of the AVX-512 one.");
 }
 
 }  // namespace restart_index_glue
@@ -407,7 +409,7 @@ PYBIND11_MODULE(_engine, m) {
     return d;
   });
   m.def("_resize_force_kernels", &resize_force_kernels, py::arg("name"),
-        "Testing hook: resample with the 'scalar', 'ssse3' or 'best' kernels; False if unavailable.");
+        "Testing hook: resample with the 'scalar', 'ssse3', 'avx2' or 'best' kernels; False if unavailable.");
 
   // ---- restart-index (issue 7) bindings: owned by the restart-index helper, below this line ----
   restart_index_glue::register_functions(m);

@@ -83,6 +83,10 @@ bool verify_identical(const uint8_t* a, size_t a_size, const uint8_t* b, size_t 
 // Parses the headers only (no entropy data). Returns false with a reason when the image is not a
 // single-scan baseline/extended sequential Huffman JPEG; a JPEG without DRI parses with
 // restart_interval == 0.
+// Testing hook: true makes the slicer's interval scan use its portable walk even where the
+// AVX-512 one is available (both accept and refuse the same inputs).
+void restart_force_scalar_scan(bool scalar);
+
 bool parse_restart_geometry(const uint8_t* data, size_t size, RestartGeometry* geo,
                             std::string* why);
 

@@ -78,6 +78,14 @@ def transcoded(originals):
 # --- lossless transcode -----------------------------------------------------------------------
 
 
+@pytest.fixture(params=["best", "scalar"])
+def scan(request):
+    """Runs a test with the slicer's best interval scan, then with its portable one."""
+    _engine._restart_force_scalar_scan(request.param == "scalar")
+    yield request.param
+    _engine._restart_force_scalar_scan(False)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_transcode_decodes_bit_identically(name, originals, transcoded):
     src = originals[name]
@@ -200,7 +208,7 @@ SLICE_CASES = ["420", "444", "422", "gray", "progressive420", "cmyk", "odd420_ti
 
 
 @pytest.mark.parametrize("name", SLICE_CASES)
-def test_slice_decode_matches_full_decode(name, transcoded):
+def test_slice_decode_matches_full_decode(name, transcoded, scan):
     out, geo = transcoded[name]
     full = _decode(out)
     rng = np.random.default_rng(len(name))
@@ -245,11 +253,11 @@ def test_scaled_slice_decode_matches_scaled_full_decode(name, denom, transcoded)
         _engine.restart_slice(out, 0, 0, 8, 8, 3)
 
 
-def test_slice_scan_handles_fill_bytes_and_every_alignment(transcoded):
+def test_slice_scan_handles_fill_bytes_and_every_alignment(transcoded, scan):
     """0xFF fill bytes before markers (legal JPEG) and markers at every offset within a 64-byte block.
 
     The slicer's vector scan looks at 64 bytes and their successors at once; shifting the entropy
-    data one byte at a time moves each marker and stuffed byte across those blocks' edges.
+    data three bytes at a time moves each marker and stuffed byte across those blocks' edges.
     """
     out, geo = transcoded["420"]
     full = _decode(out)
@@ -309,7 +317,7 @@ def _dri_offset(data: bytes) -> int:
     return pos + 4  # FF DD Lh Ll Ih Il
 
 
-def test_lying_dri_is_detected(transcoded):
+def test_lying_dri_is_detected(transcoded, scan):
     out, geo = transcoded["444"]  # 26 MCUs per row, N = 2
     assert geo["restart_interval"] == 2
     at = _dri_offset(out)
@@ -323,7 +331,7 @@ def test_lying_dri_is_detected(transcoded):
         _engine.restart_slice(lie, 0, 0, 8, 8)
 
 
-def test_missing_or_misnumbered_markers_are_detected(transcoded):
+def test_missing_or_misnumbered_markers_are_detected(transcoded, scan):
     out, _ = transcoded["420"]
     sos = out.index(b"\xff\xda")
     markers = [m.start() for m in _RST.finditer(out, sos)]
@@ -354,7 +362,7 @@ def test_decompression_bomb_headers_are_refused_before_allocating(originals, tra
         _engine.restart_slice(bomb, 0, 0, 16, 16)
 
 
-def test_truncated_slices_are_refused(transcoded):
+def test_truncated_slices_are_refused(transcoded, scan):
     out, geo = transcoded["420"]
     for cut in (len(out) - 2, len(out) - 100, len(out) // 2, out.index(b"\xff\xda") + 5, 10, 2):
         with pytest.raises(ValueError):
@@ -387,7 +395,7 @@ def test_corrupt_interval_stays_local(transcoded):
         pass
 
 
-def test_random_mutations_never_crash(transcoded):
+def test_random_mutations_never_crash(transcoded, scan):
     out, geo = transcoded["422"]
     rng = np.random.default_rng(11)
     outcomes = {"ok": 0, "refused": 0}
