@@ -249,7 +249,7 @@ def _h2d_group(batch: int) -> Tuple[List[Contender], List[Result]]:
     return stages.h2d_contenders(batch), []
 
 
-def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool) -> PairedRatio:
+def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool, *, rounds: int) -> PairedRatio:
     """Issue 7's loader ratio: fastload.torch.DataLoader on restart-indexed vs plain shards, epochs alternated."""
     if not quiet:
         print("[bench] paired loader epochs, restart-indexed vs plain", file=sys.stderr, flush=True)
@@ -260,7 +260,7 @@ def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool) -> Pair
     try:
         num.start()
         den.start()
-        return run_pair(check, num, den, rounds=10)
+        return run_pair(check, num, den, rounds=rounds)
     except Exception as exc:  # noqa: BLE001 - reported as a skipped row, like any contender
         nan = float("nan")
         return PairedRatio(check=check, numerator=num.name,
@@ -334,10 +334,12 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
                 if not quiet:
                     print("[bench] paired single-thread decode ratios", file=sys.stderr, flush=True)
                 restart = stages.load_images(data.restart_packed) if data.restart_packed and not opts.quick else None
+                # More repeats buy more pairs: the medians' own sampling error shrinks with them.
                 paired += decode_pairs(stages.load_images(data.packed), restart,
-                                       chunk=16 if opts.quick else 128, rounds=1 if opts.quick else 3)
+                                       chunk=16 if opts.quick else 128,
+                                       rounds=1 if opts.quick else max(3, config.repeats + 1))
             if group == "pipeline" and data.packed and data.restart_packed and not opts.quick:
-                paired.append(_loader_pair(data, max_threads, batch, quiet))
+                paired.append(_loader_pair(data, max_threads, batch, quiet, rounds=max(10, 4 * config.repeats)))
             if group == "pack" and data.images_root and not opts.quick:
                 if not quiet:
                     print("[bench] paired runs, pack_folder() in-process vs copy", file=sys.stderr, flush=True)

@@ -248,9 +248,10 @@ bool fail(std::string* why, const char* fmt, long a = 0, long b = 0, long c = 0)
 // ---- entropy-data scan ------------------------------------------------------------------------
 // The slicer walks every 0xFF of the entropy data: restart markers (one per interval, about every
 // 100 bytes on ImageNet-like images with one-MCU intervals) and stuffed data bytes (0xFF 0x00,
-// about a third of them). Stopping at each with memchr cost ~12 us per image, a quarter of a small
-// crop's whole decode; the AVX-512 walk tests 64 bytes and their successors at once, never stops
-// at stuffed bytes and records plain RSTn markers without leaving the block (~3x faster here).
+// about a third of them). Stopping at each with memchr made the scan a quarter of a small crop's
+// whole decode; the AVX-512 walk tests 64 bytes and their successors at once, never stops at
+// stuffed bytes and records plain RSTn markers without leaving the block (restart_slice() of a
+// 8x8 crop, ImageNet-like images: 17.5 us per image with memchr, 8.0 us with this walk).
 // Anything else (fill bytes, EOI, stray markers, the last 64 bytes) takes the one scalar step both
 // paths share, so they accept and refuse exactly the same inputs with the same messages.
 
