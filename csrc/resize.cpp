@@ -422,7 +422,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline __m512i
 
 template <int kPairs, int kRows>
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void hgroups_avx512_t(
-    const uint8_t* const* src, const int* rel_base, const GroupPlan& plan, uint8_t* const* dst) {
+    const uint8_t* const* src, int x_origin, const GroupPlan& plan, uint8_t* const* dst) {
   const __m512i zero = _mm512_setzero_si512();
   for (int g = 0; g < plan.groups; ++g) {
     __m512i ix[kPairs], cf[kPairs];
@@ -430,7 +430,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void hgroups_a
       ix[j] = _mm512_loadu_si512(plan.index.data() + 64 * (static_cast<size_t>(g) * kPairs + j));
       cf[j] = _mm512_loadu_si512(plan.coef.data() + 16 * (static_cast<size_t>(g) * kPairs + j));
     }
-    const size_t off = 3 * static_cast<size_t>(rel_base[g]);
+    const size_t off = 3 * static_cast<size_t>(plan.base[g] - x_origin);
     for (int r = 0; r < kRows; ++r) {
       const __m512i v = _mm512_max_epi32(group_sum<kPairs>(src[r] + off, ix, cf), zero);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst[r] + 16 * static_cast<size_t>(g)), _mm512_cvtusepi32_epi8(v));
@@ -440,18 +440,17 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void hgroups_a
 #pragma GCC diagnostic pop
 
 template <int kRows>
-void hgroups_avx512_rows(const uint8_t* const* src, const int* rel_base, const GroupPlan& plan, uint8_t* const* dst) {
+void hgroups_avx512_rows(const uint8_t* const* src, int x_origin, const GroupPlan& plan, uint8_t* const* dst) {
   switch (plan.pairs) {
-    case 1: return hgroups_avx512_t<1, kRows>(src, rel_base, plan, dst);
-    case 2: return hgroups_avx512_t<2, kRows>(src, rel_base, plan, dst);
-    default: return hgroups_avx512_t<4, kRows>(src, rel_base, plan, dst);
+    case 1: return hgroups_avx512_t<1, kRows>(src, x_origin, plan, dst);
+    case 2: return hgroups_avx512_t<2, kRows>(src, x_origin, plan, dst);
+    default: return hgroups_avx512_t<4, kRows>(src, x_origin, plan, dst);
   }
 }
 
-void hgroups_avx512(const uint8_t* const* src, int rows, const int* rel_base, const GroupPlan& plan,
-                    uint8_t* const* dst) {
-  if (rows == 4) return hgroups_avx512_rows<4>(src, rel_base, plan, dst);
-  for (int r = 0; r < rows; ++r) hgroups_avx512_rows<1>(src + r, rel_base, plan, dst + r);
+void hgroups_avx512(const uint8_t* const* src, int rows, int x_origin, const GroupPlan& plan, uint8_t* const* dst) {
+  if (rows == 4) return hgroups_avx512_rows<4>(src, x_origin, plan, dst);
+  for (int r = 0; r < rows; ++r) hgroups_avx512_rows<1>(src + r, x_origin, plan, dst + r);
 }
 
 bool cpu_has_avx512_groups() {
@@ -482,9 +481,9 @@ struct Kernels {
   // Processes bytes rounded up to its vector width: writes may run up to 31 bytes past `bytes`.
   void (*vpass)(const uint8_t* const*, const int16_t*, int, int, uint8_t*);
   void (*nchw)(const uint8_t*, int, uint8_t*, uint8_t*, uint8_t*);
-  // Horizontal pass over 1 or 4 rows from a GroupPlan, or null. Used whenever the axis admits a
+  // Horizontal pass over up to 4 rows from a GroupPlan (source columns counted from x_origin), or null. Used whenever the axis admits a
   // plan; the per-pixel kernels above cover the rest (downscales past about 2.5x).
-  void (*hgroups)(const uint8_t* const*, int, const int*, const GroupPlan&, uint8_t* const*);
+  void (*hgroups)(const uint8_t* const*, int, int, const GroupPlan&, uint8_t* const*);
   const char* name;
 };
 
@@ -665,10 +664,6 @@ void Resampler::setup(const AxisTable* xt, const AxisTable* yt, bool flip) {
 void Resampler::begin(int x_origin, int /*width*/) {
   x_origin_ = x_origin;
   for (int x = 0; x < xt_->out_size; ++x) rel_start_[x] = xt_->start[x] - x_origin;
-  if (grouped_) {
-    rel_base_.resize(plan_.groups);
-    for (int g = 0; g < plan_.groups; ++g) rel_base_[g] = plan_.base[g] - x_origin;
-  }
 }
 
 void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
@@ -680,11 +675,11 @@ void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
   while (end > i && y + end - 1 >= yt_->src_last) --end;
   auto dst_row = [&](int r) { return tmp_.data() + static_cast<size_t>(y + r - yt_->src_first) * tmp_stride_; };
   if (grouped_ && kr.hgroups) {
-    for (; i < end;) {
-      const int n = end - i >= 4 ? 4 : 1;
-      uint8_t* d[4] = {dst_row(i), n == 4 ? dst_row(i + 1) : nullptr, n == 4 ? dst_row(i + 2) : nullptr,
-                       n == 4 ? dst_row(i + 3) : nullptr};
-      kr.hgroups(rgb + i, n, rel_base_.data(), plan_, d);
+    while (i < end) {
+      const int n = std::min(4, end - i);
+      uint8_t* d[4];
+      for (int r = 0; r < n; ++r) d[r] = dst_row(i + r);
+      kr.hgroups(rgb + i, n, x_origin_, plan_, d);
       rows_received_ += n;
       i += n;
     }

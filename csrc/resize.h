@@ -68,7 +68,6 @@ class Resampler final : public RowSink {
   std::vector<int> rel_start_;
   bool grouped_ = false;        // plan_ is valid and the grouped kernel runs the horizontal pass
   GroupPlan plan_;
-  std::vector<int> rel_base_;   // plan_.base relative to the decoded region's first column
   std::vector<uint8_t> tmp_;   // intermediate packed RGB rows, out_w wide (+ kernel slack)
   std::vector<uint8_t> line_;  // one output row, packed RGB (NCHW and slot-end rows)
 };
