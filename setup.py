@@ -80,6 +80,11 @@ def find_libjpeg_turbo():
             continue
         found["version"] = version
         _say(f"found libjpeg-turbo {version} via {found['how']} (include {found['include_dirs']}, lib {found['library_dirs'] or 'default'})")
+        # jpegint.h (libjpeg's module interfaces) lets restart-interval slices use fastload's own
+        # Huffman decoder; without it they go through libjpeg's (same pixels, slower).
+        internal = next((d for d in found["include_dirs"] + ["/usr/include"] if os.path.exists(os.path.join(d, "jpegint.h"))), None)
+        decoder = "fastload's interval Huffman decoder" if internal else "libjpeg's Huffman decoder"
+        _say(f"jpegint.h {'found in ' + internal if internal else 'not found'}: restart-interval slices use {decoder}")
         return found
     _say("libjpeg-turbo not found (looked at: " + ", ".join(tried) + "); installing without the C++ engine. "
          "On Debian/Ubuntu: apt-get install libjpeg62-turbo-dev (or libjpeg-turbo8-dev), or set FASTLOAD_JPEG_ROOT.")

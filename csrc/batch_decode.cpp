@@ -12,6 +12,7 @@
 
 // The restart-interval slicer (issue 7) is compiled in when its header is present.
 #if __has_include("restart_index.h")
+#include "entropy_decode.h"
 #include "restart_index.h"
 #define FASTLOAD_HAVE_RESTART_SLICES 1
 #endif
@@ -27,6 +28,7 @@ struct Worker {
   AxisTable xt, yt;
 #ifdef FASTLOAD_HAVE_RESTART_SLICES
   RestartSlice slice;
+  IntervalEntropyDecoder entropy;
 #endif
   std::string why;
   JpegEncoder encoder;            // pack --resize only
@@ -80,7 +82,8 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
   const int cx = w.xt.src_first * denom, cy = w.yt.src_first * denom;
   const int cx1 = std::min(info.width, w.xt.src_last * denom), cy1 = std::min(info.height, w.yt.src_last * denom);
   // denom: the slice's padding is decided in scaled pixels (4:2:2 at 1/2 still upsamples chroma).
-  if (!build_restart_slice(im.data, im.size, cx, cy, cx1 - cx, cy1 - cy, &w.slice, &w.why, denom)) {
+  const bool own_entropy = interval_entropy_enabled();
+  if (!build_restart_slice(im.data, im.size, cx, cy, cx1 - cx, cy1 - cy, &w.slice, &w.why, denom, own_entropy)) {
     RestartGeometry geo;
     std::string ignored;
     // Only records that carry restart markers count as fallbacks; plain JPEGs simply have none.
@@ -97,12 +100,17 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
   Status st = w.decoder.open(w.slice.jpeg.data(), w.slice.jpeg.size(), settings, &slice_info);
   const int ox = w.slice.x0 / denom, oy = w.slice.y0 / denom;
   if (st == Status::kOk) {
+    if (own_entropy) {
+      w.entropy.reset(&w.slice.entropy);
+      w.decoder.override_entropy(&w.entropy);
+    }
     OffsetSink sink(&w.resampler, ox, oy);
     st = w.decoder.decode_region(denom, w.xt.src_first - ox, w.yt.src_first - oy, w.xt.src_last - ox,
                                  w.yt.src_last - oy, &sink);
   }
   oc->warnings += w.decoder.warnings();
-  if (st != Status::kOk || w.resampler.rows_received() != w.yt.src_last - w.yt.src_first) {
+  if (st != Status::kOk || (own_entropy && w.entropy.failed()) ||
+      w.resampler.rows_received() != w.yt.src_last - w.yt.src_first) {
     oc->slice_fallback = true;
     return false;
   }

@@ -257,6 +257,7 @@ py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, c
 // Owned by the restart-index work: csrc/restart_index.{h,cpp} hold the logic; this section is the
 // Python glue only. Every call takes a buffer (bytes, memoryview of an mmap, numpy uint8), releases
 // the GIL for the libjpeg work and turns failures into ValueError with libjpeg's message.
+#include "entropy_decode.h"
 #include "restart_index.h"
 
 namespace restart_index_glue {
@@ -371,6 +372,14 @@ void register_functions(py::module_& m) {
         "Whether two JPEGs decode to bit-identical pixels (libjpeg defaults).");
   m.def("_restart_force_scalar_scan", &fastload::restart_force_scalar_scan, py::arg("scalar"),
         "Testing hook: the slicer's portable interval scan instead of the AVX-512 one.");
+  m.def("_slice_entropy", [](const std::string& name) {
+    if (name != "fastload" && name != "libjpeg") throw py::value_error("slice entropy decoder must be 'fastload' or 'libjpeg'");
+    if (name == "fastload" && !fastload::interval_entropy_available()) return false;
+    fastload::set_interval_entropy_enabled(name == "fastload");
+    return true;
+  }, py::arg("name"),
+        "Which Huffman decoder restart-interval slices use: 'fastload' (the interval decoder, default "
+        "where built) or 'libjpeg' (slices keep their RST markers). False if 'fastload' is not built.");
 }
 
 }  // namespace restart_index_glue
@@ -402,6 +411,8 @@ PYBIND11_MODULE(_engine, m) {
     py::dict d;
     d["libjpeg_turbo"] = FASTLOAD_JPEG_TURBO_VERSION;
     d["simd"] = resize_kernel_name();
+    d["slice_entropy"] = interval_entropy_enabled() ? "fastload" : "libjpeg";
+    d["slice_entropy_available"] = interval_entropy_available();
     d["threads"] = pool_threads();
     py::dict names;
     for (int s = 0; s <= static_cast<int>(Status::kInternal); ++s) names[py::int_(s)] = status_name(static_cast<Status>(s));

@@ -69,6 +69,7 @@ void JpegDecoder::reset_state() {
   header_ok_ = false;
   cmyk_ = false;
   adobe_ = false;
+  entropy_override_ = nullptr;
 }
 
 Status JpegDecoder::fail_status() const {
@@ -244,6 +245,15 @@ Status JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int y1, Row
   }
   configure_output(denom);
   jpeg_start_decompress(&cinfo_);
+  if (entropy_override_ != nullptr) {
+    EntropyOverride* e = entropy_override_;
+    entropy_override_ = nullptr;
+    if (!e->install(&cinfo_)) {
+      jpeg_abort_decompress(&cinfo_);
+      message_ = "the replacement entropy decoder cannot take this image";
+      return Status::kUnsupported;
+    }
+  }
   const int ow = static_cast<int>(cinfo_.output_width), oh = static_cast<int>(cinfo_.output_height);
   x0 = std::max(0, x0), y0 = std::max(0, y0);
   x1 = std::min(ow, x1), y1 = std::min(oh, y1);

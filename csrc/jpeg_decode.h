@@ -63,6 +63,15 @@ class RowSink {
 constexpr int kRowSlackBytes = 64;
 constexpr int kSinkRows = 8;  // rows gathered before each RowSink::rows call
 
+// Replaces libjpeg's entropy decoder for one decode (restart-interval slices, entropy_decode.h).
+class EntropyOverride {
+ public:
+  virtual ~EntropyOverride() = default;
+  // Called right after jpeg_start_decompress, before any MCU is decoded. False: it cannot take this
+  // image (the decode then fails rather than run libjpeg's decoder on data it was not given).
+  virtual bool install(jpeg_decompress_struct* cinfo) = 0;
+};
+
 // Dimensions libjpeg produces at scale 1/denom (jdiv_round_up).
 inline int scaled_size(int full, int denom) { return (full + denom - 1) / denom; }
 
@@ -81,6 +90,10 @@ class JpegDecoder {
   // Decodes rows [y0, y1) and at least columns [x0, x1) of the image scaled by 1/denom (denom in
   // 1, 2, 4, 8), handing each row to `sink`; stops once row y1 - 1 is out. Call after open().
   Status decode_region(int denom, int x0, int y0, int x1, int y1, RowSink* sink);
+
+  // The next decode_region (after the next open) takes its coefficients from `e` instead of
+  // libjpeg's Huffman decoder. Cleared by open().
+  void override_entropy(EntropyOverride* e) { entropy_override_ = e; }
 
   // Full-size decode into `dst` (height rows of width * 3 bytes). Call after open().
   Status decode_full(uint8_t* dst);
@@ -112,6 +125,7 @@ class JpegDecoder {
   int warnings_ = 0;
   bool saw_eof_ = false;
   int error_code_ = 0;
+  EntropyOverride* entropy_override_ = nullptr;
   std::vector<uint8_t> row_buf_;   // RGB rows handed to the sink
   std::vector<uint8_t> cmyk_buf_;  // raw CMYK rows before conversion
 

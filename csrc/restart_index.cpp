@@ -529,8 +529,30 @@ bool parse_restart_geometry(const uint8_t* data, size_t size, RestartGeometry* g
   return true;
 }
 
+namespace {
+
+// Copies the entropy bytes [p, e) of one interval to w without stuffing; returns the new end. The
+// scan has checked that every 0xFF run inside an interval ends with 0x00: fill bytes and the zero
+// go, one 0xFF data byte stays (what libjpeg's bit reader makes of it).
+uint8_t* unstuff(const uint8_t* p, const uint8_t* e, uint8_t* w) {
+  while (p < e) {
+    const void* hit = std::memchr(p, 0xFF, static_cast<size_t>(e - p));
+    const uint8_t* ff = hit != nullptr ? static_cast<const uint8_t*>(hit) : e;
+    std::memcpy(w, p, static_cast<size_t>(ff - p));
+    w += ff - p;
+    if (ff == e) break;
+    *w++ = 0xFF;
+    p = ff + 1;
+    while (p < e && *p == 0xFF) ++p;
+    if (p < e) ++p;
+  }
+  return w;
+}
+
+}  // namespace
+
 bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_y, int crop_w, int crop_h,
-                         RestartSlice* out, std::string* why, int scale_denom) {
+                         RestartSlice* out, std::string* why, int scale_denom, bool separate_entropy) {
   if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
     return fail(why, "scale_denom %ld is not 1, 2, 4 or 8", scale_denom);
   if (size >= (static_cast<size_t>(1) << 32)) return fail(why, "image larger than 4 GiB");
@@ -596,13 +618,14 @@ bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_
   out->height = y_end - out->y0;
   out->intervals = (c1 - c0) * (my1 - my0);
 
-  size_t need = 2 + 2;
+  size_t need = 2 + 2, intervals_bytes = 0;
   for (int s = 0; s < ph.n_keep; ++s) need += ph.keep[s].end - ph.keep[s].start;
   for (int r = my0; r < my1; ++r) {
     const long first = static_cast<long>(r) * g.intervals_per_row + c0;
     const long last = static_cast<long>(r) * g.intervals_per_row + c1 - 1;
-    need += bounds[2 * last + 1] - bounds[2 * first] + 2 * (c1 - c0);  // upper bound incl. markers
+    intervals_bytes += bounds[2 * last + 1] - bounds[2 * first] + 2 * (c1 - c0);  // upper bound incl. markers
   }
+  if (!separate_entropy) need += intervals_bytes;
   std::vector<uint8_t>& o = out->jpeg;
   o.resize(need);
   uint8_t* w = o.data();
@@ -619,6 +642,25 @@ bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_
       w[8] = static_cast<uint8_t>(out->width & 0xFF);
     }
     w += len;
+  }
+  if (separate_entropy) {
+    SliceEntropy& en = out->entropy;
+    en.bytes.resize(intervals_bytes + kSliceEntropyPad);
+    en.offsets.resize(static_cast<size_t>(out->intervals) + 1);
+    uint8_t* e = en.bytes.data();
+    size_t k = 0;
+    for (int r = my0; r < my1; ++r) {
+      for (int c = c0; c < c1; ++c) {
+        const long i = static_cast<long>(r) * g.intervals_per_row + c;
+        en.offsets[k++] = static_cast<uint32_t>(e - en.bytes.data());
+        e = unstuff(data + bounds[2 * i], data + bounds[2 * i + 1], e);
+      }
+    }
+    en.offsets[k] = static_cast<uint32_t>(e - en.bytes.data());
+    *w++ = 0xFF;
+    *w++ = 0xD9;
+    o.resize(static_cast<size_t>(w - o.data()));
+    return true;
   }
   long k = 0;  // intervals written so far: the slice renumbers RST0..RST7 from 0
   for (int r = my0; r < my1; ++r) {

@@ -90,9 +90,25 @@ void restart_force_scalar_scan(bool scalar);
 bool parse_restart_geometry(const uint8_t* data, size_t size, RestartGeometry* geo,
                             std::string* why);
 
+// A slice's entropy data for a decoder that walks the intervals itself (entropy_decode.h): the
+// intervals in slice order, unstuffed (0xFF [0xFF...] 0x00 -> 0xFF) and back to back; interval k
+// is bytes [offsets[k], offsets[k + 1]). At least kSliceEntropyPad bytes follow the last one, so
+// the decoder may read ahead without bounds checks.
+struct SliceEntropy {
+  std::vector<uint8_t> bytes;
+  std::vector<uint32_t> offsets;
+};
+
+// The 8-byte window load plus the most one MCU of corrupt data can consume before the decoder's
+// per-MCU check stops it (10 blocks x 64 symbols x 31 bits < 2.5 KB).
+constexpr size_t kSliceEntropyPad = 4096;
+
 // A crop turned into a small standalone JPEG made of whole restart intervals.
 struct RestartSlice {
-  std::vector<uint8_t> jpeg;   // SOI, decode-relevant headers (SOF size patched), intervals, EOI
+  // SOI, decode-relevant headers (SOF size patched), intervals, EOI. With separate entropy data,
+  // the intervals are in `entropy` instead and `jpeg` ends with EOI right after the SOS header.
+  std::vector<uint8_t> jpeg;
+  SliceEntropy entropy;
   int x0 = 0;                  // slice origin in full-size pixels (multiples of the MCU size)
   int y0 = 0;
   int width = 0;               // slice size in pixels (what a decoder of `jpeg` reports)
@@ -112,7 +128,10 @@ struct RestartSlice {
 // decode of the whole image, the slice origin being (x0 / d, y0 / d) in scaled pixels. The padding
 // rule depends on it: at 1/2, 4:2:2 chroma is still fancy-upsampled in scaled space, so an output
 // edge on a scaled MCU boundary needs its neighbour even when the full-size crop edge is not on one.
+//
+// separate_entropy: the intervals go to out->entropy (unstuffed) instead of into out->jpeg.
 bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_y, int crop_w,
-                         int crop_h, RestartSlice* out, std::string* why, int scale_denom = 1);
+                         int crop_h, RestartSlice* out, std::string* why, int scale_denom = 1,
+                         bool separate_entropy = false);
 
 }  // namespace fastload

@@ -163,6 +163,12 @@ except ImportError as exc:  # built without libjpeg-turbo, or not built yet
     _engine = None
     _engine_reason = f"fastload._engine is not available ({exc})"
 
+# Restart-interval slices are Huffman-decoded by fastload's interval decoder where the build has it;
+# FASTLOAD_SLICE_ENTROPY=libjpeg hands them to libjpeg's decoder instead (same pixels, slower).
+if _engine is not None and hasattr(_engine, "_slice_entropy"):
+    if os.environ.get("FASTLOAD_SLICE_ENTROPY", "").strip().lower() == "libjpeg":
+        _engine._slice_entropy("libjpeg")
+
 
 def active_backend() -> str:
     """The backend :func:`decode_batch` uses now: ``"libjpeg-turbo"`` or ``"pillow"``."""
@@ -184,18 +190,20 @@ def engine_info() -> dict:
 
     Returns:
         ``backend`` (``"libjpeg-turbo"`` or ``"pillow"``), ``libjpeg_turbo`` (version or None),
-        ``simd`` (the resize kernel in use), ``threads`` (default thread count), ``pillow`` (version)
-        and ``reason`` (why the Pillow path is live, when it is).
+        ``simd`` (the resize kernel in use), ``slice_entropy`` (the Huffman decoder of restart-interval
+        slices: ``"fastload"`` or ``"libjpeg"``), ``threads`` (default thread count), ``pillow``
+        (version) and ``reason`` (why the Pillow path is live, when it is).
     """
     import PIL
 
     backend = active_backend()
-    info = {"backend": backend, "libjpeg_turbo": None, "simd": None, "threads": default_threads(),
-            "pillow": PIL.__version__, "reason": ""}
+    info = {"backend": backend, "libjpeg_turbo": None, "simd": None, "slice_entropy": None,
+            "threads": default_threads(), "pillow": PIL.__version__, "reason": ""}
     if _engine is not None:
         native = _engine.info()
         info["libjpeg_turbo"] = native["libjpeg_turbo"]
         info["simd"] = native["simd"]
+        info["slice_entropy"] = native.get("slice_entropy")
     if backend == "pillow":
         info["reason"] = ("FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason)
     return info

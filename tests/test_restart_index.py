@@ -522,8 +522,23 @@ def test_mxnet_reads_restart_indexed_shards(tmp_path, originals, transcoded):
 # --- the decode engine's sliced path ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("transform_name", ["train64", "train16_dct_scaled", "eval"])
-def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, transcoded):
+@pytest.fixture(params=["fastload", "libjpeg"])
+def entropy(request):
+    """Runs a test with slices Huffman-decoded by fastload's interval decoder, then by libjpeg's."""
+    if not _engine._slice_entropy(request.param):
+        pytest.skip("this build has no interval Huffman decoder (no jpegint.h)")
+    yield request.param
+    _engine._slice_entropy("fastload")
+
+
+@pytest.fixture(scope="module")
+def transcoded_one_mcu(originals):
+    """The pack's default geometry: one MCU per interval."""
+    return {name: _engine.add_restart_markers(data, 1, True) for name, data in originals.items()}
+
+
+@pytest.mark.parametrize("transform_name", ["train64", "train16_dct_scaled", "eval", "train_tiny_scale"])
+def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, transcoded, transcoded_one_mcu, entropy):
     decode = pytest.importorskip("fastload.decode")
     from fastload.transforms import CenterCrop, RandomResizedCrop
 
@@ -531,13 +546,16 @@ def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, tra
         pytest.skip("the C++ engine is not the active decoder")
     transform = {"train64": RandomResizedCrop(size=64),
                  "train16_dct_scaled": RandomResizedCrop(size=16, scale=(0.3, 1.0)),
-                 "eval": CenterCrop(size=48, resize=56)}[transform_name]
+                 "eval": CenterCrop(size=48, resize=56),
+                 # crops 30-60x the output: DCT scaling down to 1/8, where libjpeg needs only DC
+                 "train_tiny_scale": RandomResizedCrop(size=4, scale=(0.5, 1.0))}[transform_name]
     names = ["420", "444", "422", "gray", "progressive420", "cmyk", "odd422_prime_mcus", "narrow_last_mcu422",
              "exact_mcu_multiple"]
     out444, geo = transcoded["444"]
     at = _dri_offset(out444)
     lying = out444[:at] + (geo["restart_interval"] * 13).to_bytes(2, "big") + out444[at + 2:]
-    images = [transcoded[n][0] for n in names] + [lying, originals["420"]]
+    one_mcu = ["420", "422", "gray", "narrow_last_mcu420"]
+    images = [transcoded[n][0] for n in names] + [transcoded_one_mcu[n][0] for n in one_mcu] + [lying, originals["420"]]
     indices = np.arange(len(images), dtype=np.int64)
     h, w = transform.size
     sliced_total = fallbacks_total = 0
@@ -557,10 +575,61 @@ def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, tra
         assert on.slice_fallbacks <= 1  # only the lying-DRI record may fall back
         sliced_total += on.sliced
         fallbacks_total += on.slice_fallbacks
-    assert sliced_total >= epochs * (len(names) - 2) and fallbacks_total >= 1
+    # Every crop of the other transforms is partial; at 1/8 scale many cover the whole image.
+    partial = len(names) + len(one_mcu) - 2 if transform_name != "train_tiny_scale" else 4
+    assert sliced_total >= epochs * partial and fallbacks_total >= 1
 
 
-def test_engine_survives_corrupt_restart_indexed_records(transcoded):
+def _entropy_span(data: bytes) -> tuple:
+    """[start, end) of a baseline JPEG's entropy-coded data (after the SOS header, before EOI)."""
+    sos = data.index(b"\xff\xda")
+    return sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big"), len(data) - 2
+
+
+@pytest.mark.parametrize("max_mcus", [1, 4])
+def test_corrupt_intervals_never_change_sliced_pixels(originals, max_mcus, entropy):
+    """Garbage inside intervals (markers intact): the sliced path either decodes what libjpeg decodes
+    from the same bytes or falls back; its pixels always equal the plain path's on the same record."""
+    decode = pytest.importorskip("fastload.decode")
+    from fastload.transforms import RandomResizedCrop
+
+    if decode.active_backend() != "libjpeg-turbo":
+        pytest.skip("the C++ engine is not the active decoder")
+    rng = np.random.default_rng(17 + max_mcus)
+    sources = [_engine.add_restart_markers(originals[n], max_mcus, False)[0] for n in ("420", "422", "444", "gray")]
+    images = []
+    for i in range(96):
+        data = bytearray(sources[i % len(sources)])
+        start, end = _entropy_span(bytes(data))
+        for _ in range(int(rng.integers(1, 4))):
+            at = int(rng.integers(start, end))
+            if data[at] == 0xFF or (at > 0 and data[at - 1] == 0xFF):
+                continue  # keep markers and stuffing intact: only the Huffman data is damaged
+            value = int(rng.integers(0, 255))  # never 0xFF: that would make a new marker
+            data[at] = value
+        images.append(bytes(data))
+    indices = np.arange(len(images), dtype=np.int64)
+    transform = RandomResizedCrop(size=32, scale=(0.2, 1.0))
+    sliced = fallbacks = 0
+    for epoch in range(3):
+        outs, results = [], []
+        for use in (True, False):
+            out = np.zeros((len(images), 32, 32, 3), np.uint8)
+            results.append(decode.decode_batch(images, out, transform, seed=9, epoch=epoch, indices=indices,
+                                               threads=2, options=decode.DecodeOptions(use_restart_slices=use)))
+            outs.append(out)
+        on, off = results
+        assert on.status.tolist() == off.status.tolist()
+        ok = on.status == 0
+        assert np.array_equal(outs[0][ok], outs[1][ok]), "a corrupt interval changed the sliced pixels"
+        sliced += on.sliced
+        fallbacks += on.slice_fallbacks
+    assert sliced > 0
+    if entropy == "fastload":
+        assert fallbacks > 0  # damaged intervals were refused, not decoded differently
+
+
+def test_engine_survives_corrupt_restart_indexed_records(transcoded, entropy):
     decode = pytest.importorskip("fastload.decode")
     from fastload.transforms import RandomResizedCrop
 
