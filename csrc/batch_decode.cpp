@@ -153,7 +153,10 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
 #ifdef FASTLOAD_HAVE_RESTART_SLICES
   const bool partial = w.xt.src_first > 0 || w.yt.src_first > 0 || w.xt.src_last < scaled_size(info.width, denom) ||
                        w.yt.src_last < scaled_size(info.height, denom);
-  if (options.use_restart_slices && partial) {
+  // A whole image goes through a slice of all its intervals too when fastload's interval decoder
+  // is on: it Huffman-decodes faster than libjpeg does in restart mode (plain JPEGs cost one header
+  // parse here, then take the plain path).
+  if (options.use_restart_slices && (partial || interval_entropy_enabled())) {
     done = decode_via_slice(w, im, info, denom, options, &oc);
     if (!done && oc.slice_fallback) {
       // The decoder's state now belongs to the slice: start over on the original bytes.

@@ -537,10 +537,10 @@ def transcoded_one_mcu(originals):
     return {name: _engine.add_restart_markers(data, 1, True) for name, data in originals.items()}
 
 
-@pytest.mark.parametrize("transform_name", ["train64", "train16_dct_scaled", "eval", "train_tiny_scale"])
+@pytest.mark.parametrize("transform_name", ["train64", "train16_dct_scaled", "eval", "train_tiny_scale", "whole"])
 def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, transcoded, transcoded_one_mcu, entropy):
     decode = pytest.importorskip("fastload.decode")
-    from fastload.transforms import CenterCrop, RandomResizedCrop
+    from fastload.transforms import CenterCrop, RandomResizedCrop, Resize
 
     if decode.active_backend() != "libjpeg-turbo":
         pytest.skip("the C++ engine is not the active decoder")
@@ -548,7 +548,9 @@ def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, tra
                  "train16_dct_scaled": RandomResizedCrop(size=16, scale=(0.3, 1.0)),
                  "eval": CenterCrop(size=48, resize=56),
                  # crops 30-60x the output: DCT scaling down to 1/8, where libjpeg needs only DC
-                 "train_tiny_scale": RandomResizedCrop(size=4, scale=(0.5, 1.0))}[transform_name]
+                 "train_tiny_scale": RandomResizedCrop(size=4, scale=(0.5, 1.0)),
+                 # whole images: sliced (all intervals) only with fastload's interval decoder
+                 "whole": Resize(size=(40, 56), flip=0.5)}[transform_name]
     names = ["420", "444", "422", "gray", "progressive420", "cmyk", "odd422_prime_mcus", "narrow_last_mcu422",
              "exact_mcu_multiple"]
     out444, geo = transcoded["444"]
@@ -576,8 +578,12 @@ def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, tra
         sliced_total += on.sliced
         fallbacks_total += on.slice_fallbacks
     # Every crop of the other transforms is partial; at 1/8 scale many cover the whole image.
-    partial = len(names) + len(one_mcu) - 2 if transform_name != "train_tiny_scale" else 4
-    assert sliced_total >= epochs * partial and fallbacks_total >= 1
+    expected = {"train_tiny_scale": 4, "whole": 0 if entropy == "libjpeg" else len(names) + len(one_mcu) - 2}
+    assert sliced_total >= epochs * expected.get(transform_name, len(names) + len(one_mcu) - 2)
+    if transform_name == "whole" and entropy == "libjpeg":
+        assert sliced_total == fallbacks_total == 0  # libjpeg's decoder gains nothing from a whole slice
+    else:
+        assert fallbacks_total >= 1
 
 
 def _entropy_span(data: bytes) -> tuple:
