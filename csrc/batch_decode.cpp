@@ -84,10 +84,8 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
   // denom: the slice's padding is decided in scaled pixels (4:2:2 at 1/2 still upsamples chroma).
   const bool own_entropy = interval_entropy_enabled();
   if (!build_restart_slice(im.data, im.size, cx, cy, cx1 - cx, cy1 - cy, &w.slice, &w.why, denom, own_entropy)) {
-    RestartGeometry geo;
-    std::string ignored;
     // Only records that carry restart markers count as fallbacks; plain JPEGs simply have none.
-    oc->slice_fallback = parse_restart_geometry(im.data, im.size, &geo, &ignored) && geo.restart_interval > 0;
+    oc->slice_fallback = w.slice.claimed.restart_interval > 0;
     return false;
   }
   if (w.slice.x0 % denom != 0 || w.slice.y0 % denom != 0) {

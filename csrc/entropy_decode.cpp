@@ -148,27 +148,23 @@ bool interval_entropy_enabled() { return interval_entropy_available() && g_enabl
 
 void set_interval_entropy_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 
-IntervalEntropyDecoder::IntervalEntropyDecoder() : tables_(8) {
-  EntropyGlue* g = new EntropyGlue();
+IntervalEntropyDecoder::IntervalEntropyDecoder() : tables_(8), glue_(new EntropyGlue()) {
 #ifdef FASTLOAD_HAVE_JPEGINT
-  g->pub.start_pass = &EntropyGlue::start_pass;
-  g->pub.decode_mcu = &EntropyGlue::decode_mcu;
-  g->pub.insufficient_data = FALSE;
-  g->self = this;
+  glue_->pub.start_pass = &EntropyGlue::start_pass;
+  glue_->pub.decode_mcu = &EntropyGlue::decode_mcu;
+  glue_->pub.insufficient_data = FALSE;
+  glue_->self = this;
 #endif
-  glue_ = g;
 }
 
-IntervalEntropyDecoder::~IntervalEntropyDecoder() { delete static_cast<EntropyGlue*>(glue_); }
+IntervalEntropyDecoder::~IntervalEntropyDecoder() = default;
 
 void IntervalEntropyDecoder::reset(const SliceEntropy* data) {
   data_ = data;
   failed_ = false;
-  why_.clear();
 }
 
-bool IntervalEntropyDecoder::fail(const char* what) {
-  if (!failed_) why_ = what;
+bool IntervalEntropyDecoder::fail() {
   failed_ = true;
   return false;
 }
@@ -176,25 +172,25 @@ bool IntervalEntropyDecoder::fail(const char* what) {
 bool IntervalEntropyDecoder::install(jpeg_decompress_struct* cinfo) {
 #ifndef FASTLOAD_HAVE_JPEGINT
   (void)cinfo;
-  return fail("built without libjpeg's jpegint.h");
+  return fail();
 #else
-  if (data_ == nullptr || data_->offsets.size() < 2) return fail("no entropy data");
-  if (cinfo->progressive_mode || cinfo->arith_code) return fail("not a sequential Huffman JPEG");
+  if (data_ == nullptr || data_->offsets.size() < 2) return fail();
+  if (cinfo->progressive_mode || cinfo->arith_code) return fail();
   if (cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 || cinfo->Ah != 0 || cinfo->Al != 0)
-    return fail("not a sequential scan");
-  if (cinfo->data_precision != 8) return fail("not an 8-bit JPEG");
-  if (cinfo->restart_interval == 0) return fail("no restart interval");
+    return fail();
+  if (cinfo->data_precision != 8) return fail();
+  if (cinfo->restart_interval == 0) return fail();
   if (cinfo->comps_in_scan < 1 || cinfo->comps_in_scan > 4 || cinfo->blocks_in_MCU < 1 || cinfo->blocks_in_MCU > 10)
-    return fail("unexpected MCU layout");
+    return fail();
   bool built[8] = {};
   for (int b = 0; b < cinfo->blocks_in_MCU; ++b) {
     const int ci = cinfo->MCU_membership[b];
     const jpeg_component_info* comp = cinfo->cur_comp_info[ci];
     const int dct = comp->dc_tbl_no, act = comp->ac_tbl_no;
-    if (dct < 0 || dct > 3 || act < 0 || act > 3) return fail("Huffman table number out of range");
-    if (!built[dct] && !build_table(cinfo->dc_huff_tbl_ptrs[dct], true, &tables_[dct])) return fail("bad DC table");
+    if (dct < 0 || dct > 3 || act < 0 || act > 3) return fail();
+    if (!built[dct] && !build_table(cinfo->dc_huff_tbl_ptrs[dct], true, &tables_[dct])) return fail();
     if (!built[4 + act] && !build_table(cinfo->ac_huff_tbl_ptrs[act], false, &tables_[4 + act]))
-      return fail("bad AC table");
+      return fail();
     built[dct] = built[4 + act] = true;
     dc_[b] = &tables_[dct];
     ac_[b] = &tables_[4 + act];
@@ -207,9 +203,8 @@ bool IntervalEntropyDecoder::install(jpeg_decompress_struct* cinfo) {
   end_ = static_cast<uint64_t>(data_->offsets[1]) * 8;
   mcus_left_ = restart_interval_;
   std::memset(dc_pred_, 0, sizeof dc_pred_);
-  EntropyGlue* g = static_cast<EntropyGlue*>(glue_);
-  g->pub.insufficient_data = FALSE;
-  cinfo->entropy = &g->pub;
+  glue_->pub.insufficient_data = FALSE;
+  cinfo->entropy = &glue_->pub;
   return true;
 #endif
 }
@@ -217,9 +212,9 @@ bool IntervalEntropyDecoder::install(jpeg_decompress_struct* cinfo) {
 bool IntervalEntropyDecoder::next_interval() {
   // A well-formed interval ends with fewer than 8 padding bits; libjpeg would skip (and warn
   // about) anything more, which the plain path reproduces.
-  if (end_ - pos_ >= 8) return fail("an interval holds data its MCUs do not use");
+  if (end_ - pos_ >= 8) return fail();
   ++interval_;
-  if (interval_ + 1 >= data_->offsets.size()) return fail("more MCUs than the slice has intervals");
+  if (interval_ + 1 >= data_->offsets.size()) return fail();
   pos_ = static_cast<uint64_t>(data_->offsets[interval_]) * 8;
   end_ = static_cast<uint64_t>(data_->offsets[interval_ + 1]) * 8;
   std::memset(dc_pred_, 0, sizeof dc_pred_);
@@ -242,7 +237,7 @@ bool IntervalEntropyDecoder::decode_mcu(jpeg_decompress_struct*, JBLOCKROW* mcu)
     br.refill();
     int len;
     int s = decode_symbol(dct, br.buf, &len);
-    if (len == 0) return fail("invalid Huffman code");
+    if (len == 0) return fail();
     br.consume(len);
     int diff = 0;
     if (s != 0) {
@@ -256,7 +251,7 @@ bool IntervalEntropyDecoder::decode_mcu(jpeg_decompress_struct*, JBLOCKROW* mcu)
     for (int k = 1; k < DCTSIZE2; ++k) {
       br.refill();
       s = decode_symbol(act, br.buf, &len);
-      if (len == 0) return fail("invalid Huffman code");
+      if (len == 0) return fail();
       br.consume(len);
       const int run = s >> 4;
       s &= 15;
@@ -273,7 +268,7 @@ bool IntervalEntropyDecoder::decode_mcu(jpeg_decompress_struct*, JBLOCKROW* mcu)
   }
   pos_ = br.position(base);
   --mcus_left_;
-  if (pos_ > end_) return fail("an interval ends inside an MCU");
+  if (pos_ > end_) return fail();  // the MCU read into the next interval's bytes
   return true;
 }
 

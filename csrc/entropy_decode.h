@@ -21,13 +21,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
+#include <memory>
 #include <vector>
 
 #include "jpeg_decode.h"
 #include "restart_index.h"
 
 namespace fastload {
+
+struct EntropyGlue;
 
 // Whether this build can replace libjpeg's entropy decoder (it needs libjpeg's jpegint.h).
 bool interval_entropy_available();
@@ -49,14 +51,13 @@ class IntervalEntropyDecoder final : public EntropyOverride {
   bool install(jpeg_decompress_struct* cinfo) override;
   // True once the decoder has refused the data; the decode's pixels must then be discarded.
   bool failed() const { return failed_; }
-  const std::string& why() const { return why_; }
 
   struct Table;  // a Huffman table in lookup form (defined in the .cpp)
 
  private:
   bool decode_mcu(jpeg_decompress_struct* cinfo, JBLOCKROW* mcu);
   bool next_interval();
-  bool fail(const char* what);
+  bool fail();
   friend struct EntropyGlue;
 
   const SliceEntropy* data_ = nullptr;
@@ -72,8 +73,7 @@ class IntervalEntropyDecoder final : public EntropyOverride {
   uint64_t end_ = 0;               // bit position where the current interval ends
   int dc_pred_[4] = {};
   bool failed_ = false;
-  std::string why_;
-  void* glue_ = nullptr;           // the jpeg_entropy_decoder libjpeg calls (owned, see .cpp)
+  std::unique_ptr<EntropyGlue> glue_;  // the jpeg_entropy_decoder libjpeg calls (see .cpp)
 };
 
 }  // namespace fastload

@@ -553,11 +553,13 @@ uint8_t* unstuff(const uint8_t* p, const uint8_t* e, uint8_t* w) {
 
 bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_y, int crop_w, int crop_h,
                          RestartSlice* out, std::string* why, int scale_denom, bool separate_entropy) {
+  out->claimed = RestartGeometry();
   if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
     return fail(why, "scale_denom %ld is not 1, 2, 4 or 8", scale_denom);
   if (size >= (static_cast<size_t>(1) << 32)) return fail(why, "image larger than 4 GiB");
   ParsedHeaders ph;
   if (!parse_headers(data, size, &ph, why)) return false;
+  out->claimed = ph.geo;
   const RestartGeometry& g = ph.geo;
   if (g.restart_interval == 0) return fail(why, "no restart interval (DRI)");
   if (g.intervals_per_row == 0)

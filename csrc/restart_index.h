@@ -114,6 +114,9 @@ struct RestartSlice {
   int width = 0;               // slice size in pixels (what a decoder of `jpeg` reports)
   int height = 0;
   int intervals = 0;           // restart intervals copied
+  // What the headers claimed (restart_interval 0 when they do not parse or have no DRI), set even
+  // when slicing fails: a caller tells plain JPEGs from records whose markers lie without a re-parse.
+  RestartGeometry claimed;
   std::vector<uint32_t> scratch;  // interval offsets; kept between calls to avoid reallocations
 };
 
