@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh Debian machine:
 #   make demo   generate a realistic JPEG dataset, pack it, load it, report throughput
 #   make test   the whole test suite
-# Both create .venv (torch CPU 2.13.0, mxnet 1.9.1 with numpy<1.24, lmdb, ...) and build the
+# Both create .venv (torch 2.14.1 + torchvision 0.29.1, mxnet 1.9.1 with numpy<1.24, lmdb, ...) and build the
 # C++ engine against the system libjpeg-turbo, installing the Debian package when it is missing.
 
 PY       ?= python3
@@ -20,8 +20,9 @@ $(STAMP): setup.py pyproject.toml $(wildcard csrc/*.cpp csrc/*.h)
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip wheel setuptools pybind11
-	# torch first and pinned: this version is a local CPU wheel, a bare "torch" would pull CUDA
-	$(VPY) -m pip install -q torch==2.13.0
+	# torch first and pinned: these versions are local wheels (a CUDA build that runs on the CPU);
+	# torchvision does not import beside the CPU-only 2.13.0 wheel, and a bare "torch" would download.
+	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench]"
 	$(VPY) -m fastload info
 	@touch $(STAMP)

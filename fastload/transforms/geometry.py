@@ -1,4 +1,4 @@
-"""Augmentation specs handed to the decode engine, and the per-sample randomness they use.
+"""Geometry ops handed to the decode engine: the crop / resize / flip each sample gets.
 
 A transform here is data, not code: a small frozen dataclass that the engine (C++ or the Pillow
 fallback) interprets while decoding. Every random choice (crop box, flip) is a pure function of
@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Tuple, Union
 
+from fastload.transforms.rng import sample_key, uniform
+
 __all__ = [
     "OpKind",
     "RandomResizedCrop",
@@ -30,12 +32,7 @@ __all__ = [
     "train",
     "eval_transform",
     "sample_params",
-    "splitmix64",
-    "sample_key",
-    "uniform",
 ]
-
-_MASK64 = (1 << 64) - 1
 # Which counter value feeds which decision. Fixed so the C++ engine and this module agree.
 _DRAWS_PER_ATTEMPT = 4  # area, log-aspect, y, x
 _MAX_ATTEMPTS = 10
@@ -155,29 +152,6 @@ def train(size: int = 224, *, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), f
 def eval_transform(size: int = 224, *, resize: int = 256) -> CenterCrop:
     """The standard ImageNet evaluation transform: Resize(resize) + CenterCrop(size)."""
     return CenterCrop(size=size, resize=resize)
-
-
-# --- counter-based randomness --------------------------------------------------------------
-
-
-def splitmix64(x: int) -> int:
-    """One step of SplitMix64: a bijective 64-bit mixer (Steele, Lea, Flood 2014)."""
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def sample_key(seed: int, epoch: int, index: int) -> int:
-    """The 64-bit key of one sample's random stream."""
-    k = splitmix64(seed & _MASK64)
-    k = splitmix64(k ^ (epoch & _MASK64))
-    return splitmix64(k ^ (index & _MASK64))
-
-
-def uniform(key: int, counter: int) -> float:
-    """The ``counter``-th uniform double in [0, 1) of the stream ``key`` (53 random bits)."""
-    return (splitmix64((key + counter) & _MASK64) >> 11) * (1.0 / 9007199254740992.0)
 
 
 def _round_half_even(x: float) -> int:

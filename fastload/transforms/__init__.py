@@ -1,0 +1,37 @@
+"""Augmentation specs handed to the decode engine, and the per-sample randomness they use.
+
+Transforms are data, not code: small frozen, keyword-only dataclasses that the engine (C++ or the
+Pillow fallback) interprets while decoding. One module per kind of op:
+
+- :mod:`fastload.transforms.rng`: the counter-based generator keyed by ``(seed, epoch, index)``;
+- :mod:`fastload.transforms.geometry`: the crop / resize / flip that maps the decoded image to the
+  output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler.
+"""
+
+from fastload.transforms.geometry import (
+    CenterCrop,
+    OpKind,
+    RandomResizedCrop,
+    Resize,
+    SampleParams,
+    Transform,
+    eval_transform,
+    sample_params,
+    train,
+)
+from fastload.transforms.rng import sample_key, splitmix64, uniform
+
+__all__ = [
+    "OpKind",
+    "RandomResizedCrop",
+    "CenterCrop",
+    "Resize",
+    "Transform",
+    "SampleParams",
+    "train",
+    "eval_transform",
+    "sample_params",
+    "splitmix64",
+    "sample_key",
+    "uniform",
+]
