@@ -189,6 +189,7 @@ struct Mapper {
   long long delta = 0;
   bool nearest;
   bool separable;
+  bool grid;  // separable and to_source axis-aligned too: u depends on the column only, v on the row only
   // Separable plans: per column (x terms) and per row (y terms); `ok` marks frame points inside.
   std::vector<double>& cu;
   std::vector<double>& cv;
@@ -214,6 +215,7 @@ struct Mapper {
       delta = nearest ? 512 : 16;  // cv::warpAffine's round_delta
     }
     separable = !clamp && p.to_frame.b == 0.0 && p.to_frame.d == 0.0;
+    grid = separable && p.to_source.b == 0.0 && p.to_source.d == 0.0;
     if (!separable) return;
     cu.resize(p.out_w), cv.resize(p.out_w), cqx.resize(p.out_w), cqy.resize(p.out_w), cok.resize(p.out_w);
     const Affine2& m = p.to_source;
@@ -288,6 +290,28 @@ struct Mapper {
     return true;
   }
 
+  // Grid plans: the column's u and the row's v (scaled pixels), the values operator() gives for
+  // every pixel of that column / row (the other axis enters only through terms multiplied by 0).
+  double grid_u(int x) const {
+    const Affine2& m = p.to_source;
+    double u, v;
+    if (p.quantize) {
+      quantised(cqx[x] + (static_cast<long long>(round_even(b0 * 1024.0)) + delta), 0, &u, &v);
+    } else {
+      u = cu[x] + m.c;
+    }
+    return u * inv;
+  }
+  double grid_v(const Row& r) const {
+    double u, v;
+    if (p.quantize) {
+      quantised(0, r.rqy, &u, &v);  // cqy[x] = round(0 * qx * 1024) = 0
+    } else {
+      v = 0.0 + r.rv;
+    }
+    return v * inv;
+  }
+
   void quantised(long long big_x, long long big_y, double* u, double* v) const {
     if (nearest) {
       *u = floor_shift(big_x, 10) + 0.5, *v = floor_shift(big_y, 10) + 0.5;
@@ -350,22 +374,42 @@ template <WarpKernel K, int NX, int NY>
 void warp_rows(const Mapper& map, const SourceRegion& src, const Axis& ax, const Axis& ay, uint8_t* dst,
                size_t dst_stride, WarpScratch* s) {
   const WarpPlan& p = map.p;
-  double* wx = s->wx.data();
+  const double* wx = s->wx.data();
   double* wy = s->wy.data();
   const Window win(src);
   const int nx = NX > 0 ? NX : ax.count, ny = NY > 0 ? NY : ay.count;
+  // Grid plans: each column's taps are the same in every row, each row's in every column.
+  if (map.grid) {
+    s->gx.resize(p.out_w);
+    s->gw.resize(static_cast<size_t>(p.out_w) * nx);
+    for (int x = 0; x < p.out_w; ++x)
+      if (map.cok[x]) s->gx[x] = ax.taps<K, NX>(map.grid_u(x), &s->gw[static_cast<size_t>(x) * nx]);
+  }
   for (int y = 0; y < p.out_h; ++y) {
     uint8_t* out = dst + dst_stride * y;
     Mapper::Row row;
     map.row(y, &row);
+    int grid_jy = 0;
+    if (map.grid && row.ok) grid_jy = ay.taps<K, NY>(map.grid_v(row), wy);
     for (int x = 0; x < p.out_w; ++x, out += 3) {
-      double u, v;
-      if (!map(x, row, &u, &v)) {
-        out[0] = p.fill[0], out[1] = p.fill[1], out[2] = p.fill[2];
-        continue;
+      int jx, jy;
+      if (map.grid) {
+        if (!row.ok || !map.cok[x]) {
+          out[0] = p.fill[0], out[1] = p.fill[1], out[2] = p.fill[2];
+          continue;
+        }
+        jx = s->gx[x], jy = grid_jy;
+        wx = &s->gw[static_cast<size_t>(x) * nx];
+      } else {
+        double u, v;
+        if (!map(x, row, &u, &v)) {
+          out[0] = p.fill[0], out[1] = p.fill[1], out[2] = p.fill[2];
+          continue;
+        }
+        jx = ax.taps<K, NX>(u, s->wx.data());
+        wx = s->wx.data();
+        jy = ay.taps<K, NY>(v, wy);
       }
-      const int jx = ax.taps<K, NX>(u, wx);
-      const int jy = ay.taps<K, NY>(v, wy);
       if (jx < win.x0 || jx + nx > win.x1 || jy < win.y0 || jy + ny > win.y1) {
         sample_border(p, src, nx, ny, jx, jy, wx, wy, out);
         continue;
@@ -406,17 +450,31 @@ void warp_nearest(const Mapper& map, const SourceRegion& src, const Axis& ax, co
 
 // Plain bilinear in integers (warp.py's _bilinear_fixed): positions to 1/256 pixel, 8-bit
 // weights, exact in any implementation (and OpenCV's result for its 1/32-pixel warp positions).
-void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* dst, size_t dst_stride) {
+void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* dst, size_t dst_stride,
+                         WarpScratch* s) {
   const WarpPlan& p = map.p;
   const Window win(src);
   const bool direct = map.separable && p.quantize && src.denom == 1;
+  // Grid plans: every column's position is the same in every row (and every row's in every column).
+  std::vector<int>& gqx = s->gx;
+  if (map.grid) {
+    gqx.resize(p.out_w);
+    for (int x = 0; x < p.out_w; ++x) gqx[x] = map.cok[x] ? ifloor((map.grid_u(x) - 0.5) * 256.0 + 0.5) : 0;
+  }
   for (int y = 0; y < p.out_h; ++y) {
     uint8_t* out = dst + dst_stride * y;
     Mapper::Row row;
     map.row(y, &row);
+    const int grid_qy = map.grid && row.ok ? ifloor((map.grid_v(row) - 0.5) * 256.0 + 0.5) : 0;
     for (int x = 0; x < p.out_w; ++x, out += 3) {
       int qx, qy;
-      if (direct) {
+      if (map.grid) {
+        if (!row.ok || !map.cok[x]) {
+          out[0] = p.fill[0], out[1] = p.fill[1], out[2] = p.fill[2];
+          continue;
+        }
+        qx = gqx[x], qy = grid_qy;
+      } else if (direct) {
         // OpenCV's 1/32-pixel positions are whole 1/256 units: (u - 0.5) * 256 = (X >> 5) * 8.
         if (!row.ok || !map.cok[x]) {
           out[0] = p.fill[0], out[1] = p.fill[1], out[2] = p.fill[2];
@@ -548,7 +606,7 @@ void warp_region(const WarpPlan& p, const SourceRegion& src, uint8_t* dst, size_
     case WarpKernel::kNearest: warp_nearest(map, src, ax, ay, dst, dst_stride); break;
     case WarpKernel::kLinear:
       if (ax.fixed == 2 && ay.fixed == 2) {
-        warp_bilinear_fixed(map, src, dst, dst_stride);
+        warp_bilinear_fixed(map, src, dst, dst_stride, s);
       } else {
         warp_fixed_or_not<WarpKernel::kLinear, 2>(map, src, ax, ay, dst, dst_stride, s);
       }
@@ -557,6 +615,25 @@ void warp_region(const WarpPlan& p, const SourceRegion& src, uint8_t* dst, size_
     case WarpKernel::kCubicCV: warp_fixed_or_not<WarpKernel::kCubicCV, 4>(map, src, ax, ay, dst, dst_stride, s); break;
     case WarpKernel::kLanczos4: warp_rows<WarpKernel::kLanczos4, 0, 0>(map, src, ax, ay, dst, dst_stride, s); break;
     case WarpKernel::kArea: warp_rows<WarpKernel::kArea, 0, 0>(map, src, ax, ay, dst, dst_stride, s); break;
+  }
+}
+
+void warp_gather(const WarpPlan& p, const uint8_t* frame_img, size_t frame_stride, int frame_w, int frame_h,
+                 uint8_t* dst, size_t dst_stride) {
+  for (int y = 0; y < p.out_h; ++y) {
+    uint8_t* out = dst + dst_stride * y;
+    const double py = y + 0.5;
+    const double rx = p.to_frame.b * py + p.to_frame.c, ry = p.to_frame.e * py + p.to_frame.f;
+    for (int x = 0; x < p.out_w; ++x, out += 3) {
+      const double px = x + 0.5;
+      const double fx = p.to_frame.a * px + rx, fy = p.to_frame.d * px + ry;
+      const uint8_t* c = p.fill;
+      if (fx >= 0.0 && fx < frame_w && fy >= 0.0 && fy < frame_h &&
+          (!p.has_frame || (fx >= p.frame[0] && fx < p.frame[2] && fy >= p.frame[1] && fy < p.frame[3]))) {
+        c = frame_img + frame_stride * static_cast<int>(fy) + 3 * static_cast<int>(fx);
+      }
+      out[0] = c[0], out[1] = c[1], out[2] = c[2];
+    }
   }
 }
 

@@ -82,10 +82,18 @@ struct WarpScratch {
   std::vector<double> cu, cv;  // per-column terms of separable plans
   std::vector<long long> cqx, cqy;
   std::vector<uint8_t> cok;
+  std::vector<int> gx;          // per-column first tap (or position) of grid plans
+  std::vector<double> gw;       // per-column tap weights of grid plans
 };
 
 // Evaluates the plan into dst: out_h rows of out_w RGB pixels, dst_stride bytes apart.
 void warp_region(const WarpPlan& plan, const SourceRegion& src, uint8_t* dst, size_t dst_stride, WarpScratch* scratch);
+
+// A snapped plan whose frame is an image already made (the resized crop: frame_w x frame_h RGB
+// pixels, frame_stride bytes apart; the frame rectangle starts at 0): each output pixel copies the
+// frame pixel its frame point falls in, or gets fill.
+void warp_gather(const WarpPlan& plan, const uint8_t* frame_img, size_t frame_stride, int frame_w, int frame_h,
+                 uint8_t* dst, size_t dst_stride);
 
 // Collects the decoded rows of a region (a RowSink for JpegDecoder::decode_region).
 class RegionBuffer final : public RowSink {

@@ -301,3 +301,23 @@ def test_engine_region_decode_then_warp(realistic_folder):
             assert denom == 1
     status, message, out, _ = _engine._warp_decode(data[: len(data) // 3], plan, _options_tuple(DecodeOptions()))
     assert status != 0 and out is None and message
+
+
+@requires_engine
+def test_engine_nearest_affine_resamples_the_crop_then_gathers(realistic_folder):
+    # interpolation="nearest": the engine resizes the crop with its usual resampler (the plain crop
+    # path's bytes) and copies pixels; the reference evaluates the same filter in float.
+    from fastload import _engine
+    from fastload.decode import DecodeOptions, _options_tuple
+    for i, path in enumerate(sorted(realistic_folder.rglob("*.JPEG"))[:4]):
+        data = path.read_bytes()
+        img = np.asarray(Image.open(path).convert("RGB"))
+        h, w = img.shape[:2]
+        p = T.sample_params(w, h, T.RandomResizedCrop(size=224), seed=0, epoch=0, index=i)
+        plan, _ = affine_plan(RandomAffine(degrees=15, translate=(0.1, 0.1), fill=(3, 2, 1)), p.box, p.flip,
+                              (224, 224), T.sample_key(0, 0, i))
+        status, message, out, denom = _engine._warp_decode(data, plan, _options_tuple(DecodeOptions(dct_scaling=False)))
+        assert status == 0, message
+        d = np.abs(out.astype(int) - warp_image(img, plan).astype(int))
+        assert d.max() <= 1 and d.mean() < 0.25
+        assert ((out == (3, 2, 1)).all(-1) == (warp_image(img, plan) == (3, 2, 1)).all(-1)).mean() > 0.999
