@@ -466,6 +466,17 @@ MXNetAugmentSpec mxnet_spec(const py::handle& t) {
   s.mirror = t.attr("mirror").cast<bool>();
   if (s.out_h <= 0 || s.out_w <= 0 || s.out_h > 16384 || s.out_w > 16384)
     throw py::value_error("data_shape height and width must be in 1..16384");
+  auto size_ok = [](int v, bool off_allowed) { return (off_allowed && v == -1) || (v >= 1 && v <= 65535); };
+  if (!size_ok(s.resize, true) || !size_ok(s.max_crop_size, true) || !size_ok(s.min_crop_size, true) || s.pad < 0 ||
+      s.pad > 65535)
+    throw py::value_error("resize, max_crop_size, min_crop_size must be -1 or in 1..65535, pad in 0..65535");
+  if (s.fill_value < 0 || s.fill_value > 255) throw py::value_error("fill_value must be in 0..255");
+  const int m = s.inter_method;
+  if (!((m >= 0 && m <= 4) || m == 9 || m == 10)) throw py::value_error("inter_method must be 0..4, 9 or 10");
+  if (s.max_crop_size != -1 || s.min_crop_size != -1) {
+    if (s.min_crop_size < 1 || s.min_crop_size > s.max_crop_size)
+      throw py::value_error("min_crop_size and max_crop_size must both be set, with min <= max");
+  }
   return s;
 }
 

@@ -25,7 +25,8 @@ inline float u32(uint64_t key, uint64_t counter) {
 
 // std::uniform_int_distribution<int>(lo, hi).
 inline int uniform_int(uint64_t key, uint64_t counter, int lo, int hi) {
-  const long long v = lo + static_cast<long long>(uniform(key, counter) * static_cast<double>(hi - lo + 1));
+  const long long span = static_cast<long long>(hi) - lo + 1;
+  const long long v = lo + static_cast<long long>(uniform(key, counter) * static_cast<double>(span));
   return static_cast<int>(std::min<long long>(hi, v));
 }
 
@@ -135,12 +136,12 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
     const float ori_h = m10 * static_cast<float>(cols) + m11 * static_cast<float>(rows);
     const float m02 = (new_width - ori_w) / 2.0f;
     const float m12 = (new_height - ori_h) / 2.0f;
-    const int warped_w = static_cast<int>(new_width), warped_h = static_cast<int>(new_height);
-    if (warped_w < 1 || warped_h < 1) {
+    if (!(new_width >= 1.0f && new_height >= 1.0f && new_width < 65536.0f && new_height < 65536.0f)) {
       *error = "the affine warp makes the " + std::to_string(cols) + "x" + std::to_string(rows) + " image " +
-               std::to_string(warped_w) + "x" + std::to_string(warped_h);
+               std::to_string(new_width) + "x" + std::to_string(new_height) + " (sizes must be in 1..65535)";
       return false;
     }
+    const int warped_w = static_cast<int>(new_width), warped_h = static_cast<int>(new_height);
     prm.inter_warp = inter_method(s, cols, rows, warped_w, warped_h, key, 1);
     // cv::invertAffineTransform in double, then OpenCV's centred coordinates -> Pillow's.
     const double d00 = m00, d01 = m01, d02 = m02, d10 = m10, d11 = m11, d12 = m12;
@@ -166,7 +167,7 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
     float lo_r, hi_r;
     aspect_range(s, &lo_r, &hi_r);
     if (hi_a != 1.0f || lo_a != 1.0f || hi_r != 1.0f || lo_r != 1.0f) {
-      const float area = static_cast<float>(rows * cols);
+      const float area = static_cast<float>(static_cast<long long>(rows) * cols);
       for (int attempt = 0; attempt < kRrcAttempts; ++attempt) {
         const uint64_t c = kRrc + kRrcDraws * static_cast<uint64_t>(attempt);
         const float rand_area = u32(key, c) * (hi_a - lo_a) + lo_a;

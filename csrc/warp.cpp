@@ -61,8 +61,11 @@ inline int ifloor(double v) {
   return i - (v < static_cast<double>(i) ? 1 : 0);
 }
 
-// Positions of degenerate plans are kept in int range (taps there read the border anyway).
-inline double clamp_position(double v) { return v < -1e9 ? -1e9 : (v > 1e9 ? 1e9 : v); }
+// Positions beyond a million pixels only occur in degenerate plans (no frame, huge maps): they are
+// clamped there (the taps read the border anyway), which keeps every later int conversion in range
+// (positions times 1024 are OpenCV's fixed point).
+constexpr double kMaxPosition = 1e6;
+inline double clamp_position(double v) { return v < -kMaxPosition ? -kMaxPosition : (v > kMaxPosition ? kMaxPosition : v); }
 
 // nearbyint() under the default rounding mode (ties to even) for |v| < 2^51, without a libm call.
 inline double round_even(double v) {
@@ -223,7 +226,8 @@ struct Mapper {
     for (int x = 0; x < p.out_w; ++x) {
       double fx = p.to_frame.a * (x + 0.5) + rx;
       cok[x] = !p.has_frame || (fx >= p.frame[0] && fx < p.frame[2]);
-      if (p.snap) fx = ifloor(cok[x] ? fx : 0.0) + 0.5;
+      if (!cok[x]) fx = 0.0;  // a fill column: its terms are never used
+      if (p.snap) fx = ifloor(fx) + 0.5;
       if (p.quantize) {
         const double qx = fx - 0.5;
         cqx[x] = static_cast<long long>(round_even(m.a * qx * 1024.0));
@@ -529,8 +533,9 @@ void warp_fixed_or_not(const Mapper& map, const SourceRegion& src, const Axis& a
 }
 
 // Bounding box of the source positions (full resolution) of every output pixel inside the frame;
-// false when no output pixel is inside it.
-bool source_bbox(const WarpPlan& p, double* u0, double* v0, double* u1, double* v1) {
+// false when no output pixel is inside it. *frame_extent: the largest |coordinate| of those
+// pixels' frame points.
+bool source_bbox(const WarpPlan& p, double* u0, double* v0, double* u1, double* v1, double* frame_extent = nullptr) {
   const double cx[4] = {0.0, static_cast<double>(p.out_w), 0.0, static_cast<double>(p.out_w)};
   const double cy[4] = {0.0, 0.0, static_cast<double>(p.out_h), static_cast<double>(p.out_h)};
   double fx0 = 1e300, fy0 = 1e300, fx1 = -1e300, fy1 = -1e300;
@@ -545,6 +550,8 @@ bool source_bbox(const WarpPlan& p, double* u0, double* v0, double* u1, double* 
   }
   if (!(fx1 >= fx0 && fy1 >= fy0)) return false;
   if (p.snap) fx0 -= 0.5, fy0 -= 0.5, fx1 += 0.5, fy1 += 0.5;
+  if (frame_extent != nullptr)
+    *frame_extent = std::max(std::max(std::fabs(fx0), std::fabs(fx1)), std::max(std::fabs(fy0), std::fabs(fy1)));
   const double gx[4] = {fx0, fx1, fx0, fx1}, gy[4] = {fy0, fy0, fy1, fy1};
   *u0 = *v0 = 1e300, *u1 = *v1 = -1e300;
   for (int i = 0; i < 4; ++i) {
@@ -569,8 +576,8 @@ int warp_denom(const WarpPlan& plan, bool enabled) {
 SourceRect warp_source_rect(const WarpPlan& p, int denom, int scaled_w, int scaled_h) {
   SourceRect r;
   double u0, v0, u1, v1;
-  if (!source_bbox(p, &u0, &v0, &u1, &v1) || !(std::fabs(u0) < 1e9 && std::fabs(u1) < 1e9 && std::fabs(v0) < 1e9 &&
-                                               std::fabs(v1) < 1e9)) {
+  if (!source_bbox(p, &u0, &v0, &u1, &v1) || !(std::fabs(u0) < kMaxPosition && std::fabs(u1) < kMaxPosition &&
+                                               std::fabs(v0) < kMaxPosition && std::fabs(v1) < kMaxPosition)) {
     // Every output pixel is fill (or the plan is degenerate): one pixel still validates the image.
     r.x1 = std::min(1, scaled_w), r.y1 = std::min(1, scaled_h);
     return r;
@@ -596,11 +603,11 @@ void warp_region(const WarpPlan& p, const SourceRegion& src, uint8_t* dst, size_
   s->wy.resize(std::max(ay.count, 4));
   // Positions stay far inside int range unless the plan is degenerate (no frame, huge maps): only
   // then is every position clamped.
-  double u0, v0, u1, v1;
-  const bool any = source_bbox(p, &u0, &v0, &u1, &v1);
-  const double lim = 1e8 * src.denom;
+  double u0 = 0, v0 = 0, u1 = 0, v1 = 0, extent = 0;
+  const bool any = source_bbox(p, &u0, &v0, &u1, &v1, &extent);
+  const double lim = kMaxPosition / 2;
   const bool clamp = !p.has_frame || (any && !(std::fabs(u0) < lim && std::fabs(u1) < lim && std::fabs(v0) < lim &&
-                                               std::fabs(v1) < lim));
+                                               std::fabs(v1) < lim && extent < lim));
   const Mapper map(p, src.denom, clamp, s);
   switch (p.kernel) {
     case WarpKernel::kNearest: warp_nearest(map, src, ax, ay, dst, dst_stride); break;

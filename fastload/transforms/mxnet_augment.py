@@ -46,6 +46,7 @@ from fastload.transforms.warp import Affine2, Border, Kernel, WarpPlan, compose
 __all__ = ["MXNetDefaultAugment", "MXNetParams", "MXNetSampleError", "mxnet_plan", "MXNET_PARAM_NAMES"]
 
 _F32 = np.float32
+_MAX_SIZE = 65535  # JPEG's largest dimension: sizes beyond it are no image
 _BELOW_ONE = float(np.nextafter(_F32(1.0), _F32(0.0)))
 _IDENTITY: Affine2 = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 
@@ -173,8 +174,13 @@ class MXNetDefaultAugment:
         self._validate()
 
     def _validate(self) -> None:
-        if self.resize != -1 and self.resize <= 0:
-            raise ValueError(f"resize={self.resize} must be -1 (off) or positive")
+        if self.resize != -1 and not 0 < self.resize <= _MAX_SIZE:
+            raise ValueError(f"resize={self.resize} must be -1 (off) or in 1..{_MAX_SIZE}")
+        if max(self.data_shape[1:]) > 16384:
+            raise ValueError(f"data_shape={self.data_shape}: height and width must be at most 16384")
+        for name in ("pad", "max_crop_size", "min_crop_size"):
+            if getattr(self, name) > _MAX_SIZE:
+                raise ValueError(f"{name}={getattr(self, name)} must be at most {_MAX_SIZE}")
         if self.inter_method not in (0, 1, 2, 3, 4, 9, 10):
             raise ValueError(f"inter_method={self.inter_method} must be one of 0, 1, 2, 3, 4, 9, 10 "
                              "(nearest, bilinear, bicubic, area, lanczos4, auto, random)")
@@ -377,9 +383,10 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> T
         ori_h = m10 * _F32(cols) + m11 * _F32(rows)
         m02 = (new_width - ori_w) / _F32(2)
         m12 = (new_height - ori_h) / _F32(2)
+        if not (1.0 <= new_width < 65536.0 and 1.0 <= new_height < 65536.0):
+            raise MXNetSampleError(f"the affine warp makes the {cols}x{rows} image {float(new_width):f}x"
+                                   f"{float(new_height):f} (sizes must be in 1..65535)")
         warped_w, warped_h = int(new_width), int(new_height)
-        if warped_w < 1 or warped_h < 1:
-            raise MXNetSampleError(f"the affine warp makes the {cols}x{rows} image {warped_w}x{warped_h}")
         inter_warp = _inter(aug, cols, rows, warped_w, warped_h, key, 1)
         # Inverse warp in OpenCV's centred coordinates -> Pillow's: p_src = A (p - 0.5) + b + 0.5.
         i00, i01, ib0, i10, i11, ib1 = _invert_affine((m00, m01, m02, m10, m11, m12))
