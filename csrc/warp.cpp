@@ -78,102 +78,104 @@ inline double floor_shift(long long v, int bits) {
   return static_cast<double>(v >> bits);
 }
 
-// One axis of a plan at a given DCT scale: everything tap computation needs.
+constexpr int kPhaseBits = 8;  // positions to 1/256 pixel (warp.py's PHASES)
+constexpr int kPhases = 1 << kPhaseBits;
+constexpr int kWeightBits = 14;  // fixed-point weights of the tabulated kernels (warp.py's WEIGHT_BITS)
+
+inline void normalise(double* w, int count) {
+  double total = w[0];
+  for (int t = 1; t < count; ++t) total += w[t];
+  const double inv = 1.0 / (total == 0.0 ? 1.0 : total);
+  for (int t = 0; t < count; ++t) w[t] *= inv;
+}
+
+inline int32_t fixed_weight(double w) { return static_cast<int32_t>(std::floor(w * (1 << kWeightBits) + 0.5)); }
+
+// One axis of a plan at a given DCT scale: the NEAREST shift, or the kernel tabulated by phase
+// (warp.py's _phase_taps): for a position u = k + phase / 256, taps k + off[phase] ... + count - 1.
 struct Axis {
   WarpKernel kernel;
   double scale;    // source pixels (at this scale) per output pixel
   double fs;       // filter widening
-  double inv_fs;
-  double support;  // tap radius in source pixels
+  double support;  // tap radius in source pixels (for the source rectangle)
   double shift;    // NEAREST shift
-  int count;       // taps per position (fixed for the plan)
-  int fixed;       // 1 (nearest), 2 (bilinear) or 4 (bicubic) for plain interpolation, else 0
-  bool exact_count = false;  // every position has exactly `count` taps with weight
+  int count = 1;   // taps per position
+  bool fixed2 = false;  // plain bilinear (the integer path, no table)
   int size;        // image size along the axis (at this scale)
   bool drop;       // DROP border: renormalise over the taps inside the image
+  std::vector<int> off;         // per phase: first tap relative to the position's pixel
+  std::vector<double> wd;       // per phase: count double weights (DROP renormalises these)
+  std::vector<int32_t> wi;      // per phase: count fixed-point weights
 
-  Axis(const WarpPlan& p, bool x, int denom, int image_size) {
+  Axis(const WarpPlan& p, bool x, int denom, int image_size, bool tables) {
     kernel = p.kernel;
     scale = (x ? p.scale_x : p.scale_y) / denom;
     shift = (x ? p.shift_x : p.shift_y) / denom;
-    fs = p.antialias ? std::max(1.0, scale) : 1.0;
-    inv_fs = 1.0 / fs;
+    fs = p.antialias && kernel != WarpKernel::kNearest && kernel != WarpKernel::kArea ? std::max(1.0, scale) : 1.0;
     size = image_size;
     drop = p.border == WarpBorder::kDrop;
-    fixed = 0;
+    const bool plain = fs == 1.0 && (kernel == WarpKernel::kLinear || kernel == WarpKernel::kCubic ||
+                                     kernel == WarpKernel::kCubicCV);
     if (kernel == WarpKernel::kNearest) {
-      support = 0.0, count = 1, fixed = 1;
+      support = 0.0, count = 1;
     } else if (kernel == WarpKernel::kArea) {
       support = scale / 2.0, count = static_cast<int>(std::ceil(scale)) + 1;
+    } else if (plain) {
+      support = kernel_radius(kernel), count = kernel == WarpKernel::kLinear ? 2 : 4;
+      fixed2 = kernel == WarpKernel::kLinear;
     } else {
-      // Taps with weight: [floor(u - support + 0.5), floor(u + support + 0.5)), at most
-      // ceil(2 * support) of them.
       support = kernel_radius(kernel) * fs, count = static_cast<int>(std::ceil(2.0 * support));
-      exact_count = count == 2.0 * support;
-      if (fs == 1.0 && kernel == WarpKernel::kLinear) fixed = 2;
-      if (fs == 1.0 && (kernel == WarpKernel::kCubic || kernel == WarpKernel::kCubicCV)) fixed = 4;
     }
-  }
-
-  static void normalise(double* w, int count) {
-    double total = w[0];
-    for (int t = 1; t < count; ++t) total += w[t];
-    const double inv = 1.0 / (total == 0.0 ? 1.0 : total);
-    for (int t = 0; t < count; ++t) w[t] *= inv;
-  }
-
-  // Taps of position u: indices first .. first + count - 1 and their weights. N: the compile-time
-  // count of plain interpolation (1, 2, 4; `fixed`), 0 for the normalised kernels. DROP renormalises
-  // over the taps inside the image. Returns first. Same arithmetic as warp.py's _axis_taps.
-  template <WarpKernel K, int N>
-  int taps(double u, double* w) const {
-    int first;
-    if (N == 1) {
-      first = ifloor(u + shift + kNearestEpsilon);
-      w[0] = 1.0;
-      return first;  // (no DROP renormalisation: a single tap keeps its weight, as warp.py)
-    } else if (N == 2) {
-      const int base = ifloor(u - 0.5);
-      const double f = (u - 0.5) - base;
-      w[0] = 1.0 - f, w[1] = f;
-      first = base;
-    } else if (N == 4) {
-      const int base = ifloor(u - 0.5);
-      const double f = (u - 0.5) - base;
-      const double a = K == WarpKernel::kCubic ? -0.5 : -0.75;
-      w[0] = cubic(f + 1.0, a), w[1] = cubic(f, a), w[2] = cubic(1.0 - f, a);
-      w[3] = ((1.0 - w[0]) - w[1]) - w[2];
-      first = base - 1;
-    } else if (K == WarpKernel::kArea) {
-      const double half = scale / 2.0, lo = u - half, hi = u + half;
-      first = ifloor(lo);
-      for (int t = 0; t < count; ++t) {
-        const double j = static_cast<double>(first + t);
-        const double v = std::min(j + 1.0, hi) - std::max(j, lo);
-        w[t] = v > 0.0 ? v : 0.0;
-      }
-      normalise(w, count);
-    } else {
-      first = ifloor(u - support + 0.5);
-      if (exact_count) {
-        for (int t = 0; t < count; ++t)
-          w[t] = kernel_value(K, (static_cast<double>(first + t) + 0.5 - u) * inv_fs);
-      } else {
-        const int end = ifloor(u + support + 0.5);
+    if (!tables || kernel == WarpKernel::kNearest) return;
+    off.resize(kPhases), wd.resize(static_cast<size_t>(kPhases) * count), wi.resize(wd.size());
+    for (int ph = 0; ph < kPhases; ++ph) {
+      const double phase = static_cast<double>(ph) / kPhases;
+      double* w = &wd[static_cast<size_t>(ph) * count];
+      if (kernel == WarpKernel::kArea) {
+        const double lo = phase - scale / 2.0, hi = phase + scale / 2.0;
+        off[ph] = static_cast<int>(std::floor(lo));
         for (int t = 0; t < count; ++t) {
-          const int j = first + t;
-          w[t] = j < end ? kernel_value(K, (static_cast<double>(j) + 0.5 - u) * inv_fs) : 0.0;
+          const double j = static_cast<double>(off[ph] + t);
+          w[t] = std::max(0.0, std::min(j + 1.0, hi) - std::max(j, lo));
         }
+        normalise(w, count);
+      } else if (plain) {
+        const double base = std::floor(phase - 0.5), f = (phase - 0.5) - base;
+        if (kernel == WarpKernel::kLinear) {
+          off[ph] = static_cast<int>(base), w[0] = 1.0 - f, w[1] = f;
+        } else {
+          const double a = kernel == WarpKernel::kCubic ? -0.5 : -0.75;
+          off[ph] = static_cast<int>(base) - 1;
+          w[0] = cubic(f + 1.0, a), w[1] = cubic(f, a), w[2] = cubic(1.0 - f, a);
+          w[3] = ((1.0 - w[0]) - w[1]) - w[2];
+        }
+      } else {
+        const double first = std::floor(phase - support + 0.5), end = std::floor(phase + support + 0.5);
+        off[ph] = static_cast<int>(first);
+        for (int t = 0; t < count; ++t)
+          w[t] = first + t < end ? kernel_value(kernel, (first + t + 0.5 - phase) * (1.0 / fs)) : 0.0;
+        normalise(w, count);
       }
-      normalise(w, count);
+      for (int t = 0; t < count; ++t) wi[static_cast<size_t>(ph) * count + t] = fixed_weight(w[t]);
     }
-    const int n = N > 0 ? N : count;
-    if (drop && (first < 0 || first + n > size)) {
-      for (int t = 0; t < n; ++t) {
+  }
+
+  // Taps of position u (scaled pixels): returns the first tap, *w the fixed-point weights. DROP
+  // positions with taps outside the image get their double weights renormalised (in d, count
+  // doubles) into tmp.
+  int taps(double u, const int32_t** w, int32_t* tmp, double* d) const {
+    const int q = ifloor(u * kPhases + 0.5);
+    const int ph = q & (kPhases - 1);
+    const int first = (q >> kPhaseBits) + off[ph];
+    *w = &wi[static_cast<size_t>(ph) * count];
+    if (drop && (first < 0 || first + count > size)) {
+      for (int t = 0; t < count; ++t) {
         const int j = first + t;
-        if (j < 0 || j >= size) w[t] = 0.0;
+        d[t] = (j < 0 || j >= size) ? 0.0 : wd[static_cast<size_t>(ph) * count + t];
       }
-      normalise(w, n);
+      normalise(d, count);
+      for (int t = 0; t < count; ++t) tmp[t] = fixed_weight(d[t]);
+      *w = tmp;
     }
     return first;
   }
@@ -344,27 +346,6 @@ inline const uint8_t* pixel_at(const WarpPlan& p, const SourceRegion& src, int j
   return src.data + src.stride * (jy - src.y0) + 3 * (jx - src.x0);
 }
 
-// One output pixel whose taps may leave the image or the region: border rules, clamping.
-void sample_border(const WarpPlan& p, const SourceRegion& src, int nx, int ny, int jx, int jy, const double* wx,
-                   const double* wy, uint8_t* out) {
-  const double fill[3] = {static_cast<double>(p.fill[0]), static_cast<double>(p.fill[1]), static_cast<double>(p.fill[2])};
-  double acc[3] = {0.0, 0.0, 0.0};
-  for (int ty = 0; ty < ny; ++ty) {
-    double rs[3] = {0.0, 0.0, 0.0};
-    for (int t = 0; t < nx; ++t) {
-      // DROP taps outside the image have weight zero; any pixel will do for them.
-      const uint8_t* q = pixel_at(p, src, jx + t, jy + ty);
-      if (q == nullptr) {
-        for (int c = 0; c < 3; ++c) rs[c] += wx[t] * fill[c];
-      } else {
-        for (int c = 0; c < 3; ++c) rs[c] += wx[t] * q[c];
-      }
-    }
-    for (int c = 0; c < 3; ++c) acc[c] += wy[ty] * rs[c];
-  }
-  out[0] = round_clip(acc[0]), out[1] = round_clip(acc[1]), out[2] = round_clip(acc[2]);
-}
-
 // The rows and columns taps may read directly: inside both the image and the decoded region.
 struct Window {
   int x0, x1, y0, y1;  // [x0, x1) x [y0, y1)
@@ -373,62 +354,95 @@ struct Window {
         y1(std::min(src.image_h, src.y0 + src.height)) {}
 };
 
-// The normalised kernels (and plain bicubic): separable taps per pixel, double accumulation.
-template <WarpKernel K, int NX, int NY>
+// One output pixel whose taps may leave the image or the region: border rules, clamping.
+void sample_border(const WarpPlan& p, const SourceRegion& src, int nx, int ny, int jx, int jy, const int32_t* wx,
+                   const int32_t* wy, uint8_t* out) {
+  int64_t acc[3] = {0, 0, 0};
+  for (int ty = 0; ty < ny; ++ty) {
+    int64_t rs[3] = {0, 0, 0};
+    for (int t = 0; t < nx; ++t) {
+      // DROP taps outside the image have weight zero; any pixel will do for them.
+      const uint8_t* q = pixel_at(p, src, jx + t, jy + ty);
+      if (q == nullptr) q = p.fill;
+      for (int c = 0; c < 3; ++c) rs[c] += static_cast<int64_t>(wx[t]) * q[c];
+    }
+    for (int c = 0; c < 3; ++c) acc[c] += wy[ty] * rs[c];
+  }
+  for (int c = 0; c < 3; ++c) {
+    const int64_t v = (acc[c] + (int64_t{1} << (2 * kWeightBits - 1))) >> (2 * kWeightBits);
+    out[c] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+  }
+}
+
+// The tabulated kernels: per pixel a phase lookup per axis, integer taps, int64 accumulation
+// (warp.py's _generic, bit for bit).
+template <int NX, int NY>
 void warp_rows(const Mapper& map, const SourceRegion& src, const Axis& ax, const Axis& ay, uint8_t* dst,
                size_t dst_stride, WarpScratch* s) {
   const WarpPlan& p = map.p;
-  const double* wx = s->wx.data();
-  double* wy = s->wy.data();
   const Window win(src);
   const int nx = NX > 0 ? NX : ax.count, ny = NY > 0 ? NY : ay.count;
+  s->tx.resize(nx), s->ty.resize(ny), s->td.resize(std::max(nx, ny));
+  int32_t* tmpx = s->tx.data();
+  int32_t* tmpy = s->ty.data();
+  double* td = s->td.data();
+  constexpr int64_t kHalf = int64_t{1} << (2 * kWeightBits - 1);
   // Grid plans: each column's taps are the same in every row, each row's in every column.
   if (map.grid) {
     s->gx.resize(p.out_w);
     s->gw.resize(static_cast<size_t>(p.out_w) * nx);
-    for (int x = 0; x < p.out_w; ++x)
-      if (map.cok[x]) s->gx[x] = ax.taps<K, NX>(map.grid_u(x), &s->gw[static_cast<size_t>(x) * nx]);
+    for (int x = 0; x < p.out_w; ++x) {
+      if (!map.cok[x]) continue;
+      const int32_t* w;
+      s->gx[x] = ax.taps(map.grid_u(x), &w, tmpx, td);
+      std::copy(w, w + nx, &s->gw[static_cast<size_t>(x) * nx]);
+    }
   }
   for (int y = 0; y < p.out_h; ++y) {
     uint8_t* out = dst + dst_stride * y;
     Mapper::Row row;
     map.row(y, &row);
     int grid_jy = 0;
-    if (map.grid && row.ok) grid_jy = ay.taps<K, NY>(map.grid_v(row), wy);
+    const int32_t* grid_wy = nullptr;
+    if (map.grid && row.ok) grid_jy = ay.taps(map.grid_v(row), &grid_wy, tmpy, td);
     for (int x = 0; x < p.out_w; ++x, out += 3) {
       int jx, jy;
+      const int32_t *wx, *wy;
       if (map.grid) {
         if (!row.ok || !map.cok[x]) {
           out[0] = p.fill[0], out[1] = p.fill[1], out[2] = p.fill[2];
           continue;
         }
-        jx = s->gx[x], jy = grid_jy;
-        wx = &s->gw[static_cast<size_t>(x) * nx];
+        jx = s->gx[x], jy = grid_jy, wx = &s->gw[static_cast<size_t>(x) * nx], wy = grid_wy;
       } else {
         double u, v;
         if (!map(x, row, &u, &v)) {
           out[0] = p.fill[0], out[1] = p.fill[1], out[2] = p.fill[2];
           continue;
         }
-        jx = ax.taps<K, NX>(u, s->wx.data());
-        wx = s->wx.data();
-        jy = ay.taps<K, NY>(v, wy);
+        jx = ax.taps(u, &wx, tmpx, td);
+        jy = ay.taps(v, &wy, tmpy, td);
       }
       if (jx < win.x0 || jx + nx > win.x1 || jy < win.y0 || jy + ny > win.y1) {
         sample_border(p, src, nx, ny, jx, jy, wx, wy, out);
         continue;
       }
       const uint8_t* base = src.data + src.stride * (jy - src.y0) + 3 * (jx - src.x0);
-      double a0 = 0.0, a1 = 0.0, a2 = 0.0;
+      int64_t a0 = 0, a1 = 0, a2 = 0;
       for (int ty = 0; ty < ny; ++ty, base += src.stride) {
-        double r0 = 0.0, r1 = 0.0, r2 = 0.0;
+        int32_t r0 = 0, r1 = 0, r2 = 0;
         const uint8_t* q = base;
         for (int t = 0; t < nx; ++t, q += 3) {
           r0 += wx[t] * q[0], r1 += wx[t] * q[1], r2 += wx[t] * q[2];
         }
-        a0 += wy[ty] * r0, a1 += wy[ty] * r1, a2 += wy[ty] * r2;
+        a0 += static_cast<int64_t>(wy[ty]) * r0, a1 += static_cast<int64_t>(wy[ty]) * r1;
+        a2 += static_cast<int64_t>(wy[ty]) * r2;
       }
-      out[0] = round_clip(a0), out[1] = round_clip(a1), out[2] = round_clip(a2);
+      const int64_t v0 = (a0 + kHalf) >> (2 * kWeightBits), v1 = (a1 + kHalf) >> (2 * kWeightBits);
+      const int64_t v2 = (a2 + kHalf) >> (2 * kWeightBits);
+      out[0] = static_cast<uint8_t>(v0 < 0 ? 0 : (v0 > 255 ? 255 : v0));
+      out[1] = static_cast<uint8_t>(v1 < 0 ? 0 : (v1 > 255 ? 255 : v1));
+      out[2] = static_cast<uint8_t>(v2 < 0 ? 0 : (v2 > 255 ? 255 : v2));
     }
   }
 }
@@ -516,20 +530,14 @@ void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* ds
   }
 }
 
-// Picks the compile-time tap counts of the two axes for kernel K.
-template <WarpKernel K, int F>
-void warp_fixed_or_not(const Mapper& map, const SourceRegion& src, const Axis& ax, const Axis& ay, uint8_t* dst,
-                       size_t dst_stride, WarpScratch* s) {
-  const bool fx = ax.fixed == F, fy = ay.fixed == F;
-  if (fx && fy) {
-    warp_rows<K, F, F>(map, src, ax, ay, dst, dst_stride, s);
-  } else if (fx) {
-    warp_rows<K, F, 0>(map, src, ax, ay, dst, dst_stride, s);
-  } else if (fy) {
-    warp_rows<K, 0, F>(map, src, ax, ay, dst, dst_stride, s);
-  } else {
-    warp_rows<K, 0, 0>(map, src, ax, ay, dst, dst_stride, s);
-  }
+// Picks compile-time tap counts for the common plain cubic (4) and antialiased (3, 4) cases.
+void warp_tabulated(const Mapper& map, const SourceRegion& src, const Axis& ax, const Axis& ay, uint8_t* dst,
+                    size_t dst_stride, WarpScratch* s) {
+  const int a = ax.count, b = ay.count;
+  if (a == 4 && b == 4) return warp_rows<4, 4>(map, src, ax, ay, dst, dst_stride, s);
+  if (a == 3 && b == 3) return warp_rows<3, 3>(map, src, ax, ay, dst, dst_stride, s);
+  if (a == 2 && b == 2) return warp_rows<2, 2>(map, src, ax, ay, dst, dst_stride, s);
+  warp_rows<0, 0>(map, src, ax, ay, dst, dst_stride, s);
 }
 
 // Bounding box of the source positions (full resolution) of every output pixel inside the frame;
@@ -582,7 +590,7 @@ SourceRect warp_source_rect(const WarpPlan& p, int denom, int scaled_w, int scal
     r.x1 = std::min(1, scaled_w), r.y1 = std::min(1, scaled_h);
     return r;
   }
-  const Axis ax(p, true, denom, scaled_w), ay(p, false, denom, scaled_h);
+  const Axis ax(p, true, denom, scaled_w, false), ay(p, false, denom, scaled_h, false);
   // Quantised positions move by less than 1/32 pixel (half a pixel for NEAREST); the margin covers
   // the tap range, the NEAREST shift and floor effects.
   const double slack = p.quantize ? 1.0 : 0.0;
@@ -598,9 +606,10 @@ SourceRect warp_source_rect(const WarpPlan& p, int denom, int scaled_w, int scal
 }
 
 void warp_region(const WarpPlan& p, const SourceRegion& src, uint8_t* dst, size_t dst_stride, WarpScratch* s) {
-  const Axis ax(p, true, src.denom, src.image_w), ay(p, false, src.denom, src.image_h);
-  s->wx.resize(std::max(ax.count, 4));
-  s->wy.resize(std::max(ay.count, 4));
+  // Plain bilinear on both axes takes the integer path (no tables); NEAREST needs none either.
+  const Axis probe_x(p, true, src.denom, src.image_w, false), probe_y(p, false, src.denom, src.image_h, false);
+  const bool bilinear = probe_x.fixed2 && probe_y.fixed2;
+  const bool tables = !bilinear && p.kernel != WarpKernel::kNearest;
   // Positions stay far inside int range unless the plan is degenerate (no frame, huge maps): only
   // then is every position clamped.
   double u0 = 0, v0 = 0, u1 = 0, v1 = 0, extent = 0;
@@ -609,19 +618,13 @@ void warp_region(const WarpPlan& p, const SourceRegion& src, uint8_t* dst, size_
   const bool clamp = !p.has_frame || (any && !(std::fabs(u0) < lim && std::fabs(u1) < lim && std::fabs(v0) < lim &&
                                                std::fabs(v1) < lim && extent < lim));
   const Mapper map(p, src.denom, clamp, s);
-  switch (p.kernel) {
-    case WarpKernel::kNearest: warp_nearest(map, src, ax, ay, dst, dst_stride); break;
-    case WarpKernel::kLinear:
-      if (ax.fixed == 2 && ay.fixed == 2) {
-        warp_bilinear_fixed(map, src, dst, dst_stride, s);
-      } else {
-        warp_fixed_or_not<WarpKernel::kLinear, 2>(map, src, ax, ay, dst, dst_stride, s);
-      }
-      break;
-    case WarpKernel::kCubic: warp_fixed_or_not<WarpKernel::kCubic, 4>(map, src, ax, ay, dst, dst_stride, s); break;
-    case WarpKernel::kCubicCV: warp_fixed_or_not<WarpKernel::kCubicCV, 4>(map, src, ax, ay, dst, dst_stride, s); break;
-    case WarpKernel::kLanczos4: warp_rows<WarpKernel::kLanczos4, 0, 0>(map, src, ax, ay, dst, dst_stride, s); break;
-    case WarpKernel::kArea: warp_rows<WarpKernel::kArea, 0, 0>(map, src, ax, ay, dst, dst_stride, s); break;
+  if (p.kernel == WarpKernel::kNearest) {
+    warp_nearest(map, src, probe_x, probe_y, dst, dst_stride);
+  } else if (bilinear) {
+    warp_bilinear_fixed(map, src, dst, dst_stride, s);
+  } else {
+    const Axis ax(p, true, src.denom, src.image_w, tables), ay(p, false, src.denom, src.image_h, tables);
+    warp_tabulated(map, src, ax, ay, dst, dst_stride, s);
   }
 }
 

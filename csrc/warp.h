@@ -7,8 +7,9 @@
 // centre of their frame pixel), a second affine map to the source position, then a separable kernel
 // (bilinear / bicubic (Pillow's or OpenCV's) / Lanczos-4 / area / nearest, optionally widened by the
 // downscale factor as Pillow's antialiased resize) with a border rule for taps outside the image.
-// fastload/transforms/warp.py is the reference this file reproduces (same tap ranges, same
-// normalisation; doubles here, float64 there: results agree to +-1 grey level, rarely off by one).
+// fastload/transforms/warp.py is the reference this file reproduces bit for bit: positions to
+// 1/256 pixel; plain bilinear as 8-bit integer weights; the other kernels tabulated per phase (the
+// weights computed once per plan and axis, not per pixel), 14-bit weights, integer accumulation.
 //
 // The engine decodes only the source rectangle a plan reads (warp_source_rect), at a DCT scale when
 // the plan allows it, into a per-thread RegionBuffer, then warp_region writes the output-sized HWC
@@ -78,12 +79,13 @@ struct SourceRegion {
 
 // Per-thread scratch of warp_region (tap weights), reused across images.
 struct WarpScratch {
-  std::vector<double> wx, wy;  // tap weights of one position
-  std::vector<double> cu, cv;  // per-column terms of separable plans
+  std::vector<int32_t> tx, ty;  // renormalised weights of one position (DROP at the image edge)
+  std::vector<double> td;
+  std::vector<double> cu, cv;   // per-column terms of separable plans
   std::vector<long long> cqx, cqy;
   std::vector<uint8_t> cok;
   std::vector<int> gx;          // per-column first tap (or position) of grid plans
-  std::vector<double> gw;       // per-column tap weights of grid plans
+  std::vector<int32_t> gw;      // per-column tap weights of grid plans
 };
 
 // Evaluates the plan into dst: out_h rows of out_w RGB pixels, dst_stride bytes apart.

@@ -34,7 +34,11 @@ in two affine steps:
    (Pillow's resize), ``REPLICATE`` repeats the edge pixel (OpenCV's resize), ``CONSTANT`` reads
    ``fill`` (OpenCV's ``warpAffine``).
 
-Values are computed in float and rounded half up, clamped to 0..255.
+Arithmetic (the engine's, bit for bit): plain bilinear on both axes is integer interpolation at
+positions rounded to 1/256 pixel with 8-bit weights (exact, and OpenCV's own result for its 1/32-pixel
+warp positions); the other kernels take positions to 1/256 pixel too, read their weights from a
+per-phase table (``_phase_taps``), round them to 14 fractional bits and accumulate in integers;
+results are rounded half up and clamped to 0..255.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-__all__ = ["NEAREST_EPSILON", "Kernel", "Border", "Affine2", "WarpPlan", "compose", "apply_point", "kernel_radius",
-           "warp_image"]
+__all__ = ["NEAREST_EPSILON", "PHASES", "WEIGHT_BITS", "Kernel", "Border", "Affine2", "WarpPlan", "compose",
+           "apply_point", "kernel_radius", "warp_image"]
 
 #: Added to NEAREST positions (see the module docstring).
 NEAREST_EPSILON = 1e-6
@@ -165,46 +169,77 @@ def _lanczos4(d: np.ndarray) -> np.ndarray:
     return np.where(np.abs(d) < 1e-12, 1.0, np.where(np.abs(d) < 4.0, w, 0.0))
 
 
-def _axis_taps(u: np.ndarray, kernel: Kernel, scale: float, antialias: bool, shift: float):
-    """Tap indices ``j0 + t`` and weights ``[..., T]`` (normalised) of every position in ``u``."""
-    if kernel == Kernel.NEAREST:
-        j0 = np.floor(u + shift + NEAREST_EPSILON).astype(np.int64)
-        return j0, np.ones(u.shape + (1,))
+#: Positions are taken to 1/PHASES of a pixel by the tabulated kernels (and the integer bilinear).
+PHASES = 256
+#: Fixed-point bits of the tabulated kernels' weights.
+WEIGHT_BITS = 14
+
+
+def _filter_width(kernel: Kernel, scale: float, antialias: bool) -> float:
+    return max(1.0, scale) if antialias and kernel not in (Kernel.NEAREST, Kernel.AREA) else 1.0
+
+
+def _tap_count(kernel: Kernel, scale: float, antialias: bool) -> int:
+    fs = _filter_width(kernel, scale, antialias)
     if kernel == Kernel.AREA:
-        half = scale / 2.0
-        lo, hi = u - half, u + half
-        j0 = np.floor(lo).astype(np.int64)
-        count = int(math.ceil(scale)) + 1
-        j = j0[..., None] + np.arange(count)
-        w = np.clip(np.minimum(j + 1.0, hi[..., None]) - np.maximum(j.astype(np.float64), lo[..., None]), 0.0, None)
-    else:
-        fs = max(1.0, scale) if antialias else 1.0
-        if fs == 1.0 and kernel in (Kernel.LINEAR, Kernel.CUBIC, Kernel.CUBIC_CV):
-            # Plain interpolation: the classic weights, which sum to one by construction.
-            base = np.floor(u - 0.5)
-            f = ((u - 0.5) - base)[..., None]
-            if kernel == Kernel.LINEAR:
-                return base.astype(np.int64), np.concatenate([1.0 - f, f], axis=-1)
-            a = -0.5 if kernel == Kernel.CUBIC else -0.75
-            w0, w1, w2 = _cubic(f + 1.0, a), _cubic(f, a), _cubic(1.0 - f, a)
-            return base.astype(np.int64) - 1, np.concatenate([w0, w1, w2, ((1.0 - w0) - w1) - w2], axis=-1)
-        support = kernel_radius(kernel) * fs
-        # Pillow's tap range: [floor(u - support + 0.5), floor(u + support + 0.5)), at most
-        # ceil(2 * support) taps.
-        j0 = np.floor(u - support + 0.5).astype(np.int64)
-        count = int(math.ceil(2.0 * support))
-        j = j0[..., None] + np.arange(count)
-        d = (j + 0.5 - u[..., None]) * (1.0 / fs)
+        return math.ceil(scale) + 1
+    if fs == 1.0 and kernel in (Kernel.LINEAR, Kernel.CUBIC, Kernel.CUBIC_CV):
+        return 2 if kernel == Kernel.LINEAR else 4
+    # Pillow's tap range [floor(u - support + 0.5), floor(u + support + 0.5)): at most ceil(2 * support).
+    return math.ceil(2.0 * kernel_radius(kernel) * fs)
+
+
+def _phase_taps(phase: np.ndarray, kernel: Kernel, scale: float, antialias: bool):
+    """First tap (an offset from the pixel containing the position) and weights ``[..., T]`` of the
+    positions ``k + phase`` (``phase`` in ``[0, 1)``): the same for every ``k``."""
+    fs = _filter_width(kernel, scale, antialias)
+    count = _tap_count(kernel, scale, antialias)
+    t = np.arange(count)
+    if kernel == Kernel.AREA:
+        lo, hi = phase - scale / 2.0, phase + scale / 2.0
+        off = np.floor(lo)
+        j = off[..., None] + t
+        w = np.clip(np.minimum(j + 1.0, hi[..., None]) - np.maximum(j, lo[..., None]), 0.0, None)
+        return off.astype(np.int64), _normalised(w)
+    if fs == 1.0 and kernel in (Kernel.LINEAR, Kernel.CUBIC, Kernel.CUBIC_CV):
+        # Plain interpolation: the classic weights, which sum to one by construction.
+        base = np.floor(phase - 0.5)
+        f = ((phase - 0.5) - base)[..., None]
         if kernel == Kernel.LINEAR:
-            w = np.clip(1.0 - np.abs(d), 0.0, None)
-        elif kernel == Kernel.CUBIC:
-            w = _cubic(d, -0.5)
-        elif kernel == Kernel.CUBIC_CV:
-            w = _cubic(d, -0.75)
-        else:
-            w = _lanczos4(d)
-        w = np.where(j < np.floor(u + support + 0.5)[..., None], w, 0.0)
-    return j0, _normalised(w)
+            return base.astype(np.int64), np.concatenate([1.0 - f, f], axis=-1)
+        a = -0.5 if kernel == Kernel.CUBIC else -0.75
+        w0, w1, w2 = _cubic(f + 1.0, a), _cubic(f, a), _cubic(1.0 - f, a)
+        return base.astype(np.int64) - 1, np.concatenate([w0, w1, w2, ((1.0 - w0) - w1) - w2], axis=-1)
+    support = kernel_radius(kernel) * fs
+    off = np.floor(phase - support + 0.5)
+    end = np.floor(phase + support + 0.5)
+    d = (off[..., None] + t + 0.5 - phase[..., None]) * (1.0 / fs)
+    if kernel == Kernel.LINEAR:
+        w = np.clip(1.0 - np.abs(d), 0.0, None)
+    elif kernel == Kernel.CUBIC:
+        w = _cubic(d, -0.5)
+    elif kernel == Kernel.CUBIC_CV:
+        w = _cubic(d, -0.75)
+    else:
+        w = _lanczos4(d)
+    w = np.where(off[..., None] + t < end[..., None], w, 0.0)
+    return off.astype(np.int64), _normalised(w)
+
+
+def _axis_taps(u: np.ndarray, kernel: Kernel, scale: float, antialias: bool, size: int, drop: bool):
+    """First tap, double weights and fixed-point weights ``[..., T]`` of every position in ``u``.
+
+    Positions are taken to 1/PHASES pixel; the weights are those of the position's phase (a table in
+    the engine), renormalised over the taps inside the image (``drop``) where some fall outside,
+    then rounded to WEIGHT_BITS fractional bits.
+    """
+    q = np.floor(u * PHASES + 0.5).astype(np.int64)
+    off, w = _phase_taps((q & (PHASES - 1)) / PHASES, kernel, scale, antialias)
+    j0 = (q >> 8) + off
+    if drop:
+        inside = (j0[..., None] + np.arange(w.shape[-1]) >= 0) & (j0[..., None] + np.arange(w.shape[-1]) < size)
+        w = np.where(inside.all(-1, keepdims=True), w, _normalised(np.where(inside, w, 0.0)))
+    return j0, np.floor(w * (1 << WEIGHT_BITS) + 0.5).astype(np.int64)
 
 
 def _normalised(w: np.ndarray) -> np.ndarray:
@@ -308,28 +343,26 @@ def _bilinear_fixed(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPla
 
 
 def _generic(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPlan) -> np.ndarray:
+    """The tabulated kernels: integer taps, int64 accumulation, rounded half up."""
     height, width = src.shape[:2]
-    jx, wx = _axis_taps(u, plan.kernel, plan.scale[0], plan.antialias, plan.nearest_shift[0])
-    jy, wy = _axis_taps(v, plan.kernel, plan.scale[1], plan.antialias, plan.nearest_shift[1])
-    fill = np.asarray(plan.fill, np.float64)
-    img = src.astype(np.float64)
-    acc = np.zeros(u.shape + (3,))
+    drop = plan.border == Border.DROP
+    jx, wx = _axis_taps(u, plan.kernel, plan.scale[0], plan.antialias, width, drop)
+    jy, wy = _axis_taps(v, plan.kernel, plan.scale[1], plan.antialias, height, drop)
+    fill = np.asarray(plan.fill, np.int64)
+    img = src.astype(np.int64)
     col_idx = jx[..., None] + np.arange(wx.shape[-1])
     row_idx = jy[..., None] + np.arange(wy.shape[-1])
     col_in = (col_idx >= 0) & (col_idx < width)
     row_in = (row_idx >= 0) & (row_idx < height)
-    if plan.border == Border.DROP:
-        # Only positions with a tap outside are renormalised (the others keep their bits).
-        wx = np.where(col_in.all(-1, keepdims=True), wx, _normalised(np.where(col_in, wx, 0.0)))
-        wy = np.where(row_in.all(-1, keepdims=True), wy, _normalised(np.where(row_in, wy, 0.0)))
     cols = np.clip(col_idx, 0, width - 1)
     rows = np.clip(row_idx, 0, height - 1)
+    acc = np.zeros(u.shape + (3,), np.int64)
     for ty in range(wy.shape[-1]):
-        row_sum = np.zeros(u.shape + (3,))
+        row_sum = np.zeros(u.shape + (3,), np.int64)
         for tx in range(wx.shape[-1]):
             value = img[rows[..., ty], cols[..., tx]]
             if plan.border == Border.CONSTANT:
                 value = np.where((row_in[..., ty] & col_in[..., tx])[..., None], value, fill)
             row_sum += wx[..., tx, None] * value
         acc += wy[..., ty, None] * row_sum
-    return np.clip(np.floor(acc + 0.5), 0, 255)
+    return np.clip((acc + (1 << (2 * WEIGHT_BITS - 1))) >> (2 * WEIGHT_BITS), 0, 255)
