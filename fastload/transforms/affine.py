@@ -35,7 +35,10 @@ from fastload.transforms.rng import uniform
 from fastload.transforms.warp import Affine2, Border, Kernel, WarpPlan
 
 __all__ = ["RandomAffine", "AffineParams", "sample_affine", "inverse_affine_matrix", "affine_plan",
-           "AFFINE_COUNTER"]
+           "AFFINE_COUNTER", "AFFINE_PARAM_NAMES"]
+
+#: Names of the values ``want_params`` reports per sample for a RandomAffine (``AffineParams.as_tuple``).
+AFFINE_PARAM_NAMES = ("angle", "translate_x", "translate_y", "scale", "shear_x", "shear_y")
 
 #: First counter of RandomAffine's draws (angle; then translate x, y, scale, shear x, shear y).
 AFFINE_COUNTER = 48
