@@ -4,7 +4,7 @@
 [--model-step MS --gpus N --target IPS]`` prepares the dataset (generated when none is given),
 measures the stages of fastload's data path alone and together, runs the peers on the same images
 interleaved with fastload, benchmarks packing against im2rec, and writes the table, the JSON and
-the plot. ``fastload/cli.py`` registers this module's :func:`add_parser`.
+the plot. ``fastload bench`` (:mod:`fastload.cli.bench`) registers this module's :func:`add_parser`.
 """
 
 from __future__ import annotations

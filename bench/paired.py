@@ -1,6 +1,6 @@
 """Measurement stage, ratio form: two decoders alternated chunk by chunk on the same images.
 
-The interleaved repeats of :func:`fastload_bench.harness.measure` compare runs that are seconds
+The interleaved repeats of :func:`bench.harness.measure` compare runs that are seconds
 apart, and on a shared 2-vCPU VM the speed a process gets drifts by 10% and more over seconds: the
 single-thread ratios the issues set targets on moved between 1.05x and 1.33x from one full run to
 the next. Here the two sides of a ratio take turns on the same chunk of images (A then B on one

@@ -7,7 +7,7 @@ The data path, one module per stage: folder -> shards (:mod:`fastload.pack`) -> 
 :mod:`fastload.mxnet`). torch and mxnet are imported only by their adapters.
 """
 
-__version__ = "0.1.0"
+from fastload.version import __version__
 
 _TRANSFORMS = ("CenterCrop", "RandomResizedCrop", "Resize", "eval_transform", "train")
 

@@ -9,7 +9,8 @@ Fixtures (session-scoped data is made once, in pytest's temporary folder, in wel
 treat the folders as read-only, since other tests share them: write outputs under ``tmp_path``):
 
 - ``repo_root``: the repository root (also put on ``sys.path`` and ``PYTHONPATH``, so ``fastload``
-  imports uninstalled, in subprocesses too).
+  and the checkout's top-level ``bench`` and ``tools`` packages import uninstalled, in subprocesses
+  too).
 - ``tiny_folder``: ImageFolder tree of 40 small (60-200 px) realistic JPEGs over 3 classes.
 - ``odd_folder`` / ``odd_files``: 12 small JPEGs over 3 classes plus the odd files of
   ``make_dataset(odd=True)``; ``odd_files`` maps each kind (``"grayscale"``, ``"cmyk"``,
@@ -21,7 +22,6 @@ treat the folders as read-only, since other tests share them: write outputs unde
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import json
 import os
@@ -39,30 +39,7 @@ if str(REPO_ROOT) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
 
 
-class _UninstalledPackages(importlib.abc.MetaPathFinder):
-    """Imports ``fastload_tools`` / ``fastload_bench`` from tools/ and bench/ when not installed.
-
-    setup.py maps those package names onto the folders; this does the same for a plain checkout,
-    lazily, so a package is only executed when a test imports it.
-    """
-
-    def __init__(self, folders: Dict[str, Path]) -> None:
-        self.folders = folders
-
-    def find_spec(self, fullname, path=None, target=None):
-        folder = self.folders.get(fullname)
-        if folder is None or not (folder / "__init__.py").is_file():
-            return None
-        return importlib.util.spec_from_file_location(
-            fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
-
-
-_missing = {name: REPO_ROOT / folder for name, folder in (("fastload_tools", "tools"), ("fastload_bench", "bench"))
-            if importlib.util.find_spec(name) is None}
-if _missing:
-    sys.meta_path.append(_UninstalledPackages(_missing))
-
-from fastload_tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image  # noqa: E402
+from tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image  # noqa: E402
 
 __all__ = [
     "REPO_ROOT",

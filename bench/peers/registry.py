@@ -73,7 +73,7 @@ def _module_argv(module: str, family: str) -> List[str]:
     python = _OVERRIDES.get(family)
     if python:
         return [python, os.path.join(_HERE, f"{module}.py")]
-    return [sys.executable, "-m", f"fastload_bench.peers.{module}"]
+    return [sys.executable, "-m", f"bench.peers.{module}"]
 
 
 def set_overrides(overrides: Dict[str, str]) -> None:

@@ -10,42 +10,21 @@ interrupted pack leaves no half-valid dataset.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 
 from fastload.errors import UserError
 from fastload.records.arrays import ARRAYS_FORMAT, ARRAYS_MANIFEST
-from fastload.records.manifest import fsync_dir, write_json_atomic
+from fastload.records.durable import fsync_dir, make_temp_dir, write_json_atomic
 
-__all__ = ["ArraysPackConfig", "pack_arrays", "add_parser", "pack_arrays_main", "parse_size"]
+__all__ = ["ArraysPackConfig", "pack_arrays"]
 
 _DEFAULT_SHARD_BYTES = 256 << 20
-
-
-def parse_size(text: str) -> int:
-    """``"256MB"`` -> bytes (B, KB, MB, GB; powers of 1024)."""
-    units = {"GB": 1 << 30, "MB": 1 << 20, "KB": 1 << 10, "B": 1}
-    t = text.strip().upper()
-    for unit, mult in units.items():
-        if t.endswith(unit):
-            number = t[: -len(unit)].strip()
-            break
-    else:
-        number, mult = t, 1
-    try:
-        value = int(float(number) * mult)
-    except ValueError:
-        raise UserError(f"size {text!r}: expected a number with an optional unit, e.g. 256MB") from None
-    if value <= 0:
-        raise UserError(f"size {text!r} must be positive")
-    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +146,7 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
     starts = list(range(0, num_rows, shard_rows)) + [num_rows]
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".", suffix=".tmp", dir=parent)
+    tmp = make_temp_dir(parent, os.path.basename(out))
     try:
         entries = []
         iterator = range(len(starts) - 1)
@@ -194,42 +173,3 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
-
-
-def _named(values: Optional[List[str]], default: str) -> Dict[str, str]:
-    named: Dict[str, str] = {}
-    for i, v in enumerate(values or []):
-        name, sep, path = v.partition("=")
-        if not sep:
-            name, path = (default if len(values) == 1 else f"_{i}_{default}"), v
-        if name in named:
-            raise UserError(f"array name {name!r} given twice")
-        named[name] = path
-    return named
-
-
-def add_parser(subparsers) -> None:
-    """Register ``fastload pack-arrays`` (called by ``fastload.cli``)."""
-    p = subparsers.add_parser("pack-arrays", help="store dense .npy / sparse CSR .npz arrays as shards for NDArrayIter")
-    p.add_argument("out", help="output folder")
-    p.add_argument("--data", action="append", required=True, metavar="[NAME=]PATH",
-                   help="a data array (.npy or scipy CSR .npz); repeat for several (default name 'data')")
-    p.add_argument("--label", action="append", metavar="[NAME=]PATH",
-                   help="a label array; repeat for several (default name 'softmax_label')")
-    p.add_argument("--shard-size", default="256MB", help="target bytes per shard, e.g. 256MB")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing pack-arrays folder")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=pack_arrays_main)
-
-
-def pack_arrays_main(args: argparse.Namespace) -> int:
-    """CLI entry: pack, then print one summary line."""
-    try:
-        config = ArraysPackConfig(data=_named(args.data, "data"), labels=_named(args.label, "softmax_label"),
-                                  out=args.out, shard_bytes=parse_size(args.shard_size), overwrite=args.overwrite)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    manifest = pack_arrays(config, progress=not args.quiet)
-    shards = len(manifest["row_starts"]) - 1
-    print(f"packed {manifest['num_rows']} rows of {len(manifest['arrays'])} arrays into {shards} shards in {args.out}")
-    return 0

@@ -6,7 +6,7 @@ covers (``csrc/restart_index.h``). The transcode copies the DCT coefficients (no
 every image decodes bit-identically to its original; progressive JPEGs come out baseline. The record
 stays a plain JPEG that MXNet, Pillow and every other reader decode.
 
-Measured with libjpeg-turbo 2.1.5 on the ImageNet-like JPEGs of ``fastload_tools.make_dataset``
+Measured with libjpeg-turbo 2.1.5 on the ImageNet-like JPEGs of ``tools.make_dataset``
 (one core, medians): the transcode runs at ~400 images/s (~220 with verification); files come out
 1.6% *smaller* than their originals, because the optimized Huffman tables save more than the markers
 cost (+1.5% against the same tables with one interval per MCU row); a progressive input grows ~6%.

@@ -1,6 +1,6 @@
 """Read stage: an unpacked ImageFolder tree served through the same ``Dataset`` API as packed shards.
 
-Records are the tree's image files in :func:`fastload.pack.sources.scan_folder` order; ``image(i)``
+Records are the tree's image files in :func:`fastload.records.folder_tree.scan_folder` order; ``image(i)``
 reads the file (a copy, not a mapping). Nothing is validated up front: a bad file fails when it is
 decoded, named by its path.
 """
@@ -13,8 +13,8 @@ import threading
 import numpy as np
 
 from fastload.errors import CorruptRecordError
-from fastload.pack.sources import scan_folder
-from fastload.records.dataset import Dataset
+from fastload.records.base import Dataset
+from fastload.records.folder_tree import scan_folder
 from fastload.records.recordio import pack_header
 
 __all__ = ["ImageFolderDataset"]

@@ -1,4 +1,4 @@
-"""Read stage, checking: ``fastload verify``: checksums, framing and headers of every record, optionally decoded.
+"""Read stage, checking (``fastload verify``): checksums, framing and headers of every record, optionally decoded.
 
 Every problem names its shard and record. A fastload folder is checked against its manifest
 (file sizes, checksums of shards and ``.idx`` files, record counts) and its index (framing, lengths,
@@ -14,13 +14,16 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
-from fastload.errors import CorruptRecordError, UserError
+from fastload.errors import CorruptRecordError
 from fastload.records import recordio
-from fastload.records.dataset import Dataset, ShardedDataset, open_dataset
+from fastload.records.base import Dataset
+from fastload.records.checksum import file_matches, recorded_checksum
+from fastload.records.dataset import open_dataset
 from fastload.records.lmdb_shard import unpack_value_header
-from fastload.records.manifest import MANIFEST_NAME, file_matches, read_manifest, recorded_checksum
+from fastload.records.manifest import MANIFEST_NAME, read_manifest
+from fastload.records.sharded import ShardedDataset
 
-__all__ = ["VerifyReport", "verify_dataset", "verify_main"]
+__all__ = ["VerifyReport", "verify_dataset"]
 
 
 @dataclass
@@ -156,20 +159,3 @@ def verify_dataset(path: str, *, decode: bool = False,
             if on_record is not None:
                 on_record(i)
     return report
-
-
-def verify_main(args) -> int:
-    """``fastload verify PATH [--decode]``: print problems (or a one-line OK); exit 1 when anything is bad."""
-    if not os.path.exists(args.path):
-        raise UserError(f"{args.path}: no such file or directory")
-    report = verify_dataset(args.path, decode=bool(getattr(args, "decode", False)))
-    for line in report.problems[:200]:
-        print(f"BAD {line}")
-    if len(report.problems) > 200:
-        print(f"... {len(report.problems) - 200} more problems")
-    decoded = f", {report.decoded} decoded" if getattr(args, "decode", False) else ""
-    if report.ok:
-        print(f"OK {args.path}: {report.records} records in {report.shards} shard(s) checked{decoded}")
-        return 0
-    print(f"FAILED {args.path}: {len(report.problems)} problem(s) in {report.records} records{decoded}")
-    return 1

@@ -1,0 +1,7 @@
+"""The ``fastload`` command line: one module per command parses its arguments and calls the
+library's public functions; :mod:`fastload.cli.dispatch` builds the parser and runs the command.
+"""
+
+from fastload.cli.dispatch import build_parser, main
+
+__all__ = ["main", "build_parser"]
