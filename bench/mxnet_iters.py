@@ -1,6 +1,6 @@
 """Measurement stage, MXNet iterators: fastload.mxnet vs MXNet's own, same data, same consumer.
 
-Two comparisons (issue 5):
+Two comparisons (the MXNet drop-in targets):
 
 * images: ``fastload.mxnet.ImageRecordIter`` vs ``mx.io.ImageRecordIter`` (one iterator, and two over
   ``num_parts=2`` drained by parallel threads), same ``.rec``, RandomResizedCrop(size) with

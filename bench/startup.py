@@ -1,6 +1,6 @@
 """Measurement stage, loader limits: time to the first batch of a million-record dataset, and memory over epochs.
 
-Issue 4 asks two things of the loader that are not throughput ratios:
+Two targets on the loader are not throughput ratios:
 
 - the first batch of a 1,000,000-record dataset arrives within 1 s of constructing the loader
   (opening loads the index; nothing scans the shards);
@@ -292,7 +292,7 @@ def _child_first_batch(args: argparse.Namespace) -> dict:
 
 
 def rss_bound_mb(*, prefetch: int, batch_size: int, size: int = 224) -> float:
-    """Issue 4's memory bound: ``(prefetch + 2)`` uint8 batches of ``size``x``size`` RGB + 300 MB."""
+    """The loader's memory bound: ``(prefetch + 2)`` uint8 batches of ``size``x``size`` RGB + 300 MB."""
     return (prefetch + 2) * batch_size * 3 * size * size / MB + 300.0
 
 

@@ -416,7 +416,7 @@ def test_quick_bench_smoke(tmp_path):
     assert "wrote" in proc.stdout
 
 
-# --- issue 4's loader limits: first batch of a large dataset, memory over epochs -------------------
+# --- the loader's limits: first batch of a large dataset, memory over epochs -------------------
 
 
 def test_loader_suite_has_startup_and_memory_groups(tiny_folder, tmp_path):
