@@ -27,7 +27,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Dict
 
 import pytest
 
@@ -42,15 +41,15 @@ if str(REPO_ROOT) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 from tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image  # noqa: E402
 
 __all__ = [
-    "REPO_ROOT",
-    "HAVE_TORCH",
-    "HAVE_MXNET",
     "HAVE_ENGINE",
-    "requires_torch",
-    "requires_mxnet",
-    "requires_engine",
-    "make_jpeg",
+    "HAVE_MXNET",
+    "HAVE_TORCH",
+    "REPO_ROOT",
     "load_odd_manifest",
+    "make_jpeg",
+    "requires_engine",
+    "requires_mxnet",
+    "requires_torch",
 ]
 
 
@@ -70,11 +69,20 @@ HAVE_ENGINE = _engine_importable()
 requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 requires_mxnet = pytest.mark.skipif(not HAVE_MXNET, reason="mxnet is not installed")
 requires_engine = pytest.mark.skipif(
-    not HAVE_ENGINE, reason="the C++ engine fastload._engine is not built (setup.py build_ext --inplace)")
+    not HAVE_ENGINE, reason="the C++ engine fastload._engine is not built (setup.py build_ext --inplace)"
+)
 
 
-def make_jpeg(width: int, height: int, *, quality: int = 90, subsampling: str = "4:2:0", mode: str = "RGB",
-              progressive: bool = False, seed: int = 0) -> bytes:
+def make_jpeg(
+    width: int,
+    height: int,
+    *,
+    quality: int = 90,
+    subsampling: str = "4:2:0",
+    mode: str = "RGB",
+    progressive: bool = False,
+    seed: int = 0,
+) -> bytes:
     """JPEG bytes of a natural-looking image (cut from real photographs) of an exact size.
 
     Args:
@@ -93,7 +101,7 @@ def make_jpeg(width: int, height: int, *, quality: int = 90, subsampling: str = 
     return encode_jpeg(img, quality=quality, subsampling=subsampling, mode=mode, progressive=progressive)
 
 
-def load_odd_manifest(root: Path) -> Dict[str, Path]:
+def load_odd_manifest(root: Path) -> dict[str, Path]:
     """Map each odd-file kind in ``root/odd_files.json`` to the file's absolute path."""
     manifest = json.loads((Path(root) / ODD_MANIFEST).read_text())
     return {entry["kind"]: Path(root) / entry["path"] for entry in manifest["files"]}
@@ -122,7 +130,7 @@ def odd_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def odd_files(odd_folder) -> Dict[str, Path]:
+def odd_files(odd_folder) -> dict[str, Path]:
     """Odd-file kind -> absolute path inside ``odd_folder``."""
     return load_odd_manifest(odd_folder)
 

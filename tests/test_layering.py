@@ -13,13 +13,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Set, Tuple
 
 import pytest
-from conftest import REPO_ROOT
 
 from fastload.errors import OnError, UserError
+
+from conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "fastload"
 
@@ -31,11 +32,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _modules() -> Dict[str, Path]:
+def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(path: Path, modules: Dict[str, Path]) -> Iterator[Tuple[str, int]]:
+def _imports(path: Path, modules: dict[str, Path]) -> Iterator[tuple[str, int]]:
     """The fastload modules ``path`` imports (``from pkg import sub`` names the submodule), with lines."""
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):
@@ -43,7 +44,9 @@ def _imports(path: Path, modules: Dict[str, Path]) -> Iterator[Tuple[str, int]]:
             for alias in node.names:
                 if alias.name.startswith("fastload"):
                     yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("fastload"):
+        elif (
+            isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("fastload")
+        ):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
                 # An extension module (fastload._engine) has no .py: it is a leaf, not the package face.
@@ -53,23 +56,25 @@ def _imports(path: Path, modules: Dict[str, Path]) -> Iterator[Tuple[str, int]]:
                     yield node.module, node.lineno
 
 
-def _graph() -> Dict[str, Set[str]]:
+def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: {target for target, _ in _imports(path, modules) if target in modules and target != name}
-            for name, path in modules.items()}
+    return {
+        name: {target for target, _ in _imports(path, modules) if target in modules and target != name}
+        for name, path in modules.items()
+    }
 
 
-def _cycle(graph: Dict[str, Set[str]]) -> List[str]:
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
     """One import cycle, or [] (depth-first search with colours)."""
-    colour: Dict[str, int] = {}
-    stack: List[str] = []
+    colour: dict[str, int] = {}
+    stack: list[str] = []
 
-    def visit(node: str) -> List[str]:
+    def visit(node: str) -> list[str]:
         colour[node] = 1
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if colour.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if colour.get(nxt) is None:
                 found = visit(nxt)
                 if found:
@@ -99,43 +104,73 @@ def test_cycle_finder_finds_a_planted_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("lower, higher", [
-    ("fastload.records", "fastload.pack"),  # read never imports write
-    ("fastload.records", "fastload.cli"),
-    ("fastload.pack", "fastload.cli"),
-    ("fastload.records", "fastload.loader"),
-    ("fastload.pack", "fastload.loader"),
-    ("fastload.errors", "fastload.records"),
-])
+@pytest.mark.parametrize(
+    ("lower", "higher"),
+    [
+        ("fastload.records", "fastload.pack"),  # read never imports write
+        ("fastload.records", "fastload.cli"),
+        ("fastload.pack", "fastload.cli"),
+        ("fastload.records", "fastload.loader"),
+        ("fastload.pack", "fastload.loader"),
+        ("fastload.errors", "fastload.records"),
+    ],
+)
 def test_arrows_point_down(lower, higher):
-    wrong = sorted((m, t) for m, targets in _graph().items() for t in targets
-                   if (m == lower or m.startswith(lower + ".")) and (t == higher or t.startswith(higher + ".")))
+    wrong = sorted(
+        (m, t)
+        for m, targets in _graph().items()
+        for t in targets
+        if (m == lower or m.startswith(lower + ".")) and (t == higher or t.startswith(higher + "."))
+    )
     assert wrong == []
 
 
 def test_only_the_cli_parses_arguments():
     """Every ``argparse`` use in the package is in fastload/cli/ (bench/ registers its own parser)."""
-    users = sorted(_module_name(p) for p in PACKAGE.rglob("*.py")
-                   if "argparse" in p.read_text() and "cli" not in p.relative_to(PACKAGE).parts)
+    users = sorted(
+        _module_name(p)
+        for p in PACKAGE.rglob("*.py")
+        if "argparse" in p.read_text() and "cli" not in p.relative_to(PACKAGE).parts
+    )
     assert users == []
 
 
 # Calls that change what the whole process sees: library code must not make them.
-_PROCESS_WIDE = {("os", "umask"), ("sys", "setswitchinterval"), ("os", "chdir"), ("signal", "signal"),
-                 ("os", "putenv"), ("sys", "setrecursionlimit"), ("gc", "freeze"), ("gc", "disable")}
+_PROCESS_WIDE = {
+    ("os", "umask"),
+    ("sys", "setswitchinterval"),
+    ("os", "chdir"),
+    ("signal", "signal"),
+    ("os", "putenv"),
+    ("sys", "setrecursionlimit"),
+    ("gc", "freeze"),
+    ("gc", "disable"),
+}
 
 
-def _process_wide_calls(path: Path) -> List[str]:
+def _process_wide_calls(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in _PROCESS_WIDE:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and (node.func.value.id, node.func.attr) in _PROCESS_WIDE
+        ):
             found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} {node.func.value.id}.{node.func.attr}")
         # os.environ[...] = ..., os.environ.setdefault / update / pop
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and ast.unparse(node.value) == "os.environ":
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Store)
+            and ast.unparse(node.value) == "os.environ"
+        ):
             found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} os.environ[...] =")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                ast.unparse(node.func.value) == "os.environ" and node.func.attr in ("setdefault", "update", "pop", "clear"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and ast.unparse(node.func.value) == "os.environ"
+            and node.func.attr in ("setdefault", "update", "pop", "clear")
+        ):
             found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} os.environ.{node.func.attr}")
     return found
 
@@ -185,7 +220,7 @@ def test_one_on_error_policy_for_pack_and_loader(odd_folder, tmp_path):
     assert OnError("fail") is OnError.RAISE and OnError("FAIL") is OnError.RAISE  # `--on-error fail`
     assert PackOptions(on_error="fail").on_error is OnError.RAISE
     assert LoaderConfig(on_error="fail").on_error is OnError.RAISE
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="ignore"):
         OnError("ignore")
     with pytest.raises(UserError, match="on_error='raise'"):
         pack_folder(odd_folder, str(tmp_path / "out"), on_error="raise", progress=False)
@@ -202,8 +237,17 @@ def test_cli_from_an_install_without_the_checkout(tmp_path):
     site = _installed_copy(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
-    run = lambda *argv: subprocess.run([sys.executable, "-m", "fastload", *argv], capture_output=True, text=True,  # noqa: E731
-                                       env=env, cwd=str(tmp_path), timeout=120)
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "fastload", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=str(tmp_path),
+            timeout=120,
+        )
+
     listing = run("--help")
     assert listing.returncode == 0 and "bench" in listing.stdout and "pack-arrays" in listing.stdout
     bench = run("bench", "--quick")

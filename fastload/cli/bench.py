@@ -14,7 +14,6 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Optional
 
 from fastload.errors import UserError
 
@@ -24,13 +23,13 @@ NAME = "bench"
 _HELP = "measure the loader's stages and compare with peer loaders (from a source checkout)"
 
 
-def _checkout() -> Optional[Path]:
+def _checkout() -> Path | None:
     """The source checkout this ``fastload`` package was imported from, if it holds ``bench/``."""
     root = Path(__file__).resolve().parents[2]
     return root if (root / "bench" / "command.py").is_file() else None
 
 
-def harness() -> Optional[ModuleType]:
+def harness() -> ModuleType | None:
     """``bench.command`` of this checkout (None when fastload runs from an installed wheel)."""
     root = _checkout()
     if root is not None and str(root) not in sys.path:
@@ -48,12 +47,14 @@ def harness() -> Optional[ModuleType]:
 
 
 def _unavailable(args: argparse.Namespace) -> int:
-    raise UserError("the benchmark harness is not installed with the wheel: it lives in the repository's "
-                    "bench/ folder; run `fastload bench` from a source checkout "
-                    "(pip install -e \".[bench]\" there)")
+    raise UserError(
+        "the benchmark harness is not installed with the wheel: it lives in the repository's "
+        "bench/ folder; run `fastload bench` from a source checkout "
+        '(pip install -e ".[bench]" there)'
+    )
 
 
-def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", *, load: bool) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], *, load: bool) -> None:
     """Register ``fastload bench``.
 
     Args:

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
 
 from fastload.cli import bench, info, pack, pack_arrays, verify
 from fastload.errors import UserError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 _COMMANDS = (pack, info, verify, pack_arrays)
 
 
-def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``fastload`` parser.
 
     Args:
@@ -29,8 +28,10 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
             if they name ``bench`` (it is listed for ``--help`` without importing it). None builds
             the full parser.
     """
-    parser = argparse.ArgumentParser(prog="fastload", description="fastload: pack, inspect, verify and "
-                                     "benchmark datasets for high-throughput training input")
+    parser = argparse.ArgumentParser(
+        prog="fastload",
+        description="fastload: pack, inspect, verify and benchmark datasets for high-throughput training input",
+    )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
     for command in _COMMANDS:
@@ -41,7 +42,7 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run ``fastload ARGS``; returns the exit status (2 for a user error, 130 when interrupted)."""
     if argv is None:
         argv = sys.argv[1:]
@@ -49,6 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.version:
         from fastload.version import __version__
+
         print(__version__)
         return 0
     if not getattr(args, "func", None):

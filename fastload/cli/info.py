@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Dict
+from typing import Any
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``fastload info``."""
     p = sub.add_parser("info", help="which decoder is live; with a path, the dataset's manifest summary")
     p.add_argument("path", nargs="?", help="a fastload dataset folder, a .rec or an LMDB shard")
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     if args.path is None:
         from fastload.decode import engine_info
 
-        engine: Dict[str, Any] = dict(engine_info())
+        engine: dict[str, Any] = dict(engine_info())
         if args.json:
             print(json.dumps(engine, indent=2, default=str))
         else:

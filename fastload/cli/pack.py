@@ -1,5 +1,8 @@
-"""``fastload pack SRC OUT [options]``: the flags of :class:`fastload.pack.options.PackOptions`, then
-:func:`fastload.pack.packer.pack_folder` and its summary."""
+"""``fastload pack SRC OUT [options]``: pack a folder or an im2rec ``.lst`` into shards.
+
+The flags are :class:`fastload.pack.options.PackOptions`'s fields; the command calls
+:func:`fastload.pack.packer.pack_folder` and prints its summary.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from fastload.errors import UserError
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``fastload pack``."""
     p = sub.add_parser("pack", help="pack a JPEG folder or an im2rec .lst into RecordIO or LMDB shards")
     p.add_argument("src", help="folder with one sub-folder per class, or an im2rec .lst file")
@@ -29,11 +32,19 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.add_argument("--shuffle", action="store_true", help="shuffle record order (with --seed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", help="shard name prefix (default: the source folder's name)")
-    p.add_argument("--on-error", choices=["skip", "fail", "raise"], default="skip",
-                   help="skip bad files (listed in the manifest) or stop at the first ('raise' = 'fail')")
+    p.add_argument(
+        "--on-error",
+        choices=["skip", "fail", "raise"],
+        default="skip",
+        help="skip bad files (listed in the manifest) or stop at the first ('raise' = 'fail')",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    p.add_argument("--restart-index", dest="restart_index", action="store_true",
-                   help="losslessly add JPEG restart markers so crops decode only the intervals they need")
+    p.add_argument(
+        "--restart-index",
+        dest="restart_index",
+        action="store_true",
+        help="losslessly add JPEG restart markers so crops decode only the intervals they need",
+    )
     p.add_argument("--verify", action="store_true", help="check every transcoded image decodes identically")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -54,11 +65,22 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = PackOptions(
-            format=args.format, shards=args.shards,
+            format=args.format,
+            shards=args.shards,
             shard_size=parse_size(args.shard_size) if args.shard_size is not None else DEFAULT_SHARD_SIZE,
-            workers=args.workers, resize=args.resize, quality=args.quality, shuffle=args.shuffle,
-            seed=args.seed, name=args.name, on_error=args.on_error, overwrite=args.overwrite,
-            restart_index=args.restart_index, verify=args.verify, root=args.root, progress=not args.quiet)
+            workers=args.workers,
+            resize=args.resize,
+            quality=args.quality,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            name=args.name,
+            on_error=args.on_error,
+            overwrite=args.overwrite,
+            restart_index=args.restart_index,
+            verify=args.verify,
+            root=args.root,
+            progress=not args.quiet,
+        )
     except ValueError as exc:
         raise UserError(str(exc)) from None
     # What the imports created lives until exit: keep the collector from re-walking it while the

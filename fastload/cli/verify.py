@@ -9,7 +9,7 @@ __all__ = ["add_parser", "run"]
 _SHOWN = 200  # problems printed; the count covers them all
 
 
-def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``fastload verify``."""
     p = sub.add_parser("verify", help="check checksums and framing (and decode every record with --decode)")
     p.add_argument("path")
@@ -18,8 +18,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the problems :func:`fastload.records.verify.verify_dataset` found (or a one-line OK);
-    exit 1 when anything is bad."""
+    """Print what :func:`fastload.records.verify.verify_dataset` found; exit 1 when anything is bad."""
     from fastload.records.verify import verify_dataset
 
     report = verify_dataset(args.path, decode=args.decode)

@@ -8,7 +8,7 @@ converter threads), ``shard_writer`` (shard files), ``staging`` (lock, resume, f
 (``fastload pack-arrays``).
 """
 
-__all__ = ["pack_folder", "PackOptions", "PackResult", "ShardFormat"]
+__all__ = ["PackOptions", "PackResult", "ShardFormat", "pack_folder"]
 
 
 def __getattr__(name: str) -> object:
@@ -16,11 +16,14 @@ def __getattr__(name: str) -> object:
     # friends it needs.
     if name == "pack_folder":
         from fastload.pack.packer import pack_folder
+
         return pack_folder
     if name in ("PackOptions", "ShardFormat"):
         from fastload.pack import options
+
         return getattr(options, name)
     if name == "PackResult":
         from fastload.pack.result import PackResult
+
         return PackResult
     raise AttributeError(f"module 'fastload.pack' has no attribute {name!r}")

@@ -14,7 +14,6 @@ import os
 import shutil
 import zipfile
 from dataclasses import dataclass, field
-from typing import Dict, List
 
 import numpy as np
 
@@ -39,8 +38,8 @@ class ArraysPackConfig:
         overwrite: Replace an existing pack-arrays folder at ``out``.
     """
 
-    data: Dict[str, str]
-    labels: Dict[str, str] = field(default_factory=dict)
+    data: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
     out: str
     shard_bytes: int = _DEFAULT_SHARD_BYTES
     overwrite: bool = False
@@ -96,10 +95,16 @@ class _Input:
             self.indices = np.asarray(z["indices"], dtype=np.int64)
             self.data = z["data"]
             shape = tuple(int(s) for s in z["shape"])
-        if len(shape) != 2 or len(self.indptr) != shape[0] + 1 or self.indptr[-1] != len(self.indices) \
-                or len(self.indices) != len(self.data):
-            raise UserError(f"{path}: inconsistent CSR arrays (shape {shape}, indptr {len(self.indptr)}, "
-                            f"{len(self.indices)} indices, {len(self.data)} values)")
+        if (
+            len(shape) != 2
+            or len(self.indptr) != shape[0] + 1
+            or self.indptr[-1] != len(self.indices)
+            or len(self.indices) != len(self.data)
+        ):
+            raise UserError(
+                f"{path}: inconsistent CSR arrays (shape {shape}, indptr {len(self.indptr)}, "
+                f"{len(self.indices)} indices, {len(self.data)} values)"
+            )
         self.stype, self.shape, self.dtype = "csr", shape, self.data.dtype
         self.row_bytes = (len(self.data) * (self.dtype.itemsize + 8)) / max(shape[0], 1) + 8
 
@@ -110,7 +115,7 @@ class _Input:
         a, b = int(self.indptr[lo]), int(self.indptr[hi])
         ind = self.indices[a:b].copy()
         dat = self.data[a:b].copy()
-        local = self.indptr[lo:hi + 1] - a
+        local = self.indptr[lo : hi + 1] - a
         # Columns sorted within each row, as MXNet's CSRNDArray expects.
         row_of = np.repeat(np.arange(hi - lo), np.diff(local))
         perm = np.lexsort((ind, row_of))
@@ -126,8 +131,9 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
         UserError: Missing or unreadable inputs, mismatched row counts, or an existing output
             without ``overwrite``.
     """
-    inputs = [(_Input(n, p), "data") for n, p in config.data.items()] + \
-             [(_Input(n, p), "label") for n, p in config.labels.items()]
+    inputs = [(_Input(n, p), "data") for n, p in config.data.items()] + [
+        (_Input(n, p), "label") for n, p in config.labels.items()
+    ]
     rows = {inp.name: inp.shape[0] for inp, _ in inputs}
     if len(set(rows.values())) != 1:
         raise UserError(f"input arrays have different row counts: {rows}")
@@ -135,15 +141,14 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
     if num_rows == 0:
         raise UserError("input arrays have no rows")
     out = os.path.abspath(config.out)
-    if os.path.exists(out):
-        if not os.path.isdir(out) or os.listdir(out):
-            if not config.overwrite:
-                raise UserError(f"{out} exists and is not empty (use --overwrite to replace a pack-arrays folder)")
-            if os.path.isdir(out) and not os.path.exists(os.path.join(out, ARRAYS_MANIFEST)) and os.listdir(out):
-                raise UserError(f"{out} is not a pack-arrays folder; refusing to replace it")
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        if not config.overwrite:
+            raise UserError(f"{out} exists and is not empty (use --overwrite to replace a pack-arrays folder)")
+        if os.path.isdir(out) and not os.path.exists(os.path.join(out, ARRAYS_MANIFEST)) and os.listdir(out):
+            raise UserError(f"{out} is not a pack-arrays folder; refusing to replace it")
     row_bytes = sum(inp.row_bytes for inp, _ in inputs)
     shard_rows = max(1, int(config.shard_bytes // max(row_bytes, 1.0)))
-    starts = list(range(0, num_rows, shard_rows)) + [num_rows]
+    starts = [*list(range(0, num_rows, shard_rows)), num_rows]
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     tmp = make_temp_dir(parent, os.path.basename(out))
@@ -152,18 +157,33 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
         iterator = range(len(starts) - 1)
         if progress:
             from tqdm import tqdm
+
             iterator = tqdm(iterator, desc="pack-arrays", unit="shard")
-        files: Dict[str, List[str]] = {inp.name: [] for inp, _ in inputs}
+        files: dict[str, list[str]] = {inp.name: [] for inp, _ in inputs}
         for k in iterator:
             for inp, _ in inputs:
                 base = f"{inp.name}-{k:05d}"
                 inp.write_shard(tmp, base, starts[k], starts[k + 1])
                 files[inp.name].append(base + ".npy" if inp.stype == "default" else base)
         for inp, role in inputs:
-            entries.append({"name": inp.name, "role": role, "stype": inp.stype, "shape": list(inp.shape),
-                            "dtype": inp.dtype.str, "source": os.path.abspath(inp.path), "files": files[inp.name]})
-        manifest = {"format": ARRAYS_FORMAT, "format_version": 1, "num_rows": num_rows, "row_starts": starts,
-                    "arrays": entries}
+            entries.append(
+                {
+                    "name": inp.name,
+                    "role": role,
+                    "stype": inp.stype,
+                    "shape": list(inp.shape),
+                    "dtype": inp.dtype.str,
+                    "source": os.path.abspath(inp.path),
+                    "files": files[inp.name],
+                }
+            )
+        manifest = {
+            "format": ARRAYS_FORMAT,
+            "format_version": 1,
+            "num_rows": num_rows,
+            "row_starts": starts,
+            "arrays": entries,
+        }
         write_json_atomic(os.path.join(tmp, ARRAYS_MANIFEST), manifest)
         if os.path.exists(out):
             shutil.rmtree(out) if os.path.isdir(out) else os.unlink(out)

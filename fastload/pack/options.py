@@ -5,12 +5,11 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 from fastload.errors import OnError
 from fastload.pack.restart import RestartIndexConfig, VerifyPolicy
 
-__all__ = ["ShardFormat", "PackOptions", "DEFAULT_SHARD_SIZE"]
+__all__ = ["DEFAULT_SHARD_SIZE", "PackOptions", "ShardFormat"]
 
 DEFAULT_SHARD_SIZE = 512 << 20
 
@@ -46,19 +45,19 @@ class PackOptions:
     """
 
     format: ShardFormat = ShardFormat.RECORDIO
-    shards: Optional[int] = None
+    shards: int | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
-    workers: Optional[int] = None
-    resize: Optional[int] = None
+    workers: int | None = None
+    resize: int | None = None
     quality: int = 95
     shuffle: bool = False
     seed: int = 0
-    name: Optional[str] = None
+    name: str | None = None
     on_error: OnError = OnError.SKIP
     overwrite: bool = False
     restart_index: bool = False
     verify: bool = False
-    root: Optional[str] = None
+    root: str | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -74,13 +73,13 @@ class PackOptions:
             raise ValueError(f"resize={self.resize} must be >= 1")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality={self.quality} must be in 1..100")
-        if self.name is not None and (not self.name or not re.fullmatch(r"[A-Za-z0-9._-]+", self.name)
-                                      or self.name.startswith(".")):
+        if self.name is not None and (
+            not self.name or not re.fullmatch(r"[A-Za-z0-9._-]+", self.name) or self.name.startswith(".")
+        ):
             raise ValueError(f"name={self.name!r} must be letters, digits, '.', '_' or '-' (not starting with '.')")
         if self.verify and not self.restart_index:
             raise ValueError("verify=True only applies with restart_index=True")
 
     def restart_config(self) -> RestartIndexConfig:
-        """The restart-marker transcoder's settings (first image and one in 16 verified, all with
-        ``verify``)."""
+        """The restart-marker transcoder's settings (a sample verified; every image with ``verify``)."""
         return RestartIndexConfig(verify=VerifyPolicy.ALL if self.verify else VerifyPolicy.SAMPLE)

@@ -1,5 +1,6 @@
-"""Write stage, parallelism: a thread pool that runs batches of items and yields their results in
-input order, with a bounded number of batches in flight.
+"""Write stage, parallelism: batches of items on a thread pool, results in input order.
+
+At most a bounded number of batches is in flight.
 
 The pack's converter threads read, check, convert and frame files (file I/O, numpy, Pillow and the
 engine release the GIL); the writer takes the results in the order of the input, so the same
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import collections
 import itertools
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, List, Tuple, TypeVar
+from typing import TypeVar
 
 __all__ = ["ordered_results"]
 
@@ -19,10 +21,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def ordered_results(items: Iterable[T], fn: Callable[[List[T]], R], *, workers: int, batch: int,
-                    window: int) -> Iterator[Tuple[List[T], R]]:
-    """Run ``fn(chunk)`` on ``workers`` threads over chunks of ``batch`` items, yielding
-    ``(chunk, result)`` in input order.
+def ordered_results(
+    items: Iterable[T], fn: Callable[[list[T]], R], *, workers: int, batch: int, window: int
+) -> Generator[tuple[list[T], R], None, None]:
+    """Run ``fn(chunk)`` on ``workers`` threads over chunks of ``batch`` items; yield ``(chunk, result)`` in order.
 
     Batches keep the per-image cost of futures and thread hand-offs off the hot path. At most
     ``window`` chunks are in flight (submitted and not yet yielded), which bounds the memory the
@@ -39,7 +41,7 @@ def ordered_results(items: Iterable[T], fn: Callable[[List[T]], R], *, workers: 
     if workers < 1 or batch < 1 or window < 1:
         raise ValueError(f"workers={workers}, batch={batch} and window={window} must be >= 1")
     source = iter(items)
-    pending: "collections.deque[Tuple[List[T], Future[R]]]" = collections.deque()
+    pending: collections.deque[tuple[list[T], Future[R]]] = collections.deque()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fastload-pack")
     try:
         while True:

@@ -23,6 +23,7 @@ class Progress:
     def __post_init__(self) -> None:
         if self.enabled:
             from tqdm import tqdm
+
             self.bar = tqdm(total=self.total, unit="img", desc="pack", dynamic_ncols=True, file=sys.stderr)
 
     def skip(self, n: int) -> None:

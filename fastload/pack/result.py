@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from fastload.records.manifest import MANIFEST_NAME
 
@@ -30,10 +30,10 @@ class PackResult:
     """
 
     out: str
-    manifest: Dict[str, Any]
+    manifest: dict[str, Any]
     written: int
-    skipped: List[Tuple[str, str]]
-    converted: Dict[str, int]
+    skipped: list[tuple[str, str]]
+    converted: dict[str, int]
     bytes_in: int
     bytes_out: int
     seconds: float
@@ -45,14 +45,21 @@ class PackResult:
 def format_summary(result: PackResult) -> str:
     """The end-of-pack summary printed by ``fastload pack``."""
     if result.up_to_date:
-        return (f"{result.out}: already packed by the same command ({result.written} records); nothing to do")
+        return f"{result.out}: already packed by the same command ({result.written} records); nothing to do"
     secs = max(result.seconds, 1e-9)
     m = result.manifest
     lines = [
         f"packed {result.written} records into {len(m['shards'])} {m['format']} shard(s) in {result.out}",
-        f"  skipped {len(result.skipped)}" + (
-            " (" + ", ".join(f"{n} {r}" for r, n in collections.Counter(
-                r.split(":")[0] for _, r in result.skipped).most_common()) + ")" if result.skipped else ""),
+        f"  skipped {len(result.skipped)}"
+        + (
+            " ("
+            + ", ".join(
+                f"{n} {r}" for r, n in collections.Counter(r.split(":")[0] for _, r in result.skipped).most_common()
+            )
+            + ")"
+            if result.skipped
+            else ""
+        ),
         "  converted " + (", ".join(f"{k} {v}" for k, v in result.converted.items()) or "0"),
         f"  {result.bytes_in / 1e6:.1f} MB read, {result.bytes_out / 1e6:.1f} MB written in {secs:.2f} s: "
         f"{result.processed / secs:.0f} images/s, {result.bytes_in / secs / 1e6:.1f} MB/s",

@@ -1,5 +1,6 @@
-"""Write stage, shard files: records into one shard after another, ``writev`` in big gathers,
-checksummed as written, with the writeback to disk started early.
+"""Write stage, shard files: records into one shard after another, ``writev`` in big gathers.
+
+Every byte is checksummed as it is written, and its writeback to disk is started early.
 
 The calling thread writes the records in a deterministic order (so the same command always produces
 the same bytes), a few megabytes per ``writev``, checksums what it wrote and starts its writeback to
@@ -13,9 +14,11 @@ import collections
 import errno
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from fastload.errors import OnError, UserError
+from fastload.pack.convert import Converted
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.progress import Progress
@@ -44,6 +47,7 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
         if sys.platform.startswith("linux"):
             try:
                 import ctypes
+
                 fn = ctypes.CDLL(None, use_errno=True).sync_file_range
                 fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
                 _sync_file_range = fn
@@ -66,17 +70,17 @@ class GatherFile:
 
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
-        self._chunks: List[Any] = []
+        self._chunks: list[Any] = []
         self._pending = 0
         self.written = 0
         self._kicked = 0
         self._hash = Checksum()
-        self._after: List[Any] = []  # run once the chunks gathered so far are written and checksummed
+        self._after: list[Any] = []  # run once the chunks gathered so far are written and checksummed
 
     def fileno(self) -> int:
         return self._fd
 
-    def write(self, chunk) -> int:
+    def write(self, chunk: Any) -> int:
         self._chunks.append(chunk)
         n = len(chunk)
         self._pending += n
@@ -84,7 +88,7 @@ class GatherFile:
             self.flush()
         return n
 
-    def after_flush(self, fn) -> None:
+    def after_flush(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` once everything written so far has left the gathered chunks (buffer reuse)."""
         self._after.append(fn)
 
@@ -137,15 +141,14 @@ class GatherFile:
 class ShardSink:
     """Writes one shard's records into staging under ``.partial`` names."""
 
-    def __init__(self, staging: str, number: int, file: str, start: int, fmt: ShardFormat,
-                 label_width: int) -> None:
+    def __init__(self, staging: str, number: int, file: str, start: int, fmt: ShardFormat, label_width: int) -> None:
         self.staging, self.number, self.file_name, self.start = staging, number, file, start
         self.fmt, self.label_width = fmt, label_width
         self.final = os.path.join(staging, file)
         self.partial = self.final + PARTIAL
-        self.rows: Dict[str, List[Any]] = {k: [] for k in ("offset", "id", "length", "data_offset", "parts", "labels")}
-        self.skipped: List[Tuple[str, str]] = []
-        self.kinds: Dict[str, int] = collections.Counter()
+        self.rows: dict[str, list[Any]] = {k: [] for k in ("offset", "id", "length", "data_offset", "parts", "labels")}
+        self.skipped: list[tuple[str, str]] = []
+        self.kinds: dict[str, int] = collections.Counter()
         self.bytes_in = 0
         self.nbytes = 0
         remove(self.partial)
@@ -161,13 +164,21 @@ class ShardSink:
         else:
             offset, parts = self.lmdb.write(prepared.record), 0
         self.nbytes += recordio.framed_size(prepared.length)
-        for key, value in (("offset", offset), ("id", item.id), ("length", prepared.length),
-                           ("data_offset", prepared.data_offset), ("parts", parts), ("labels", list(item.labels))):
+        for key, value in (
+            ("offset", offset),
+            ("id", item.id),
+            ("length", prepared.length),
+            ("data_offset", prepared.data_offset),
+            ("parts", parts),
+            ("labels", list(item.labels)),
+        ):
             self.rows[key].append(value)
 
-    def add_framed(self, batch: List[Tuple[SourceItem, int]], framed: FramedBatch, pool: BufferPool) -> None:
-        """Append a batch the engine framed whole: one write, the index rows extended at once; its
-        buffer goes back to ``pool`` once written."""
+    def add_framed(self, batch: list[tuple[SourceItem, int]], framed: FramedBatch, pool: BufferPool) -> None:
+        """Append a batch the engine framed whole: one write, the index rows extended at once.
+
+        The batch's buffer goes back to ``pool`` once written.
+        """
         items = [item for item, _ in batch]
         ids = [item.id for item in items]
         offsets = self.writer.write_records(framed.data, ids, framed.framed)
@@ -186,7 +197,7 @@ class ShardSink:
 
     def finish(self, end: int) -> ShardDone:
         """Flush, fsync, rename into place, then write the sidecar that marks the shard complete."""
-        entry: Dict[str, Any] = {"file": self.file_name, "records": len(self.rows["id"])}
+        entry: dict[str, Any] = {"file": self.file_name, "records": len(self.rows["id"])}
         if self.fmt is ShardFormat.RECORDIO:
             digest = self.file.checksum()
             self.file.sync_and_close()
@@ -197,8 +208,13 @@ class ShardSink:
                 f.write(idx_data)
                 f.flush()
                 os.fsync(f.fileno())
-            entry.update(bytes=self.writer.offset, checksum=digest, index_file=idx_name,
-                         index_bytes=len(idx_data), index_checksum=checksum_bytes(idx_data))
+            entry.update(
+                bytes=self.writer.offset,
+                checksum=digest,
+                index_file=idx_name,
+                index_bytes=len(idx_data),
+                index_checksum=checksum_bytes(idx_data),
+            )
             os.replace(idx_partial, os.path.join(self.staging, idx_name))
             os.replace(self.partial, self.final)
         else:
@@ -209,8 +225,9 @@ class ShardSink:
             remove(self.final)
             os.replace(self.partial, self.final)
         fsync_dir(self.staging)
-        done = ShardDone(self.staging, self.number, self.start, end, entry, self.rows, self.skipped,
-                         dict(self.kinds), self.bytes_in)
+        done = ShardDone(
+            self.staging, self.number, self.start, end, entry, self.rows, self.skipped, dict(self.kinds), self.bytes_in
+        )
         write_done(done)
         return done
 
@@ -220,17 +237,27 @@ class ShardSink:
                 self.file.close()
             else:
                 self.lmdb.abort()
-        except Exception:  # noqa: BLE001 - best effort while another error propagates
+        except Exception:
             pass
         remove(self.partial)
 
 
-def write_shards(staging: str, items: List[SourceItem], pos: int, number: int, shard_file, stream,
-                  options: PackOptions, edges: Optional[List[int]], label_width: int,
-                  progress: Progress, pool: BufferPool) -> List[ShardDone]:
+def write_shards(
+    staging: str,
+    items: list[SourceItem],
+    pos: int,
+    number: int,
+    shard_file: Callable[[int], str],
+    stream: Iterable[tuple[list[tuple[SourceItem, int]], FramedBatch | list[tuple[Converted, int, Prepared | None]]]],
+    options: PackOptions,
+    edges: list[int] | None,
+    label_width: int,
+    progress: Progress,
+    pool: BufferPool,
+) -> list[ShardDone]:
     """Consume converted items from ``pos`` on, cutting shards at ``edges`` or by size."""
-    done: List[ShardDone] = []
-    sink: Optional[ShardSink] = None
+    done: list[ShardDone] = []
+    sink: ShardSink | None = None
     target = os.path.join(staging, shard_file(number))
 
     def open_sink() -> ShardSink:
@@ -243,8 +270,11 @@ def write_shards(staging: str, items: List[SourceItem], pos: int, number: int, s
             if isinstance(out, FramedBatch):
                 if sink is None:
                     sink = open_sink()
-                fits = (sink.nbytes + len(out.data) <= options.shard_size) if edges is None else \
-                    (pos + len(batch) <= edges[number + 1])
+                fits = (
+                    (sink.nbytes + len(out.data) <= options.shard_size)
+                    if edges is None
+                    else (pos + len(batch) <= edges[number + 1])
+                )
                 if fits:  # the usual pass-through case: the whole batch in one piece
                     sink.add_framed(batch, out, pool)
                     progress.step(sum(out.sizes), len(batch))
@@ -253,10 +283,15 @@ def write_shards(staging: str, items: List[SourceItem], pos: int, number: int, s
                         done.append(sink.finish(pos))
                         sink, number = None, number + 1
                     continue
-                out = out.entries()  # a shard boundary falls inside the batch: record by record
-            for (item, _), (result, nread, prepared) in zip(batch, out):
-                if prepared is not None and sink is not None and edges is None and sink.rows["id"] and \
-                        sink.nbytes + recordio.framed_size(prepared.length) > options.shard_size:
+                out = out.whole_entries()  # a shard boundary falls inside the batch: record by record
+            for (item, _), (result, nread, prepared) in zip(batch, out, strict=True):
+                if (
+                    prepared is not None
+                    and sink is not None
+                    and edges is None
+                    and sink.rows["id"]
+                    and sink.nbytes + recordio.framed_size(prepared.length) > options.shard_size
+                ):
                     done.append(sink.finish(pos))
                     sink, number = None, number + 1
                 if sink is None:
@@ -265,11 +300,12 @@ def write_shards(staging: str, items: List[SourceItem], pos: int, number: int, s
                 if result.data is None:
                     if options.on_error is OnError.RAISE:
                         raise UserError(f"{item.path}: {result.reason} (on_error='raise', --on-error fail)")
-                    sink.skipped.append((item.path, result.reason))
+                    sink.skipped.append((item.path, result.reason or "not stored"))
                 else:
-                    sink.kinds[result.kind] += 1
+                    sink.kinds[result.kind or "pass"] += 1
                     if result.note:
                         sink.kinds[result.note] += 1
+                    assert prepared is not None  # every stored image was framed
                     sink.add(item, prepared)
                 progress.step(nread)
                 pos += 1

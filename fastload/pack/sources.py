@@ -8,15 +8,14 @@ rules; the same walk serves unpacked folders to readers). ``.lst`` lines follow 
 from __future__ import annotations
 
 import os
-from typing import List, Optional
 
 from fastload.errors import UserError
 from fastload.records.folder_tree import Source, SourceItem, scan_folder
 
-__all__ = ["read_lst", "open_source"]
+__all__ = ["open_source", "read_lst"]
 
 
-def read_lst(path: str, root: Optional[str] = None) -> Source:
+def read_lst(path: str, root: str | None = None) -> Source:
     """Parse an im2rec ``.lst`` file.
 
     Args:
@@ -31,24 +30,26 @@ def read_lst(path: str, root: Optional[str] = None) -> Source:
     base = os.path.abspath(root) if root else os.path.dirname(lst)
     if root and not os.path.isdir(base):
         raise UserError(f"--root {root}: no such folder")
-    items: List[SourceItem] = []
-    width: Optional[int] = None
+    items: list[SourceItem] = []
+    width: int | None = None
     try:
-        with open(lst, "r", encoding="utf-8") as f:
+        with open(lst, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 line = line.rstrip("\r\n")
                 if not line.strip():
                     continue
                 parts = [p.strip() for p in line.split("\t")]
                 if len(parts) < 3:
-                    raise UserError(f"{path}:{lineno}: expected index<TAB>label[<TAB>label...]<TAB>path, "
-                                    f"got {line[:80]!r}")
+                    raise UserError(
+                        f"{path}:{lineno}: expected index<TAB>label[<TAB>label...]<TAB>path, got {line[:80]!r}"
+                    )
                 try:
                     index = int(parts[0])
                     labels = tuple(float(x) for x in parts[1:-1])
                 except ValueError:
-                    raise UserError(f"{path}:{lineno}: index must be an integer and labels numbers, "
-                                    f"got {line[:80]!r}") from None
+                    raise UserError(
+                        f"{path}:{lineno}: index must be an integer and labels numbers, got {line[:80]!r}"
+                    ) from None
                 if index < 0:
                     raise UserError(f"{path}:{lineno}: negative index {index}")
                 if width is None:
@@ -65,7 +66,7 @@ def read_lst(path: str, root: Optional[str] = None) -> Source:
     return Source(kind="lst", path=lst, root=base, items=items, classes=None, label_width=width or 1)
 
 
-def open_source(src: str, root: Optional[str] = None) -> Source:
+def open_source(src: str, root: str | None = None) -> Source:
     """A folder or ``.lst`` file as a :class:`Source`.
 
     Raises:

@@ -24,8 +24,9 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 
 from fastload.errors import UserError
 from fastload.records.checksum import file_matches, recorded_checksum
@@ -33,8 +34,20 @@ from fastload.records.durable import fsync_dir, write_json_atomic
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, STAGING_DIR, read_manifest
 from fastload.version import __version__
 
-__all__ = ["ShardDone", "PARTIAL", "USER_WRITE_ERRNOS", "write_error", "fsync_file", "remove", "load_done",
-           "write_done", "discard_from", "exclusive", "prepare_out", "finalize"]
+__all__ = [
+    "PARTIAL",
+    "USER_WRITE_ERRNOS",
+    "ShardDone",
+    "discard_from",
+    "exclusive",
+    "finalize",
+    "fsync_file",
+    "load_done",
+    "prepare_out",
+    "remove",
+    "write_done",
+    "write_error",
+]
 
 log = logging.getLogger("fastload.pack")
 
@@ -65,10 +78,10 @@ class ShardDone:
     number: int
     start: int
     end: int
-    entry: Dict[str, Any]
-    rows: Dict[str, List[Any]]
-    skipped: List[Tuple[str, str]]
-    kinds: Dict[str, int]
+    entry: dict[str, Any]
+    rows: dict[str, list[Any]]
+    skipped: list[tuple[str, str]]
+    kinds: dict[str, int]
     bytes_in: int
 
 
@@ -96,17 +109,16 @@ def remove(path: str) -> None:
         os.unlink(path)
 
 
-def _shard_files(entry: Dict[str, Any]) -> List[str]:
+def _shard_files(entry: dict[str, Any]) -> list[str]:
     return [entry["file"]] + ([entry["index_file"]] if entry.get("index_file") else [])
 
 
-def _data_file(folder: str, entry: Dict[str, Any]) -> str:
+def _data_file(folder: str, entry: dict[str, Any]) -> str:
     path = os.path.join(folder, entry["file"])
     return os.path.join(path, "data.mdb") if entry["file"].endswith(".lmdb") else path
 
 
-def load_done(staging: str, number: int, file: str, start: int,
-               edges: Optional[List[int]]) -> Optional[ShardDone]:
+def load_done(staging: str, number: int, file: str, start: int, edges: list[int] | None) -> ShardDone | None:
     """A completed shard's sidecar, if it exists, starts at ``start`` and matches the files on disk."""
     try:
         with open(os.path.join(staging, file + DONE), "rb") as f:
@@ -120,11 +132,21 @@ def load_done(staging: str, number: int, file: str, start: int,
             return None
         if entry.get("index_file"):
             idx = os.path.join(staging, entry["index_file"])
-            if os.path.getsize(idx) != entry["index_bytes"] or \
-                    not file_matches(idx, recorded_checksum(entry, "index_")):
+            if os.path.getsize(idx) != entry["index_bytes"] or not file_matches(
+                idx, recorded_checksum(entry, "index_")
+            ):
                 return None
-        return ShardDone(staging, number, first, end, entry, meta["rows"], [tuple(x) for x in meta["skipped"]],
-                          meta["kinds"], meta["bytes_in"])
+        return ShardDone(
+            staging,
+            number,
+            first,
+            end,
+            entry,
+            meta["rows"],
+            [tuple(x) for x in meta["skipped"]],
+            meta["kinds"],
+            meta["bytes_in"],
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -140,9 +162,18 @@ def discard_from(staging: str, name: str, number: int) -> None:
 
 def write_done(done: ShardDone) -> None:
     """Write the sidecar that marks ``done``'s shard complete (after the shard is durable in place)."""
-    write_json_atomic(os.path.join(done.staging, done.entry["file"] + DONE), {
-        "entry": done.entry, "range": [done.start, done.end], "rows": done.rows, "skipped": done.skipped,
-        "kinds": done.kinds, "bytes_in": done.bytes_in}, indent=None)  # rows: compact, C encoder
+    write_json_atomic(
+        os.path.join(done.staging, done.entry["file"] + DONE),
+        {
+            "entry": done.entry,
+            "range": [done.start, done.end],
+            "rows": done.rows,
+            "skipped": done.skipped,
+            "kinds": done.kinds,
+            "bytes_in": done.bytes_in,
+        },
+        indent=None,
+    )  # rows: compact, C encoder
 
 
 @contextlib.contextmanager
@@ -169,7 +200,7 @@ def exclusive(out: str) -> Iterator[None]:
         os.close(fd)
 
 
-def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> Tuple[str, bool]:
+def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bool]:
     """Check OUT, set up staging. Returns ``(staging, up_to_date)``."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise UserError(f"{out}: exists and is not a folder")
@@ -203,14 +234,19 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> Tuple[str, bo
             current = read_manifest(out)
         except UserError:
             current = {}
-        if not overwrite and current.get("plan") == fingerprint and staged_plan in (None, fingerprint) \
-                and not os.path.isfile(os.path.join(staging, MANIFEST_NAME)):
+        if (
+            not overwrite
+            and current.get("plan") == fingerprint
+            and staged_plan in (None, fingerprint)
+            and not os.path.isfile(os.path.join(staging, MANIFEST_NAME))
+        ):
             shutil.rmtree(staging, ignore_errors=True)  # leftovers of a run killed after its manifest landed
             return staging, True
         if not overwrite:
-            raise UserError(f"{out} already holds a dataset ({current.get('records', '?')} records); "
-                            "pass --overwrite to replace it")
-    if staged_plan is not None and staged_plan != fingerprint or os.path.isdir(staging) and staged_plan is None:
+            raise UserError(
+                f"{out} already holds a dataset ({current.get('records', '?')} records); pass --overwrite to replace it"
+            )
+    if (staged_plan is not None and staged_plan != fingerprint) or (os.path.isdir(staging) and staged_plan is None):
         # An unfinished pack of other inputs or options: only partial work, no complete dataset, is lost.
         log.warning("discarding an unfinished pack in %s made from other inputs or options", staging)
         shutil.rmtree(staging)
@@ -226,7 +262,7 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> Tuple[str, bo
     return staging, False
 
 
-def finalize(out: str, staging: str) -> Dict[str, Any]:
+def finalize(out: str, staging: str) -> dict[str, Any]:
     """Move a complete staged dataset into OUT, replacing any older one; returns the new manifest."""
     with open(os.path.join(staging, MANIFEST_NAME), "rb") as f:
         manifest = json.load(f)

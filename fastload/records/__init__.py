@@ -3,4 +3,4 @@
 from fastload.records.base import Dataset
 from fastload.records.dataset import open_dataset
 
-__all__ = ["open_dataset", "Dataset"]
+__all__ = ["Dataset", "open_dataset"]

@@ -8,7 +8,8 @@ picks the reader for a path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,11 +36,11 @@ class Dataset:
     labels: np.ndarray
     ids: np.ndarray
     label_width: int
-    manifest: Optional[Dict[str, Any]] = None
+    manifest: dict[str, Any] | None = None
     restart_indexed: bool = False
     kind: str = ""
     path: str = ""
-    shards: List[Union["RecordIOShard", "LmdbShard"]] = []
+    shards: Sequence[RecordIOShard | LmdbShard] = ()
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -48,7 +49,7 @@ class Dataset:
         """The encoded image bytes of record ``i`` (header and labels stripped)."""
         raise NotImplementedError
 
-    def payload(self, i: int) -> Union[memoryview, bytes]:
+    def payload(self, i: int) -> memoryview | bytes:
         """Record ``i`` as a RecordIO image payload (IRHeader + labels + image)."""
         raise NotImplementedError
 
@@ -65,7 +66,7 @@ class Dataset:
     def close(self) -> None:
         """Release files and mappings. Idempotent."""
 
-    def images(self, indices: Iterable[int]) -> List[memoryview]:
+    def images(self, indices: Iterable[int]) -> list[memoryview]:
         """``[self.image(i) for i in indices]``."""
         return [self.image(int(i)) for i in indices]
 
@@ -78,10 +79,10 @@ class Dataset:
             raise IndexError(f"record {i} out of range for a dataset of {n} records")
         return i
 
-    def __enter__(self) -> "Dataset":
+    def __enter__(self) -> Dataset:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

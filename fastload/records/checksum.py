@@ -7,11 +7,11 @@ SHA-256, which is still read and verified.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Dict, Optional, Protocol
+from typing import Any, Protocol
 
 import xxhash
 
-__all__ = ["CHECKSUM", "Checksum", "checksum_bytes", "checksum_file", "recorded_checksum", "file_matches"]
+__all__ = ["CHECKSUM", "Checksum", "checksum_bytes", "checksum_file", "file_matches", "recorded_checksum"]
 
 
 class _Hasher(Protocol):
@@ -39,7 +39,7 @@ class Checksum:
     a third of pass-through packing's time and most of ``fastload verify``'s.
     """
 
-    __slots__ = ("algo", "_h")
+    __slots__ = ("_h", "algo")
 
     def __init__(self, algo: str = CHECKSUM) -> None:
         self.algo, self._h = algo, _hasher(algo)
@@ -69,7 +69,7 @@ def checksum_file(path: str, algo: str = CHECKSUM, chunk: int = 4 << 20) -> str:
             c.update(block)
 
 
-def recorded_checksum(meta: Dict[str, Any], prefix: str = "") -> Optional[str]:
+def recorded_checksum(meta: dict[str, Any], prefix: str = "") -> str | None:
     """The checksum a manifest entry records under ``<prefix>checksum`` (``<prefix>sha256`` in v1)."""
     value = meta.get(prefix + "checksum")
     if value:
@@ -78,7 +78,7 @@ def recorded_checksum(meta: Dict[str, Any], prefix: str = "") -> Optional[str]:
     return f"sha256:{legacy}" if legacy else None
 
 
-def file_matches(path: str, recorded: Optional[str]) -> bool:
+def file_matches(path: str, recorded: str | None) -> bool:
     """Whether a file's contents have the recorded ``"<algo>:<hex>"`` checksum (False when none is)."""
     if not recorded or ":" not in recorded:
         return False

@@ -11,7 +11,6 @@ Accepted inputs (see docs/ARCHITECTURE.md, "Records"):
 from __future__ import annotations
 
 import os
-from typing import Union
 
 from fastload.errors import UserError
 from fastload.records.base import Dataset
@@ -23,7 +22,7 @@ from fastload.records.sharded import open_bare_rec, open_fastload_folder, open_l
 __all__ = ["open_dataset"]
 
 
-def open_dataset(path: Union[str, os.PathLike]) -> Dataset:
+def open_dataset(path: str | os.PathLike) -> Dataset:
     """Open packed or unpacked records for reading.
 
     Args:
@@ -44,8 +43,9 @@ def open_dataset(path: Union[str, os.PathLike]) -> Dataset:
         if os.path.isfile(os.path.join(path, MANIFEST_NAME)):
             return open_fastload_folder(path)
         if os.path.isdir(os.path.join(path, STAGING_DIR)):
-            raise UserError(f"{path}: unfinished pack (no {MANIFEST_NAME}); rerun the same `fastload pack` "
-                            "command to finish it")
+            raise UserError(
+                f"{path}: unfinished pack (no {MANIFEST_NAME}); rerun the same `fastload pack` command to finish it"
+            )
         if is_lmdb_shard(path):
             return open_lmdb_shard(path)
         return ImageFolderDataset(path)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import IO, Any, Callable, Optional
+from collections.abc import Callable
+from typing import IO, Any
 
-__all__ = ["fsync_dir", "atomic_write", "write_json_atomic", "make_temp_dir"]
+__all__ = ["atomic_write", "fsync_dir", "make_temp_dir", "write_json_atomic"]
 
 _ATTEMPTS = 100
 
@@ -61,13 +62,14 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> None:
     fsync_dir(folder)
 
 
-def write_json_atomic(path: str, obj: Any, *, indent: Optional[int] = 2) -> None:
+def write_json_atomic(path: str, obj: Any, *, indent: int | None = 2) -> None:
     """Write JSON to ``path`` through a fsynced temporary file and a rename.
 
     ``indent=None`` writes compact JSON with the C encoder (machine-read files with large lists).
     """
-    data = (json.dumps(obj, indent=indent, sort_keys=False, separators=None if indent else (",", ":"))
-            + "\n").encode("utf-8")
+    data = (json.dumps(obj, indent=indent, sort_keys=False, separators=None if indent else (",", ":")) + "\n").encode(
+        "utf-8"
+    )
     atomic_write(path, lambda f: f.write(data))
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 from fastload.errors import UserError
 
-__all__ = ["IMG_EXTENSIONS", "SourceItem", "Source", "scan_folder"]
+__all__ = ["IMG_EXTENSIONS", "Source", "SourceItem", "scan_folder"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -32,7 +31,7 @@ class SourceItem:
 
     id: int
     path: str
-    labels: Tuple[float, ...]
+    labels: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,10 @@ class Source:
     kind: str
     path: str
     root: str
-    items: List[SourceItem]
-    classes: Optional[Dict[str, int]]
+    items: list[SourceItem]
+    classes: dict[str, int] | None
     label_width: int
-    ignored: List[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
 
 
 def _is_image_name(name: str) -> bool:
@@ -75,8 +74,8 @@ def scan_folder(path: str) -> Source:
         raise UserError(f"{path}: cannot list the folder ({exc.strerror or exc})") from None
     if not classes:
         raise UserError(f"{path}: no class sub-folders (expected SRC/<class>/<image> files)")
-    items: List[SourceItem] = []
-    ignored: List[str] = []
+    items: list[SourceItem] = []
+    ignored: list[str] = []
     for label, name in enumerate(classes):
         for folder, dirs, files in os.walk(os.path.join(root, name), followlinks=True):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -87,7 +86,15 @@ def scan_folder(path: str) -> Source:
                 else:
                     ignored.append(os.path.relpath(full, root))
     if not items:
-        raise UserError(f"{path}: no images found in its {len(classes)} class folders "
-                        f"(extensions: {', '.join(IMG_EXTENSIONS)})")
-    return Source(kind="folder", path=root, root=root, items=items,
-                  classes={name: i for i, name in enumerate(classes)}, label_width=1, ignored=ignored)
+        raise UserError(
+            f"{path}: no images found in its {len(classes)} class folders (extensions: {', '.join(IMG_EXTENSIONS)})"
+        )
+    return Source(
+        kind="folder",
+        path=root,
+        root=root,
+        items=items,
+        classes={name: i for i, name in enumerate(classes)},
+        label_width=1,
+        ignored=ignored,
+    )

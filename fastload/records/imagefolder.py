@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -48,8 +49,9 @@ class ImageFolderDataset(Dataset):
             with open(self.files[i], "rb") as f:
                 return memoryview(f.read())
         except OSError as exc:
-            raise CorruptRecordError(f"cannot read image file: {exc.strerror or exc}", shard=self.files[i],
-                                     record=i) from None
+            raise CorruptRecordError(
+                f"cannot read image file: {exc.strerror or exc}", shard=self.files[i], record=i
+            ) from None
 
     def payload(self, i: int) -> bytes:
         image = self.image(i)
@@ -59,7 +61,7 @@ class ImageFolderDataset(Dataset):
     def locate(self, i: int) -> str:
         return self.files[self._check_index(i)]
 
-    def will_need(self, indices) -> None:
+    def will_need(self, indices: Iterable[int]) -> None:
         """``posix_fadvise(WILLNEED)`` on each file."""
         if self._closed or not hasattr(os, "posix_fadvise"):
             return

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 
@@ -31,16 +31,16 @@ from fastload.errors import UserError
 from fastload.records.durable import atomic_write
 
 __all__ = [
-    "MANIFEST_NAME",
-    "INDEX_NAME",
-    "STAGING_DIR",
     "FORMAT_VERSION",
-    "index_dtype",
+    "INDEX_NAME",
+    "MANIFEST_NAME",
+    "STAGING_DIR",
     "empty_index",
-    "write_index",
+    "index_dtype",
     "load_index",
     "read_json_manifest",
     "read_manifest",
+    "write_index",
 ]
 
 MANIFEST_NAME = "fastload.json"
@@ -53,8 +53,17 @@ def index_dtype(label_width: int) -> np.dtype:
     """The structured dtype of the binary index for ``label_width`` labels per record."""
     if label_width < 1:
         raise ValueError(f"label_width={label_width} must be >= 1")
-    return np.dtype([("offset", "<u8"), ("id", "<u8"), ("shard", "<u4"), ("length", "<u4"),
-                     ("data_offset", "<u4"), ("parts", "<u4"), ("labels", "<f4", (label_width,))])
+    return np.dtype(
+        [
+            ("offset", "<u8"),
+            ("id", "<u8"),
+            ("shard", "<u4"),
+            ("length", "<u4"),
+            ("data_offset", "<u4"),
+            ("parts", "<u4"),
+            ("labels", "<f4", (label_width,)),
+        ]
+    )
 
 
 def empty_index(n: int, label_width: int) -> np.ndarray:
@@ -80,12 +89,14 @@ def load_index(path: str, label_width: int, records: int) -> np.ndarray:
     except ValueError as exc:
         raise UserError(f"{path}: unreadable record index ({exc})") from None
     if index.dtype != index_dtype(label_width) or index.shape != (records,):
-        raise UserError(f"{path}: index holds {index.shape} {index.dtype}, manifest says {records} records "
-                        f"with {label_width} labels")
+        raise UserError(
+            f"{path}: index holds {index.shape} {index.dtype}, manifest says {records} records "
+            f"with {label_width} labels"
+        )
     return index
 
 
-def read_json_manifest(folder: str, name: str, *, what: str, max_version: int) -> Dict[str, Any]:
+def read_json_manifest(folder: str, name: str, *, what: str, max_version: int) -> dict[str, Any]:
     """Load ``folder/name`` (a JSON object with an int ``format_version``) for a reader.
 
     Args:
@@ -107,12 +118,13 @@ def read_json_manifest(folder: str, name: str, *, what: str, max_version: int) -
         raise UserError(f"{path}: unreadable manifest ({exc})") from None
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if not isinstance(version, int) or version > max_version:
-        raise UserError(f"{path}: manifest format_version {version!r} is not supported "
-                        f"(this fastload reads up to {max_version})")
+        raise UserError(
+            f"{path}: manifest format_version {version!r} is not supported (this fastload reads up to {max_version})"
+        )
     return manifest
 
 
-def read_manifest(folder: str) -> Dict[str, Any]:
+def read_manifest(folder: str) -> dict[str, Any]:
     """Load and sanity-check ``folder/fastload.json``.
 
     Raises:

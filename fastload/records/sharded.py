@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,9 +21,9 @@ from fastload.records.base import Dataset
 from fastload.records.lmdb_shard import LmdbShard, unpack_value_header
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, empty_index, load_index, read_manifest
 
-__all__ = ["ShardedDataset", "Shard", "open_fastload_folder", "open_bare_rec", "open_lmdb_shard"]
+__all__ = ["Shard", "ShardedDataset", "open_bare_rec", "open_fastload_folder", "open_lmdb_shard"]
 
-Shard = Union[recordio.RecordIOShard, LmdbShard]
+Shard = recordio.RecordIOShard | LmdbShard
 
 
 class ShardedDataset(Dataset):
@@ -39,8 +40,15 @@ class ShardedDataset(Dataset):
     #: Consumed bytes between two releases of the shards' mapped pages (see :meth:`done_with`).
     RELEASE_EVERY_BYTES = 64 << 20
 
-    def __init__(self, *, path: str, kind: str, shards: Sequence[Shard], index: np.ndarray,
-                 manifest: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        *,
+        path: str,
+        kind: str,
+        shards: Sequence[Shard],
+        index: np.ndarray,
+        manifest: dict[str, Any] | None = None,
+    ) -> None:
         self.path = path
         self.kind = kind
         self.shards = list(shards)
@@ -55,8 +63,9 @@ class ShardedDataset(Dataset):
         self._parts = np.ascontiguousarray(index["parts"])
         self._shard = np.ascontiguousarray(index["shard"])
         if len(index) and int(self._shard.max()) >= len(self.shards):
-            raise UserError(f"{path}: the index refers to shard {int(self._shard.max())} "
-                            f"but only {len(self.shards)} shards exist")
+            raise UserError(
+                f"{path}: the index refers to shard {int(self._shard.max())} but only {len(self.shards)} shards exist"
+            )
         # First global index of every shard: record numbers inside a shard for error messages.
         self._shard_start = np.searchsorted(self._shard, np.arange(len(self.shards)), side="left")
         self._lmdb = bool(self.shards) and isinstance(self.shards[0], LmdbShard)
@@ -64,20 +73,23 @@ class ShardedDataset(Dataset):
         self._lock = threading.Lock()
         self._consumed = 0  # bytes of records consumed since the mappings were last released
 
-    def _where(self, i: int):
+    def _where(self, i: int) -> tuple[int, int, Shard, int]:
         if self._closed:
             raise ValueError(f"dataset {self.path} is closed")
         i = self._check_index(i)
         s = int(self._shard[i])
         return i, s, self.shards[s], i - int(self._shard_start[s])
 
-    def _raw(self, i: int):
-        i, s, shard, record = self._where(i)
-        if self._lmdb:
+    def _raw(self, i: int) -> tuple[int, memoryview | bytes]:
+        i, _s, shard, record = self._where(i)
+        if isinstance(shard, LmdbShard):
             value = shard.value(int(self._offset[i]))
             if len(value) != int(self._length[i]):
-                raise CorruptRecordError(f"value of {len(value)} bytes, the index says {int(self._length[i])}",
-                                         shard=shard.path, record=record)
+                raise CorruptRecordError(
+                    f"value of {len(value)} bytes, the index says {int(self._length[i])}",
+                    shard=shard.path,
+                    record=record,
+                )
             return i, value
         return i, shard.payload(int(self._offset[i]), int(self._length[i]), int(self._parts[i]), record)
 
@@ -88,19 +100,19 @@ class ShardedDataset(Dataset):
             CorruptRecordError: Bad framing, a truncated shard or a length that disagrees with the index.
         """
         i, raw = self._raw(i)
-        return memoryview(raw)[int(self._data_offset[i]):]
+        return memoryview(raw)[int(self._data_offset[i]) :]
 
-    def payload(self, i: int) -> Union[memoryview, bytes]:
+    def payload(self, i: int) -> memoryview | bytes:
         """Record ``i`` as a RecordIO payload (for LMDB shards it is rebuilt, a copy)."""
         i, raw = self._raw(i)
         if not self._lmdb:
             return raw
         labels = self.labels[i]
         header = recordio.pack_header(float(labels[0]) if self.label_width == 1 else labels, int(self.ids[i]))
-        return header + bytes(memoryview(raw)[int(self._data_offset[i]):])
+        return header + bytes(memoryview(raw)[int(self._data_offset[i]) :])
 
     def locate(self, i: int) -> str:
-        i, s, shard, record = self._where(i)
+        i, _s, shard, record = self._where(i)
         return f"shard {shard.name} record {record}"
 
     def will_need(self, indices: Iterable[int]) -> None:
@@ -127,13 +139,13 @@ class ShardedDataset(Dataset):
                 return
             self._consumed = 0
         for shard in self.shards:
-            shard.done_with(0, shard.size)
+            if isinstance(shard, recordio.RecordIOShard):
+                shard.done_with(0, shard.size)
 
     def _advise(self, indices: Iterable[int], method: str) -> None:
         if self._closed or self._lmdb:
             return
-        idx = np.unique(np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
-                                   dtype=np.int64))
+        idx = np.unique(np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices, dtype=np.int64))
         if idx.size == 0:
             return
         idx = idx[(idx >= 0) & (idx < len(self))]
@@ -144,7 +156,7 @@ class ShardedDataset(Dataset):
         # A split record's parts add 8 bytes each; overshooting by a little is harmless for a hint.
         ends = self._offset[idx] + 8 + self._length[idx].astype(np.uint64) + 8 * self._parts[idx].astype(np.uint64) + 3
         cur_shard, start, end = -1, 0, 0
-        for s, o, e in zip(self._shard[idx].tolist(), self._offset[idx].tolist(), ends.tolist()):
+        for s, o, e in zip(self._shard[idx].tolist(), self._offset[idx].tolist(), ends.tolist(), strict=True):
             if s == cur_shard and o <= end + 65536:
                 end = max(end, e)
                 continue
@@ -166,9 +178,10 @@ def open_fastload_folder(path: str) -> ShardedDataset:
     manifest = read_manifest(path)
     fmt = manifest.get("format")
     records = int(manifest["records"])
-    index = load_index(os.path.join(path, manifest.get("index", {}).get("file", INDEX_NAME)),
-                       int(manifest["label_width"]), records)
-    shards: List[Shard] = []
+    index = load_index(
+        os.path.join(path, manifest.get("index", {}).get("file", INDEX_NAME)), int(manifest["label_width"]), records
+    )
+    shards: list[Shard] = []
     try:
         for entry in manifest["shards"]:
             shard_path = os.path.join(path, entry["file"])
@@ -207,13 +220,15 @@ def _index_bare_rec(shard: recordio.RecordIOShard, keys: np.ndarray, offsets: np
     too_short = length < recordio.IR_HEADER_SIZE + 4 * flag.astype(np.uint64)
     if np.any(too_short):
         bad = int(fast_idx[np.flatnonzero(too_short)[0]])
-        raise CorruptRecordError("header announces more labels than the record holds", shard=shard.path,
-                                 record=bad, offset=int(offsets[bad]))
+        raise CorruptRecordError(
+            "header announces more labels than the record holds", shard=shard.path, record=bad, offset=int(offsets[bad])
+        )
     past_end = offsets[fast_idx] + 8 + length > shard.size
     if np.any(past_end):
         bad = int(fast_idx[np.flatnonzero(past_end)[0]])
-        raise CorruptRecordError("record runs past the end of the shard (truncated?)", shard=shard.path,
-                                 record=bad, offset=int(offsets[bad]))
+        raise CorruptRecordError(
+            "record runs past the end of the shard (truncated?)", shard=shard.path, record=bad, offset=int(offsets[bad])
+        )
     label_width = int(max(1, flag.max() if flag.size else 1))
     slow = np.setdiff1d(np.arange(n), fast_idx)
     slow_headers = {}

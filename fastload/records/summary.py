@@ -8,17 +8,17 @@ manifest into the human-readable lines.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict
+from typing import Any
 
 from fastload.errors import UserError
 from fastload.records.checksum import recorded_checksum
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME, read_manifest
 
-__all__ = ["describe", "summarize", "format_description"]
+__all__ = ["describe", "format_description", "summarize"]
 
 
-def describe(path: str) -> Dict[str, Any]:
+def describe(path: str) -> dict[str, Any]:
     """A dataset's description.
 
     Returns:
@@ -33,11 +33,16 @@ def describe(path: str) -> Dict[str, Any]:
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST_NAME)):
         return {"manifest": read_manifest(path)}
     with open_dataset(path) as ds:
-        return {"path": path, "kind": ds.kind, "records": len(ds), "label_width": ds.label_width,
-                "shards": [s.name for s in ds.shards] if ds.shards else []}
+        return {
+            "path": path,
+            "kind": ds.kind,
+            "records": len(ds),
+            "label_width": ds.label_width,
+            "shards": [s.name for s in ds.shards] if ds.shards else [],
+        }
 
 
-def format_description(description: Dict[str, Any]) -> str:
+def format_description(description: dict[str, Any]) -> str:
     """The lines ``fastload info PATH`` prints for :func:`describe`'s result."""
     if "manifest" in description:
         return summarize(description["manifest"])
@@ -52,7 +57,7 @@ def _human_bytes(n: float) -> str:
     return f"{n} B"
 
 
-def summarize(manifest: Dict[str, Any]) -> str:
+def summarize(manifest: dict[str, Any]) -> str:
     """A human-readable multi-line summary of a manifest."""
     shards = manifest.get("shards", [])
     total = sum(s.get("bytes", 0) for s in shards)
