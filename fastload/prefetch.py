@@ -53,7 +53,11 @@ def _run(produce: Callable[[threading.Event], Iterator[Any]], q: "queue.Queue", 
 
     try:
         for item in produce(stop):
-            if not put(item):
+            handed = put(item)
+            # The consumer owns the item now; a reference from this frame would keep it alive (a
+            # batch's slot is recycled only when nothing refers to the batch any more).
+            item = None
+            if not handed:
                 return
         put(_DONE)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
