@@ -122,6 +122,11 @@ class Producer(Generic[T]):
                         raise ProducerStopped("the producer was closed") from None
                     if not self._thread.is_alive() and self._queue.empty():
                         raise ProducerStopped("the producer thread ended without finishing") from None
+        except ProducerStopped:
+            # Whoever set the stop event is closing (and joining) the thread: return at once, even
+            # while the producer still finishes an uninterruptible step.
+            self._finished = True
+            raise
         except BaseException:
             # Ctrl-C lands here while blocked in get(): stop the thread before propagating.
             self.close()
