@@ -601,3 +601,51 @@ def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
     time.sleep(0.05)
     assert all(np.array_equal(d.asnumpy(), ref[0]) for d, ref in zip(datas, reference))
     it.close()
+
+
+# --- interpreter shutdown ------------------------------------------------------------------------------
+
+_EXIT_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from fake_dataset import FakeDataset
+from fastload.loader import Loader, LoaderConfig
+from fastload.transforms import train
+ds = FakeDataset(40)
+loader = Loader(ds, LoaderConfig(batch_size=4, transform=train(8), num_threads=2, prefetch=1,
+                                 max_extra_slots=1))
+kept = list(loader)              # kept batches, some in ring slots, some in fresh memory
+it = iter(loader)
+current = next(it)               # a pass left open, the producer running
+{extra}
+print("done", len(kept))
+# exit without close(): leases die during interpreter shutdown
+"""
+
+_EXTRA = {
+    "core": "",
+    "torch": ("import torch\nfrom fastload.torch import DataLoader\n"
+              "tl = DataLoader(ds, batch_size=4, transform=train(8), num_threads=2)\n"
+              "tensors = [x for x, y in tl]\ntl_it = iter(tl)\nnext(tl_it)"),
+    "mxnet": ("import mxnet as mx\n"
+              "views = [mx.nd.from_numpy(b.slot_view('images'), zero_copy=True) for b in kept if b.slot >= 0]\n"
+              "pending = [v.astype('float32') * 2 for v in views]"),
+}
+
+
+@pytest.mark.parametrize("kind", ["core", "torch", "mxnet"])
+def test_batches_alive_at_interpreter_exit_end_quietly(kind, repo_root):
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if kind != "core" and importlib.util.find_spec(kind) is None:
+        pytest.skip(f"{kind} is not installed")
+    script = _EXIT_SCRIPT.format(tests=os.path.join(str(repo_root), "tests"), extra=_EXTRA[kind])
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done 10" in proc.stdout
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
