@@ -291,15 +291,30 @@ def test_batches_held_only_by_reference_cycles_are_collected_before_fresh_memory
 # --- kept batches: growth, fresh memory, one warning -------------------------------------------------
 
 
+class _Filled:
+    backend, errors, ok, sliced, slice_fallbacks = "synthetic", {}, True, 0, 0
+
+
+def pattern_decode(images, out, transform, **kw):
+    """Pixels that are a function of the record index, without a decoder.
+
+    The tests that check warnings use it: the Pillow path's per-thread ``catch_warnings`` (not
+    thread-safe) can swallow a warning the consumer thread issues meanwhile.
+    """
+    for pos, i in enumerate(kw["indices"]):
+        out[pos] = (int(i) * 37 + np.arange(out[pos].size).reshape(out[pos].shape)) % 251
+    return _Filled()
+
+
 def _reference(ds, **kw):
-    with Loader(ds, cfg(copy=True, **kw)) as loader:
+    with Loader(ds, cfg(copy=True, **kw), decode=pattern_decode) as loader:
         return [(b.images, b.labels, b.indices) for b in loader]
 
 
 def test_list_of_loader_keeps_every_batch_intact_with_one_warning():
     ds = FakeDataset(72)
     reference = _reference(ds, shuffle="global")
-    with Loader(ds, cfg(shuffle="global", prefetch=2)) as loader:
+    with Loader(ds, cfg(shuffle="global", prefetch=2), decode=pattern_decode) as loader:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             kept = list(loader)
@@ -324,7 +339,7 @@ def test_list_of_loader_keeps_every_batch_intact_with_one_warning():
 def test_growth_bound_is_configurable_and_zero_goes_straight_to_fresh_memory():
     ds = FakeDataset(40)
     with pytest.warns(errors.KeptBatchesWarning):
-        with Loader(ds, cfg(prefetch=1, max_extra_slots=0)) as loader:
+        with Loader(ds, cfg(prefetch=1, max_extra_slots=0), decode=pattern_decode) as loader:
             kept = list(loader)
             s = loader.stats()
     assert s.ring_slots == 3 and len(kept) == 10
