@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
-import queue
 import threading
 import time
 import warnings
-import weakref
 
 import numpy as np
 import pytest
@@ -354,11 +352,11 @@ def test_keeping_a_few_batches_grows_the_ring_once_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", errors.KeptBatchesWarning)
         with Loader(ds, cfg(prefetch=2)) as loader:
-            previous = older = None
+            recent = []  # the last three batches, as a metric over a short window would keep them
             first = None
             for b in loader:
                 first = first if first is not None else (b, b.images.copy())
-                older, previous = previous, b
+                recent = recent[-2:] + [b]
                 time.sleep(0.002)
             s = loader.stats()
     assert s.ring_slots <= 2 + HELD_BATCHES + 2 and s.fresh_batches == 0
@@ -401,13 +399,14 @@ def test_release_hook_fences_hold_the_slot_until_they_complete():
         slot0, generation = b0.slot, loader.ring.slot_generation(b0.slot)
         del b0  # the hook runs now (on this thread) and fences the slot
         assert len(fences) == 1
-        b1, b2 = next(it), next(it)  # held, so only slot0 could be refilled
+        held = (next(it), next(it))  # held, so only slot0 could be refilled
         time.sleep(0.1)
         assert loader.ring.slot_generation(slot0) == generation
         assert fences[0].queries > 0
         fences[0].done = True
         b3 = next(it)
         assert b3.slot == slot0 and loader.ring.slot_generation(slot0) == generation + 1
+        assert all(b.intact for b in held)
         for f in fences:
             f.done = True
 
@@ -480,12 +479,13 @@ def test_torch_loader_waits_for_the_hook_events_before_refilling(monkeypatch):
         generation = ring.slot_generation(slot0)
         del x0, y0  # a copy out of it may still be running: an event is recorded
         assert len(events) == 1
-        x1, x2 = next(it), next(it)
+        held = (next(it), next(it))  # held, so only slot0 could be refilled
         time.sleep(0.1)
         assert ring.slot_generation(slot0) == generation
         events[0].done = True
-        x3 = next(it)
+        next(it)
         assert ring.slot_generation(slot0) == generation + 1
+        assert len(held) == 2
         for e in events:
             e.done = True
 
