@@ -395,8 +395,7 @@ class _Pipeline:
             # Every record this rank reads from here on, in order (the rest of this epoch, then the
             # next one), so the dataset fetches whole shards ahead of the decode.
             bs = self.order_spec.batch_size
-            self._will_read(np.concatenate([order.share[start * bs:n * bs],
-                                            EpochOrder(self.order_spec, epoch + 1).share[:n * bs]]))
+            self._will_read(order.share[start * bs:n * bs], EpochOrder(self.order_spec, epoch + 1).share[:n * bs])
         with timer.span(Stage.READ, what="read-ahead"):
             # The first batches' records in the order they will be decoded.
             for k in range(start, min(n, start + 1 + ahead)):

@@ -107,10 +107,8 @@ class RemoteDataset(ShardedDataset):
         self._state = threading.RLock()
         self._open: Dict[int, Any] = {}
         self._futures: Dict[int, Future] = {}
-        self._plan: Optional[np.ndarray] = None  # shard number of each planned read, in order
-        self._first: Dict[int, int] = {}
-        self._last: Dict[int, int] = {}
-        self._by_first: List[int] = []
+        self._plan: Optional[np.ndarray] = None  # visits: rows (first position, last position, shard)
+        self._planned: set = set()  # shards the plan reads
         self._active = 1  # the most shards a plan reads at once
         self._cursor = 0
         self._waits = 0
@@ -139,29 +137,40 @@ class RemoteDataset(ShardedDataset):
 
     # --- the loader's hints --------------------------------------------------------------------
 
-    def will_read(self, indices: Iterable[int]) -> None:
+    def will_read(self, *parts: Iterable[int]) -> None:
         """The records this reader will read next, in order (replaces the previous plan).
+
+        Args:
+            parts: One array of record indices per epoch (the rest of this epoch, then the next):
+                a shard read in two epochs is two visits, each spanning its first to last read.
 
         Shards are fetched ahead following it; see the module docstring.
         """
-        idx = np.asarray(indices if isinstance(indices, np.ndarray) else list(indices), dtype=np.int64)
-        seq = self._shard[idx].astype(np.int64) if idx.size else np.zeros(0, np.int64)
-        shards, first = np.unique(seq, return_index=True)
-        _, last_rev = np.unique(seq[::-1], return_index=True)
-        last = len(seq) - 1 - last_rev
-        # The most shards in use at once: sweep over [first, last] spans.
-        events = np.concatenate([np.stack([first, np.ones_like(first)], 1), np.stack([last + 1, -np.ones_like(last)], 1)])
+        visits = []
+        offset = 0
+        for part in parts:
+            idx = np.asarray(part if isinstance(part, np.ndarray) else list(part), dtype=np.int64)
+            if idx.size:
+                seq = self._shard[idx].astype(np.int64)
+                shards, first = np.unique(seq, return_index=True)
+                _, last_rev = np.unique(seq[::-1], return_index=True)
+                visits.append(np.stack([first + offset, len(seq) - 1 - last_rev + offset, shards], 1))
+            offset += idx.size
+        plan = np.concatenate(visits) if visits else np.zeros((0, 3), np.int64)
+        plan = plan[np.lexsort((plan[:, 2], plan[:, 0]))]
         active = 1
-        if len(events):
+        if len(plan):
+            # The most visits in progress at once: +1 at a visit's first read, -1 after its last.
+            events = np.concatenate([np.stack([plan[:, 0], np.ones(len(plan), np.int64)], 1),
+                                     np.stack([plan[:, 1] + 1, -np.ones(len(plan), np.int64)], 1)])
             events = events[np.lexsort((events[:, 1], events[:, 0]))]
             active = max(1, int(np.cumsum(events[:, 1]).max()))
         with self._state:
-            self._plan = seq
-            self._first = dict(zip(shards.tolist(), first.tolist()))
-            self._last = dict(zip(shards.tolist(), last.tolist()))
-            self._by_first = [int(s) for s in shards[np.argsort(first, kind="stable")]]
+            self._plan = plan
+            self._planned = set(plan[:, 2].tolist())
             self._active = active
             self._cursor = 0
+            self._unmap_unneeded()
             self._wake.notify_all()
 
     def done_with(self, indices: Iterable[int]) -> None:
@@ -172,10 +181,14 @@ class RemoteDataset(ShardedDataset):
             if self._plan is None:
                 return
             self._cursor += len(idx)
-            finished = [s for s in list(self._open) if self._last.get(s, -1) < self._cursor]
-            for s in finished:
-                self._unmap(s)
+            self._unmap_unneeded()
             self._wake.notify_all()
+
+    def _unmap_unneeded(self) -> None:
+        """Unmap (and so unpin) the shards the plan does not read now or next."""
+        keep = set(self._targets())
+        for s in [s for s in self._open if s not in keep]:
+            self._unmap(s)
 
     def remote_stats(self) -> Dict[str, Any]:
         """``fetched`` objects and ``fetched_bytes`` by this process, ``waits`` (reads that found their
@@ -183,22 +196,27 @@ class RemoteDataset(ShardedDataset):
         return {"fetched": self.cache.fetched, "fetched_bytes": self.cache.fetched_bytes, "waits": self._waits,
                 "waited_seconds": self._waited, "cache_dir": self.cache.folder}
 
+    def locate(self, i: int) -> str:
+        """``"shard s3://bucket/prefix/name-00003.rec record 17"``."""
+        i, s, shard, record = self._where(i)
+        return f"shard {shard.path} record {record}"
+
     # --- shards --------------------------------------------------------------------------------
 
     def _targets(self) -> List[int]:
         """Shards to have in the cache now: those being read, then the next ``prefetch_shards``."""
         if self._plan is None:
             return []
-        cursor = self._cursor
-        out = [s for s in self._by_first if self._last[s] >= cursor]
-        return out[:self._active + self.prefetch_shards]
+        pending = self._plan[self._plan[:, 1] >= self._cursor, 2]  # visits not finished, by first read
+        return list(dict.fromkeys(pending[:self._active + self.prefetch_shards].tolist()))
 
     def _publish(self) -> None:
         keys = self._objects
         pinned = {keys[s].key for s in self._open} | {keys[s].key for s in self._targets()}
         upcoming = []
         if self._plan is not None:
-            upcoming = [keys[s].key for s in self._by_first if self._last[s] >= self._cursor]
+            pending = self._plan[self._plan[:, 1] >= self._cursor, 2]
+            upcoming = [keys[s].key for s in dict.fromkeys(pending.tolist())]
         self._reader.update(pinned, upcoming)
 
     def _manage(self) -> None:
@@ -240,7 +258,7 @@ class RemoteDataset(ShardedDataset):
             if shard is not None:
                 return shard
             fut = self._futures.get(s)
-            if self._plan is None or s not in self._first:
+            if self._plan is None or s not in self._planned:
                 self._reader.update({o.key for o in (self._objects[x] for x in self._open)} | {obj.key}, [])
         t0 = time.perf_counter()
         waited = not self.cache.has(obj)

@@ -128,6 +128,7 @@ def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int
     folder = os.path.dirname(os.path.abspath(dest))
     rng = random.Random()
     reasons: List[str] = []
+    last: Optional[BaseException] = None
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", suffix=".part", dir=folder)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600 files; cached shards are read by every rank
@@ -137,6 +138,7 @@ def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int
             except RemoteNotFound:
                 raise
             except (RemoteError, ChecksumMismatch) as exc:
+                last = exc
                 reasons.append(f"attempt {attempt}: {exc}")
                 if attempt == policy.attempts:
                     break
@@ -159,5 +161,5 @@ def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
-    kind = ChecksumMismatch if reasons and "checksum mismatch" in reasons[-1] else FetchError
+    kind = ChecksumMismatch if isinstance(last, ChecksumMismatch) else FetchError
     raise kind(f"{url}: could not be downloaded intact in {policy.attempts} attempts: " + "; ".join(reasons), url=url)
