@@ -1,4 +1,7 @@
-"""Build script: the Python package, plus the C++ decode engine when libjpeg-turbo is found.
+"""Build script: the C++ decode engine, built when libjpeg-turbo is found.
+
+The package's metadata, dependencies and extras are in ``pyproject.toml``; this file only adds the
+optional native extension.
 
 libjpeg-turbo is found, never fetched: ``FASTLOAD_JPEG_ROOT`` (a prefix with include/ and lib/),
 then ``pkg-config libjpeg``, then the usual prefixes. The build prints where it looked and what it
@@ -12,10 +15,9 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 USUAL_PREFIXES = ["/usr", "/usr/local", "/opt/libjpeg-turbo", "/opt/homebrew", "/opt/local"]
 
 
@@ -138,25 +140,7 @@ def extensions():
 
 
 setup(
-    name="fastload",
-    version="0.1.0",
-    description="High-throughput data loading for deep-learning training: pack, decode, prefetch, per-device copies",
-    long_description=open(os.path.join(HERE, "README.md")).read() if os.path.exists(os.path.join(HERE, "README.md")) else "",
-    long_description_content_type="text/markdown",
-    python_requires=">=3.9",
-    packages=find_packages(include=["fastload", "fastload.*"]) + ["fastload_bench", "fastload_bench.peers", "fastload_tools"],
-    package_dir={"fastload_bench": "bench", "fastload_tools": "tools"},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
-    install_requires=["numpy", "lmdb", "pillow", "tqdm", "xxhash"],
-    extras_require={
-        "torch": ["torch>=2.0"],
-        "mxnet": ["mxnet>=1.9.1", "numpy<1.24"],
-        # opencv: MXNet's tools/im2rec.py imports cv2 even for pass-through packing (the peer and
-        # the interop tests run it); 4.12 and later want numpy 2, which MXNet 1.9.1 cannot use.
-        "bench": ["matplotlib", "psutil", "simplejpeg", "opencv-python-headless<4.12"],
-        "test": ["pytest", "torchvision", "scikit-image", "scipy", "matplotlib", "psutil", "simplejpeg", "opencv-python-headless<4.12"],
-    },
-    entry_points={"console_scripts": ["fastload=fastload.cli:main"]},
     zip_safe=False,
 )

@@ -4,7 +4,7 @@
 [--model-step MS --gpus N --target IPS]`` prepares the dataset (generated when none is given),
 measures the stages of fastload's data path alone and together, runs the peers on the same images
 interleaved with fastload, benchmarks packing against im2rec, and writes the table, the JSON and
-the plot. ``fastload/cli.py`` registers this module's :func:`add_parser`.
+the plot. ``fastload bench`` (:mod:`fastload.cli.bench`) registers this module's :func:`add_parser`.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def _read_group(data: BenchData) -> Tuple[List[Contender], List[Result]]:
     return out, skips
 
 
-# Records of the dataset whose first batch is timed (issue 4: a million; --quick: a smoke-test size).
+# Records of the dataset whose first batch is timed (the target's: a million; --quick: a smoke-test size).
 STARTUP_RECORDS = 1_000_000
 STARTUP_RECORDS_QUICK = 20_000
 
@@ -250,7 +250,7 @@ def _h2d_group(batch: int) -> Tuple[List[Contender], List[Result]]:
 
 
 def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool, *, rounds: int) -> PairedRatio:
-    """Issue 7's loader ratio: fastload.torch.DataLoader on restart-indexed vs plain shards, epochs alternated."""
+    """The restart-index loader ratio: fastload.torch.DataLoader on restart-indexed vs plain shards, epochs alternated."""
     if not quiet:
         print("[bench] paired loader epochs, restart-indexed vs plain", file=sys.stderr, flush=True)
     check = f"fastload.torch DataLoader restart-indexed / plain shards, {threads} threads"

@@ -1,6 +1,6 @@
 """Measurement stage, MXNet iterators: fastload.mxnet vs MXNet's own, same data, same consumer.
 
-Two comparisons (issue 5):
+Two comparisons (the MXNet drop-in targets):
 
 * images: ``fastload.mxnet.ImageRecordIter`` vs ``mx.io.ImageRecordIter`` (one iterator, and two over
   ``num_parts=2`` drained by parallel threads), same ``.rec``, RandomResizedCrop(size) with
@@ -14,7 +14,7 @@ Images are counted the same way for every contender: the records an epoch delive
 with ``round_batch=False`` MXNet 1.9.1 returns a full-size last batch with ``pad=0`` whose extra
 rows are no records (measured: 48 records, ``batch_size=32`` -> two batches of 32, both ``pad=0``).
 
-:func:`make_runner` is what ``fastload_bench.peers.mxnet_rec`` calls for its
+:func:`make_runner` is what ``bench.peers.mxnet_rec`` calls for its
 ``fastload_imagerecorditer`` kind (``run() -> {"images", "bytes", "seconds"}``, ``close()``).
 :func:`image_iters` and :func:`sparse_iters` run a whole comparison in this process and return plain
 dicts ``{"name", "unit", "samples": [items/s per repeat], "median", "notes"}``; repeats go
@@ -109,7 +109,7 @@ class FastloadImageRunner:
 
 
 def make_runner(spec: dict) -> FastloadImageRunner:
-    """The runner ``fastload_bench.peers.mxnet_rec`` builds for ``fastload_imagerecorditer``."""
+    """The runner ``bench.peers.mxnet_rec`` builds for ``fastload_imagerecorditer``."""
     return FastloadImageRunner(spec)
 
 
@@ -275,7 +275,7 @@ def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float
     return _rows(rates, "batches", {n: note for n in names})
 
 
-if __name__ == "__main__":  # smoke: python -m fastload_bench.mxnet_iters REC
+if __name__ == "__main__":  # smoke: python -m bench.mxnet_iters REC (from the repository root)
     import json
     import sys
 

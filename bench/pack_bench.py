@@ -2,7 +2,7 @@
 
 Both tools are timed as a user runs them (the whole command, interpreter start-up included), with
 the same number of workers, pass-through and ``--resize 256``. A plain copy of the same files into
-one file is the page-cache bandwidth reference pass-through packing is measured against (issue 2);
+one file is the page-cache bandwidth reference pass-through packing is measured against (its target);
 as that copy runs inside the benchmark process, ``pack_folder()`` is also timed in-process (no
 interpreter start-up or imports), and a copy that ends with an fsync shows what durability costs
 (the pack fsyncs every shard before it counts as written).
@@ -215,7 +215,7 @@ PACK_PAIR_CHECK = "fastload pack_folder() in-process / page-cache copy of the sa
 
 
 def pack_pair(images_root: str, *, workers: int, rounds: int, workdir: Optional[str] = None) -> PairedRatio:
-    """Issue 2's "close to the page-cache copy bandwidth", from alternated runs.
+    """The packing target, "close to the page-cache copy bandwidth", from alternated runs.
 
     ``pack_folder()`` in-process and the copy of the same files take turns (their order swapped
     every pair), each after its input files are read through the page cache; the ratio is of MB/s

@@ -1,6 +1,6 @@
 """Measurement stage, ratio form: two decoders alternated chunk by chunk on the same images.
 
-The interleaved repeats of :func:`fastload_bench.harness.measure` compare runs that are seconds
+The interleaved repeats of :func:`bench.harness.measure` compare runs that are seconds
 apart, and on a shared 2-vCPU VM the speed a process gets drifts by 10% and more over seconds: the
 single-thread ratios the issues set targets on moved between 1.05x and 1.33x from one full run to
 the next. Here the two sides of a ratio take turns on the same chunk of images (A then B on one
@@ -8,11 +8,11 @@ chunk, B then A on the next), so every ratio compares timings milliseconds apart
 figure is the median of the per-chunk ratios, with their quartiles and the ratio of the summed
 times beside it. Drift that lasts longer than a chunk (~0.1 s) cancels out.
 
-The pairs are issue 3's and issue 7's single-thread decode ratios: fastload's fused train decode
+The pairs are the single-thread decode ratios the decode-speed and restart-index targets set: fastload's fused train decode
 (plain and restart-indexed shards) against simplejpeg's full-size decode of the same images, and
 restart-indexed against plain. Restart-indexed records are the same images in the same order
 (``fastload pack --restart-index`` of the same folder), so chunk ``i`` holds the same pictures on
-both sides. Issue 7's loader ratio and issue 2's pack-versus-copy ratio are paired the same way
+both sides. The restart-indexed loader ratio and the pack-versus-copy ratio are paired the same way
 one level up: two contenders take turns, one whole run (an epoch, a pack) each (:func:`run_pair`).
 """
 
@@ -112,7 +112,7 @@ def _simplejpeg_work(images: Sequence[bytes]) -> Work:
 
 def decode_pairs(plain: Sequence[bytes], restart: Optional[Sequence[bytes]], *, chunk: int = 128,
                  rounds: int = 3) -> List[PairedRatio]:
-    """Issue 3's and issue 7's single-thread decode ratios, each from alternated chunks."""
+    """The single-thread decode ratios (fused vs simplejpeg, restart-indexed vs plain), each from alternated chunks."""
     images = min(len(plain), len(restart)) if restart is not None else len(plain)
     batch = min(chunk, 256)
     train = _engine_work(plain, batch)

@@ -120,7 +120,7 @@ def _subset(src_root: str, dst: str, count: int) -> None:
 
 def _generate(dst: str, count: int, seed: int) -> None:
     try:
-        from fastload_tools.make_dataset import make_dataset
+        from tools.make_dataset import make_dataset
     except ImportError as exc:
         raise UserError(f"no DATASET given and the dataset generator is unavailable ({exc})") from exc
     make_dataset(dst, count=count, seed=seed, quiet=True)

@@ -3,7 +3,7 @@
 Stages: read only (records from the mmap'd shards, page cache or tmpfs), the decode engine alone
 (full-size decode and the fused train/eval ops at 1..N threads), the whole loader (order, read,
 decode, ring, prefetch) and the PyTorch adapter, host-to-device copies. The decode references are
-what issue 3's targets are ratios against: simplejpeg's and Pillow's full-size decode and the
+what the decode-speed targets are ratios against: simplejpeg's and Pillow's full-size decode and the
 per-image Python pipeline (decode, crop, resize, flip one image at a time).
 
 Every contender works on the same images; bytes read from the dataset are copied out before the
@@ -210,7 +210,7 @@ def engine_full_contender(path: str, *, threads: int) -> Contender:
 
 
 def simplejpeg_full_contender(path: str, *, threads: int) -> Contender:
-    """simplejpeg (libjpeg-turbo) full-size RGB decode: issue 3's reference."""
+    """simplejpeg (libjpeg-turbo) full-size RGB decode: the decode-speed targets' reference."""
     mod = {}
 
     def check():

@@ -1,6 +1,6 @@
 """Measurement stage, loader limits: time to the first batch of a million-record dataset, and memory over epochs.
 
-Issue 4 asks two things of the loader that are not throughput ratios:
+Two targets on the loader are not throughput ratios:
 
 - the first batch of a 1,000,000-record dataset arrives within 1 s of constructing the loader
   (opening loads the index; nothing scans the shards);
@@ -8,7 +8,7 @@ Issue 4 asks two things of the loader that are not throughput ratios:
   (judged on anonymous RSS at the ends of epochs 2 and 5, within 16 MB or 2 %; full RSS per epoch
   is reported beside it).
 
-Both are measured in a fresh interpreter per repeat (``python -m fastload_bench.startup ...``), so
+Both are measured in a fresh interpreter per repeat (``python -m bench.startup ...``), so
 imports, allocator state and mappings of earlier contenders never count; the child prints one JSON
 line. The million-record dataset is a real fastload RecordIO folder written with fastload's own
 ``RecordIOWriter`` and index/manifest code; its images are the benchmark's JPEGs re-encoded at 32x32
@@ -103,10 +103,11 @@ def build_records_dataset(source: str, cache_dir: str, *, records: int, side: in
     """
     import numpy as np
 
-    from fastload import __version__
+    from fastload.version import __version__
     from fastload.records import recordio
-    from fastload.records.manifest import (FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, checksum_bytes, checksum_file,
-                                           empty_index, write_index, write_json_atomic)
+    from fastload.records.checksum import checksum_bytes, checksum_file
+    from fastload.records.durable import write_json_atomic
+    from fastload.records.manifest import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, empty_index, write_index
 
     if records < 1:
         raise ValueError(f"records={records} must be >= 1")
@@ -291,7 +292,7 @@ def _child_first_batch(args: argparse.Namespace) -> dict:
 
 
 def rss_bound_mb(*, prefetch: int, batch_size: int, size: int = 224) -> float:
-    """Issue 4's memory bound: ``(prefetch + 2)`` uint8 batches of ``size``x``size`` RGB + 300 MB."""
+    """The loader's memory bound: ``(prefetch + 2)`` uint8 batches of ``size``x``size`` RGB + 300 MB."""
     return (prefetch + 2) * batch_size * 3 * size * size / MB + 300.0
 
 
@@ -346,7 +347,7 @@ def _child_memory(args: argparse.Namespace) -> dict:
 
 
 def _child_argv(kind: str, **kwargs) -> List[str]:
-    argv = [sys.executable, "-m", "fastload_bench.startup", kind]
+    argv = [sys.executable, "-m", "bench.startup", kind]
     for key, value in kwargs.items():
         if isinstance(value, bool):
             argv += [f"--{key.replace('_', '-')}"] if value else []
@@ -467,8 +468,8 @@ def memory_contender(name: str, *, path: str, api: str, threads: int, batch_size
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m fastload_bench.startup first-batch|memory ...``: one measurement, one JSON line on stdout."""
-    p = argparse.ArgumentParser(prog="fastload_bench.startup")
+    """``python -m bench.startup first-batch|memory ...``: one measurement, one JSON line on stdout."""
+    p = argparse.ArgumentParser(prog="bench.startup")
     sub = p.add_subparsers(dest="kind", required=True)
     fb = sub.add_parser("first-batch")
     fb.add_argument("--evict", action="store_true")

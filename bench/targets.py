@@ -1,7 +1,7 @@
-"""Measurement stage, verdicts: the issues' throughput targets checked against one run's rows.
+"""Measurement stage, verdicts: the project's performance targets checked against one run's rows.
 
 Every check is a ratio of two rows measured interleaved in the same group (or an absolute rate),
-so a run on a noisy machine still compares like with like; issue 4's first-batch latency and memory
+so a run on a noisy machine still compares like with like; the loader's first-batch latency and memory
 bounds are upper limits on one row's seconds or megabytes. A check whose rows were not measured
 is listed as not measured, with the reason, rather than left out.
 """
@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 from .harness import Result
 from .pack_bench import PACK_PAIR_CHECK
 
-# Issue 2's "close to the page-cache copy bandwidth" has no number; this benchmark reads it as at
+# The packing target, "close to the page-cache copy bandwidth", has no number; this benchmark reads it as at
 # least 0.8x the copy's MB/s.
 COPY_BANDWIDTH_SHARE = 0.8
 
@@ -43,7 +43,7 @@ FAMILIES = {
     "memory_loader": "fastload Loader (no torch), 5 epochs",
 }
 
-# Issue 4 states the first-batch target for a dataset of this many records.
+# The first-batch target is stated for a dataset of this many records.
 FIRST_BATCH_RECORDS = 1_000_000
 
 
@@ -162,7 +162,8 @@ def _paired_checks(paired: Sequence) -> List[dict]:
 
 
 def evaluate(results: Sequence[Result], paired: Sequence = ()) -> List[dict]:
-    """All checks of issues 2, 3, 4, 5 and 7 that this run's rows (and paired ratios) allow."""
+    """Every target check (packing, decode speed, loader limits, MXNet iterators, restart index) that
+    this run's rows (and paired ratios) allow."""
     f = FAMILIES
     train1 = _find(results, f["engine_train"], "decode", threads=1, exclude="restart")
     sj1 = _find(results, f["simplejpeg"], "decode", threads=1)

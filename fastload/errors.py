@@ -1,10 +1,29 @@
-"""Exceptions shared by every stage; each names the file, shard and record it is about."""
+"""Exceptions shared by every stage, each naming the file, shard and record it is about, and the
+:class:`OnError` policy every stage applies to bad inputs."""
 
 from __future__ import annotations
 
+import enum
 from typing import Optional
 
-__all__ = ["FastloadError", "UserError", "CorruptRecordError", "DecodeError"]
+__all__ = ["FastloadError", "UserError", "CorruptRecordError", "DecodeError", "OnError"]
+
+
+class OnError(str, enum.Enum):
+    """What a stage does with an input it cannot read or decode (a file in ``fastload pack``, a
+    record in the loader).
+
+    ``"fail"`` (the spelling of ``fastload pack --on-error fail``) is accepted for :attr:`RAISE`.
+    """
+
+    SKIP = "skip"
+    RAISE = "raise"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Optional["OnError"]:
+        if isinstance(value, str) and value.lower() == "fail":
+            return cls.RAISE
+        return None
 
 
 class FastloadError(Exception):

@@ -27,7 +27,6 @@ equal across ranks.
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import threading
@@ -37,7 +36,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 import numpy as np
 
 from fastload.batch import HELD_BATCHES, Allocator, Batch, BatchRing, Layout, Slot
-from fastload.errors import CorruptRecordError, DecodeError
+from fastload.errors import CorruptRecordError, DecodeError, OnError
 from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum
 from fastload.prefetch import Producer
 from fastload.stats import LoaderStats, Stage, StageTimer
@@ -48,13 +47,6 @@ __all__ = ["OnError", "LoaderConfig", "Loader", "Batch", "Layout", "Shuffle", "E
 log = logging.getLogger("fastload.loader")
 
 _STATE_VERSION = 1
-
-
-class OnError(str, enum.Enum):
-    """What the loader does with a record that cannot be read or decoded."""
-
-    SKIP = "skip"
-    RAISE = "raise"
 
 
 def _positive_int(value, name: str, minimum: int = 1) -> None:

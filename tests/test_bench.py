@@ -16,12 +16,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import HAVE_ENGINE, HAVE_TORCH, REPO_ROOT
 
-from fastload_bench import harness, model_step, report, targets
-from fastload_bench.harness import Contender, Result, RunConfig, Sample, Skip, measure
-from fastload_bench.peers.torch_pil import center_crop_box, rrc_params
+from bench import harness, model_step, report, targets
+from bench.harness import Contender, Result, RunConfig, Sample, Skip, measure
+from bench.peers.torch_pil import center_crop_box, rrc_params
 
 
 class _Recorder(Contender):
@@ -107,7 +106,7 @@ def test_warm_inputs_reads_files_and_folders(tmp_path):
 
 
 def test_fastload_contenders_declare_their_dataset(tiny_folder):
-    from fastload_bench import stages
+    from bench import stages
     for c in (stages.loader_contender("l", str(tiny_folder), threads=1, batch_size=8),
               stages.torch_loader_contender("t", str(tiny_folder), threads=1, batch_size=8),
               stages.read_contender("r", str(tiny_folder))):
@@ -117,7 +116,7 @@ def test_fastload_contenders_declare_their_dataset(tiny_folder):
 def test_loader_repeats_leave_nothing_running(tiny_folder):
     # fastload's loader decodes on into the next epoch; between timed repeats that would run while
     # another contender is timed, so the contender stops it after each repeat.
-    from fastload_bench import stages
+    from bench import stages
     c = stages.loader_contender("loader", str(tiny_folder), threads=1, batch_size=8)
     c.start()
     try:
@@ -148,7 +147,7 @@ def test_environment_records_where_it_ran():
 
 _FAKE_PEER = textwrap.dedent('''
     import sys, time
-    from fastload_bench.peers.protocol import PeerSkip, serve
+    from bench.peers.protocol import PeerSkip, serve
 
     class Runner:
         info = {"peer": "fake"}
@@ -170,21 +169,15 @@ _FAKE_PEER = textwrap.dedent('''
 ''')
 
 
-def _fastload_bench_path(tmp_path: Path) -> str:
-    """A PYTHONPATH under which subprocesses import this checkout's fastload and fastload_bench."""
-    shim = tmp_path / "shim"
-    shim.mkdir(exist_ok=True)
-    for name, folder in (("fastload_bench", "bench"), ("fastload_tools", "tools")):
-        link = shim / name
-        if not link.exists():
-            link.symlink_to(REPO_ROOT / folder)
-    return os.pathsep.join([str(shim), str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+def _checkout_path(tmp_path: Path) -> str:
+    """A PYTHONPATH under which subprocesses import this checkout's fastload, bench and tools."""
+    return os.pathsep.join([str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 def test_peer_process_protocol(tmp_path):
     script = tmp_path / "fake_peer.py"
     script.write_text(_FAKE_PEER)
-    env_path = _fastload_bench_path(tmp_path)
+    env_path = _checkout_path(tmp_path)
     procs = []
 
     def process():
@@ -319,7 +312,7 @@ def test_report_files(tmp_path):
 
 
 def test_options_are_validated():
-    from fastload_bench.command import BenchOptions, _peer_python_arg
+    from bench.command import BenchOptions, _peer_python_arg
     with pytest.raises(ValueError, match="suite"):
         BenchOptions(suite="everything")
     with pytest.raises(ValueError, match="repeats"):
@@ -333,7 +326,7 @@ def test_options_are_validated():
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built: the smoke run measures it")
 def test_paired_ratio_alternates_and_compares_like_with_like():
-    from fastload_bench import paired
+    from bench import paired
     calls = []
     now = [0.0]
     drift = [1.0]
@@ -362,7 +355,7 @@ def test_paired_ratio_alternates_and_compares_like_with_like():
 
 
 def test_run_pair_uses_whole_runs():
-    from fastload_bench import paired
+    from bench import paired
 
     class Fake(Contender):
         def __init__(self, name, ips):
@@ -389,7 +382,7 @@ def test_run_pair_uses_whole_runs():
 
 def test_quick_bench_smoke(tmp_path):
     out = tmp_path / "bench-out"
-    env = dict(os.environ, PYTHONPATH=_fastload_bench_path(tmp_path), MPLBACKEND="Agg")
+    env = dict(os.environ, PYTHONPATH=_checkout_path(tmp_path), MPLBACKEND="Agg")
     proc = subprocess.run([sys.executable, "-m", "fastload", "bench", "--quick", "--out", str(out),
                            "--model-step", "100", "--gpus", "2"],
                           capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
@@ -423,12 +416,12 @@ def test_quick_bench_smoke(tmp_path):
     assert "wrote" in proc.stdout
 
 
-# --- issue 4's loader limits: first batch of a large dataset, memory over epochs -------------------
+# --- the loader's limits: first batch of a large dataset, memory over epochs -------------------
 
 
 def test_loader_suite_has_startup_and_memory_groups(tiny_folder, tmp_path):
-    from fastload_bench import command
-    from fastload_bench.prepare import BenchData
+    from bench import command
+    from bench.prepare import BenchData
     for suite in ("all", "loader"):
         assert {"startup", "memory"} <= set(command._GROUPS_OF_SUITE[suite])
     data = BenchData(source="test", packed=str(tiny_folder))
@@ -450,8 +443,8 @@ def test_loader_suite_has_startup_and_memory_groups(tiny_folder, tmp_path):
 
 @pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built: the builder makes thumbnails with it")
 def test_large_dataset_builder_cycles_real_images(tiny_folder, tmp_path):
+    from bench.startup import build_records_dataset
     from fastload.records.dataset import open_dataset
-    from fastload_bench.startup import build_records_dataset
     path, info = build_records_dataset(str(tiny_folder), str(tmp_path), records=1000, side=16)
     assert info["cached"] is False and info["distinct_images"] == 40
     with open_dataset(path) as ds, open_dataset(str(tiny_folder)) as src:
@@ -468,10 +461,10 @@ def test_large_dataset_builder_cycles_real_images(tiny_folder, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not (HAVE_ENGINE and HAVE_TORCH), reason="needs the C++ engine and torch")
 def test_startup_and_memory_contenders_report_their_figures(tiny_folder, tmp_path):
-    from fastload_bench import startup
-    env_path = _fastload_bench_path(tmp_path)
+    from bench import startup
+    env_path = _checkout_path(tmp_path)
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = env_path  # the children import this checkout's fastload_bench
+    os.environ["PYTHONPATH"] = env_path  # the children import this checkout's bench
     try:
         first = startup.FirstBatchContender("first", source=str(tiny_folder), cache_dir=str(tmp_path / "cache"),
                                             records=2000, threads=1, batch_size=8, size=32)
@@ -528,7 +521,7 @@ def test_loader_limit_checks():
 
 
 def test_pack_pair_alternates_pack_and_copy_and_checks_issue_2(tiny_folder, tmp_path):
-    from fastload_bench import pack_bench
+    from bench import pack_bench
     r = pack_bench.pack_pair(str(tiny_folder), workers=1, rounds=2, workdir=str(tmp_path))
     assert r.skipped is None and r.pairs == 2 and r.median > 0
     assert r.numerator.startswith("fastload pack_folder() in-process") and r.denominator.startswith("copy")

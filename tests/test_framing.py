@@ -15,14 +15,15 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import make_jpeg, requires_engine
 from PIL import Image
 
-from conftest import make_jpeg, requires_engine
-from fastload.pack import convert, packer
+from fastload.pack import convert, shard_writer
 from fastload.pack.framing import BufferPool
 from fastload.pack.packer import pack_folder
 from fastload.records import recordio
-from fastload.records.manifest import MANIFEST_NAME, read_manifest, write_json_atomic
+from fastload.records.durable import write_json_atomic
+from fastload.records.manifest import MANIFEST_NAME, read_manifest
 from fastload.records.verify import verify_dataset
 
 MAGIC = struct.pack("<I", recordio.MAGIC)
@@ -167,8 +168,8 @@ def test_engine_and_python_framing_pack_identical_datasets(tmp_path, monkeypatch
     ref = pack_folder(src, str(tmp_path / "py"), workers=2, progress=False, **layout)
     monkeypatch.delenv("FASTLOAD_PACK_FRAMING")
     whole = []
-    add_framed = packer._ShardSink.add_framed
-    monkeypatch.setattr(packer._ShardSink, "add_framed",
+    add_framed = shard_writer.ShardSink.add_framed
+    monkeypatch.setattr(shard_writer.ShardSink, "add_framed",
                         lambda self, b, f, pool: (whole.append(len(b)), add_framed(self, b, f, pool)))
     res = pack_folder(src, str(tmp_path / "engine"), workers=2, progress=False, **layout)
     assert whole and sum(whole) < len(files)  # batches taken whole and record by record both happened

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from conftest import load_odd_manifest, make_jpeg
-from fastload_tools import make_dataset as md
+from tools import make_dataset as md
 
 NAME = re.compile(r"^n\d{8}_(\d+)\.(JPEG|jpg)$")
 

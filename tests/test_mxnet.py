@@ -335,7 +335,7 @@ def test_bench_sparse_default_size_is_one_mxnet_accepts_and_oversize_is_refused_
     """Regression: a 10,240 x 250,000 comparison died inside MXNet (arrays of 2**31 - 1 elements or more)."""
     import inspect
 
-    from fastload_bench.mxnet_iters import sparse_iters
+    from bench.mxnet_iters import sparse_iters
 
     params = inspect.signature(sparse_iters).parameters
     rows, features = params["rows"].default, params["features"].default

@@ -437,7 +437,7 @@ def test_last_partial_batch_matches_mxnet_batch_count_shapes_and_pad(tmp_path, n
 
 def test_bench_counts_the_records_each_iterator_delivers(tmp_path):
     """Regression: with round_batch=False MXNet's padded last batch has pad=0, so rows - pad over-counted."""
-    from fastload_bench.mxnet_iters import FastloadImageRunner, _MXImageRunner, _part_records
+    from bench.mxnet_iters import FastloadImageRunner, _MXImageRunner, _part_records
 
     n = 48
     rec = _small_rec(tmp_path, n)

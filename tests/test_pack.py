@@ -14,17 +14,19 @@ import time
 
 import numpy as np
 import pytest
+from conftest import make_jpeg, requires_engine
 from PIL import Image
+from test_records_data import REPO, odd_folder, tiny_folder  # noqa: F401  (fixtures)
 
+from fastload.cli.sizes import parse_size
 from fastload.errors import UserError
 from fastload.pack import convert
-from fastload.pack.packer import PackOptions, pack_folder, parse_size
+from fastload.pack.options import PackOptions
+from fastload.pack.packer import pack_folder
 from fastload.records import recordio
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.records.verify import verify_dataset
-from conftest import make_jpeg, requires_engine
-from test_records_data import REPO, odd_folder, tiny_folder  # noqa: F401  (fixtures)
 
 
 def run_cli(*args, check=None):
@@ -290,7 +292,7 @@ def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp
 
 
 def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
-    from fastload.pack import packer
+    from fastload.pack import shard_writer
     ref = pack_folder(tiny_folder, str(tmp_path / "ref"), shards=2, progress=False)
     real_writev = os.writev
     calls = {"n": 0}
@@ -301,8 +303,8 @@ def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_pat
         return real_writev(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:1000]])
 
     monkeypatch.setattr(os, "writev", short_writev)
-    monkeypatch.setattr(packer._GatherFile, "_MAX_BYTES", 5000)  # many gathered batches per shard
-    monkeypatch.setattr(packer, "_WRITEBACK_STEP", 1)  # start writeback after every batch
+    monkeypatch.setattr(shard_writer.GatherFile, "_MAX_BYTES", 5000)  # many gathered batches per shard
+    monkeypatch.setattr(shard_writer, "_WRITEBACK_STEP", 1)  # start writeback after every batch
     res = pack_folder(tiny_folder, str(tmp_path / "short"), shards=2, progress=False)
     monkeypatch.undo()
     assert calls["n"] > 40
@@ -333,7 +335,7 @@ def test_restart_index_with_engine_is_lossless(odd_folder, tmp_path):  # noqa: F
     out = str(tmp_path / "ri")
     res = pack_folder(odd_folder, out, restart_index=True, verify=True, progress=False)
     meta = res.manifest["restart_index"]
-    assert meta is not None and meta["verified"] == "all"  # "sample" without verify=True (issue 7)
+    assert meta is not None and meta["verified"] == "all"  # "sample" without verify=True
     assert meta["images"] + res.manifest["counts"]["not_restart_indexed"] == res.written
     plain = str(tmp_path / "plain")
     pack_folder(odd_folder, plain, progress=False)

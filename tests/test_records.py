@@ -11,15 +11,16 @@ import time
 
 import numpy as np
 import pytest
+from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
 from fastload.errors import CorruptRecordError, UserError
 from fastload.pack.packer import pack_folder
 from fastload.records import recordio
 from fastload.records.dataset import open_dataset
+from fastload.records.durable import write_json_atomic
 from fastload.records.lmdb_shard import decode_key, encode_key, pack_value, unpack_value_header
-from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, empty_index, write_index, write_json_atomic
+from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, empty_index, write_index
 from fastload.records.verify import verify_dataset
-from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
 
 def _files_by_label(folder):

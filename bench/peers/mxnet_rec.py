@@ -4,7 +4,7 @@
 for RandomResizedCrop(224); ``rand_mirror=True`` is the flip; uint8 output. On 2 cores MXNet caps
 its decode threads at max(cores/2 - 1, 1), so the ``parts`` variant runs ``num_parts`` iterators
 (``part_index`` 0..P-1) concurrently, the usual work-around. Run as
-``python -m fastload_bench.peers.mxnet_rec`` (it may share the process with fastload's own MXNet
+``python -m bench.peers.mxnet_rec`` (it may share the process with fastload's own MXNet
 iterator from ``bench/mxnet_iters.py``, so both see the same interpreter and libraries).
 """
 
@@ -99,7 +99,7 @@ def _fastload_mxnet(spec: dict):
     # fastload's own MXNet iterator, measured by the MXNet helper's module when it is present.
     try:
         if __package__ in (None, ""):
-            from fastload_bench import mxnet_iters  # script mode: needs fastload installed there too
+            from bench import mxnet_iters  # script mode: needs fastload installed there too
         else:
             from .. import mxnet_iters
     except ImportError as exc:
@@ -111,7 +111,7 @@ class _Quiesced:
     """fastload.mxnet's runner, with its loader's producer stopped after every repeat.
 
     fastload's loader decodes on into the next epoch when one ends; between repeats that work would
-    run during another contender's timing (see ``fastload_bench.stages.quiesce``).
+    run during another contender's timing (see ``bench.stages.quiesce``).
     """
 
     def __init__(self, runner) -> None:

@@ -4,7 +4,7 @@ Peers whose dependencies conflict with fastload's environment (DALI wants numpy 
 wants numpy < 1.24) run in their own interpreter. Such a process stays alive for the whole
 benchmark so the harness can interleave it with other contenders (A B A B ...) without paying its
 start-up on every repeat. This module is standard-library only: it is imported both as part of
-``fastload_bench`` and as a plain script beside a peer file inside another virtual environment.
+``bench`` and as a plain script beside a peer file inside another virtual environment.
 
 Requests, one JSON object per line on stdin::
 

@@ -73,7 +73,7 @@ def _module_argv(module: str, family: str) -> List[str]:
     python = _OVERRIDES.get(family)
     if python:
         return [python, os.path.join(_HERE, f"{module}.py")]
-    return [sys.executable, "-m", f"fastload_bench.peers.{module}"]
+    return [sys.executable, "-m", f"bench.peers.{module}"]
 
 
 def set_overrides(overrides: Dict[str, str]) -> None:
@@ -198,7 +198,7 @@ def sparse_peers(*, procs: PeerProcesses, quick: bool, batch_size: int = 256) ->
     names = [("fastload.mxnet NDArrayIter (CSR)", "fastload", True), ("MXNet NDArrayIter (CSR)", "mxnet", False)]
     if not _have("mxnet"):
         return [], [skipped(n, group="sparse", reason="mxnet is not installed") for n, _, _ in names]
-    # Issue 5's case: 250,000 features at ~0.1% density; --quick shrinks it to a smoke size.
+    # The sparse target's case: 250,000 features at ~0.1% density; --quick shrinks it to a smoke size.
     # mx.io.NDArrayIter slices CSR with slice_axis, which has no sparse kernel: every batch
     # densifies the *whole* matrix (rows x features floats; MXNet's default build also refuses
     # 2^31 elements). Its cost per batch grows with the rows, so the epoch is kept to 4 batches

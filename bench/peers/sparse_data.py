@@ -1,6 +1,6 @@
 """Measurement data: the synthetic sparse rows both sparse-iterator contenders read.
 
-Importable as ``fastload_bench.peers.sparse_data`` and, when a peer runs as a script, as a sibling
+Importable as ``bench.peers.sparse_data`` and, when a peer runs as a script, as a sibling
 module: the fastload contender and the MXNet peer then build byte-identical inputs.
 """
 

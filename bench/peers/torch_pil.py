@@ -5,7 +5,7 @@ is written out with Pillow exactly as torchvision's PIL path runs it: ImageFolde
 (``Image.open(...).convert("RGB")``), ``RandomResizedCrop(224)`` (its crop sampling: up to 10 tries
 of area in scale and log-uniform aspect, then the clamped centre fallback; crop then bilinear
 antialiased resize), ``RandomHorizontalFlip()``, ``PILToTensor`` (uint8 CHW), default collate.
-Eval is ``Resize(256)`` + ``CenterCrop(224)``. Run as ``python -m fastload_bench.peers.torch_pil``.
+Eval is ``Resize(256)`` + ``CenterCrop(224)``. Run as ``python -m bench.peers.torch_pil``.
 """
 
 from __future__ import annotations

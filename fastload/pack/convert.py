@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["NOT_INDEXED", "ConvertOptions", "Converted", "JpegInfo", "inspect_jpeg", "convert_image", "convert_images",
-           "BadImage"]
+__all__ = [
+    "NOT_INDEXED",
+    "BadImage",
+    "ConvertOptions",
+    "Converted",
+    "JpegInfo",
+    "convert_image",
+    "convert_images",
+    "inspect_jpeg",
+]
 
 Transcode = Callable[[bytes], bytes]
 NOT_INDEXED = "not_restart_indexed"
@@ -49,9 +58,9 @@ class ConvertOptions:
         transcode: Optional hook applied to every stored JPEG (bytes -> bytes).
     """
 
-    resize: Optional[int] = None
+    resize: int | None = None
     quality: int = 95
-    transcode: Optional[Transcode] = None
+    transcode: Transcode | None = None
 
     def __post_init__(self) -> None:
         if self.resize is not None and (not isinstance(self.resize, int) or self.resize < 1):
@@ -84,13 +93,13 @@ class Converted:
         note: A counted remark (``NOT_INDEXED``: the transcode hook refused the image).
     """
 
-    data: Optional[bytes]
-    kind: Optional[str]
-    reason: Optional[str] = None
-    note: Optional[str] = None
+    data: bytes | memoryview | None
+    kind: str | None
+    reason: str | None = None
+    note: str | None = None
 
 
-def inspect_jpeg(data: bytes) -> Optional[JpegInfo]:
+def inspect_jpeg(data: bytes) -> JpegInfo | None:
     """Walk a JPEG's markers up to the first scan.
 
     Returns:
@@ -103,7 +112,7 @@ def inspect_jpeg(data: bytes) -> Optional[JpegInfo]:
     if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
         return None
     pos = 2
-    info: Optional[JpegInfo] = None
+    info: JpegInfo | None = None
     while True:
         if pos + 4 > n:
             raise BadImage("truncated JPEG (header cut short)")
@@ -126,8 +135,14 @@ def inspect_jpeg(data: bytes) -> Optional[JpegInfo]:
                 raise BadImage("corrupt JPEG frame header")
             precision = data[pos + 4]
             height, width = struct.unpack_from(">HH", data, pos + 5)
-            info = JpegInfo(width=width, height=height, components=data[pos + 9], precision=precision,
-                            progressive=marker in (0xC2, 0xC6, 0xCA, 0xCE), lossless=marker in _LOSSLESS)
+            info = JpegInfo(
+                width=width,
+                height=height,
+                components=data[pos + 9],
+                precision=precision,
+                progressive=marker in (0xC2, 0xC6, 0xCA, 0xCE),
+                lossless=marker in _LOSSLESS,
+            )
         elif marker == 0xDA:
             if info is None:
                 raise BadImage("corrupt JPEG (scan before frame header)")
@@ -144,21 +159,22 @@ def inspect_jpeg(data: bytes) -> Optional[JpegInfo]:
 # never need it, and its import is a measurable part of a short pack's run time.
 
 
-def _encode(img: "Image.Image", quality: int) -> bytes:
+def _encode(img: Image.Image, quality: int) -> bytes:
     out = io.BytesIO()
     img.save(out, format="JPEG", quality=quality)
     return out.getvalue()
 
 
-def _resized_size(width: int, height: int, shorter: int):
+def _resized_size(width: int, height: int, shorter: int) -> tuple[int, int]:
     # im2rec's arithmetic: the shorter side becomes `shorter`, the other scales with floor division.
     if height > width:
         return shorter, height * shorter // width
     return width * shorter // height, shorter
 
 
-def _decode_full(data: bytes, draft_to: Optional[int] = None) -> "Image.Image":
+def _decode_full(data: bytes, draft_to: int | None = None) -> Image.Image:
     from PIL import Image, UnidentifiedImageError
+
     try:
         img = Image.open(io.BytesIO(data))
         fmt = (img.format or "unknown").lower()
@@ -174,7 +190,7 @@ def _decode_full(data: bytes, draft_to: Optional[int] = None) -> "Image.Image":
     return img
 
 
-def _kind_of(img: "Image.Image") -> str:
+def _kind_of(img: Image.Image) -> str:
     fmt = img.info.get("fastload_format", "unknown")
     if fmt != "jpeg":
         return fmt
@@ -185,7 +201,7 @@ def _kind_of(img: "Image.Image") -> str:
     return f"jpeg-{img.mode.lower()}"
 
 
-def _to_rgb(img: "Image.Image") -> "Image.Image":
+def _to_rgb(img: Image.Image) -> Image.Image:
     if img.mode == "RGB":
         return img
     if img.mode in ("I;16", "I", "F"):
@@ -194,7 +210,7 @@ def _to_rgb(img: "Image.Image") -> "Image.Image":
     return img.convert("RGB")
 
 
-def _engine_resize_encode() -> Optional[Callable[[Sequence[bytes], int, int], List[Optional[bytes]]]]:
+def _engine_resize_encode() -> Callable[[Sequence[bytes], int, int], list[bytes | None]] | None:
     """The C++ engine's batch decode + resize + re-encode when it is live now, else None.
 
     The returned function takes ``(images, shorter, quality)`` and gives one JPEG ``bytes`` per
@@ -210,20 +226,26 @@ def _engine_resize_encode() -> Optional[Callable[[Sequence[bytes], int, int], Li
     if decode.active_backend() != "libjpeg-turbo":
         return None
 
-    def fn(images: Sequence[bytes], shorter: int, quality: int) -> List[Optional[bytes]]:
+    def fn(images: Sequence[bytes], shorter: int, quality: int) -> list[bytes | None]:
         return decode.resize_encode_batch(images, shorter=shorter, quality=quality, threads=1)
 
     return fn
 
 
-def _cheap_info(data: bytes) -> Tuple[Optional[JpegInfo], bool]:
+def _cheap_info(data: bytes) -> tuple[JpegInfo | None, bool]:
     """The marker walk's verdict: (info, True) for an 8-bit colour JPEG the engine can take as is."""
     try:
         info = inspect_jpeg(data)
     except BadImage:
         return None, False
-    ok = (info is not None and info.components == 3 and info.precision == 8 and not info.lossless
-          and info.width > 0 and info.height > 0)
+    ok = (
+        info is not None
+        and info.components == 3
+        and info.precision == 8
+        and not info.lossless
+        and info.width > 0
+        and info.height > 0
+    )
     return info, ok
 
 
@@ -237,7 +259,7 @@ def _finish(out: bytes, kind: str, options: ConvertOptions) -> Converted:
     return Converted(out, kind)
 
 
-def convert_images(datas: Sequence[bytes], options: ConvertOptions) -> List[Converted]:
+def convert_images(datas: Sequence[bytes], options: ConvertOptions) -> list[Converted]:
     """:func:`convert_image` over a batch of files' bytes, in order.
 
     With ``resize`` the colour JPEGs of the batch are decoded, resized and re-encoded by one
@@ -245,12 +267,12 @@ def convert_images(datas: Sequence[bytes], options: ConvertOptions) -> List[Conv
     engine fails on, takes the per-image path.
     """
     fn = _engine_resize_encode() if options.resize is not None else None
-    if fn is None or not datas:
+    if fn is None or options.resize is None or not datas:
         return [convert_image(d, options) for d in datas]
     picks = [i for i, d in enumerate(datas) if d and _cheap_info(d)[1]]
-    done: Dict[int, Converted] = {}
+    done: dict[int, Converted] = {}
     if picks:
-        for i, jpeg in zip(picks, fn([datas[i] for i in picks], options.resize, options.quality)):
+        for i, jpeg in zip(picks, fn([datas[i] for i in picks], options.resize, options.quality), strict=True):
             if jpeg is not None:
                 done[i] = _finish(jpeg, "resized", options)
     return [done[i] if i in done else convert_image(d, options, use_engine=False) for i, d in enumerate(datas)]
@@ -270,7 +292,7 @@ def convert_image(data: bytes, options: ConvertOptions, *, use_engine: bool = Tr
     """
     if not data:
         return Converted(None, None, "empty file (0 bytes)")
-    info, cheap_ok = _cheap_info(data)
+    _info, cheap_ok = _cheap_info(data)
     try:
         if options.resize is None:
             if cheap_ok:
@@ -293,6 +315,7 @@ def convert_image(data: bytes, options: ConvertOptions, *, use_engine: bool = Tr
                 size = _resized_size(img.width, img.height, options.resize)
                 if img.size != size:
                     from PIL import Image
+
                     img = img.resize(size, Image.Resampling.BILINEAR)
                 out = _encode(img, options.quality)
     except BadImage as exc:

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from fastload.pack.convert import Converted
-from fastload.pack.sources import SourceItem
 from fastload.records import recordio
+from fastload.records.folder_tree import SourceItem
 
-__all__ = ["BufferPool", "Prepared", "FramedBatch", "engine_framing", "frame_batch"]
+__all__ = ["BufferPool", "FramedBatch", "Prepared", "engine_framing", "frame_batch"]
 
 
 class Prepared(NamedTuple):
@@ -45,7 +46,7 @@ class BufferPool:
 
     def __init__(self, keep: int) -> None:
         self._keep = keep
-        self._free: List[np.ndarray] = []
+        self._free: list[np.ndarray] = []
         self._lock = threading.Lock()
 
     def take(self, nbytes: int) -> np.ndarray:
@@ -66,7 +67,7 @@ class BufferPool:
 _MIN_BUFFER = 4 << 20  # most pass-through batches of ImageNet-like files fit: fewer, reusable sizes
 
 
-def engine_framing() -> Optional[Any]:
+def engine_framing() -> Any | None:
     """The engine's ``frame_files`` when the C++ extension is built, else None.
 
     ``FASTLOAD_PACK_FRAMING=python`` turns it off (the pure-Python path packs the same bytes).
@@ -74,7 +75,7 @@ def engine_framing() -> Optional[Any]:
     if os.environ.get("FASTLOAD_PACK_FRAMING", "").lower() == "python":
         return None
     try:
-        from fastload import _engine  # type: ignore[attr-defined]
+        from fastload import _engine
     except ImportError:
         return None
     return getattr(_engine, "frame_files", None)
@@ -91,10 +92,17 @@ class FramedBatch:
         sizes: Per file, the bytes read (the stat size).
     """
 
-    __slots__ = ("data", "framed", "lengths", "head_lens", "sizes", "buffer")
+    __slots__ = ("buffer", "data", "framed", "head_lens", "lengths", "sizes")
 
-    def __init__(self, data: memoryview, framed: List[int], lengths: List[int], head_lens: List[int],
-                 sizes: List[int], buffer: np.ndarray) -> None:
+    def __init__(
+        self,
+        data: memoryview,
+        framed: list[int],
+        lengths: list[int],
+        head_lens: list[int],
+        sizes: list[int],
+        buffer: np.ndarray,
+    ) -> None:
         self.data, self.framed, self.lengths, self.head_lens, self.sizes = data, framed, lengths, head_lens, sizes
         self.buffer = buffer  # what ``data`` views: back to the pool once the records are written
 
@@ -103,24 +111,37 @@ class FramedBatch:
         """Whether every file of the batch was framed (the writer can take the batch whole)."""
         return all(n > 0 for n in self.framed)
 
-    def entries(self) -> List[Optional[Tuple[Converted, int, Prepared]]]:
+    def whole_entries(self) -> list[tuple[Converted, int, Prepared | None]]:
+        """:meth:`entries` of a batch framed whole (:attr:`complete`)."""
+        entries: list[tuple[Converted, int, Prepared | None]] = [e for e in self.entries() if e is not None]
+        if len(entries) != len(self.framed):
+            raise ValueError("the batch was not framed whole")
+        return entries
+
+    def entries(self) -> list[tuple[Converted, int, Prepared] | None]:
         """Per file, ``(converted, bytes read, prepared record)``, or None where the Python path must act."""
-        out: List[Optional[Tuple[Converted, int, Prepared]]] = []
+        out: list[tuple[Converted, int, Prepared] | None] = []
         pos = 0
-        for n, length, head_len, size in zip(self.framed, self.lengths, self.head_lens, self.sizes):
+        for n, length, head_len, size in zip(self.framed, self.lengths, self.head_lens, self.sizes, strict=True):
             if n < 0:
                 out.append(None)
                 continue
-            record = self.data[pos:pos + n]
+            record = self.data[pos : pos + n]
             pos += n
             start = 8 + head_len
-            out.append((Converted(record[start:start + size], "pass"), size,
-                        Prepared(recordio.FramedRecord.whole(record), length, head_len)))
+            out.append(
+                (
+                    Converted(record[start : start + size], "pass"),
+                    size,
+                    Prepared(recordio.FramedRecord.whole(record), length, head_len),
+                )
+            )
         return out
 
 
-def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int, frame_files: Any,
-                pool: BufferPool) -> FramedBatch:
+def frame_batch(
+    batch: Sequence[tuple[SourceItem, int]], label_width: int, frame_files: Any, pool: BufferPool
+) -> FramedBatch:
     """Frame a batch of ``(item, stat size)`` pass-through files with the engine.
 
     Args:
@@ -132,12 +153,11 @@ def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int, frame
     Returns:
         The :class:`FramedBatch`; files it refused are for the Python path.
     """
-    heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
-             for item, _ in batch]
+    heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id) for item, _ in batch]
     sizes = [size for _, size in batch]
     head_lens = [len(h) for h in heads]
-    lengths = [h + s for h, s in zip(head_lens, sizes)]
+    lengths = [h + s for h, s in zip(head_lens, sizes, strict=True)]
     # Every record framed whole, plus the read-ahead byte that notices a file grown since its stat.
     buffer = pool.take(1 + sum(recordio.framed_size(n) for n in lengths))
     framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads, buffer)
-    return FramedBatch(memoryview(buffer)[:used], framed.tolist(), lengths, head_lens, sizes, buffer)
+    return FramedBatch(buffer.data[:used], framed.tolist(), lengths, head_lens, sizes, buffer)

@@ -16,15 +16,23 @@ batch gathers them, so the arrays may be far larger than RAM.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from fastload.errors import CorruptRecordError, UserError
 from fastload.records.manifest import read_json_manifest
 
-__all__ = ["ARRAYS_MANIFEST", "ARRAYS_FORMAT", "ShardedVector", "DenseArray", "CSRArray", "ArrayShards",
-           "open_arrays"]
+__all__ = [
+    "ARRAYS_FORMAT",
+    "ARRAYS_MANIFEST",
+    "ArrayShards",
+    "CSRArray",
+    "DenseArray",
+    "ShardedVector",
+    "open_arrays",
+]
 
 ARRAYS_MANIFEST = "fastload-arrays.json"
 ARRAYS_FORMAT = "fastload-arrays"
@@ -44,7 +52,7 @@ class ShardedVector:
         self.parts = list(parts)
         lengths = np.array([len(p) for p in self.parts], dtype=np.int64)
         self.starts = np.concatenate(([0], np.cumsum(lengths)))
-        self.shape = (int(self.starts[-1]),) + tuple(self.parts[0].shape[1:])
+        self.shape = (int(self.starts[-1]), *tuple(self.parts[0].shape[1:]))
         self.dtype = self.parts[0].dtype
 
     def __len__(self) -> int:
@@ -62,10 +70,10 @@ class ShardedVector:
             out[sel] = self.parts[shard][positions[sel] - self.starts[shard]]
         return out
 
-    def __getitem__(self, positions) -> np.ndarray:
+    def __getitem__(self, positions: Any) -> np.ndarray:
         positions = np.asarray(positions, dtype=np.int64)
         out = np.empty(positions.shape + self.shape[1:], dtype=self.dtype)
-        return self.take_into(positions.reshape(-1), out.reshape((-1,) + self.shape[1:])).reshape(out.shape)
+        return self.take_into(positions.reshape(-1), out.reshape((-1, *self.shape[1:]))).reshape(out.shape)
 
 
 class DenseArray:
@@ -86,8 +94,9 @@ class CSRArray:
 
     stype = "csr"
 
-    def __init__(self, name: str, indptr: np.ndarray, indices: ShardedVector, data: ShardedVector,
-                 shape) -> None:
+    def __init__(
+        self, name: str, indptr: np.ndarray, indices: ShardedVector, data: ShardedVector, shape: tuple[int, ...]
+    ) -> None:
         self.name, self.indptr, self.indices, self.data = name, indptr, indices, data
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), data.dtype
 
@@ -112,15 +121,15 @@ class ArrayShards:
         self.manifest = manifest
         self.num_rows = int(manifest["num_rows"])
         self._row_starts = np.asarray(manifest["row_starts"], dtype=np.int64)
-        self._arrays: Dict[str, Union[DenseArray, CSRArray]] = {}
-        self.data_names: List[str] = []
-        self.label_names: List[str] = []
+        self._arrays: dict[str, DenseArray | CSRArray] = {}
+        self.data_names: list[str] = []
+        self.label_names: list[str] = []
         for entry in manifest["arrays"]:
             arr = self._open_entry(entry)
             self._arrays[entry["name"]] = arr
             (self.label_names if entry["role"] == "label" else self.data_names).append(entry["name"])
 
-    def _map(self, file: str, rows_expected=None) -> np.ndarray:
+    def _map(self, file: str, rows_expected: int | None = None) -> np.ndarray:
         full = os.path.join(self.path, file)
         try:
             arr = np.load(full, mmap_mode="r", allow_pickle=False)
@@ -132,31 +141,35 @@ class ArrayShards:
             raise CorruptRecordError(f"holds {len(arr)} rows, manifest says {rows_expected}", shard=full)
         return arr
 
-    def _open_entry(self, entry) -> Union[DenseArray, CSRArray]:
+    def _open_entry(self, entry: dict[str, Any]) -> DenseArray | CSRArray:
         name, shape = entry["name"], tuple(entry["shape"])
         rows = np.diff(self._row_starts)
         if entry["stype"] == "default":
-            parts = [self._map(f, int(r)) for f, r in zip(entry["files"], rows)]
+            parts = [self._map(f, int(r)) for f, r in zip(entry["files"], rows, strict=True)]
             return DenseArray(name, ShardedVector(parts))
         if entry["stype"] != "csr":
             raise UserError(f"{self.path}: array {name!r} has unknown storage type {entry['stype']!r}")
         indptrs, indices, data = [], [], []
-        for f, r in zip(entry["files"], rows):
+        for f, r in zip(entry["files"], rows, strict=True):
             ip = self._map(f + ".indptr.npy", int(r) + 1)
             ind, dat = self._map(f + ".indices.npy"), self._map(f + ".data.npy")
             if int(ip[-1]) != len(ind) or len(ind) != len(dat):
-                raise CorruptRecordError(f"CSR shard indptr ends at {int(ip[-1])} but holds {len(ind)} indices "
-                                         f"and {len(dat)} values", shard=os.path.join(self.path, f))
+                raise CorruptRecordError(
+                    f"CSR shard indptr ends at {int(ip[-1])} but holds {len(ind)} indices and {len(dat)} values",
+                    shard=os.path.join(self.path, f),
+                )
             indptrs.append(ip)
             indices.append(ind)
             data.append(dat)
         # One global int64 row pointer (8 bytes per row) so row gathers need no shard lookups.
         offsets = np.concatenate(([0], np.cumsum([len(d) for d in data])))
-        indptr = np.concatenate([np.asarray(ip[:-1], dtype=np.int64) + off for ip, off in zip(indptrs, offsets)]
-                                + [np.array([offsets[-1]], dtype=np.int64)])
+        indptr = np.concatenate(
+            [np.asarray(ip[:-1], dtype=np.int64) + off for ip, off in zip(indptrs, offsets[:-1], strict=True)]
+            + [np.array([offsets[-1]], dtype=np.int64)]
+        )
         return CSRArray(name, indptr, ShardedVector(indices), ShardedVector(data), shape)
 
-    def array(self, name: str) -> Union[DenseArray, CSRArray]:
+    def array(self, name: str) -> DenseArray | CSRArray:
         """The stored array ``name``."""
         try:
             return self._arrays[name]
@@ -167,10 +180,10 @@ class ArrayShards:
         """Drop the memory maps (idempotent); arrays handed out earlier keep theirs alive."""
         self._arrays = {}
 
-    def __enter__(self) -> "ArrayShards":
+    def __enter__(self) -> ArrayShards:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

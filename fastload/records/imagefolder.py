@@ -1,6 +1,6 @@
 """Read stage: an unpacked ImageFolder tree served through the same ``Dataset`` API as packed shards.
 
-Records are the tree's image files in :func:`fastload.pack.sources.scan_folder` order; ``image(i)``
+Records are the tree's image files in :func:`fastload.records.folder_tree.scan_folder` order; ``image(i)``
 reads the file (a copy, not a mapping). Nothing is validated up front: a bad file fails when it is
 decoded, named by its path.
 """
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 
 import numpy as np
 
 from fastload.errors import CorruptRecordError
-from fastload.pack.sources import scan_folder
-from fastload.records.dataset import Dataset
+from fastload.records.base import Dataset
+from fastload.records.folder_tree import scan_folder
 from fastload.records.recordio import pack_header
 
 __all__ = ["ImageFolderDataset"]
@@ -48,8 +49,9 @@ class ImageFolderDataset(Dataset):
             with open(self.files[i], "rb") as f:
                 return memoryview(f.read())
         except OSError as exc:
-            raise CorruptRecordError(f"cannot read image file: {exc.strerror or exc}", shard=self.files[i],
-                                     record=i) from None
+            raise CorruptRecordError(
+                f"cannot read image file: {exc.strerror or exc}", shard=self.files[i], record=i
+            ) from None
 
     def payload(self, i: int) -> bytes:
         image = self.image(i)
@@ -59,7 +61,7 @@ class ImageFolderDataset(Dataset):
     def locate(self, i: int) -> str:
         return self.files[self._check_index(i)]
 
-    def will_need(self, indices) -> None:
+    def will_need(self, indices: Iterable[int]) -> None:
         """``posix_fadvise(WILLNEED)`` on each file."""
         if self._closed or not hasattr(os, "posix_fadvise"):
             return

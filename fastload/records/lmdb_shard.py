@@ -18,11 +18,13 @@ Values (little-endian, no pickle)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Sequence, Tuple, Union
+from typing import Any
 
 import lmdb
 import numpy as np
@@ -32,14 +34,14 @@ from fastload.errors import CorruptRecordError
 __all__ = [
     "VALUE_MAGIC",
     "VALUE_VERSION",
-    "encode_key",
+    "LmdbShard",
+    "LmdbShardWriter",
+    "LmdbValueHeader",
     "decode_key",
+    "encode_key",
+    "is_lmdb_shard",
     "pack_value",
     "unpack_value_header",
-    "LmdbValueHeader",
-    "LmdbShardWriter",
-    "LmdbShard",
-    "is_lmdb_shard",
 ]
 
 VALUE_MAGIC = b"FLDB"
@@ -65,23 +67,23 @@ def decode_key(key: bytes) -> int:
 class LmdbValueHeader:
     """The decoded header of a value: labels, id and where the image bytes start."""
 
-    labels: Tuple[float, ...]
+    labels: tuple[float, ...]
     id: int
     image_offset: int
 
 
-def pack_value_header(labels: Union[float, Sequence[float]], id: int) -> bytes:
+def pack_value_header(labels: float | Sequence[float], id: int) -> bytes:
     """The header bytes that precede the image in a value."""
     arr = np.atleast_1d(np.asarray(labels, dtype="<f4")).ravel()
     return _HEAD.pack(VALUE_MAGIC, VALUE_VERSION, arr.size, int(id)) + arr.tobytes()
 
 
-def pack_value(labels: Union[float, Sequence[float]], id: int, image: bytes) -> bytes:
+def pack_value(labels: float | Sequence[float], id: int, image: bytes) -> bytes:
     """A complete value: header then image bytes."""
     return pack_value_header(labels, id) + bytes(image)
 
 
-def unpack_value_header(value) -> LmdbValueHeader:
+def unpack_value_header(value: bytes | bytearray | memoryview) -> LmdbValueHeader:
     """Decode a value's header.
 
     Raises:
@@ -116,8 +118,9 @@ class LmdbShardWriter:
 
     def __init__(self, path: str, map_size: int = 1 << 40) -> None:
         self.path = path
-        self._env = lmdb.open(path, map_size=map_size, subdir=True, metasync=False, sync=False,
-                              readahead=False, meminit=True, max_dbs=0)
+        self._env = lmdb.open(
+            path, map_size=map_size, subdir=True, metasync=False, sync=False, readahead=False, meminit=True, max_dbs=0
+        )
         self._txn = self._env.begin(write=True)
         self._pending = 0
         self.records = 0
@@ -154,17 +157,18 @@ class LmdbShardWriter:
 
 # py-lmdb refuses to open one environment twice in a process, yet two datasets (or a dataset and a
 # verify) may share shards: environments are shared and reference-counted.
-_ENVS: Dict[str, List[Any]] = {}
+_ENVS: dict[str, list[Any]] = {}
 _ENVS_LOCK = threading.Lock()
 
 
-def _acquire_env(key: str):
+def _acquire_env(key: str) -> Any:
     with _ENVS_LOCK:
         slot = _ENVS.get(key)
         if slot is None:
             try:
-                env = lmdb.open(key, readonly=True, lock=False, readahead=False, meminit=False, subdir=True,
-                                max_readers=4096)
+                env = lmdb.open(
+                    key, readonly=True, lock=False, readahead=False, meminit=False, subdir=True, max_readers=4096
+                )
             except lmdb.Error as exc:
                 raise CorruptRecordError(f"cannot open LMDB environment: {exc}", shard=key) from None
             slot = _ENVS[key] = [env, 0]
@@ -201,7 +205,7 @@ class LmdbShard:
         self._key = os.path.realpath(path)
         self._env = _acquire_env(self._key)
         self._local = threading.local()
-        self._txns = []
+        self._txns: list[Any] = []
         self._txns_lock = threading.Lock()
         self._closed = False
         self.size = os.path.getsize(os.path.join(path, "data.mdb"))
@@ -209,7 +213,7 @@ class LmdbShard:
     def __len__(self) -> int:
         return self._env.stat()["entries"]
 
-    def _txn(self):
+    def _txn(self) -> Any:
         txn = getattr(self._local, "txn", None)
         if txn is None:
             if self._closed:
@@ -231,7 +235,7 @@ class LmdbShard:
             raise CorruptRecordError("record key missing from the LMDB shard", shard=self.path, record=record)
         return value
 
-    def items(self) -> Iterator[Tuple[int, bytes]]:
+    def items(self) -> Iterator[tuple[int, bytes]]:
         """All ``(record, value)`` pairs in key order."""
         with self._env.begin(buffers=False) as txn:
             for key, value in txn.cursor():
@@ -247,9 +251,7 @@ class LmdbShard:
         self._closed = True
         with self._txns_lock:
             for txn in self._txns:
-                try:
+                with contextlib.suppress(lmdb.Error):
                     txn.abort()
-                except lmdb.Error:
-                    pass
             self._txns.clear()
         _release_env(self._key)

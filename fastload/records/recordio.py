@@ -17,33 +17,35 @@ The payload of an image record is MXNet's ``IRHeader`` (struct ``IfQQ``: flag, l
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import itertools
 import mmap
 import os
 import struct
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Protocol
 
 import numpy as np
 
 from fastload.errors import CorruptRecordError
 
 __all__ = [
+    "IR_HEADER_SIZE",
     "MAGIC",
     "MAX_RECORD_LENGTH",
-    "IR_HEADER_SIZE",
+    "FramedRecord",
     "RecordHeader",
-    "pack_header",
-    "unpack_header",
+    "RecordIOShard",
+    "RecordIOWriter",
+    "format_idx",
     "frame_parts",
     "framed_size",
-    "FramedRecord",
-    "RecordIOWriter",
-    "RecordIOShard",
+    "pack_header",
     "read_idx",
-    "format_idx",
+    "unpack_header",
 ]
 
 MAGIC = 0xCED7230A
@@ -54,7 +56,15 @@ _IR = struct.Struct("<IfQQ")
 IR_HEADER_SIZE = _IR.size  # 24
 _PAD = (b"", b"\0\0\0", b"\0\0", b"\0")  # indexed by length % 4
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
+
+
+class Sink(Protocol):
+    """Where :class:`RecordIOWriter` writes: a binary file, or anything with ``write`` and ``fileno``."""
+
+    def write(self, data: Buffer, /) -> int | None: ...
+
+    def fileno(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -70,13 +80,13 @@ class RecordHeader:
     """
 
     flag: int
-    labels: Tuple[float, ...]
+    labels: tuple[float, ...]
     id: int
     id2: int
     image_offset: int
 
 
-def pack_header(labels: Union[float, Sequence[float]], id: int, id2: int = 0) -> bytes:
+def pack_header(labels: float | Sequence[float], id: int, id2: int = 0) -> bytes:
     """Encode an image-record header exactly as ``mx.recordio.pack`` does.
 
     Args:
@@ -112,7 +122,7 @@ def unpack_header(payload: Buffer) -> RecordHeader:
     return RecordHeader(flag, labels, rid, rid2, end)
 
 
-def _magic_positions(payload: Buffer) -> List[int]:
+def _magic_positions(payload: Buffer) -> list[int]:
     """Aligned offsets of the magic word inside a payload (only whole words before the tail)."""
     words = len(payload) >> 2
     if words == 0:
@@ -122,7 +132,7 @@ def _magic_positions(payload: Buffer) -> List[int]:
         small = bytes(payload)
         if _MAGIC_BYTES not in small:
             return []
-        return [4 * i for i in range(words) if small[4 * i:4 * i + 4] == _MAGIC_BYTES]
+        return [4 * i for i in range(words) if small[4 * i : 4 * i + 4] == _MAGIC_BYTES]
     # One vectorized compare over the aligned words: several GB/s, against <1 GB/s for bytes.find.
     aligned = np.frombuffer(payload, dtype="<u4", count=words)
     if MAGIC not in aligned:  # the usual answer, without numpy's Python-level wrappers
@@ -130,7 +140,7 @@ def _magic_positions(payload: Buffer) -> List[int]:
     return (np.flatnonzero(aligned == MAGIC) * 4).tolist()
 
 
-def frame_parts(payload: Buffer) -> List[Buffer]:
+def frame_parts(payload: Buffer) -> list[Buffer]:
     """The byte chunks dmlc-core writes for one payload (framing words, data, padding).
 
     Args:
@@ -142,7 +152,7 @@ def frame_parts(payload: Buffer) -> List[Buffer]:
     return _frame(payload)[0]
 
 
-def _frame(payload: Buffer, head: Buffer = b"") -> Tuple[List[Buffer], int]:
+def _frame(payload: Buffer, head: Buffer = b"") -> tuple[list[Buffer], int]:
     """``(chunks, parts)`` for the payload ``head + payload``; ``parts`` is 0 for a record written whole.
 
     ``head`` (a multiple of 4 bytes long, e.g. the IRHeader) is framed as if concatenated in front of
@@ -154,23 +164,24 @@ def _frame(payload: Buffer, head: Buffer = b"") -> Tuple[List[Buffer], int]:
     length = hlen + len(payload)
     if length > MAX_RECORD_LENGTH:
         raise ValueError(f"record of {length} bytes exceeds the RecordIO limit of {MAX_RECORD_LENGTH}")
-    splits = _magic_positions(head) + [hlen + p for p in _magic_positions(payload)] if hlen else \
-        _magic_positions(payload)
+    splits = (
+        _magic_positions(head) + [hlen + p for p in _magic_positions(payload)] if hlen else _magic_positions(payload)
+    )
     if not splits:  # almost every record: one framing word (merged with the header), data, padding
         first = _LREC.pack(MAGIC, length) + bytes(head) if hlen else _LREC.pack(MAGIC, length)
         pad = _PAD[length & 3]
         return ([first, payload, pad] if pad else [first, payload]) if len(payload) else [first], 0
     hview, pview = memoryview(head), memoryview(payload)
 
-    def piece(a: int, b: int) -> List[Buffer]:
-        out: List[Buffer] = []
+    def piece(a: int, b: int) -> list[Buffer]:
+        out: list[Buffer] = []
         if a < hlen:
-            out.append(hview[a:min(b, hlen)])
+            out.append(hview[a : min(b, hlen)])
         if b > hlen:
-            out.append(pview[max(a, hlen) - hlen:b - hlen])
+            out.append(pview[max(a, hlen) - hlen : b - hlen])
         return [c for c in out if len(c)]
 
-    chunks: List[Buffer] = []
+    chunks: list[Buffer] = []
     start = 0
     for pos in splits:
         chunks.append(_LREC.pack(MAGIC, ((1 if start == 0 else 2) << 29) | (pos - start)))
@@ -191,10 +202,10 @@ def framed_size(payload_length: int) -> int:
 
 def format_idx(keys: Sequence[int], offsets: Sequence[int]) -> bytes:
     """The ``.idx`` text MXNet's ``MXIndexedRecordIO`` writes: ``key<TAB>offset<LF>`` per record."""
-    return "".join(f"{int(k)}\t{int(o)}\n" for k, o in zip(keys, offsets)).encode("ascii")
+    return "".join(f"{int(k)}\t{int(o)}\n" for k, o in zip(keys, offsets, strict=True)).encode("ascii")
 
 
-def read_idx(path: str) -> Tuple[np.ndarray, np.ndarray]:
+def read_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Parse a ``.idx`` file.
 
     Returns:
@@ -203,8 +214,8 @@ def read_idx(path: str) -> Tuple[np.ndarray, np.ndarray]:
     Raises:
         CorruptRecordError: When a line is not ``int<TAB>int``.
     """
-    keys: List[int] = []
-    offsets: List[int] = []
+    keys: list[int] = []
+    offsets: list[int] = []
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
@@ -239,7 +250,7 @@ class FramedRecord:
         self.size = sum(len(c) for c in self.chunks)
 
     @classmethod
-    def whole(cls, framed: Buffer) -> "FramedRecord":
+    def whole(cls, framed: Buffer) -> FramedRecord:
         """A record already framed whole (``cflag`` 0, padded), e.g. by the engine's ``frame_files``."""
         record = cls.__new__(cls)
         record.chunks, record.parts, record.size = [framed], 0, len(framed)
@@ -255,13 +266,13 @@ class RecordIOWriter:
         on_bytes: Called with every chunk written (checksums, byte counters).
     """
 
-    def __init__(self, fileobj: BinaryIO, on_bytes: Optional[Callable[[Buffer], None]] = None) -> None:
+    def __init__(self, fileobj: Sink, on_bytes: Callable[[Buffer], None] | None = None) -> None:
         self._file = fileobj
         self._on_bytes = on_bytes
         self._writev = isinstance(fileobj, io.FileIO) and hasattr(os, "writev")
         self.offset = 0
-        self.keys: List[int] = []
-        self.offsets: List[int] = []
+        self.keys: list[int] = []
+        self.offsets: list[int] = []
 
     def _write(self, chunks: Sequence[Buffer]) -> None:
         if self._writev:
@@ -283,7 +294,7 @@ class RecordIOWriter:
             for chunk in chunks:
                 self._on_bytes(chunk)
 
-    def write_framed(self, record: FramedRecord, key: int) -> Tuple[int, int]:
+    def write_framed(self, record: FramedRecord, key: int) -> tuple[int, int]:
         """Append a record framed by :class:`FramedRecord`; returns ``(offset, parts)``."""
         start = self.offset
         self._write(record.chunks)
@@ -292,7 +303,7 @@ class RecordIOWriter:
         self.offsets.append(start)
         return start, record.parts
 
-    def write_records(self, data: Buffer, keys: Sequence[int], sizes: Sequence[int]) -> List[int]:
+    def write_records(self, data: Buffer, keys: Sequence[int], sizes: Sequence[int]) -> list[int]:
         """Append records already framed whole, back to back in ``data`` (``sizes`` bytes each).
 
         Returns:
@@ -307,7 +318,7 @@ class RecordIOWriter:
         self.offsets.extend(offsets)
         return offsets
 
-    def write(self, payload: Buffer, key: int) -> Tuple[int, int]:
+    def write(self, payload: Buffer, key: int) -> tuple[int, int]:
         """Frame and append one payload.
 
         Returns:
@@ -335,28 +346,30 @@ class RecordIOShard:
         self.name = os.path.basename(path)
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            self._mmap: Optional[mmap.mmap] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            self._mmap: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
         self.size = size
         self.view = memoryview(self._mmap) if self._mmap is not None else memoryview(b"")
 
-    def _fail(self, message: str, record: Optional[int], offset: int) -> CorruptRecordError:
+    def _fail(self, message: str, record: int | None, offset: int) -> CorruptRecordError:
         return CorruptRecordError(message, shard=self.path, record=record, offset=offset)
 
-    def _part(self, offset: int, record: Optional[int]) -> Tuple[int, int]:
+    def _part(self, offset: int, record: int | None) -> tuple[int, int]:
         """``(cflag, length)`` of the physical part at ``offset``, checked against the file size."""
         if offset + 8 > self.size:
-            raise self._fail(f"record header past the end of the shard ({self.size} bytes; truncated?)",
-                             record, offset)
+            raise self._fail(f"record header past the end of the shard ({self.size} bytes; truncated?)", record, offset)
         magic, lrec = _LREC.unpack_from(self.view, offset)
         if magic != MAGIC:
             raise self._fail(f"bad magic word 0x{magic:08x}", record, offset)
         cflag, length = lrec >> 29, lrec & MAX_RECORD_LENGTH
         if offset + 8 + length > self.size:
-            raise self._fail(f"record of {length} bytes runs past the end of the shard ({self.size} bytes; "
-                             "truncated?)", record, offset)
+            raise self._fail(
+                f"record of {length} bytes runs past the end of the shard ({self.size} bytes; truncated?)",
+                record,
+                offset,
+            )
         return cflag, length
 
-    def extent(self, offset: int, record: Optional[int] = None) -> Tuple[int, int, int]:
+    def extent(self, offset: int, record: int | None = None) -> tuple[int, int, int]:
         """Walk the parts of the record at ``offset``.
 
         Returns:
@@ -378,7 +391,7 @@ class RecordIOShard:
                 return total, parts, pos + 8 + ((length + 3) & ~3)
             pos += 8 + length
 
-    def payload(self, offset: int, length: int = -1, parts: int = 0, record: Optional[int] = None) -> Buffer:
+    def payload(self, offset: int, length: int = -1, parts: int = 0, record: int | None = None) -> memoryview | bytes:
         """The payload of the record at ``offset``.
 
         Args:
@@ -395,8 +408,8 @@ class RecordIOShard:
             if cflag == 0:
                 if length >= 0 and plen != length:
                     raise self._fail(f"record length {plen} differs from the index ({length})", record, offset)
-                return self.view[offset + 8: offset + 8 + plen]
-        chunks = []
+                return self.view[offset + 8 : offset + 8 + plen]
+        chunks: list[Buffer] = []
         pos = offset
         while True:
             cflag, plen = self._part(pos, record)
@@ -406,7 +419,7 @@ class RecordIOShard:
                 if cflag not in (2, 3):
                     raise self._fail(f"multi-part record interrupted by cflag {cflag}", record, pos)
                 chunks.append(_MAGIC_BYTES)
-            chunks.append(self.view[pos + 8: pos + 8 + plen])
+            chunks.append(self.view[pos + 8 : pos + 8 + plen])
             if cflag == 3:
                 break
             pos += 8 + plen
@@ -415,7 +428,7 @@ class RecordIOShard:
             raise self._fail(f"record length {len(data)} differs from the index ({length})", record, offset)
         return data
 
-    def scan(self) -> Iterator[Tuple[int, int, int]]:
+    def scan(self) -> Iterator[tuple[int, int, int]]:
         """Walk the whole file record by record.
 
         Yields:
@@ -440,7 +453,7 @@ class RecordIOShard:
         """
         self._advise(getattr(mmap, "MADV_DONTNEED", None), offset, length)
 
-    def _advise(self, advice: Optional[int], offset: int, length: int) -> None:
+    def _advise(self, advice: int | None, offset: int, length: int) -> None:
         if self._mmap is None or length <= 0 or advice is None:
             return
         start = offset - offset % mmap.PAGESIZE
@@ -453,7 +466,6 @@ class RecordIOShard:
         mm, self._mmap = self._mmap, None
         self.view.release()
         if mm is not None:
-            try:
+            # Slices of the view may still be alive: the mapping then goes with the last of them.
+            with contextlib.suppress(BufferError):
                 mm.close()
-            except BufferError:
-                pass  # slices of the view are still alive; the mapping goes with the last of them

@@ -1,4 +1,4 @@
-"""Read stage, checking: ``fastload verify``: checksums, framing and headers of every record, optionally decoded.
+"""Read stage, checking (``fastload verify``): checksums, framing and headers of every record, optionally decoded.
 
 Every problem names its shard and record. A fastload folder is checked against its manifest
 (file sizes, checksums of shards and ``.idx`` files, record counts) and its index (framing, lengths,
@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
 
 import numpy as np
 
-from fastload.errors import CorruptRecordError, UserError
+from fastload.errors import CorruptRecordError
 from fastload.records import recordio
-from fastload.records.dataset import Dataset, ShardedDataset, open_dataset
-from fastload.records.lmdb_shard import unpack_value_header
-from fastload.records.manifest import MANIFEST_NAME, file_matches, read_manifest, recorded_checksum
+from fastload.records.base import Dataset
+from fastload.records.checksum import file_matches, recorded_checksum
+from fastload.records.dataset import open_dataset
+from fastload.records.lmdb_shard import LmdbValueHeader, unpack_value_header
+from fastload.records.manifest import MANIFEST_NAME, read_manifest
+from fastload.records.recordio import RecordHeader
+from fastload.records.sharded import ShardedDataset
 
-__all__ = ["VerifyReport", "verify_dataset", "verify_main"]
+__all__ = ["VerifyReport", "verify_dataset"]
 
 
 @dataclass
@@ -39,7 +43,7 @@ class VerifyReport:
     records: int = 0
     shards: int = 0
     decoded: int = 0
-    problems: List[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -49,11 +53,12 @@ class VerifyReport:
 def _decoder() -> Callable[[memoryview], object]:
     try:
         from fastload.decode import decode_image
+
         return decode_image
     except ImportError:
         from PIL import Image
 
-        def pillow_decode(buf):
+        def pillow_decode(buf: memoryview) -> object:
             img = Image.open(io.BytesIO(bytes(buf)))
             img.load()
             if img.mode != "RGB":
@@ -73,8 +78,10 @@ def _check_files(folder: str, manifest: dict, report: VerifyReport) -> None:
             continue
         size = os.path.getsize(data)
         if size != entry["bytes"]:
-            report.problems.append(f"shard {entry['file']}: {size} bytes, the manifest says {entry['bytes']}"
-                                   + (" (truncated)" if size < entry["bytes"] else ""))
+            report.problems.append(
+                f"shard {entry['file']}: {size} bytes, the manifest says {entry['bytes']}"
+                + (" (truncated)" if size < entry["bytes"] else "")
+            )
         elif not file_matches(data, recorded_checksum(entry)):
             report.problems.append(f"shard {entry['file']}: checksum differs from the manifest (corrupted)")
         if entry.get("index_file"):
@@ -90,8 +97,9 @@ def _check_files(folder: str, manifest: dict, report: VerifyReport) -> None:
         report.problems.append(f"record index {index_meta['file']}: checksum differs from the manifest")
 
 
-def _check_record(ds: ShardedDataset, i: int) -> Optional[str]:
+def _check_record(ds: ShardedDataset, i: int) -> str | None:
     """Framing and header of record ``i`` against the index; None when fine."""
+    head: RecordHeader | LmdbValueHeader
     if ds.kind.endswith("lmdb"):
         head = unpack_value_header(ds._raw(i)[1])
     else:
@@ -108,8 +116,7 @@ def _check_record(ds: ShardedDataset, i: int) -> Optional[str]:
     return None
 
 
-def verify_dataset(path: str, *, decode: bool = False,
-                   on_record: Optional[Callable[[int], None]] = None) -> VerifyReport:
+def verify_dataset(path: str, *, decode: bool = False, on_record: Callable[[int], None] | None = None) -> VerifyReport:
     """Check a dataset; never raises for damaged data (problems are listed in the report).
 
     Args:
@@ -131,12 +138,13 @@ def verify_dataset(path: str, *, decode: bool = False,
     decode_fn = _decoder() if decode else None
     with ds:
         report.shards = len(ds.shards) or 1
-        if ds.manifest is not None:
+        if ds.manifest is not None and isinstance(ds, ShardedDataset):
             for k, entry in enumerate(ds.manifest["shards"]):
                 have = int(np.count_nonzero(ds._shard == k))
                 if have != entry["records"]:
-                    report.problems.append(f"shard {entry['file']}: index has {have} records, "
-                                           f"manifest says {entry['records']}")
+                    report.problems.append(
+                        f"shard {entry['file']}: index has {have} records, manifest says {entry['records']}"
+                    )
         for i in range(len(ds)):
             where = ds.locate(i)
             try:
@@ -148,7 +156,7 @@ def verify_dataset(path: str, *, decode: bool = False,
                 try:
                     decode_fn(image)
                     report.decoded += 1
-                except Exception as exc:  # noqa: BLE001 - any decoder failure is a finding about this record
+                except Exception as exc:
                     problem = f"does not decode: {exc}"
             if problem is not None:
                 report.problems.append(f"{where}: {problem}")
@@ -156,20 +164,3 @@ def verify_dataset(path: str, *, decode: bool = False,
             if on_record is not None:
                 on_record(i)
     return report
-
-
-def verify_main(args) -> int:
-    """``fastload verify PATH [--decode]``: print problems (or a one-line OK); exit 1 when anything is bad."""
-    if not os.path.exists(args.path):
-        raise UserError(f"{args.path}: no such file or directory")
-    report = verify_dataset(args.path, decode=bool(getattr(args, "decode", False)))
-    for line in report.problems[:200]:
-        print(f"BAD {line}")
-    if len(report.problems) > 200:
-        print(f"... {len(report.problems) - 200} more problems")
-    decoded = f", {report.decoded} decoded" if getattr(args, "decode", False) else ""
-    if report.ok:
-        print(f"OK {args.path}: {report.records} records in {report.shards} shard(s) checked{decoded}")
-        return 0
-    print(f"FAILED {args.path}: {len(report.problems)} problem(s) in {report.records} records{decoded}")
-    return 1
