@@ -138,10 +138,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = [4] if args.quick else [int(s) for s in args.sizes.split(",")]
     pairs = 1 if args.quick else args.pairs
-    try:
-        from fastload_tools.s3_server import LocalS3Server
-    except ImportError:
-        from tools.s3_server import LocalS3Server
+    from tools.s3_server import LocalS3Server
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="fastload-s3-bench-") as data, \
             tempfile.TemporaryDirectory(prefix="fastload-s3-bench-", dir=shm) as scratch, \

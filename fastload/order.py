@@ -184,6 +184,7 @@ def shard_sequence(shard_starts: Sequence[int], *, seed: int, epoch: int) -> np.
 
 def _shard_share(spec: "OrderSpec", epoch: int) -> np.ndarray:
     """This rank's contiguous share of the shard-aware sequence (padding from the tail)."""
+    assert spec.shard_starts is not None  # OrderSpec checks it for Shuffle.SHARD
     seq = shard_sequence(spec.shard_starts, seed=spec.seed, epoch=epoch)
     n, w = len(seq), spec.world_size
     if spec.even is Even.PAD:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fastload_tools.make_dataset import make_dataset
-from fastload_tools.s3_server import LocalS3Server, find_weed
+from tools.make_dataset import make_dataset
+from tools.s3_server import LocalS3Server, find_weed
 
 HAVE_WEED = find_weed() is not None
 HAVE_OBSTORE = importlib.util.find_spec("obstore") is not None

@@ -20,7 +20,7 @@ from fastload.errors import UserError
 from fastload.loader import Loader, LoaderConfig
 from fastload.records.dataset import open_dataset
 from fastload.remote.cache import CacheError, ShardCache
-from fastload.remote.dataset import open_remote_dataset
+from fastload.records.remote_dataset import open_remote_dataset
 from fastload.remote.fetch import ChecksumMismatch, FetchError, RetryPolicy, fetch_to_file
 from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
 from fastload.transforms import eval_transform
@@ -232,7 +232,7 @@ def test_cache_limit_below_one_shard_is_a_clear_error(s3_dataset, tmp_path):
 _TWO_RANKS = r"""
 import json, os, sys
 import torch.distributed as dist
-from fastload.remote.dataset import open_remote_dataset
+from fastload.records.remote_dataset import open_remote_dataset
 from fastload.torch import DataLoader
 from fastload.transforms import eval_transform
 rank = int(sys.argv[1]); out = sys.argv[2]

@@ -32,6 +32,7 @@ Ray is an optional dependency (``pip install 'fastload[ray]'``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -39,28 +40,49 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
 from fastload.errors import UserError
 from fastload.pack.convert import ConvertOptions
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
-from fastload.pack.packer import (_DECODE_BATCH, _PASS_BATCH, _USER_WRITE_ERRNOS, PackOptions, PackResult, ShardFormat,
-                                  _exclusive, _finalize, _fingerprint, _fixed_edges, _load_done, _prepare_out,
-                                  _resolve_transcoder, _ShardDone, _ShardSink, _write_dataset_files, _write_error,
-                                  _convert_batch)
-from fastload.pack.sources import SourceItem, open_source
+from fastload.pack.manifest_writer import write_dataset_files
+from fastload.pack.options import PackOptions, ShardFormat
+from fastload.pack.packer import (
+    _DECODE_BATCH,
+    _PASS_BATCH,
+    _convert_batch,
+    _fingerprint,
+    _fixed_edges,
+    _resolve_transcoder,
+)
+from fastload.pack.restart import RestartTranscoder
+from fastload.pack.result import PackResult
+from fastload.pack.shard_writer import ShardSink
+from fastload.pack.sources import open_source
+from fastload.pack.staging import (
+    USER_WRITE_ERRNOS,
+    ShardDone,
+    exclusive,
+    finalize,
+    load_done,
+    prepare_out,
+    write_error,
+)
 from fastload.records import recordio
-from fastload.records.manifest import MANIFEST_NAME, Checksum, checksum_file, read_manifest, write_json_atomic
+from fastload.records.checksum import Checksum, checksum_file
+from fastload.records.durable import write_json_atomic
+from fastload.records.folder_tree import Source, SourceItem
+from fastload.records.manifest import read_manifest
 
-__all__ = ["pack_with_ray", "RayPackStats", "RayPackResult", "format_ray_stats"]
+__all__ = ["RayPackResult", "RayPackStats", "format_ray_stats", "pack_with_ray"]
 
 _SEGMENTS = "ray"  # inside the pack's staging folder
 _SEG_VERSION = 1
 
 
-def _ray():
+def _ray() -> Any:
     try:
         import ray
     except ImportError:
@@ -91,7 +113,7 @@ class RayPackStats:
 class RayPackResult(PackResult):
     """A :class:`PackResult` plus what the Ray engine did (``ray``)."""
 
-    ray: Optional[RayPackStats] = None
+    ray: RayPackStats | None = None
 
 
 def _with_stats(result: PackResult, stats: RayPackStats) -> RayPackResult:
@@ -101,12 +123,12 @@ def _with_stats(result: PackResult, stats: RayPackStats) -> RayPackResult:
 # --- phase 1: conversion tasks ---------------------------------------------------------------------
 
 
-def _segment_paths(staging: str, number: int) -> Tuple[str, str]:
+def _segment_paths(staging: str, number: int) -> tuple[str, str]:
     base = os.path.join(staging, _SEGMENTS, f"seg-{number:06d}")
     return base + ".bin", base + ".json"
 
 
-def _load_segment(staging: str, number: int, start: int, end: int) -> Optional[Dict[str, Any]]:
+def _load_segment(staging: str, number: int, start: int, end: int) -> dict[str, Any] | None:
     """A completed segment's sidecar when it covers ``[start, end)`` and its bytes still check."""
     data, meta_path = _segment_paths(staging, number)
     try:
@@ -121,8 +143,9 @@ def _load_segment(staging: str, number: int, start: int, end: int) -> Optional[D
         return None
 
 
-def _convert_segment(staging: str, number: int, start: int, batch: List[Tuple[SourceItem, int]],
-                     options: PackOptions, label_width: int) -> Dict[str, Any]:
+def _convert_segment(
+    staging: str, number: int, start: int, batch: list[tuple[SourceItem, int]], options: PackOptions, label_width: int
+) -> dict[str, Any]:
     """Ray task body: convert items ``start..`` with the local pack's calls into one segment file."""
     t0 = time.perf_counter()
     transcode = _resolve_transcoder(options)
@@ -131,15 +154,17 @@ def _convert_segment(staging: str, number: int, start: int, batch: List[Tuple[So
     pool = BufferPool(keep=2)
     data_path, meta_path = _segment_paths(staging, number)
     tmp = f"{data_path}.{os.getpid()}.partial"
-    records: List[list] = []
+    records: list[list] = []
     digest = Checksum()
     offset = 0
     with open(tmp, "wb") as f:
         for lo in range(0, len(batch), step):
-            chunk = batch[lo:lo + step]
+            chunk = batch[lo : lo + step]
             out = _convert_batch(chunk, convert_options, options.format, label_width, pool)
             entries = out.entries() if isinstance(out, FramedBatch) else out
-            for (item, _), (result, nread, prepared) in zip(chunk, entries):
+            for entry in entries:
+                assert entry is not None  # a batch the engine framed whole has every entry
+                result, nread, prepared = entry
                 if prepared is None:
                     records.append([None, result.reason, nread])
                     continue
@@ -152,15 +177,22 @@ def _convert_segment(staging: str, number: int, start: int, batch: List[Tuple[So
                     f.write(piece)
                     digest.update(piece)
                     size += len(piece)
-                records.append([result.kind, result.note, nread, prepared.length, prepared.data_offset, parts,
-                                offset, size])
+                records.append(
+                    [result.kind, result.note, nread, prepared.length, prepared.data_offset, parts, offset, size]
+                )
                 offset += size
             if isinstance(out, FramedBatch):
                 pool.give(out.buffer)
     os.replace(tmp, data_path)
-    meta = {"version": _SEG_VERSION, "range": [start, start + len(batch)], "bytes": offset,
-            "checksum": digest.value(), "records": records, "pid": os.getpid(),
-            "seconds": time.perf_counter() - t0}
+    meta = {
+        "version": _SEG_VERSION,
+        "range": [start, start + len(batch)],
+        "bytes": offset,
+        "checksum": digest.value(),
+        "records": records,
+        "pid": os.getpid(),
+        "seconds": time.perf_counter() - t0,
+    }
     write_json_atomic(meta_path, meta, indent=None)
     return meta
 
@@ -173,25 +205,30 @@ class _ShardPlan:
     number: int
     start: int
     end: int = 0
-    records: List[Tuple[int, int]] = None  # (item position, segment number)
+    records: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (item position, segment)
     nbytes: int = 0
     rows: int = 0
 
 
-def _plan_shards(records: List[list], seg_of: List[int], edges: Optional[List[int]], shard_size: int) -> List[_ShardPlan]:
+def _plan_shards(records: list[list], seg_of: list[int], edges: list[int] | None, shard_size: int) -> list[_ShardPlan]:
     """Shard boundaries for converted ``records`` (one per item, in order), by the local pack's rules."""
-    plans: List[_ShardPlan] = []
-    cur: Optional[_ShardPlan] = None
+    plans: list[_ShardPlan] = []
+    cur: _ShardPlan | None = None
     number = pos = 0
     for p, rec in enumerate(records):
         is_record = rec[0] is not None
-        if is_record and cur is not None and edges is None and cur.rows and \
-                cur.nbytes + recordio.framed_size(rec[3]) > shard_size:
+        if (
+            is_record
+            and cur is not None
+            and edges is None
+            and cur.rows
+            and cur.nbytes + recordio.framed_size(rec[3]) > shard_size
+        ):
             cur.end = pos
             plans.append(cur)
             cur, number = None, number + 1
         if cur is None:
-            cur = _ShardPlan(number, pos, records=[])
+            cur = _ShardPlan(number, pos)
         cur.records.append((p, seg_of[p]))
         if is_record:
             cur.nbytes += recordio.framed_size(rec[3])
@@ -210,14 +247,21 @@ def _plan_shards(records: List[list], seg_of: List[int], edges: Optional[List[in
 # --- phase 3: shard-writing tasks ------------------------------------------------------------------
 
 
-def _write_shard(staging: str, plan: _ShardPlan, file: str, items: List[SourceItem], records: List[list],
-                 options: PackOptions, label_width: int) -> Tuple[_ShardDone, float]:
+def _write_shard(
+    staging: str,
+    plan: _ShardPlan,
+    file: str,
+    items: list[SourceItem],
+    records: list[list],
+    options: PackOptions,
+    label_width: int,
+) -> tuple[ShardDone, float]:
     """Ray task body: write one shard from segment bytes through the local pack's shard writer."""
     t0 = time.perf_counter()
-    segments: Dict[int, memoryview] = {}  # a segment is at most a few tens of MB: read it whole
-    sink = _ShardSink(staging, plan.number, file, plan.start, options.format, label_width)
+    segments: dict[int, memoryview] = {}  # a segment is at most a few tens of MB: read it whole
+    sink = ShardSink(staging, plan.number, file, plan.start, options.format, label_width)
     try:
-        for (p, seg), item, rec in zip(plan.records, items, records):
+        for (_, seg), item, rec in zip(plan.records, items, records, strict=True):
             kind, note, nread = rec[0], rec[1], rec[2]
             sink.bytes_in += nread
             if kind is None:
@@ -227,10 +271,12 @@ def _write_shard(staging: str, plan: _ShardPlan, file: str, items: List[SourceIt
             if seg not in segments:
                 with open(_segment_paths(staging, seg)[0], "rb") as f:
                     segments[seg] = memoryview(f.read())
-            view = segments[seg][offset:offset + size]
+            view = segments[seg][offset : offset + size]
+            record: recordio.FramedRecord | bytes
             if options.format is ShardFormat.RECORDIO:
-                record = recordio.FramedRecord.whole(view)
-                record.parts = parts  # the framing (parts included) is the segment's, byte for byte
+                framed = recordio.FramedRecord.whole(view)
+                framed.parts = parts  # the framing (parts included) is the segment's, byte for byte
+                record = framed
             else:
                 record = bytes(view)
             sink.kinds[kind] += 1
@@ -248,14 +294,25 @@ def _write_shard(staging: str, plan: _ShardPlan, file: str, items: List[SourceIt
 
 
 def _items_per_task(n: int, cpus: int, converting: bool) -> int:
-    """Ranges small enough to keep every CPU busy to the end, large enough that the ~ms task overhead
-    disappears (hundreds of images: seconds of work when converting)."""
+    """Items per conversion task: about four tasks per CPU, within 64..512 (or 4096 passing through).
+
+    Small enough to keep every CPU busy to the end, large enough that the ~ms task overhead
+    disappears (hundreds of images: seconds of work when converting).
+    """
     target = max(1, math.ceil(n / (4 * max(1, cpus))))
     return int(min(512 if converting else 4096, max(64, target)))
 
 
-def pack_with_ray(src: str, out: str, *, options: Optional[PackOptions] = None, address: Optional[str] = None,
-                  items_per_task: Optional[int] = None, max_retries: int = 3, **kwargs: Any) -> "RayPackResult":
+def pack_with_ray(
+    src: str,
+    out: str,
+    *,
+    options: PackOptions | None = None,
+    address: str | None = None,
+    items_per_task: int | None = None,
+    max_retries: int = 3,
+    **kwargs: Any,
+) -> RayPackResult:
     """Pack like :func:`fastload.pack.packer.pack_folder`, with the work run as Ray tasks.
 
     Args:
@@ -268,6 +325,7 @@ def pack_with_ray(src: str, out: str, *, options: Optional[PackOptions] = None, 
         items_per_task: Items per conversion task (default: about four tasks per CPU, 64-512
             items when converting, up to 4096 passing through).
         max_retries: Times Ray re-runs a task whose worker died.
+        **kwargs: :class:`PackOptions` fields (when ``options`` is None).
 
     Returns:
         A :class:`RayPackResult`: the local pack's result plus ``ray`` (:class:`RayPackStats`).
@@ -286,8 +344,13 @@ def pack_with_ray(src: str, out: str, *, options: Optional[PackOptions] = None, 
     t0 = time.perf_counter()
     transcode = _resolve_transcoder(options)  # fails early, on the driver, when the engine is missing
     source = open_source(src, options.root)
-    name = options.name or re.sub(r"[^A-Za-z0-9._-]", "_", os.path.splitext(os.path.basename(
-        os.path.normpath(source.path)))[0]).lstrip(".") or "data"
+    name = (
+        options.name
+        or re.sub(r"[^A-Za-z0-9._-]", "_", os.path.splitext(os.path.basename(os.path.normpath(source.path)))[0]).lstrip(
+            "."
+        )
+        or "data"
+    )
     order = np.arange(len(source.items))
     if options.shuffle:
         order = np.random.default_rng(options.seed).permutation(len(source.items))
@@ -306,19 +369,27 @@ def pack_with_ray(src: str, out: str, *, options: Optional[PackOptions] = None, 
         raise UserError(f"{out}: the output folder must not be inside the source folder")
     ray_stats = RayPackStats()
     started_here = False
-    with _exclusive(out):
-        staging, up_to_date = _prepare_out(out, options, fingerprint)
+    with exclusive(out):
+        staging, up_to_date = prepare_out(out, overwrite=options.overwrite, fingerprint=fingerprint)
         if up_to_date:
             manifest = read_manifest(out)
             counts = manifest.get("counts", {})
-            result = PackResult(out=out, manifest=manifest, written=manifest["records"],
-                                skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])],
-                                converted=counts.get("converted", {}), bytes_in=0,
-                                bytes_out=sum(s["bytes"] for s in manifest["shards"]),
-                                seconds=time.perf_counter() - t0, up_to_date=True)
+            result = PackResult(
+                out=out,
+                manifest=manifest,
+                written=manifest["records"],
+                skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])],
+                converted=counts.get("converted", {}),
+                bytes_in=0,
+                bytes_out=sum(s["bytes"] for s in manifest["shards"]),
+                seconds=time.perf_counter() - t0,
+                up_to_date=True,
+            )
             return _with_stats(result, ray_stats)
         if not ray.is_initialized():
-            init = dict(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            init: dict[str, Any] = dict(
+                address=address, include_dashboard=False, log_to_driver=False, configure_logging=False
+            )
             if address is None and options.workers:
                 init["num_cpus"] = options.workers
             try:
@@ -327,52 +398,73 @@ def pack_with_ray(src: str, out: str, *, options: Optional[PackOptions] = None, 
                 raise UserError(f"cannot start or reach the Ray cluster ({address or 'local'}): {exc}") from None
             started_here = True
         try:
-            done, resumed, processed, bytes_in = _run(ray, staging, source, options, name, items, sizes, transcode,
-                                                      items_per_task, max_retries, ray_stats)
+            done, resumed, processed, bytes_in = _run(
+                ray, staging, source, options, name, items, sizes, transcode, items_per_task, max_retries, ray_stats
+            )
         finally:
             if started_here:
                 ray.shutdown()
-        _write_dataset_files(staging, source, options, name, fingerprint, done)
+        write_dataset_files(staging, source, options, name, fingerprint, done)
         try:
-            manifest = _finalize(out, staging)
+            manifest = finalize(out, staging)
         except OSError as exc:
-            if exc.errno in _USER_WRITE_ERRNOS:
-                raise _write_error(exc, out) from None
+            if exc.errno in USER_WRITE_ERRNOS:
+                raise write_error(exc, out) from None
             raise
     counts = manifest["counts"]
-    result = PackResult(out=out, manifest=manifest, written=manifest["records"],
-                        skipped=[(s["path"], s["reason"]) for s in manifest["skipped"]],
-                        converted=counts["converted"], bytes_in=bytes_in,
-                        bytes_out=sum(s["bytes"] for s in manifest["shards"]),
-                        seconds=time.perf_counter() - t0, resumed_shards=resumed, processed=processed)
+    result = PackResult(
+        out=out,
+        manifest=manifest,
+        written=manifest["records"],
+        skipped=[(s["path"], s["reason"]) for s in manifest["skipped"]],
+        converted=counts["converted"],
+        bytes_in=bytes_in,
+        bytes_out=sum(s["bytes"] for s in manifest["shards"]),
+        seconds=time.perf_counter() - t0,
+        resumed_shards=resumed,
+        processed=processed,
+    )
     return _with_stats(result, ray_stats)
 
 
-def _run(ray, staging: str, source, options: PackOptions, name: str, items: List[SourceItem], sizes: List[int],
-         transcode, items_per_task: Optional[int], max_retries: int, ray_stats: RayPackStats):
+def _run(
+    ray: Any,
+    staging: str,
+    source: Source,
+    options: PackOptions,
+    name: str,
+    items: list[SourceItem],
+    sizes: list[int],
+    transcode: RestartTranscoder | None,
+    items_per_task: int | None,
+    max_retries: int,
+    ray_stats: RayPackStats,
+) -> tuple[list[ShardDone], int, int, int]:
     """Phases 1-3; returns ``(shards done, shards reused, items converted, bytes read)``."""
     n = len(items)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     per_task = items_per_task or _items_per_task(n, cpus, options.resize is not None or transcode is not None)
     os.makedirs(os.path.join(staging, _SEGMENTS), exist_ok=True)
-    bounds = list(range(0, n, per_task)) + [n]
+    bounds = [*range(0, n, per_task), n]
     convert = ray.remote(num_cpus=1, max_retries=max_retries)(_convert_segment)
     write = ray.remote(num_cpus=1, max_retries=max_retries)(_write_shard)
-    metas: Dict[int, Dict[str, Any]] = {}
-    pending: Dict[Any, int] = {}
-    shard_refs: Dict[Any, int] = {}
+    metas: dict[int, dict[str, Any]] = {}
+    pending: dict[Any, int] = {}
+    shard_refs: dict[Any, int] = {}
     t_phase = time.perf_counter()
     progress = _progress(options, n)
     label_width = source.label_width
     try:
-        for number, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        for number, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             meta = _load_segment(staging, number, lo, hi)
             if meta is not None:
                 metas[number] = meta
                 ray_stats.segments_reused += 1
                 progress.update(hi - lo)
                 continue
-            ref = convert.remote(staging, number, lo, list(zip(items[lo:hi], sizes[lo:hi])), options, label_width)
+            ref = convert.remote(
+                staging, number, lo, list(zip(items[lo:hi], sizes[lo:hi], strict=True)), options, label_width
+            )
             pending[ref] = number
         ray_stats.convert_tasks = len(pending)
         processed = sum(bounds[k + 1] - bounds[k] for k in pending.values())
@@ -384,24 +476,31 @@ def _run(ray, staging: str, source, options: PackOptions, name: str, items: List
                 metas[number] = meta
                 ray_stats.task_seconds += meta["seconds"]
                 progress.update(meta["range"][1] - meta["range"][0])
-        records: List[list] = []
-        seg_of: List[int] = []
+        records: list[list] = []
+        seg_of: list[int] = []
         for number in range(len(bounds) - 1):
             records.extend(metas[number]["records"])
             seg_of.extend([number] * len(metas[number]["records"]))
         edges = _fixed_edges(n, options.shards)
         plans = _plan_shards(records, seg_of, edges, options.shard_size)
         ext = ".rec" if options.format is ShardFormat.RECORDIO else ".lmdb"
-        done: Dict[int, _ShardDone] = {}
+        done: dict[int, ShardDone] = {}
         for plan in plans:
             file = f"{name}-{plan.number:05d}{ext}"
-            reused = _load_done(staging, plan.number, file, plan.start, edges)
+            reused = load_done(staging, plan.number, file, plan.start, edges)
             if reused is not None and reused.end == plan.end:
                 done[plan.number] = reused
                 continue
             positions = [p for p, _ in plan.records]
-            ref = write.remote(staging, plan, file, [items[p] for p in positions], [records[p] for p in positions],
-                               options, label_width)
+            ref = write.remote(
+                staging,
+                plan,
+                file,
+                [items[p] for p in positions],
+                [records[p] for p in positions],
+                options,
+                label_width,
+            )
             shard_refs[ref] = plan.number
         ray_stats.write_tasks = len(shard_refs)
         resumed = len(done)
@@ -422,7 +521,7 @@ def _run(ray, staging: str, source, options: PackOptions, name: str, items: List
     return ordered, resumed, processed, bytes_in
 
 
-def _get(ray, ref):
+def _get(ray: Any, ref: Any) -> Any:
     """A task's result; a task's own error (bad input with ``on_error="fail"``, full disk) re-raised as itself."""
     try:
         return ray.get(ref)
@@ -441,17 +540,19 @@ class _NoProgress:
         pass
 
 
-def _progress(options: PackOptions, total: int):
+def _progress(options: PackOptions, total: int) -> Any:
     if not (options.progress and sys.stderr.isatty()):
         return _NoProgress()
     from tqdm import tqdm
+
     return tqdm(total=total, unit="img", desc="pack (ray)", dynamic_ncols=True, file=sys.stderr)
 
 
 def format_ray_stats(stats: RayPackStats) -> str:
     """One line for the end of ``fastload pack --engine ray``."""
     tasks = stats.convert_tasks + stats.write_tasks
-    return (f"  ray: {stats.convert_tasks} conversion task(s), {stats.write_tasks} shard task(s), "
-            f"{stats.segments_reused} segment(s) reused; {stats.task_seconds:.2f} s in tasks, "
-            f"{stats.wall_seconds:.2f} s wall" + (f" ({tasks} tasks)" if tasks else ""))
-
+    return (
+        f"  ray: {stats.convert_tasks} conversion task(s), {stats.write_tasks} shard task(s), "
+        f"{stats.segments_reused} segment(s) reused; {stats.task_seconds:.2f} s in tasks, "
+        f"{stats.wall_seconds:.2f} s wall" + (f" ({tasks} tasks)" if tasks else "")
+    )

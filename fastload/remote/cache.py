@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fastload.errors import FastloadError, UserError
-from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, file_matches, recorded_checksum
-from fastload.remote.fetch import RetryPolicy, fetch_to_file
+from fastload.records.checksum import file_matches, recorded_checksum
+from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
+from fastload.remote.fetch import DEFAULT_RETRY, RetryPolicy, fetch_to_file
 from fastload.remote.storage import RemoteStore
 
 __all__ = ["CacheError", "CacheFullError", "NoRoomYet", "CachedObject", "ShardCache", "CACHE_MARKER", "shard_objects",
@@ -190,7 +191,7 @@ class ShardCache:
     """
 
     def __init__(self, folder: str, store: RemoteStore, *, limit: Optional[int] = None,
-                 policy: RetryPolicy = RetryPolicy(), stall_timeout: float = 120.0) -> None:
+                 policy: RetryPolicy = DEFAULT_RETRY, stall_timeout: float = 120.0) -> None:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise UserError(f"cache_limit={limit!r} must be a positive number of bytes")
         self.folder = os.path.abspath(folder)
@@ -381,7 +382,7 @@ class ShardCache:
             raise CacheFullError(f"cache_limit={self.limit} bytes cannot hold shard {obj.shard} "
                                  f"({obj.size} bytes) of {self.store.url}")
         lock = _FileLock(os.path.join(self.meta, "cache.lock"))
-        state = {"last": None}
+        state: Dict[str, Optional[int]] = {"last": None}
 
         def progress():
             return state["last"]
@@ -425,21 +426,23 @@ class ShardCache:
             info = _read_json(entry.path)
             if info is not None:
                 reserved[entry.name.replace("%", "/")] = int(info.get("bytes", 0))
+        limit = self.limit
+        assert limit is not None  # only called with a limit
         cached = self._cached_objects()
         used = sum(size for _, size, _ in cached) + sum(reserved.values())
         pinned_bytes = sum(size for key, size, _ in cached if key in pinned)
-        if used + obj.size <= self.limit:
+        if used + obj.size <= limit:
             return True, pinned_bytes, used
         # Never needed again first (least recently used first), then needed furthest in the future.
         candidates = [(key, size, mtime) for key, size, mtime in cached if key not in pinned and key not in reserved]
         candidates.sort(key=lambda c: (0, c[2], c[0]) if c[0] not in next_use else (1, -next_use[c[0]], c[0]))
         for key, size, _ in candidates:
-            if used + obj.size <= self.limit:
+            if used + obj.size <= limit:
                 break
             self._remove(key)
             used -= size
             log.debug("cache %s: evicted %s (%d bytes)", self.folder, key, size)
-        return used + obj.size <= self.limit, pinned_bytes, used
+        return used + obj.size <= limit, pinned_bytes, used
 
     def _cached_objects(self) -> List[Tuple[str, int, float]]:
         """``(key, size, mtime)`` of every cached shard object (manifest-listed files only)."""

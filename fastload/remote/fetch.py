@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from fastload.errors import FastloadError
-from fastload.records.manifest import Checksum
+from fastload.records.checksum import Checksum
 from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
 
-__all__ = ["FetchError", "ChecksumMismatch", "RetryPolicy", "fetch_to_file"]
+__all__ = ["DEFAULT_RETRY", "ChecksumMismatch", "FetchError", "RetryPolicy", "fetch_to_file"]
 
 log = logging.getLogger("fastload.remote")
 
@@ -74,6 +74,9 @@ class RetryPolicy:
         return rng.uniform(0, min(self.max_backoff, self.initial_backoff * 2 ** (attempt - 1)))
 
 
+DEFAULT_RETRY = RetryPolicy()
+
+
 def _download_once(store: RemoteStore, key: str, tmp_fd: int, size: Optional[int], checksum: Optional[str],
                    stop: Optional[threading.Event]) -> int:
     algo = checksum.split(":", 1)[0] if checksum else None
@@ -101,7 +104,7 @@ def _download_once(store: RemoteStore, key: str, tmp_fd: int, size: Optional[int
 
 
 def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int] = None,
-                  checksum: Optional[str] = None, policy: RetryPolicy = RetryPolicy(),
+                  checksum: Optional[str] = None, policy: RetryPolicy = DEFAULT_RETRY,
                   stop: Optional[threading.Event] = None,
                   sleep: Callable[[float], None] = time.sleep) -> int:
     """Download ``key`` into ``dest`` atomically, verified against ``size`` and ``checksum``.
@@ -129,6 +132,7 @@ def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int
     rng = random.Random()
     reasons: List[str] = []
     last: Optional[BaseException] = None
+    tmp: Optional[str]
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", suffix=".part", dir=folder)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600 files; cached shards are read by every rank

@@ -144,7 +144,7 @@ def _split_options(scheme: str, options: Mapping[str, Any]) -> Tuple[Dict[str, A
     profile = None
     options = dict(options)
     for k, v in dict(options.pop("client_kwargs", None) or {}).items():  # s3fs style
-        options.setdefault({"endpoint_url": "endpoint_url", "region_name": "region"}.get(k, k), v)
+        options.setdefault("region" if k == "region_name" else k, v)
     for key, value in options.items():
         if key in _CLIENT_KEYS:
             client[key] = _duration(value, key) if key.endswith("timeout") else value
@@ -184,7 +184,9 @@ class RemoteStore:
         return {"url": self.url, "storage_options": self.storage_options}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(state["url"], state["storage_options"])
+        self.url, self.storage_options = state["url"], state["storage_options"]
+        self._store = None
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r})"
@@ -276,7 +278,7 @@ class RemoteStore:
         must then be thrown away by the caller (:mod:`fastload.remote.fetch` does).
         """
         import obstore
-        options = {"range": (int(start or 0), int(end))} if end is not None else None
+        options: Any = {"range": (int(start or 0), int(end))} if end is not None else None
         try:
             result = obstore.get(self.store, key, options=options)
             for piece in result.stream(min_chunk_size=chunk):

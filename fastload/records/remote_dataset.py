@@ -22,26 +22,27 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any
 
 import numpy as np
 
 from fastload.errors import UserError
 from fastload.records import recordio
-from fastload.records.dataset import ShardedDataset
 from fastload.records.lmdb_shard import LmdbShard
 from fastload.records.manifest import FORMAT_VERSION, MANIFEST_NAME, load_index
-from fastload.remote.cache import CachedObject, NoRoomYet, ShardCache, default_cache_dir, shard_objects
-from fastload.remote.fetch import FetchError, RetryPolicy
-from fastload.remote.storage import RemoteStore
+from fastload.records.sharded import ShardedDataset
+from fastload.remote.cache import CACHE_MARKER, CachedObject, NoRoomYet, ShardCache, default_cache_dir, shard_objects
+from fastload.remote.fetch import DEFAULT_RETRY, FetchError, RetryPolicy
+from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
 
-__all__ = ["RemoteDataset", "open_remote_dataset", "parse_bytes"]
+__all__ = ["CACHE_MARKER", "RemoteDataset", "is_remote_url", "open_remote_dataset", "parse_bytes"]
 
 log = logging.getLogger("fastload.remote")
 
 
-def parse_bytes(value: Union[int, str, None], name: str) -> Optional[int]:
+def parse_bytes(value: int | str | None, name: str) -> int | None:
     """``cache_limit`` as bytes: an int, or a size string like ``"20GB"`` (powers of 1024)."""
     if value is None:
         return None
@@ -60,16 +61,16 @@ def parse_bytes(value: Union[int, str, None], name: str) -> Optional[int]:
 class _CachedShard:
     """A shard that is mapped from the cache on first use (the interface ShardedDataset reads)."""
 
-    def __init__(self, owner: "RemoteDataset", number: int, obj: CachedObject) -> None:
+    def __init__(self, owner: RemoteDataset, number: int, obj: CachedObject) -> None:
         self._owner, self.number, self.obj = owner, number, obj
         self.name = obj.shard
         self.size = obj.size
         self.path = owner.store.url_of(obj.key)
 
-    def _shard(self):
+    def _shard(self) -> Any:
         return self._owner._acquire(self.number)
 
-    def payload(self, offset: int, length: int = -1, parts: int = 0, record: Optional[int] = None):
+    def payload(self, offset: int, length: int = -1, parts: int = 0, record: int | None = None) -> Any:
         return self._shard().payload(offset, length, parts, record)
 
     def value(self, record: int) -> bytes:
@@ -99,15 +100,23 @@ class RemoteDataset(ShardedDataset):
         cache: The node's shard cache.
     """
 
-    def __init__(self, *, store: RemoteStore, cache: ShardCache, manifest: Dict[str, Any], index: np.ndarray,
-                 prefetch_shards: int = 2, fetch_threads: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        store: RemoteStore,
+        cache: ShardCache,
+        manifest: dict[str, Any],
+        index: np.ndarray,
+        prefetch_shards: int = 2,
+        fetch_threads: int = 2,
+    ) -> None:
         self.store, self.cache = store, cache
         self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
         self._objects = shard_objects(manifest)
         self._state = threading.RLock()
-        self._open: Dict[int, Any] = {}
-        self._futures: Dict[int, Future] = {}
-        self._plan: Optional[np.ndarray] = None  # visits: rows (first position, last position, shard)
+        self._open: dict[int, Any] = {}
+        self._futures: dict[int, Future] = {}
+        self._plan: np.ndarray | None = None  # visits: rows (first position, last position, shard)
         self._planned: set = set()  # shards the plan reads
         self._active = 1  # the most shards a plan reads at once
         self._cursor = 0
@@ -116,10 +125,12 @@ class RemoteDataset(ShardedDataset):
         self._stop = threading.Event()
         self._wake = threading.Condition(self._state)
         self._reader = cache.reader()
-        shards = [_CachedShard(self, n, obj) for n, obj in enumerate(self._objects)]
+        # Stand-ins with the shard interface ShardedDataset reads: mapped on first use.
+        shards: list[Any] = [_CachedShard(self, n, obj) for n, obj in enumerate(self._objects)]
         try:
-            super().__init__(path=store.url, kind=f"fastload-{manifest['format']}", shards=shards, index=index,
-                             manifest=manifest)
+            super().__init__(
+                path=store.url, kind=f"fastload-{manifest['format']}", shards=shards, index=index, manifest=manifest
+            )
         except BaseException:
             self._reader.close()
             raise
@@ -161,8 +172,12 @@ class RemoteDataset(ShardedDataset):
         active = 1
         if len(plan):
             # The most visits in progress at once: +1 at a visit's first read, -1 after its last.
-            events = np.concatenate([np.stack([plan[:, 0], np.ones(len(plan), np.int64)], 1),
-                                     np.stack([plan[:, 1] + 1, -np.ones(len(plan), np.int64)], 1)])
+            events = np.concatenate(
+                [
+                    np.stack([plan[:, 0], np.ones(len(plan), np.int64)], 1),
+                    np.stack([plan[:, 1] + 1, -np.ones(len(plan), np.int64)], 1),
+                ]
+            )
             events = events[np.lexsort((events[:, 1], events[:, 0]))]
             active = max(1, int(np.cumsum(events[:, 1]).max()))
         with self._state:
@@ -190,25 +205,33 @@ class RemoteDataset(ShardedDataset):
         for s in [s for s in self._open if s not in keep]:
             self._unmap(s)
 
-    def remote_stats(self) -> Dict[str, Any]:
-        """``fetched`` objects and ``fetched_bytes`` by this process, ``waits`` (reads that found their
-        shard not yet in the cache) and ``waited_seconds`` (how long they waited), the cache folder."""
-        return {"fetched": self.cache.fetched, "fetched_bytes": self.cache.fetched_bytes, "waits": self._waits,
-                "waited_seconds": self._waited, "cache_dir": self.cache.folder}
+    def remote_stats(self) -> dict[str, Any]:
+        """How much this process fetched, and how often and how long reads waited for the network.
+
+        ``fetched`` objects and ``fetched_bytes`` by this process, ``waits`` (reads that found their
+        shard not yet in the cache) and ``waited_seconds`` (how long they waited), the cache folder.
+        """
+        return {
+            "fetched": self.cache.fetched,
+            "fetched_bytes": self.cache.fetched_bytes,
+            "waits": self._waits,
+            "waited_seconds": self._waited,
+            "cache_dir": self.cache.folder,
+        }
 
     def locate(self, i: int) -> str:
         """``"shard s3://bucket/prefix/name-00003.rec record 17"``."""
-        i, s, shard, record = self._where(i)
+        i, _, shard, record = self._where(i)
         return f"shard {shard.path} record {record}"
 
     # --- shards --------------------------------------------------------------------------------
 
-    def _targets(self) -> List[int]:
+    def _targets(self) -> list[int]:
         """Shards to have in the cache now: those being read, then the next ``prefetch_shards``."""
         if self._plan is None:
             return []
         pending = self._plan[self._plan[:, 1] >= self._cursor, 2]  # visits not finished, by first read
-        return list(dict.fromkeys(pending[:self._active + self.prefetch_shards].tolist()))
+        return list(dict.fromkeys(pending[: self._active + self.prefetch_shards].tolist()))
 
     def _publish(self) -> None:
         keys = self._objects
@@ -242,10 +265,10 @@ class RemoteDataset(ShardedDataset):
     def _prefetch(self, s: int) -> str:
         return self.cache.ensure(self._objects[s], stop=self._stop, wait_for_room=False)
 
-    def _mapped(self, s: int):
+    def _mapped(self, s: int) -> Any:
         return self._open.get(s)
 
-    def _acquire(self, s: int):
+    def _acquire(self, s: int) -> Any:
         """Shard ``s`` mapped, downloading it first when needed (called by record reads)."""
         shard = self._open.get(s)
         if shard is not None:
@@ -268,9 +291,9 @@ class RemoteDataset(ShardedDataset):
                 path = fut.result()
             except FetchError as exc:
                 log.warning("prefetch of %s failed (%s); fetching it again now", obj.key, exc)
-            except Exception:  # noqa: BLE001 - e.g. no room yet for a prefetch: fetch it now
+            except Exception:
                 path = None
-        for attempt in range(3):
+        for _attempt in range(3):
             if path is None:
                 path = self.cache.ensure(obj, stop=self._stop)
             try:
@@ -279,8 +302,11 @@ class RemoteDataset(ShardedDataset):
             except FileNotFoundError:  # evicted between the check and the open: fetch it again
                 path = None
         else:
-            raise FetchError(f"{obj.shard}: evicted from {self.cache.folder} three times while being opened; "
-                             "cache_limit is too small for the readers on this node", url=self.store.url_of(obj.key))
+            raise FetchError(
+                f"{obj.shard}: evicted from {self.cache.folder} three times while being opened; "
+                "cache_limit is too small for the readers on this node",
+                url=self.store.url_of(obj.key),
+            )
         if waited:
             self._waits += 1
             self._waited += time.perf_counter() - t0
@@ -324,10 +350,16 @@ class RemoteDataset(ShardedDataset):
         self._reader.close()
 
 
-def open_remote_dataset(url: str, *, storage_options: Optional[Mapping[str, Any]] = None,
-                        cache_dir: Optional[str] = None, cache_limit: Union[int, str, None] = None,
-                        prefetch_shards: int = 2, fetch_threads: int = 2,
-                        retry: RetryPolicy = RetryPolicy()) -> RemoteDataset:
+def open_remote_dataset(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | None = None,
+    cache_limit: int | str | None = None,
+    prefetch_shards: int = 2,
+    fetch_threads: int = 2,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> RemoteDataset:
     """Open a packed dataset stored under ``url`` (``s3://bucket/prefix``, ``gs://...``, ``https://...``).
 
     Args:
@@ -352,13 +384,14 @@ def open_remote_dataset(url: str, *, storage_options: Optional[Mapping[str, Any]
     store = RemoteStore(url, storage_options)
     manifest_bytes = None
     if cache_dir is None:
-        from fastload.remote.storage import RemoteNotFound
         try:
             manifest_bytes = store.get_bytes(MANIFEST_NAME)
         except RemoteNotFound:
-            raise UserError(f"{store.url_of(MANIFEST_NAME)}: no manifest (not a packed fastload dataset, "
-                            "or an unfinished pack)") from None
+            raise UserError(
+                f"{store.url_of(MANIFEST_NAME)}: no manifest (not a packed fastload dataset, or an unfinished pack)"
+            ) from None
         import json
+
         try:
             total = sum(int(s.get("bytes", 0)) for s in json.loads(manifest_bytes).get("shards", []))
         except (ValueError, AttributeError, TypeError) as exc:
@@ -368,17 +401,25 @@ def open_remote_dataset(url: str, *, storage_options: Optional[Mapping[str, Any]
     try:
         manifest, index_path = cache.metadata(manifest_bytes)
     except Exception as exc:
-        from fastload.remote.storage import RemoteNotFound
         if isinstance(exc, RemoteNotFound):
-            raise UserError(f"{store.url_of(MANIFEST_NAME)}: no manifest (not a packed fastload dataset, "
-                            "or an unfinished pack)") from None
+            raise UserError(
+                f"{store.url_of(MANIFEST_NAME)}: no manifest (not a packed fastload dataset, or an unfinished pack)"
+            ) from None
         raise
     version = manifest.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise UserError(f"{store.url_of(MANIFEST_NAME)}: manifest format_version {version!r} is not supported "
-                        f"(this fastload reads up to {FORMAT_VERSION})")
+        raise UserError(
+            f"{store.url_of(MANIFEST_NAME)}: manifest format_version {version!r} is not supported "
+            f"(this fastload reads up to {FORMAT_VERSION})"
+        )
     if manifest.get("format") not in ("recordio", "lmdb"):
         raise UserError(f"{store.url_of(MANIFEST_NAME)}: unknown dataset format {manifest.get('format')!r}")
     index = load_index(index_path, int(manifest["label_width"]), int(manifest["records"]))
-    return RemoteDataset(store=store, cache=cache, manifest=manifest, index=index,
-                         prefetch_shards=prefetch_shards, fetch_threads=fetch_threads)
+    return RemoteDataset(
+        store=store,
+        cache=cache,
+        manifest=manifest,
+        index=index,
+        prefetch_shards=prefetch_shards,
+        fetch_threads=fetch_threads,
+    )
