@@ -49,7 +49,7 @@ from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.remote.fetch import DEFAULT_RETRY, RetryPolicy, fetch_to_file
 from fastload.remote.storage import RemoteStore
 
-__all__ = ["CacheError", "CacheFullError", "NoRoomYet", "CachedObject", "ShardCache", "CACHE_MARKER", "shard_objects",
+__all__ = ["CacheError", "CacheFullError", "NoRoomYet", "object_lock", "remove_stale_parts", "CachedObject", "ShardCache", "CACHE_MARKER", "shard_objects",
            "default_cache_dir"]
 
 log = logging.getLogger("fastload.remote")
@@ -160,6 +160,28 @@ class _FileLock:
             os.close(fd)  # closing the descriptor drops the flock
 
 
+def object_lock(folder: str, key: str) -> _FileLock:
+    """The lock a process holds while it writes object ``key`` into the cache folder ``folder``."""
+    locks = os.path.join(folder, _META, "locks")
+    os.makedirs(locks, exist_ok=True)
+    return _FileLock(os.path.join(locks, key.replace("/", "%") + ".lock"))
+
+
+def remove_stale_parts(path: str) -> None:
+    """Delete the temporary files of earlier, killed downloads of ``path`` (call with its lock held)."""
+    folder, base = os.path.split(path)
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name.startswith("." + base + ".") and entry.name.endswith(".part"):
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
+
+
 def _write_json(path: str, obj: Any) -> None:
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "w") as f:
@@ -216,7 +238,7 @@ class ShardCache:
         return os.path.join(self.folder, *key.split("/"))
 
     def _lock(self, name: str) -> _FileLock:
-        return _FileLock(os.path.join(self.meta, "locks", name.replace("/", "%") + ".lock"))
+        return object_lock(self.folder, name)
 
     def _progress(self, obj_path: str) -> int:
         """Bytes in the temporary files of downloads of ``obj_path`` (another process's progress)."""
@@ -341,6 +363,7 @@ class ShardCache:
                 _touch(path)
                 return path
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            remove_stale_parts(path)  # a download killed half way (its process is gone: we hold the lock)
             self._reserve(obj, stop, wait_for_room)
             try:
                 fetch_to_file(self.store, obj.key, path, size=obj.size, checksum=obj.checksum, policy=self.policy,
