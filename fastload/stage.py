@@ -17,13 +17,15 @@ shard-aware order (``shuffle="shard"``, :func:`fastload.order.shards_read`) for 
   staged come from the URL when a rank needs them.
 - Progress: a bar with MB/s when stderr is a terminal.
 
-Local copies read and checksum in one pass (XXH3-128 at ~25 GB/s is not the bottleneck); remote
-ones go through :func:`fastload.remote.fetch.fetch_to_file` (retries, timeouts, checksum on arrival).
+A local file is checksummed from the page cache, then copied by the kernel (``copy_file_range`` /
+``sendfile``, as ``cp`` does); remote ones go through :func:`fastload.remote.fetch.fetch_to_file`
+(retries, timeouts, checksum on arrival).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -161,34 +163,32 @@ class _Source:
 
 
 def _copy_verified(src: str, dest: str, size: int | None, checksum: str | None) -> int:
-    """Copy a local file to ``dest`` through a temporary file, checksummed in the same pass.
+    """Copy a local file to ``dest`` through a temporary file, checked against the manifest.
 
-    The temporary file is renamed onto ``dest`` only when size and checksum match.
+    The source is checksummed first (read into a reused buffer: ~10 GB/s from the page cache), then
+    the kernel copies it (``copy_file_range`` as ``cp`` does, ``sendfile`` across filesystems). The
+    temporary file is renamed onto ``dest`` only when size and checksum match. Measured on 256 MB
+    from the page cache into /dev/shm: a Python read-checksum-write loop ran at 855 MB/s, ``cp`` at
+    1,193 MB/s, ``sendfile`` at 1,587 MB/s and the checksum of the source at 10,354 MB/s (reading the
+    tmpfs copy back instead: 1,898 MB/s, 3,505 MB/s through a mapping).
     """
-    digest = Checksum(checksum.split(":", 1)[0]) if checksum else None
     folder = os.path.dirname(os.path.abspath(dest))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", suffix=".part", dir=folder)
-    total = 0
     try:
         os.fchmod(fd, 0o644)
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
         with open(src, "rb", buffering=0) as f:
-            while True:
-                n = f.readinto(buf)
-                if not n:
-                    break
-                chunk = view[:n]
-                if digest is not None:
-                    digest.update(chunk)
-                written = 0
-                while written < n:
-                    written += os.write(fd, chunk[written:])
-                total += n
+            if checksum:
+                digest = Checksum(checksum.split(":", 1)[0])
+                buf = bytearray(_CHUNK)
+                view = memoryview(buf)
+                while n := f.readinto(buf):
+                    digest.update(view[:n])
+                if digest.value() != checksum:
+                    raise UserError(f"{src}: checksum mismatch: got {digest.value()}, the manifest says {checksum}")
+                f.seek(0)
+            total = _kernel_copy(f.fileno(), fd)
         if size is not None and total != size:
             raise UserError(f"{src}: {total} bytes, the manifest lists {size} (changed or truncated source)")
-        if digest is not None and digest.value() != checksum:
-            raise UserError(f"{src}: checksum mismatch: got {digest.value()}, the manifest says {checksum}")
         os.close(fd)
         fd = -1
         os.replace(tmp, dest)
@@ -200,6 +200,43 @@ def _copy_verified(src: str, dest: str, size: int | None, checksum: str | None) 
         if tmp:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+
+def _kernel_copy(src_fd: int, dst_fd: int) -> int:
+    """Copy all of ``src_fd`` to ``dst_fd`` in the kernel; returns bytes."""
+    total = 0
+    copy_range = getattr(os, "copy_file_range", None)
+    while True:
+        try:
+            if copy_range is not None:
+                n = copy_range(src_fd, dst_fd, 1 << 30)
+            else:
+                n = os.sendfile(dst_fd, src_fd, None, 1 << 30)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP) or total:
+                raise
+            if copy_range is not None:
+                copy_range = None  # e.g. across filesystems on older kernels: sendfile instead
+                continue
+            return _loop_copy(src_fd, dst_fd)
+        if n == 0:
+            return total
+        total += n
+
+
+def _loop_copy(src_fd: int, dst_fd: int) -> int:
+    total = 0
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(src_fd, "rb", buffering=0, closefd=False) as f:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                return total
+            written = 0
+            while written < n:
+                written += os.write(dst_fd, view[written:n])
+            total += n
 
 
 def _human(n: float) -> str:

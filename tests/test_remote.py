@@ -75,16 +75,18 @@ def test_records_through_the_cache_equal_the_local_ones(s3_dataset, packed_folde
     local.close()
 
 
-def test_loader_from_s3_equals_the_local_loader_and_never_waits_when_warm(s3_dataset, packed_folder, tmp_path):
+@pytest.mark.parametrize("shuffle", ["shard", "global"])
+def test_loader_from_s3_equals_the_local_loader(s3_dataset, packed_folder, tmp_path, shuffle):
     url, options = s3_dataset
-    with Loader(str(packed_folder), _config(shuffle="global")) as local_loader:
-        reference = _epoch(local_loader)
+    with Loader(str(packed_folder), _config(shuffle=shuffle)) as local_loader:
+        reference = [_epoch(local_loader) for _ in range(2)]
     with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "c"), prefetch_shards=2) as ds, \
-            Loader(ds, _config(shuffle="global")) as loader:
-        _assert_same(_epoch(loader), reference)
+            Loader(ds, _config(shuffle=shuffle)) as loader:
+        _assert_same(_epoch(loader), reference[0])
+        _assert_same(_epoch(loader), reference[1])
         fetched = ds.remote_stats()["fetched"]
         loader.set_epoch(0)
-        _assert_same(_epoch(loader), reference)
+        _assert_same(_epoch(loader), reference[0])
         assert ds.remote_stats()["fetched"] == fetched  # later epochs come from the cache
 
 

@@ -139,13 +139,6 @@ class RemoteDataset(ShardedDataset):
         self._manager = threading.Thread(target=self._manage, name="fastload-prefetch-shards", daemon=True)
         self._manager.start()
 
-    # --- what the order needs -------------------------------------------------------------------
-
-    @property
-    def shard_starts(self) -> np.ndarray:
-        """First record of each shard, then the record count (int64, ``len(shards) + 1``)."""
-        return np.append(self._shard_start, len(self)).astype(np.int64)
-
     # --- the loader's hints --------------------------------------------------------------------
 
     def will_read(self, *parts: Iterable[int]) -> None:
