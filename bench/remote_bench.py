@@ -139,6 +139,9 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
         r = results[key]
         _say(f"loader  {label:24s} {r['b_median']:8.0f} img/s  local {r['a_median']:8.0f} img/s  "
              f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f})")
+    waits = results["first_epoch_waits"]
+    _say(f"loader  first epochs: reads that waited for a shard {[w for w, _ in waits]}, "
+         f"seconds waited {[s for _, s in waits]} (the window's first shards at start)")
     return results
 
 
