@@ -432,7 +432,8 @@ class ShardCache:
                 raise CacheFullError(
                     f"cache_limit={self.limit} bytes cannot hold shard {obj.shard} ({obj.size} bytes): "
                     f"{pinned_bytes} bytes are pinned by the readers on this node and {used} are in use; "
-                    "raise cache_limit or lower the readers' prefetch") from None
+                    "raise cache_limit, lower prefetch_shards or window, or read with shuffle='shard' "
+                    "(a global shuffle reads every shard at once)") from None
             time.sleep(0.2)
 
     def _make_room(self, obj: CachedObject) -> Tuple[bool, int, int]:
