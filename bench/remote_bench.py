@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["main", "bench_loader", "bench_ray", "bench_stage"]
+__all__ = ["bench_loader", "bench_ray", "bench_stage", "main"]
 
 
 def _quartiles(values: list[float]) -> list[float]:
@@ -53,8 +53,15 @@ def _pairs(a: Callable[[], float], b: Callable[[], float], pairs: int) -> dict[s
         ta.append(x)
         tb.append(y)
         ratios.append(y / x)
-    return {"a_median": statistics.median(ta), "b_median": statistics.median(tb), "ratio": statistics.median(ratios),
-            "quartiles": _quartiles(ratios), "pairs": pairs, "a_runs": ta, "b_runs": tb}
+    return {
+        "a_median": statistics.median(ta),
+        "b_median": statistics.median(tb),
+        "ratio": statistics.median(ratios),
+        "quartiles": _quartiles(ratios),
+        "pairs": pairs,
+        "a_runs": ta,
+        "b_runs": tb,
+    }
 
 
 def _say(line: str) -> None:
@@ -77,8 +84,9 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
     packed = os.path.join(work, "packed")
     pack_folder(src, packed, shards=max(4, images // 250), progress=False)
     shm = tempfile.mkdtemp(prefix="fastload-bench-cache-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    config = LoaderConfig(batch_size=64, transform=train(224), shuffle="shard", seed=0, num_threads=threads,
-                          prefetch=2, window=2)
+    config = LoaderConfig(
+        batch_size=64, transform=train(224), shuffle="shard", seed=0, num_threads=threads, prefetch=2, window=2
+    )
     results: dict[str, object] = {"images": images, "threads": threads}
     with LocalS3Server(os.path.join(work, "s3"), bucket="bench") as server:
         url = "s3://bench/packed"
@@ -135,13 +143,20 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
         results["first_epoch_vs_local"] = _pairs(local, remote_first, pairs)
         results["later_epoch_vs_local"] = _pairs(local, remote_warm, pairs)
     shutil.rmtree(shm, ignore_errors=True)
-    for key, label in (("first_epoch_vs_local", "first epoch from S3"), ("later_epoch_vs_local", "later epoch (cache)")):
+    for key, label in (
+        ("first_epoch_vs_local", "first epoch from S3"),
+        ("later_epoch_vs_local", "later epoch (cache)"),
+    ):
         r = results[key]
-        _say(f"loader  {label:24s} {r['b_median']:8.0f} img/s  local {r['a_median']:8.0f} img/s  "
-             f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f})")
+        _say(
+            f"loader  {label:24s} {r['b_median']:8.0f} img/s  local {r['a_median']:8.0f} img/s  "
+            f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f})"
+        )
     waits = results["first_epoch_waits"]
-    _say(f"loader  first epochs: reads that waited for a shard {[w for w, _ in waits]}, "
-         f"seconds waited {[s for _, s in waits]} (the window's first shards at start)")
+    _say(
+        f"loader  first epochs: reads that waited for a shard {[w for w, _ in waits]}, "
+        f"seconds waited {[s for _, s in waits]} (the window's first shards at start)"
+    )
     return results
 
 
@@ -161,6 +176,7 @@ def bench_ray(work: str, *, images: int, pairs: int) -> dict[str, object]:
     startup = time.perf_counter() - t0
     results: dict[str, object] = {"images": images, "cluster_startup_seconds": startup}
     try:
+
         @ray.remote(num_cpus=1)
         def noop() -> None:
             return None
@@ -176,7 +192,9 @@ def bench_ray(work: str, *, images: int, pairs: int) -> dict[str, object]:
 
         def local() -> float:
             runs["local"] += 1
-            r = pack_folder(src, os.path.join(work, "pack-local"), resize=256, workers=2, progress=False, overwrite=True)
+            r = pack_folder(
+                src, os.path.join(work, "pack-local"), resize=256, workers=2, progress=False, overwrite=True
+            )
             return r.processed / r.seconds
 
         def on_ray() -> float:
@@ -191,9 +209,11 @@ def bench_ray(work: str, *, images: int, pairs: int) -> dict[str, object]:
     finally:
         ray.shutdown()
     r = results["ray_vs_local"]
-    _say(f"ray     pack --resize 256, 2 CPUs  {r['b_median']:8.0f} img/s  local {r['a_median']:8.0f} img/s  "
-         f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f}); cluster start "
-         f"{startup:.1f} s, {results['per_task_overhead_ms']:.2f} ms CPU per task")
+    _say(
+        f"ray     pack --resize 256, 2 CPUs  {r['b_median']:8.0f} img/s  local {r['a_median']:8.0f} img/s  "
+        f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f}); cluster start "
+        f"{startup:.1f} s, {results['per_task_overhead_ms']:.2f} ms CPU per task"
+    )
     return results
 
 
@@ -214,15 +234,35 @@ def bench_stage(work: str, *, megabytes: int, pairs: int) -> dict[str, object]:
         with open(os.path.join(src, name), "wb") as f:
             f.write(data)
         entries.append({"file": name, "records": 1, "bytes": size, "checksum": checksum_bytes(data)})
-    index = np.zeros(shards, dtype=[("offset", "<u8"), ("id", "<u8"), ("shard", "<u4"), ("length", "<u4"),
-                                    ("data_offset", "<u4"), ("parts", "<u4"), ("labels", "<f4", (1,))])
+    index = np.zeros(
+        shards,
+        dtype=[
+            ("offset", "<u8"),
+            ("id", "<u8"),
+            ("shard", "<u4"),
+            ("length", "<u4"),
+            ("data_offset", "<u4"),
+            ("parts", "<u4"),
+            ("labels", "<f4", (1,)),
+        ],
+    )
     index["shard"] = np.arange(shards)
     np.save(os.path.join(src, "fastload-index.npy"), index)
     with open(os.path.join(src, "fastload-index.npy"), "rb") as f:
         idx_sum = checksum_bytes(f.read())
     with open(os.path.join(src, "fastload.json"), "w") as f:
-        json.dump({"format_version": 2, "format": "recordio", "name": "data", "records": shards, "label_width": 1,
-                   "shards": entries, "index": {"file": "fastload-index.npy", "checksum": idx_sum}}, f)
+        json.dump(
+            {
+                "format_version": 2,
+                "format": "recordio",
+                "name": "data",
+                "records": shards,
+                "label_width": 1,
+                "shards": entries,
+                "index": {"file": "fastload-index.npy", "checksum": idx_sum},
+            },
+            f,
+        )
     total = shards * size
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else work
 
@@ -254,8 +294,10 @@ def bench_stage(work: str, *, megabytes: int, pairs: int) -> dict[str, object]:
     cp()
     stage()
     r = _pairs(cp, stage, pairs)
-    _say(f"stage   {total / 1e6:.0f} MB into {shm}   {r['b_median']:8.0f} MB/s  cp -r {r['a_median']:8.0f} MB/s  "
-         f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f})")
+    _say(
+        f"stage   {total / 1e6:.0f} MB into {shm}   {r['b_median']:8.0f} MB/s  cp -r {r['a_median']:8.0f} MB/s  "
+        f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f})"
+    )
     shutil.rmtree(src)
     return {"bytes": total, "stage_vs_cp": r}
 
@@ -273,8 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     images = 64 if args.quick else args.images
     stage_mb = 32 if args.quick else args.stage_mb
     suites = [s.strip() for s in args.suite.split(",") if s.strip()]
-    out: dict[str, object] = {"command": " ".join([sys.executable, *sys.argv]), "host": os.uname().nodename,
-                              "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    out: dict[str, object] = {
+        "command": " ".join([sys.executable, *sys.argv]),
+        "host": os.uname().nodename,
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     with tempfile.TemporaryDirectory(prefix="fastload-remote-bench-") as work:
         if "loader" in suites:
             out["loader"] = bench_loader(work, images=images, pairs=pairs)

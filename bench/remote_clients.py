@@ -26,8 +26,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List
 
 __all__ = ["main", "run"]
 
@@ -39,10 +39,22 @@ def _clients(endpoint: str, bucket: str):
     import s3fs
     from obstore.store import S3Store
 
-    store = S3Store(bucket, endpoint=endpoint, access_key_id="bench", secret_access_key="bench",
-                    region="us-east-1", client_options={"allow_http": True, "timeout": "120s"})
-    fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="bench", secret="bench", client_kwargs={"region_name": "us-east-1"},
-                           default_block_size=RANGE, skip_instance_cache=True)
+    store = S3Store(
+        bucket,
+        endpoint=endpoint,
+        access_key_id="bench",
+        secret_access_key="bench",
+        region="us-east-1",
+        client_options={"allow_http": True, "timeout": "120s"},
+    )
+    fs = s3fs.S3FileSystem(
+        endpoint_url=endpoint,
+        key="bench",
+        secret="bench",
+        client_kwargs={"region_name": "us-east-1"},
+        default_block_size=RANGE,
+        skip_instance_cache=True,
+    )
 
     def ob_whole(key: str, dest: str) -> int:
         n = 0
@@ -71,7 +83,7 @@ def _ranged(read: Callable[[str, int, int], int], key: str, size: int, streams: 
     return sum(pool.map(lambda b: read(key, *b), bounds))
 
 
-def run(*, sizes_mb: List[int], pairs: int, endpoint: str, bucket: str, scratch: str) -> Dict[str, object]:
+def run(*, sizes_mb: list[int], pairs: int, endpoint: str, bucket: str, scratch: str) -> dict[str, object]:
     """Upload one object per size, then time both clients alternately; returns the results dict."""
     import obstore
 
@@ -91,7 +103,7 @@ def run(*, sizes_mb: List[int], pairs: int, endpoint: str, bucket: str, scratch:
             for case, fn in cases.items():
                 for c in clients:  # warm-up: connections, imports, the server's caches
                     fn(c)
-                times: Dict[str, List[float]] = {c: [] for c in clients}
+                times: dict[str, list[float]] = {c: [] for c in clients}
                 ratios = []
                 for p in range(pairs):
                     order = ["obstore", "s3fs"] if p % 2 == 0 else ["s3fs", "obstore"]
@@ -102,15 +114,22 @@ def run(*, sizes_mb: List[int], pairs: int, endpoint: str, bucket: str, scratch:
                         if got != size:
                             raise RuntimeError(f"{c} {case}: read {got} bytes of {size}")
                     ratios.append(times["obstore"][-1] / times["s3fs"][-1])
-                row = {"size_mb": size_mb, "case": case, "pairs": pairs,
-                       "obstore_MBps": size / statistics.median(times["obstore"]) / 1e6,
-                       "s3fs_MBps": size / statistics.median(times["s3fs"]) / 1e6,
-                       "time_ratio_obstore_over_s3fs": statistics.median(ratios),
-                       "ratio_quartiles": _quartiles(ratios)}
+                row = {
+                    "size_mb": size_mb,
+                    "case": case,
+                    "pairs": pairs,
+                    "obstore_MBps": size / statistics.median(times["obstore"]) / 1e6,
+                    "s3fs_MBps": size / statistics.median(times["s3fs"]) / 1e6,
+                    "time_ratio_obstore_over_s3fs": statistics.median(ratios),
+                    "ratio_quartiles": _quartiles(ratios),
+                }
                 rows.append(row)
-                print(f"{size_mb:4d} MB  {case:18s} obstore {row['obstore_MBps']:7.0f} MB/s   "
-                      f"s3fs {row['s3fs_MBps']:7.0f} MB/s   time obstore/s3fs {row['time_ratio_obstore_over_s3fs']:.2f}x "
-                      f"({row['ratio_quartiles'][0]:.2f}-{row['ratio_quartiles'][1]:.2f})", flush=True)
+                print(
+                    f"{size_mb:4d} MB  {case:18s} obstore {row['obstore_MBps']:7.0f} MB/s   "
+                    f"s3fs {row['s3fs_MBps']:7.0f} MB/s   time obstore/s3fs {row['time_ratio_obstore_over_s3fs']:.2f}x "
+                    f"({row['ratio_quartiles'][0]:.2f}-{row['ratio_quartiles'][1]:.2f})",
+                    flush=True,
+                )
             obstore.delete(store, key)
     finally:
         pool.shutdown()
@@ -122,7 +141,7 @@ def run(*, sizes_mb: List[int], pairs: int, endpoint: str, bucket: str, scratch:
     return {"command": " ".join(sys.argv), "endpoint": endpoint, "range_bytes": RANGE, "rows": rows}
 
 
-def _quartiles(values: List[float]):
+def _quartiles(values: list[float]):
     if len(values) < 2:
         return [values[0], values[0]]
     q = statistics.quantiles(values, n=4)
@@ -139,10 +158,13 @@ def main(argv=None) -> int:
     sizes = [4] if args.quick else [int(s) for s in args.sizes.split(",")]
     pairs = 1 if args.quick else args.pairs
     from tools.s3_server import LocalS3Server
+
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="fastload-s3-bench-") as data, \
-            tempfile.TemporaryDirectory(prefix="fastload-s3-bench-", dir=shm) as scratch, \
-            LocalS3Server(data, bucket="bench") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="fastload-s3-bench-") as data,
+        tempfile.TemporaryDirectory(prefix="fastload-s3-bench-", dir=shm) as scratch,
+        LocalS3Server(data, bucket="bench") as server,
+    ):
         result = run(sizes_mb=sizes, pairs=pairs, endpoint=server.endpoint, bucket="bench", scratch=scratch)
     if args.json:
         with open(args.json, "w") as f:

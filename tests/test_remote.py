@@ -11,21 +11,28 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from remote_fixtures import (  # noqa: F401
+    BUCKET,
+    clean_env,
+    images_folder,
+    packed_folder,
+    requires_s3,
+    s3_dataset,
+    s3_server,
+    upload_folder,
+)
 
 from fastload.errors import UserError
 from fastload.loader import Loader, LoaderConfig
 from fastload.records.dataset import open_dataset
-from fastload.remote.cache import CacheError, ShardCache
 from fastload.records.remote_dataset import open_remote_dataset
+from fastload.remote.cache import CacheError, ShardCache
 from fastload.remote.fetch import ChecksumMismatch, FetchError, RetryPolicy, fetch_to_file
 from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
 from fastload.transforms import eval_transform
-from remote_fixtures import (BUCKET, clean_env, images_folder, packed_folder, requires_s3, s3_dataset,  # noqa: F401
-                             s3_server, upload_folder)
 
 pytestmark = requires_s3
 
@@ -33,8 +40,15 @@ FAST_RETRY = RetryPolicy(attempts=2, initial_backoff=0.05, max_backoff=0.1)
 
 
 def _config(**kw):
-    base = dict(batch_size=5, transform=eval_transform(32, resize=36), shuffle="shard", seed=11, num_threads=1,
-                prefetch=1, window=2)
+    base = dict(
+        batch_size=5,
+        transform=eval_transform(32, resize=36),
+        shuffle="shard",
+        seed=11,
+        num_threads=1,
+        prefetch=1,
+        window=2,
+    )
     base.update(kw)
     return LoaderConfig(**base)
 
@@ -80,8 +94,10 @@ def test_loader_from_s3_equals_the_local_loader(s3_dataset, packed_folder, tmp_p
     url, options = s3_dataset
     with Loader(str(packed_folder), _config(shuffle=shuffle)) as local_loader:
         reference = [_epoch(local_loader) for _ in range(2)]
-    with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "c"), prefetch_shards=2) as ds, \
-            Loader(ds, _config(shuffle=shuffle)) as loader:
+    with (
+        open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "c"), prefetch_shards=2) as ds,
+        Loader(ds, _config(shuffle=shuffle)) as loader,
+    ):
         _assert_same(_epoch(loader), reference[0])
         _assert_same(_epoch(loader), reference[1])
         fetched = ds.remote_stats()["fetched"]
@@ -93,8 +109,10 @@ def test_loader_from_s3_equals_the_local_loader(s3_dataset, packed_folder, tmp_p
 def test_shard_order_exact_resume_and_open_shards(s3_dataset, tmp_path):
     url, options = s3_dataset
     cache = str(tmp_path / "c")
-    with open_remote_dataset(url, storage_options=options, cache_dir=cache, prefetch_shards=1) as ds, \
-            Loader(ds, _config()) as loader:
+    with (
+        open_remote_dataset(url, storage_options=options, cache_dir=cache, prefetch_shards=1) as ds,
+        Loader(ds, _config()) as loader,
+    ):
         full = [_epoch(loader) for _ in range(2)]
         # the shard-aware order keeps few shards mapped at once (window 2 + the shard being entered)
         assert len(ds._open) <= 3
@@ -116,13 +134,19 @@ def test_server_stopped_and_restarted_mid_epoch(s3_server, packed_folder, tmp_pa
     url = f"s3://{BUCKET}/restart/packed"
     options = s3_server.storage_options()
     upload_folder(RemoteStore(url, options), packed_folder)
-    with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "ref")) as ds, \
-            Loader(ds, _config(window=1)) as loader:
+    with (
+        open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "ref")) as ds,
+        Loader(ds, _config(window=1)) as loader,
+    ):
         reference = _epoch(loader)
     policy = RetryPolicy(attempts=8, initial_backoff=0.5, max_backoff=4.0)
     caplog.set_level(logging.WARNING, logger="fastload.remote")
-    with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "c"), prefetch_shards=0,
-                             retry=policy) as ds, Loader(ds, _config(window=1)) as loader:
+    with (
+        open_remote_dataset(
+            url, storage_options=options, cache_dir=str(tmp_path / "c"), prefetch_shards=0, retry=policy
+        ) as ds,
+        Loader(ds, _config(window=1)) as loader,
+    ):
         got = []
         restarter = None
         for k, batch in enumerate(loader):
@@ -133,6 +157,7 @@ def test_server_stopped_and_restarted_mid_epoch(s3_server, packed_folder, tmp_pa
                 def restart():
                     time.sleep(3)
                     s3_server.start()
+
                 restarter = threading.Thread(target=restart)
                 restarter.start()
         restarter.join()
@@ -161,8 +186,12 @@ def test_corrupted_object_is_reported_and_refetched(s3_server, packed_folder, tm
     caplog.set_level(logging.WARNING, logger="fastload.remote")
     try:
         local = open_dataset(packed_folder)
-        with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "c"),
-                                 retry=RetryPolicy(attempts=3, initial_backoff=0.05, max_backoff=0.1)) as ds:
+        with open_remote_dataset(
+            url,
+            storage_options=options,
+            cache_dir=str(tmp_path / "c"),
+            retry=RetryPolicy(attempts=3, initial_backoff=0.05, max_backoff=0.1),
+        ) as ds:
             assert [bytes(ds.image(i)) for i in range(len(ds))] == [bytes(local.image(i)) for i in range(len(local))]
         local.close()
     finally:
@@ -204,8 +233,12 @@ def test_cache_limit_smaller_than_the_dataset_evicts_and_stays_bounded(s3_datase
     limit = 3 * max(sizes)
     assert limit < sum(sizes)
     cache = tmp_path / "c"
-    with open_remote_dataset(url, storage_options=options, cache_dir=str(cache), cache_limit=limit,
-                             prefetch_shards=1) as ds, Loader(ds, _config(window=1)) as loader:
+    with (
+        open_remote_dataset(
+            url, storage_options=options, cache_dir=str(cache), cache_limit=limit, prefetch_shards=1
+        ) as ds,
+        Loader(ds, _config(window=1)) as loader,
+    ):
         peak = 0
         epochs = []
         for _ in range(2):
@@ -226,6 +259,7 @@ def test_cache_limit_smaller_than_the_dataset_evicts_and_stays_bounded(s3_datase
 def test_cache_limit_below_one_shard_is_a_clear_error(s3_dataset, tmp_path):
     url, options = s3_dataset
     from fastload.remote.cache import CacheFullError
+
     with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "c"), cache_limit=1000) as ds:
         with pytest.raises(CacheFullError, match="cannot hold shard"):
             ds.image(0)
@@ -261,6 +295,7 @@ loader.close(); ds.close(); dist.destroy_process_group()
 def test_two_ranks_share_one_cache_without_fetching_a_shard_twice(s3_dataset, tmp_path):
     pytest.importorskip("torch")
     import socket
+
     url, options = s3_dataset
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -268,8 +303,10 @@ def test_two_ranks_share_one_cache_without_fetching_a_shard_twice(s3_dataset, tm
     script = tmp_path / "rank.py"
     script.write_text(_TWO_RANKS)
     env = dict(os.environ, S3_URL=url, S3_OPTIONS=json.dumps(options), CACHE=str(tmp_path / "node-cache"))
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / f"r{r}.json"), port], env=env)
-             for r in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / f"r{r}.json"), port], env=env)
+        for r in range(2)
+    ]
     try:
         codes = [p.wait(timeout=240) for p in procs]
     finally:
@@ -316,7 +353,11 @@ def test_settings_from_env_and_aws_files(s3_server, s3_dataset, packed_folder, t
     with open_remote_dataset(url, storage_options=s3_server.storage_options(), cache_dir=str(tmp_path / "c")) as ds:
         assert len(ds) == 48
     # s3fs-style client_kwargs work too
-    opts = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": s3_server.endpoint, "region_name": "us-east-1"}}
+    opts = {
+        "key": "k",
+        "secret": "s",
+        "client_kwargs": {"endpoint_url": s3_server.endpoint, "region_name": "us-east-1"},
+    }
     with open_remote_dataset(url, storage_options=opts, cache_dir=str(tmp_path / "d")) as ds:
         assert len(ds) == 48
 
@@ -336,6 +377,7 @@ def test_errors_name_the_url_and_never_hang(s3_server, s3_dataset, tmp_path):
         open_remote_dataset(f"s3://{BUCKET}/nothing-here", storage_options=options, cache_dir=str(tmp_path / "x"))
     # A server nobody answers at: the error names the URL, within the retry budget.
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]

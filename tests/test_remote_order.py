@@ -23,8 +23,16 @@ LAYOUTS = {
 
 
 def _spec(starts, **kw):
-    defaults = dict(num_records=starts[-1], batch_size=4, shuffle="shard", seed=3, rank=0, world_size=1,
-                    window=2, shard_starts=starts)
+    defaults = dict(
+        num_records=starts[-1],
+        batch_size=4,
+        shuffle="shard",
+        seed=3,
+        rank=0,
+        world_size=1,
+        window=2,
+        shard_starts=starts,
+    )
     defaults.update(kw)
     return OrderSpec(**defaults)
 
@@ -92,7 +100,7 @@ def test_ranks_read_few_shards_and_nodes_share_only_cut_shards(epoch):
     seq_shards = _shard_of(starts, shard_sequence(starts, seed=3, epoch=epoch))
     runs = list(dict.fromkeys(seq_shards.tolist()))
     first_node = [s for s in runs if s in node_shards[0]]
-    assert first_node == runs[:len(first_node)]
+    assert first_node == runs[: len(first_node)]
 
 
 def test_window_shuffle_mixes_only_within_windows():
@@ -103,9 +111,9 @@ def test_window_shuffle_mixes_only_within_windows():
     seq_shards = list(dict.fromkeys(_shard_of(starts, shard_sequence(starts, seed=3, epoch=1)).tolist()))
     pos = 0
     for w in range(0, 10, 3):
-        window = seq_shards[w:w + 3]
+        window = seq_shards[w : w + 3]
         count = sum(8 for _ in window)
-        assert set(shard_of[pos:pos + count].tolist()) == set(window)
+        assert set(shard_of[pos : pos + count].tolist()) == set(window)
         pos += count
     assert not np.all(np.diff(share[:24]) == 1), "records inside a window are mixed"
     # window_shuffle keeps the multiset of each window
@@ -143,5 +151,6 @@ def test_bad_specs_are_refused():
     with pytest.raises(ValueError, match="shard_starts"):
         OrderSpec(num_records=10, batch_size=2, shuffle="shard", shard_starts=(0, 6, 5, 10))
     from fastload.order import epoch_permutation
+
     with pytest.raises(ValueError, match="shard"):
         epoch_permutation(10, "shard", seed=0, epoch=0)

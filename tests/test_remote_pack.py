@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from remote_fixtures import BUCKET, requires_s3, s3_server, upload_folder  # noqa: F401
 
 from fastload.pack.packer import pack_folder
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 from fastload.records.verify import verify_dataset
-from remote_fixtures import BUCKET, requires_s3, s3_server, upload_folder  # noqa: F401
 from tools.make_dataset import make_dataset
 
 ray = pytest.importorskip("ray")
@@ -57,11 +57,15 @@ def _assert_identical(a: Path, b: Path):
         assert (a / name / "data.mdb").read_bytes() == (b / name / "data.mdb").read_bytes()
 
 
-@pytest.mark.parametrize("opts", [
-    dict(shard_size=2 << 20),
-    dict(shards=3, resize=64, shuffle=True, seed=3),
-    dict(format="lmdb", shard_size=3 << 20),
-], ids=["pass-through by size", "resize into 3 shards", "lmdb"])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(shard_size=2 << 20),
+        dict(shards=3, resize=64, shuffle=True, seed=3),
+        dict(format="lmdb", shard_size=3 << 20),
+    ],
+    ids=["pass-through by size", "resize into 3 shards", "lmdb"],
+)
 def test_ray_pack_is_byte_identical_to_the_local_pack(ray_cluster, realistic, tmp_path, opts):
     from fastload.pack.ray_engine import pack_with_ray
 
@@ -108,12 +112,15 @@ def test_a_killed_task_is_retried_and_the_result_verifies(ray_cluster, realistic
 
 def test_a_killed_run_resumes(ray_cluster, realistic, tmp_path):
     out = tmp_path / "ray"
-    script = (f"from fastload.pack.ray_engine import pack_with_ray\n"
-              f"pack_with_ray({str(realistic)!r}, {str(out)!r}, progress=False, resize=96, items_per_task=8,"
-              f" workers=2)\n")
+    script = (
+        f"from fastload.pack.ray_engine import pack_with_ray\n"
+        f"pack_with_ray({str(realistic)!r}, {str(out)!r}, progress=False, resize=96, items_per_task=8,"
+        f" workers=2)\n"
+    )
     # Its own Ray cluster, in its own process group: killing the group takes the cluster down too.
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         segs = out / ".fastload-staging" / "ray"
         deadline = time.monotonic() + 120
@@ -136,38 +143,56 @@ def test_a_killed_run_resumes(ray_cluster, realistic, tmp_path):
 
 @requires_s3
 def test_pack_to_s3_and_from_s3(ray_cluster, s3_server, realistic, tmp_path):
-    from fastload.pack.remote_io import pack_remote
     from fastload.pack.options import PackOptions
+    from fastload.pack.remote_io import pack_remote
     from fastload.remote.storage import RemoteStore
 
     options = s3_server.storage_options()
     env = dict(os.environ, **s3_server.env())
     url = f"s3://{BUCKET}/packs/imgs"
-    cmd = [sys.executable, "-m", "fastload", "pack", str(realistic), url, "--shard-size", "2MB", "--quiet",
-           "--build-dir", str(tmp_path / "build")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fastload",
+        "pack",
+        str(realistic),
+        url,
+        "--shard-size",
+        "2MB",
+        "--quiet",
+        "--build-dir",
+        str(tmp_path / "build"),
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert url in out.stdout
     assert not (tmp_path / "build").exists(), "the build folder goes once published"
     pack_folder(str(realistic), str(tmp_path / "local"), progress=False, shard_size=2 << 20)
-    with open_dataset(url, storage_options=options, cache_dir=str(tmp_path / "cache")) as ds, \
-            open_dataset(tmp_path / "local") as local:
+    with (
+        open_dataset(url, storage_options=options, cache_dir=str(tmp_path / "cache")) as ds,
+        open_dataset(tmp_path / "local") as local,
+    ):
         assert len(ds) == len(local)
         assert all(bytes(ds.image(i)) == bytes(local.image(i)) for i in range(len(local)))
     store = RemoteStore(url, options)
     for name, data in _files(tmp_path / "local").items():
         assert store.get_bytes(name) == data
     # Another dataset at the same URL is refused without --overwrite.
-    again = subprocess.run(cmd[:6] + ["--shards", "2", "--quiet"], env=env, capture_output=True, text=True,
-                           timeout=300)
+    again = subprocess.run(cmd[:6] + ["--shards", "2", "--quiet"], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "holds another dataset" in again.stderr
     # From S3 to S3: the images under a prefix, packed with the Ray engine, equal the local pack.
     src = RemoteStore(f"s3://{BUCKET}/images/imgs", options)
     for path in sorted(realistic.rglob("*")):
         if path.is_file():
             src.put_file(str(path.relative_to(realistic)), str(path))
-    result = pack_remote(src.url, f"s3://{BUCKET}/packs/from-s3", options=PackOptions(shard_size=2 << 20,
-                         progress=False), engine="ray", storage_options=options, build_dir=str(tmp_path / "build2"))
+    result = pack_remote(
+        src.url,
+        f"s3://{BUCKET}/packs/from-s3",
+        options=PackOptions(shard_size=2 << 20, progress=False),
+        engine="ray",
+        storage_options=options,
+        build_dir=str(tmp_path / "build2"),
+    )
     assert result.out == f"s3://{BUCKET}/packs/from-s3"
     dst = RemoteStore(result.out, options)
     local_manifest = json.loads((tmp_path / "local" / MANIFEST_NAME).read_text())

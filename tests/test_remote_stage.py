@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from remote_fixtures import BUCKET, images_folder, packed_folder, requires_s3, s3_dataset, s3_server  # noqa: F401
 
 from fastload.errors import UserError
 from fastload.order import OrderSpec, shards_read
@@ -19,8 +20,6 @@ from fastload.records.checksum import checksum_bytes
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 from fastload.stage import StageOptions, stage_dataset
-from remote_fixtures import (BUCKET, images_folder, packed_folder, requires_s3, s3_dataset,  # noqa: F401
-                             s3_server)
 
 
 def _same_records(a, b):
@@ -52,8 +51,9 @@ def test_node_share_follows_the_shard_order(packed_folder, tmp_path):
     for node in range(2):
         opts = StageOptions(node_rank=node, nnodes=2, nproc_per_node=2, seed=4, epochs=(0, 1), progress=False)
         result = stage_dataset(str(packed_folder), str(tmp_path / f"node{node}"), opts)
-        spec = OrderSpec(num_records=starts[-1], batch_size=1, shuffle="shard", seed=4, world_size=4,
-                         shard_starts=starts)
+        spec = OrderSpec(
+            num_records=starts[-1], batch_size=1, shuffle="shard", seed=4, world_size=4, shard_starts=starts
+        )
         expected = shards_read(spec, [0, 1], range(node * 2, node * 2 + 2))
         files = {p.name for p in (tmp_path / f"node{node}").glob("*.rec")}
         assert files == {manifest["shards"][s]["file"] for s in expected}
@@ -61,8 +61,11 @@ def test_node_share_follows_the_shard_order(packed_folder, tmp_path):
         staged.append(files)
     assert staged[0] | staged[1] == {s["file"] for s in manifest["shards"]}
     # A single epoch's node share is about half the shards (plus the shard split at the cut).
-    one = stage_dataset(str(packed_folder), str(tmp_path / "e0"),
-                        StageOptions(node_rank=0, nnodes=2, nproc_per_node=2, seed=4, progress=False))
+    one = stage_dataset(
+        str(packed_folder),
+        str(tmp_path / "e0"),
+        StageOptions(node_rank=0, nnodes=2, nproc_per_node=2, seed=4, progress=False),
+    )
     assert one.staged <= 8 // 2 + 1
 
 
@@ -94,6 +97,7 @@ def test_refuses_another_dataset_and_corrupt_sources(packed_folder, tiny_folder,
     _same_records(packed_folder, dest)
     broken = tmp_path / "broken"
     import shutil
+
     shutil.copytree(packed_folder, broken)
     rec = sorted(broken.glob("*.rec"))[3]
     data = bytearray(rec.read_bytes())
@@ -116,13 +120,30 @@ def _big_dataset(root: Path, shards: int, size: int) -> Path:
         name = f"big-{k:05d}.rec"
         (root / name).write_bytes(data)
         entries.append({"file": name, "records": 1, "bytes": size, "checksum": checksum_bytes(data)})
-    index = np.zeros(shards, dtype=[("offset", "<u8"), ("id", "<u8"), ("shard", "<u4"), ("length", "<u4"),
-                                    ("data_offset", "<u4"), ("parts", "<u4"), ("labels", "<f4", (1,))])
+    index = np.zeros(
+        shards,
+        dtype=[
+            ("offset", "<u8"),
+            ("id", "<u8"),
+            ("shard", "<u4"),
+            ("length", "<u4"),
+            ("data_offset", "<u4"),
+            ("parts", "<u4"),
+            ("labels", "<f4", (1,)),
+        ],
+    )
     index["shard"] = np.arange(shards)
     np.save(root / "fastload-index.npy", index)
     idx_sum = checksum_bytes((root / "fastload-index.npy").read_bytes())
-    manifest = {"format_version": 2, "format": "recordio", "name": "big", "records": shards, "label_width": 1,
-                "shards": entries, "index": {"file": "fastload-index.npy", "checksum": idx_sum}}
+    manifest = {
+        "format_version": 2,
+        "format": "recordio",
+        "name": "big",
+        "records": shards,
+        "label_width": 1,
+        "shards": entries,
+        "index": {"file": "fastload-index.npy", "checksum": idx_sum},
+    }
     (root / MANIFEST_NAME).write_text(json.dumps(manifest))
     return root
 
@@ -154,18 +175,70 @@ def test_killed_stage_resumes(tmp_path):
 
 def test_cli_node_flags_and_torchrun_env(packed_folder, tmp_path):
     env = dict(os.environ, GROUP_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2")
-    out = subprocess.run([sys.executable, "-m", "fastload", "stage", str(packed_folder), str(tmp_path / "a"),
-                          "--seed", "4", "--epochs", "0-1", "--quiet"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fastload",
+            "stage",
+            str(packed_folder),
+            str(tmp_path / "a"),
+            "--seed",
+            "4",
+            "--epochs",
+            "0-1",
+            "--quiet",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "this node's" in out.stdout
-    flags = subprocess.run([sys.executable, "-m", "fastload", "stage", str(packed_folder), str(tmp_path / "b"),
-                            "--node-rank", "1", "--nnodes", "2", "--nproc-per-node", "2", "--seed", "4",
-                            "--epochs", "0,1", "--quiet"], capture_output=True, text=True, timeout=120)
+    flags = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fastload",
+            "stage",
+            str(packed_folder),
+            str(tmp_path / "b"),
+            "--node-rank",
+            "1",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--seed",
+            "4",
+            "--epochs",
+            "0,1",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert flags.returncode == 0, flags.stderr
     assert _shard_files(tmp_path / "a") == _shard_files(tmp_path / "b")
-    bad = subprocess.run([sys.executable, "-m", "fastload", "stage", str(packed_folder), str(tmp_path / "c"),
-                          "--node-rank", "2", "--nnodes", "2"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fastload",
+            "stage",
+            str(packed_folder),
+            str(tmp_path / "c"),
+            "--node-rank",
+            "2",
+            "--nnodes",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "node_rank=2" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -177,8 +250,11 @@ def test_stage_from_s3_full_and_per_node(s3_dataset, packed_folder, tmp_path):
     assert result.complete
     _same_records(packed_folder, full)
     node = tmp_path / "node"
-    part = stage_dataset(url, str(node), StageOptions(node_rank=0, nnodes=2, nproc_per_node=1, seed=1,
-                                                      storage_options=options, progress=False))
+    part = stage_dataset(
+        url,
+        str(node),
+        StageOptions(node_rank=0, nnodes=2, nproc_per_node=1, seed=1, storage_options=options, progress=False),
+    )
     assert not part.complete and 0 < part.staged < 8
     # The node's folder opens as a dataset; shards it does not hold come from the URL it records.
     with open_dataset(str(node), storage_options=options) as ds:

@@ -12,7 +12,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from remote_fixtures import images_folder, packed_folder, requires_s3, s3_dataset, s3_server  # noqa: F401
 
 pytestmark = requires_s3
@@ -73,12 +72,35 @@ def test_two_nodes_two_processes_train_over_s3(s3_dataset, tmp_path):
     port = _free_port()
     procs = []
     for node in range(2):
-        env = dict(os.environ, S3_URL=url, S3_OPTIONS=json.dumps(options), OUT=str(tmp_path),
-                   NODE_CACHE=str(tmp_path / f"node{node}-cache"), OMP_NUM_THREADS="1")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-               "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), str(script)]
-        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        env = dict(
+            os.environ,
+            S3_URL=url,
+            S3_OPTIONS=json.dumps(options),
+            OUT=str(tmp_path),
+            NODE_CACHE=str(tmp_path / f"node{node}-cache"),
+            OMP_NUM_THREADS="1",
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(node),
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            str(script),
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     try:
         outs = [p.communicate(timeout=300)[0] for p in procs]
     finally:

