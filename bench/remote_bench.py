@@ -88,61 +88,63 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
         batch_size=64, transform=train(224), shuffle="shard", seed=0, num_threads=threads, prefetch=2, window=2
     )
     results: dict[str, object] = {"images": images, "threads": threads}
-    with LocalS3Server(os.path.join(work, "s3"), bucket="bench") as server:
-        url = "s3://bench/packed"
-        options = server.storage_options()
-        store = RemoteStore(url, options)
-        names = sorted(os.listdir(packed))
-        for name in sorted(names, key=lambda n: n == "fastload.json"):
-            if os.path.isfile(os.path.join(packed, name)):
-                store.put_file(name, os.path.join(packed, name))
+    try:
+        with LocalS3Server(os.path.join(work, "s3"), bucket="bench") as server:
+            url = "s3://bench/packed"
+            options = server.storage_options()
+            store = RemoteStore(url, options)
+            names = sorted(os.listdir(packed))
+            for name in sorted(names, key=lambda n: n == "fastload.json"):
+                if os.path.isfile(os.path.join(packed, name)):
+                    store.put_file(name, os.path.join(packed, name))
 
-        def epoch(ds) -> float:
-            t0 = time.perf_counter()
-            n = 0
-            with Loader(ds, config) as loader:
-                for batch in loader:
-                    n += len(batch.indices)
-            return n / (time.perf_counter() - t0)
-
-        def local() -> float:
-            with open_dataset(packed) as ds:  # the shards are in the page cache: read before each run
-                for s in ds.shards:
-                    with open(s.path, "rb") as f:
-                        while f.read(16 << 20):
-                            pass
-                return epoch(ds)
-
-        counter = [0]
-
-        def remote_first() -> float:
-            counter[0] += 1
-            cache = os.path.join(shm, f"c{counter[0]}")
-            t0 = time.perf_counter()
-            with open_remote_dataset(url, storage_options=options, cache_dir=cache) as ds:
+            def epoch(ds) -> float:
+                t0 = time.perf_counter()
                 n = 0
                 with Loader(ds, config) as loader:
                     for batch in loader:
                         n += len(batch.indices)
-                stats = ds.remote_stats()
-            rate = n / (time.perf_counter() - t0)
-            results.setdefault("first_epoch_waits", []).append([stats["waits"], round(stats["waited_seconds"], 3)])
-            shutil.rmtree(cache, ignore_errors=True)
-            return rate
+                return n / (time.perf_counter() - t0)
 
-        warm_cache = os.path.join(shm, "warm")
-        with open_remote_dataset(url, storage_options=options, cache_dir=warm_cache) as ds:
-            epoch(ds)  # fills the cache
+            def local() -> float:
+                with open_dataset(packed) as ds:  # the shards are in the page cache: read before each run
+                    for s in ds.shards:
+                        with open(s.path, "rb") as f:
+                            while f.read(16 << 20):
+                                pass
+                    return epoch(ds)
 
-        def remote_warm() -> float:
+            counter = [0]
+
+            def remote_first() -> float:
+                counter[0] += 1
+                cache = os.path.join(shm, f"c{counter[0]}")
+                t0 = time.perf_counter()
+                with open_remote_dataset(url, storage_options=options, cache_dir=cache) as ds:
+                    n = 0
+                    with Loader(ds, config) as loader:
+                        for batch in loader:
+                            n += len(batch.indices)
+                    stats = ds.remote_stats()
+                rate = n / (time.perf_counter() - t0)
+                results.setdefault("first_epoch_waits", []).append([stats["waits"], round(stats["waited_seconds"], 3)])
+                shutil.rmtree(cache, ignore_errors=True)
+                return rate
+
+            warm_cache = os.path.join(shm, "warm")
             with open_remote_dataset(url, storage_options=options, cache_dir=warm_cache) as ds:
-                return epoch(ds)
+                epoch(ds)  # fills the cache
 
-        local()
-        remote_first()
-        results["first_epoch_vs_local"] = _pairs(local, remote_first, pairs)
-        results["later_epoch_vs_local"] = _pairs(local, remote_warm, pairs)
-    shutil.rmtree(shm, ignore_errors=True)
+            def remote_warm() -> float:
+                with open_remote_dataset(url, storage_options=options, cache_dir=warm_cache) as ds:
+                    return epoch(ds)
+
+            local()
+            remote_first()
+            results["first_epoch_vs_local"] = _pairs(local, remote_first, pairs)
+            results["later_epoch_vs_local"] = _pairs(local, remote_warm, pairs)
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
     for key, label in (
         ("first_epoch_vs_local", "first epoch from S3"),
         ("later_epoch_vs_local", "later epoch (cache)"),

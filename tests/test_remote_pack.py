@@ -178,7 +178,13 @@ def test_pack_to_s3_and_from_s3(ray_cluster, s3_server, realistic, tmp_path):
     for name, data in _files(tmp_path / "local").items():
         assert store.get_bytes(name) == data
     # Another dataset at the same URL is refused without --overwrite.
-    again = subprocess.run(cmd[:6] + ["--shards", "2", "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [*cmd[:6], "--shards", "2", "--quiet", "--build-dir", str(tmp_path / "build-again")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 2 and "holds another dataset" in again.stderr
     # From S3 to S3: the images under a prefix, packed with the Ray engine, equal the local pack.
     src = RemoteStore(f"s3://{BUCKET}/images/imgs", options)
