@@ -267,7 +267,9 @@ class Loader:
         self.order_spec = OrderSpec(num_records=self._num_records, batch_size=config.batch_size, shuffle=config.shuffle,
                                     seed=config.seed, rank=config.rank, world_size=config.world_size,
                                     even=config.even, drop_last=config.drop_last, block_size=config.block_size,
-                                    window=config.window)
+                                    window=config.window,
+                                    shard_starts=getattr(dataset, "shard_starts", None)
+                                    if config.shuffle is Shuffle.SHARD else None)
         self._len = EpochOrder.batches_per_epoch(self.order_spec)
         if self._len == 0:
             raise ValueError(f"an epoch has no batches: {self._num_records} records, world_size={config.world_size}, "
@@ -435,6 +437,7 @@ class _Pipeline:
         if config.decode_options is not None:
             self._decode_kwargs["options"] = config.decode_options
         self._will_need = getattr(dataset, "will_need", None)
+        self._will_read = getattr(dataset, "will_read", None)  # datasets that fetch shards ahead (remote)
         self._done_with = getattr(dataset, "done_with", None)
         self._bad: set = set()
 
@@ -463,6 +466,11 @@ class _Pipeline:
         n = len(order)
         ahead = self.config.read_ahead
         timer = self.timer
+        if self._will_read is not None:
+            # Every record this rank reads from here on, in order (the rest of this epoch, then the
+            # next one), so the dataset fetches whole shards ahead of the decode.
+            bs = self.order_spec.batch_size
+            self._will_read(order.share[start * bs:n * bs], EpochOrder(self.order_spec, epoch + 1).share[:n * bs])
         with timer.span(Stage.READ, what="read-ahead"):
             # The first batches' records in the order they will be decoded.
             for k in range(start, min(n, start + 1 + ahead)):

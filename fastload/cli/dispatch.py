@@ -1,7 +1,8 @@
 """``fastload`` command line: builds the parser from every command's module, runs the chosen one.
 
-Commands: ``pack``, ``info``, ``verify``, ``pack-arrays`` (:mod:`fastload.cli.pack`,
-:mod:`fastload.cli.info`, :mod:`fastload.cli.verify`, :mod:`fastload.cli.pack_arrays`) and ``bench``
+Commands: ``pack``, ``info``, ``verify``, ``pack-arrays``, ``stage`` (:mod:`fastload.cli.pack`,
+:mod:`fastload.cli.info`, :mod:`fastload.cli.verify`, :mod:`fastload.cli.pack_arrays`,
+:mod:`fastload.cli.stage`) and ``bench``
 (its parser lives with the benchmark harness in the repository's ``bench/``; registered by
 :mod:`fastload.cli.bench`). User errors (bad paths, bad options, refused overwrites) are
 :class:`fastload.errors.UserError`: they print one clear line and exit non-zero, without a traceback.
@@ -12,12 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fastload.cli import bench, info, pack, pack_arrays, verify
+from fastload.cli import bench, info, pack, pack_arrays, stage, verify
 from fastload.errors import UserError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (pack, info, verify, pack_arrays)
+_COMMANDS = (pack, info, verify, pack_arrays, stage)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

@@ -1,7 +1,8 @@
 """``fastload pack SRC OUT [options]``: pack a folder or an im2rec ``.lst`` into shards.
 
 The flags are :class:`fastload.pack.options.PackOptions`'s fields; the command calls
-:func:`fastload.pack.packer.pack_folder` and prints its summary.
+:func:`fastload.pack.packer.pack_folder` (``--engine ray``: :func:`fastload.pack.ray_engine.pack_with_ray`;
+an ``s3://``-style SRC or OUT: :func:`fastload.pack.remote_io.pack_remote`) and prints its summary.
 """
 
 from __future__ import annotations
@@ -47,6 +48,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--verify", action="store_true", help="check every transcoded image decodes identically")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local (threads, the default) or ray (shard ranges as Ray tasks; pip install 'fastload[ray]')",
+    )
+    p.add_argument("--address", help="--engine ray: a running Ray cluster's address (default: start a local one)")
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="setting for a remote SRC or OUT (endpoint_url=..., region=...); repeatable",
+    )
+    p.add_argument(
+        "--build-dir", help="remote SRC/OUT: local folder to build in (default ~/.cache/fastload/pack-build)"
+    )
     p.set_defaults(func=run)
 
 
@@ -86,6 +104,33 @@ def run(args: argparse.Namespace) -> int:
     # What the imports created lives until exit: keep the collector from re-walking it while the
     # pack allocates (a measurable share of a short pack's CPU time otherwise).
     gc.freeze()
-    result = pack_folder(args.src, args.out, options=options)
+    from fastload.remote.storage import is_remote_url
+
+    if args.address and args.engine != "ray":
+        raise UserError("--address applies to --engine ray")
+    if is_remote_url(args.src) or is_remote_url(args.out):
+        from fastload.cli.stage import storage_options
+        from fastload.pack.remote_io import pack_remote
+
+        result = pack_remote(
+            args.src,
+            args.out,
+            options=options,
+            engine=args.engine,
+            address=args.address,
+            storage_options=storage_options(args.storage_option) or None,
+            build_dir=args.build_dir,
+        )
+    elif args.engine == "ray":
+        from fastload.pack.ray_engine import pack_with_ray
+
+        result = pack_with_ray(args.src, args.out, options=options, address=args.address)
+    else:
+        result = pack_folder(args.src, args.out, options=options)
     print(format_summary(result))
+    ray = getattr(result, "ray", None)
+    if ray is not None:
+        from fastload.pack.ray_engine import format_ray_stats
+
+        print(format_ray_stats(ray))
     return 0

@@ -115,6 +115,11 @@ class ShardedDataset(Dataset):
         i, _s, shard, record = self._where(i)
         return f"shard {shard.name} record {record}"
 
+    @property
+    def shard_starts(self) -> np.ndarray:
+        """First record of each shard, then the record count (int64): the shard-aware order's input."""
+        return np.append(self._shard_start, len(self)).astype(np.int64)
+
     def will_need(self, indices: Iterable[int]) -> None:
         """``MADV_WILLNEED`` over the records' byte ranges (merged per shard); LMDB: no-op."""
         self._advise(indices, "will_need")
