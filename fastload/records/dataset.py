@@ -323,8 +323,11 @@ def _index_bare_rec(shard: recordio.RecordIOShard, keys: np.ndarray, offsets: np
     return index
 
 
-def _open_bare_rec(rec_path: str) -> ShardedDataset:
-    idx_path = os.path.splitext(rec_path)[0] + ".idx"
+def _open_bare_rec(rec_path: str, idx_path: Optional[str] = None) -> ShardedDataset:
+    explicit = idx_path is not None
+    idx_path = idx_path if explicit else os.path.splitext(rec_path)[0] + ".idx"
+    if explicit and not os.path.isfile(idx_path):
+        raise UserError(f"{idx_path}: no such index file (given for {rec_path})")
     shard = recordio.RecordIOShard(rec_path)
     try:
         if os.path.exists(idx_path):
@@ -363,12 +366,14 @@ def _open_lmdb_shard(path: str) -> ShardedDataset:
     return ShardedDataset(path=path, kind="lmdb", shards=[shard], index=index)
 
 
-def open_dataset(path: Union[str, os.PathLike]) -> Dataset:
+def open_dataset(path: Union[str, os.PathLike], *, idx_path: Optional[Union[str, os.PathLike]] = None) -> Dataset:
     """Open packed or unpacked records for reading.
 
     Args:
         path: A fastload dataset folder, a ``.rec`` (or its ``.idx``), a fastload LMDB shard
             directory, or an ImageFolder tree.
+        idx_path: For a ``.rec``: its ``.idx`` when it is not the one beside it (MXNet's
+            ``path_imgidx`` may point anywhere).
 
     Returns:
         A :class:`Dataset`; use it as a context manager or call ``close()``.
@@ -380,6 +385,10 @@ def open_dataset(path: Union[str, os.PathLike]) -> Dataset:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise UserError(f"{path}: no such file or directory")
+    if idx_path is not None:
+        if os.path.isdir(path) or os.path.splitext(path)[1] != ".rec":
+            raise UserError(f"{path}: an index file ({os.fspath(idx_path)}) can only be given for a .rec file")
+        return _open_bare_rec(path, os.fspath(idx_path))
     if os.path.isdir(path):
         if os.path.isfile(os.path.join(path, MANIFEST_NAME)):
             return _open_fastload_folder(path)
