@@ -414,6 +414,14 @@ class ImageRecordIter(BatchIter):
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # The loader and its running epoch refer to each other, so only the garbage collector would
+        # reclaim them: stop the producer as soon as the iterator itself is dropped.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
 
 class ImageRecordIter_v1(ImageRecordIter):  # noqa: N801 - MXNet's name
     """MXNet's ``ImageRecordIter_v1``: the older implementation of the same arguments and outputs."""
