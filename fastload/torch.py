@@ -21,9 +21,18 @@ same logical NCHW shape with channels-last strides, decoded that way, without a 
 scaled to [0, 1] as ``ToTensor``, then ``normalize=(mean, std)`` if given, in that [0, 1] scale).
 Labels are int64 ``[B]`` for single-label datasets and float32 ``[B, W]`` for multi-label ones.
 
-Without ``device``/``devices`` the tensors are CPU views of a ring slot and follow the ownership
-rule of :mod:`fastload.batch` (valid until two further batches are taken; ``copy=True`` for owned
-tensors). With a device, the outputs are fresh device tensors the caller owns.
+Without ``device``/``devices`` the tensors are CPU views of a ring slot (``torch.from_numpy`` of the
+batch's views): they stay valid for as long as you keep them, as torch's own batches do. The slot
+is refilled only after the last tensor sharing its memory is freed (:mod:`fastload.batch`); keeping
+many batches (``list(loader)``) makes the ring grow to its bound, then batches come in fresh memory
+with one warning. ``copy=True`` still yields owned copies. With a device, the outputs are fresh
+device tensors the caller owns.
+
+A ``non_blocking`` copy of your own out of a pinned batch (``x.to("cuda", non_blocking=True)``) is
+safe too: when a batch's last reference dies and CUDA is initialized, the loader records an event
+on the current stream of every CUDA device that has a context (:func:`cuda_release_fences`; the
+stream current *on the thread where the reference dies*, normally the training loop's), and the slot
+is not refilled before those events complete.
 
 Several devices in one process (``devices=[...]``): every batch is split into ``len(devices)``
 contiguous slices (sizes differ by at most one); each slice is copied from the pinned slot straight to
@@ -35,9 +44,10 @@ completed. The consumer's current stream on each device waits for the copy strea
 
 What has *not* run on a GPU (this was developed on a CPU-only machine, torch 2.13 CPU build): the
 CUDA branches -- pinned allocation, per-device streams and events, ``non_blocking`` copies,
-``record_stream``, on-device conversion, NVTX ranges. They use only torch's standard calls and are
-guarded by ``torch.cuda.is_available()``; the identical split / convert / fence logic is exercised by
-the tests with ``torch.device("cpu")`` entries.
+``record_stream``, on-device conversion, NVTX ranges, the release hook's events. They use only torch's
+standard calls and are guarded by ``torch.cuda.is_available()`` / ``torch.cuda.is_initialized()``; the
+identical split / convert / fence logic is exercised by the tests with ``torch.device("cpu")`` entries
+and stand-in events.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ from fastload.loader import Loader, LoaderConfig
 from fastload.stats import LoaderStats, Stage
 from fastload.transforms import Transform, train
 
-__all__ = ["DataLoader", "pinned_allocator", "split_sizes"]
+__all__ = ["DataLoader", "pinned_allocator", "split_sizes", "cuda_release_fences"]
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32,
                  np.dtype(np.int64): torch.int64}
@@ -72,6 +82,32 @@ def pinned_allocator(shape: Tuple[int, ...], dtype: np.dtype, *, pin: Optional[b
         pin = torch.cuda.is_available()
     tensor = torch.empty(tuple(shape), dtype=_TORCH_DTYPES[np.dtype(dtype)], pin_memory=bool(pin))
     return tensor.numpy(), tensor
+
+
+def cuda_release_fences() -> List[Any]:
+    """The ring's release hook: a CUDA event on each initialized device's current stream.
+
+    Called (on any thread) when a batch's last view dies. Work the consumer queued on those streams
+    before that moment -- typically its own ``non_blocking`` copy out of the pinned batch -- is
+    finished once the events complete, and the ring waits for them before refilling the slot.
+    Without CUDA initialized it returns nothing and costs one call. Devices without a CUDA context
+    are skipped (recording there would create one). Untested on a GPU (none here); the tests run
+    this logic with stand-ins for ``torch.cuda``.
+    """
+    cuda = torch.cuda
+    if not cuda.is_initialized():
+        return []
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    if has_context is not None:
+        devices = [d for d in range(cuda.device_count()) if has_context(d)]
+    else:
+        devices = [cuda.current_device()]
+    events = []
+    for d in devices:
+        event = cuda.Event()
+        event.record(cuda.current_stream(d))
+        events.append(event)
+    return events
 
 
 def split_sizes(n: int, parts: int) -> List[int]:
@@ -125,7 +161,8 @@ class DataLoader:
         num_workers: Alias of ``num_threads``.
         pin_memory: Pin the ring (default: when a CUDA device is targeted and CUDA is available).
         on_error: ``"skip"`` or ``"raise"`` for bad records.
-        copy: Yield owned copies instead of ring views when no device is given.
+        copy: Yield owned copies instead of ring views when no device is given (not needed for
+            safety: ring views are never overwritten while a tensor made from them is alive).
         even: ``"pad"`` or ``"drop"``: how ranks get equal shares.
         **options: Further :class:`fastload.loader.LoaderConfig` fields (``block_size``, ``window``,
             ``read_ahead``, ``decode_options``, ``trace_path``, ``max_substitutes``).
@@ -202,7 +239,7 @@ class DataLoader:
         hooks = (torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop) if torch.cuda.is_available() else None
         pin = self.pin_memory
         self.loader = Loader(dataset_or_path, config, allocator=lambda shape, dt: pinned_allocator(shape, dt, pin=pin),
-                             range_hooks=hooks)
+                             range_hooks=hooks, release_hook=cuda_release_fences)
         self.dataset = self.loader.dataset
         self.batch_size = batch_size
         self.multi_label = self.loader.label_width > 1
@@ -213,7 +250,6 @@ class DataLoader:
                     # One copy stream per device so devices never serialize behind each other.
                     self._streams[d] = torch.cuda.Stream(device=d)
         self._affine: Dict[Tuple[torch.device, torch.dtype], Tuple[torch.Tensor, torch.Tensor]] = {}
-        self._iterator: Optional[_TorchIterator] = None
 
     # --- torch DataLoader-like API ----------------------------------------------------------
 
@@ -221,8 +257,9 @@ class DataLoader:
         return len(self.loader)
 
     def __iter__(self) -> "_TorchIterator":
-        self._iterator = _TorchIterator(self, iter(self.loader))
-        return self._iterator
+        # Not stored on self: the iterator refers to the loader, and a reference back would be a
+        # cycle that keeps closed loaders (and their rings) alive until a full garbage collection.
+        return _TorchIterator(self, iter(self.loader))
 
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` next (as ``DistributedSampler.set_epoch``)."""
@@ -251,15 +288,13 @@ class DataLoader:
     # --- batch -> tensors -------------------------------------------------------------------
 
     def _host_tensors(self, batch: Batch) -> Tuple[torch.Tensor, torch.Tensor]:
-        n = batch.size
-        owner = batch.owners.get("images") if batch.slot >= 0 else None
-        images = owner[:n] if isinstance(owner, torch.Tensor) else torch.from_numpy(batch.images)
+        # From the batch's views, never the allocator's owner tensors: the tensors then hold the
+        # batch's lease, so the slot is not refilled while they are alive (fastload.batch).
+        images = torch.from_numpy(batch.images)
         if self.memory_format == torch.channels_last:
             # NHWC memory seen as NCHW with channels-last strides: no data movement.
             images = images.permute(0, 3, 1, 2)
-        lab_owner = batch.owners.get("labels") if batch.slot >= 0 else None
-        labels = lab_owner[:n] if isinstance(lab_owner, torch.Tensor) else torch.from_numpy(batch.labels)
-        return images, labels
+        return images, torch.from_numpy(batch.labels)
 
     def _labels_out(self, labels: torch.Tensor) -> torch.Tensor:
         return labels if self.multi_label else labels[:, 0].to(torch.int64)

@@ -45,9 +45,15 @@ Aliases: ``ImageRecordIter_v1`` (MXNet's older implementation of the same argume
 ``ImageRecordUInt8Iter`` and ``ImageRecordUInt8Iter_v1`` (``dtype='uint8'``),
 ``ImageRecordInt8Iter`` (``dtype='int8'``).
 
-Batch lifetime: every ``DataBatch`` holds arrays of its own (the decode slot is converted or
-copied into them by MXNet operators), so batches the caller keeps stay intact; a slot is refilled
-only after MXNet's engine has finished every queued operation reading it.
+Batch lifetime: a ``DataBatch`` stays intact for as long as it is kept (``[b.data[0] for b in it]``
+is safe, and so is ``Module.fit`` reading the previous batch). The decoded slot is wrapped zero-copy
+(:func:`fastload.mxnet.placement.wrap_view`), which holds the slot's lease: ``dtype='uint8'`` RGB data
+*is* that NDArray (context ``cpu(0)``: MXNet's zero-copy import labels host memory so), the other
+outputs are computed from it into new ``cpu_pinned`` arrays by MXNet operators, labels are copied.
+The slot is refilled once the NDArray and every engine operation reading it are gone; a consumer
+that keeps many raw batches makes the ring grow, then get fresh memory (:mod:`fastload.batch`).
+``round_batch`` padding is decoded by the loader with the rest of the batch (``on_error`` policy,
+stats).
 
 Not run on a GPU: on this machine ``mx.cpu(0)``/``mx.cpu(1)`` stand in for devices.
 """
@@ -56,7 +62,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -67,7 +73,8 @@ from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs, parse_a
 from fastload.mxnet.augmenter import aug_seed, color_spec, geometry_spec, normalize_spec, spec_class
 from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.mean_image import GRAY_WEIGHTS, compute_mean_image, mean_image
-from fastload.mxnet.placement import normalize_contexts, numpy_view, place, split_slices, wait_to_write
+from fastload.errors import LoaderBusy
+from fastload.mxnet.placement import normalize_contexts, numpy_view, place, split_slices, wrap_view
 from fastload.mxnet.protocol import BatchIter
 from fastload.mxnet.record_source import open_records
 from fastload.order import EpochOrder
@@ -78,24 +85,6 @@ __all__ = ["ImageRecordIter", "ImageRecordIter_v1", "ImageRecordUInt8Iter", "Ima
 log = logging.getLogger("fastload.mxnet")
 
 _U32 = 0xFFFFFFFF
-
-
-class _EngineFence:
-    """A ring fence that completes once MXNet's engine has no pending operation on the slot arrays.
-
-    ``query`` is called by the loader's producer thread right before it refills the slot; it blocks
-    in ``MXNDArrayWaitToWrite`` until queued reads (conversions, device copies) are done, then says True.
-    """
-
-    __slots__ = ("arrays",)
-
-    def __init__(self, arrays: Sequence["mx.nd.NDArray"]) -> None:
-        self.arrays = arrays
-
-    def query(self) -> bool:
-        for a in self.arrays:
-            wait_to_write(a)
-        return True
 
 
 def _seeded_decode(aug_seed: int):
@@ -182,7 +171,7 @@ class ImageRecordIter(BatchIter):
                                    seed=order_seed, block_size=block_size, drop_last=False, even="pad",
                                    rank=self.part_index, world_size=self.num_parts,
                                    num_threads=int(args.preprocess_threads), prefetch=max(1, int(args.prefetch_buffer)),
-                                   layout="NCHW")
+                                   layout="NCHW", round_batch=self.round_batch)
         self._mean = None
         if args.mean_img and self.dtype != "uint8":
             pixels = self._compose(geometry, color, None)
@@ -193,7 +182,10 @@ class ImageRecordIter(BatchIter):
                              decode=_seeded_decode(self._aug_seed))
         self._ids = getattr(self._dataset, "ids", None)
         self._epoch = 0
-        self._views: Dict[int, np.ndarray] = {}
+        self._iter_thread = None
+        # Rows of the epoch's last batch that stand for no record of this part (the same every epoch).
+        share = len(EpochOrder(self.loader.order_spec, 0).share)
+        self._last_pad = len(self.loader) * self.batch_size - share
         if args.verbose:
             log.info("ImageRecordIter: %s, %d records, part %d of %d, %s, %d decode threads", path,
                      len(self._dataset), self.part_index, self.num_parts, self.transform, args.preprocess_threads)
@@ -288,48 +280,78 @@ class ImageRecordIter(BatchIter):
     def _fetch(self) -> Optional[mx.io.DataBatch]:
         if self.loader is None:
             raise RuntimeError("ImageRecordIter is closed")
-        if self._iter is None:
-            self._iter = iter(self.loader)
+        self._own_pass()
         try:
             batch = next(self._iter)
         except StopIteration:
             return None
-        images_nd = batch.owners["images"]
-        labels_nd = batch.owners["labels"]
-        m = batch.size
-        pad = self.batch_size - m
-        if pad and self.round_batch:
-            self._complete(batch, images_nd, labels_nd, m)
-        elif pad:
-            # Rows past the batch's records hold whatever the slot held before (or never-written
-            # memory): give them defined values so no consumer ever sees stale pixels or labels.
-            self._view(images_nd)[m:] = 0
-            self._view(labels_nd)[m:] = 0
-        data = self._convert(images_nd)
-        label = labels_nd.reshape((self.batch_size,)) if self.label_width == 1 else labels_nd
+        last = batch.number == len(self.loader) - 1
+        if self.round_batch:
+            pad = self._last_pad if last else 0
+        else:
+            pad = self.batch_size - batch.size
+        images = batch.slot_view("images")
+        labels = batch.slot_view("labels")
+        if batch.size < self.batch_size:
+            # round_batch=False: rows past the batch's records hold whatever the slot held before (or
+            # never-written memory): give them defined values (zero pixels, label 0).
+            images[batch.size:] = 0
+            labels[batch.size:] = 0
+        # Zero-copy NDArrays over the batch's lease views: the slot is refilled only after they, and
+        # every engine operation reading them (the conversions and copies below), are gone.
+        data = self._convert(wrap_view(images))
+        label = wrap_view(labels)
+        if self.label_width == 1:
+            label = label.reshape((self.batch_size,))
         if self._ctxs is not None:
             data = place(data, self._ctxs, self._slices)
             label = place(label, self._ctxs, self._slices)
         else:
-            label = label.copy()  # the slot's labels are refilled with the slot
-        # Conversions and copies queued above read the slot: it is refilled after they ran.
-        batch.add_fence(_EngineFence((images_nd, labels_nd)))
+            label = self._copy_to(label, self._out_ctx)  # labels are small: a copy frees the slot sooner
         # round_batch=False: the padding rows stand for no record, so `index` lists the real rows only.
-        rows = self._view(batch.owners["indices"]) if pad and self.round_batch else batch.indices
-        index = np.asarray(rows, dtype=np.int64).copy() if self._ids is None else self._ids[rows]
+        rows = np.array(batch.slot_view("indices") if self.round_batch else batch.indices, dtype=np.int64)
+        index = rows if self._ids is None else self._ids[rows]
         return mx.io.DataBatch(data=[data], label=[label], pad=pad, index=index,
                                provide_data=self.provide_data, provide_label=self.provide_label)
 
-    def _convert(self, images: "mx.nd.NDArray") -> "mx.nd.NDArray":
-        """The slot's decoded batch as this iterator's output: a new array, never the slot itself.
+    def _own_pass(self) -> None:
+        """Make the loader's pass belong to this thread (MXNet iterators have no thread affinity).
 
-        MXNet operators (asynchronous, on MXNet's engine threads) do the work, writing into arrays
-        allocated on the output context (MXNet's operators would put them in ``cpu`` memory); the
-        fence added in :meth:`_fetch` keeps the slot from being refilled before they have read it.
+        fastload's loader hands a pass's batches to the thread that started it; when ``next()`` comes
+        from another thread (a prefetching wrapper, a user moving the iterator), the pass is ended and
+        restarted there at the same position (its prefetched batches are decoded again).
+        """
+        import threading
+
+        me = threading.current_thread()
+        if self._iter is not None and self._iter_thread is not me:
+            state = self.loader.state_dict()
+            self._iter.close()
+            self._iter = None
+            self.loader.load_state_dict(state)
+        if self._iter is None:
+            try:
+                self._iter = iter(self.loader)
+            except LoaderBusy:  # pragma: no cover - the pass was closed above
+                raise
+            self._iter_thread = me
+
+    @staticmethod
+    def _copy_to(x: "mx.nd.NDArray", ctx: "mx.Context") -> "mx.nd.NDArray":
+        out = mx.nd.empty(x.shape, ctx=ctx, dtype=x.dtype)
+        x.copyto(out)
+        return out
+
+    def _convert(self, images: "mx.nd.NDArray") -> "mx.nd.NDArray":
+        """The decoded batch (a zero-copy NDArray over the slot) as this iterator's output.
+
+        Raw outputs (uint8 RGB, or floats the engine normalized) are that NDArray itself. The others
+        are computed by MXNet operators (asynchronous, on MXNet's engine threads) into new arrays on
+        the output context (MXNet's operators would put them in ``cpu`` memory).
         """
         if images.dtype != np.uint8:
             # The engine wrote the final values (Normalize in the pipeline).
-            return self._cast(images, self.dtype)
+            return images if images.dtype == np.dtype(self.dtype) else self._cast(images, self.dtype)
         shape = (self.batch_size, self.channels) + self.data_shape[1:]
         x = images
         if self.channels == 1:
@@ -339,10 +361,7 @@ class ImageRecordIter(BatchIter):
             mx.nd.sum(rgb, axis=1, keepdims=True, out=x)
             mx.nd.round(x, out=x)  # float32 luma 0..255
         if self.dtype == "uint8":
-            if x is not images:
-                return self._cast(x, "uint8")
-            # place() copies each context's rows anyway; otherwise the batch gets its own copy.
-            return x if self._ctxs is not None else self._cast(x, "uint8")
+            return x if x is images else self._cast(x, "uint8")
         out = x if x is not images else self._cast(x, "float32")
         if self.dtype == "int8":
             mx.nd.broadcast_sub(out, self._sub, out=out)
@@ -357,30 +376,6 @@ class ImageRecordIter(BatchIter):
         out = mx.nd.empty(x.shape, ctx=self._out_ctx, dtype=dtype)
         mx.nd.cast(x, dtype=dtype, out=out)
         return out
-
-    def _view(self, nd) -> np.ndarray:
-        key = id(nd)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = numpy_view(nd)
-        return view
-
-    def _complete(self, batch, images_nd, labels_nd, m: int) -> None:
-        """round_batch: fill rows ``[m, batch_size)`` with the epoch's first records, as MXNet pads."""
-        from fastload.decode import decode_batch
-
-        share = EpochOrder(self.loader.order_spec, batch.epoch).share
-        fill = share[np.arange(self.batch_size - m) % len(share)]
-        ds = self._dataset
-        images = self._view(images_nd)
-        result = decode_batch([ds.image(int(i)) for i in fill], images[m:], self.config.transform,
-                              seed=self._aug_seed, epoch=batch.epoch, indices=fill,
-                              threads=self.config.num_threads, layout="NCHW")
-        if not result.ok:
-            log.warning("round_batch: %d padding record(s) failed to decode and are left black: %s",
-                        len(result.errors), result.errors)
-        self._view(labels_nd)[m:] = np.asarray(ds.labels, dtype=np.float32).reshape(len(ds), -1)[fill]
-        self._view(batch.owners["indices"])[m:] = fill
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
