@@ -267,3 +267,24 @@ def test_shuffle_chunk_arguments_choose_a_block_shuffle_without_an_index(rec, tm
     # With an index MXNet ignores the chunk arguments (it shuffles records), and so does fastload.
     indexed = _mine(path_imgrec=rec["single"], path_imgidx=rec["single"][:-4] + ".idx", shuffle=True, **common)
     assert indexed.config.shuffle.value == "global"
+
+
+def test_round_batch_padding_is_decoded_by_the_loader_under_its_policy(tmp_path):
+    """The repeated rows of round_batch come through the loader: bad records are skipped and counted."""
+    path = str(tmp_path / "bad.rec")
+    writer = mx.recordio.MXIndexedRecordIO(str(tmp_path / "bad.idx"), path, "w")
+    for i in range(10):
+        payload = b"this is not an image" if i == 0 else _jpeg(i)
+        writer.write_idx(i, mx.recordio.pack(mx.recordio.IRHeader(0, float(i), 1000 + i, 0), payload))
+    writer.close()
+    it = _mine(path_imgrec=path, data_shape=SHAPE, batch_size=4, dtype="uint8")
+    batches = [(b.data[0].asnumpy(), b.index.tolist(), b.pad) for b in it]
+    assert [pad for _, _, pad in batches] == [0, 0, 2]
+    # Record 0 (id 1000) cannot be decoded: replaced by the next record in the first batch and in the
+    # padding rows, which repeat the epoch's first records.
+    assert batches[0][1] == [1001, 1001, 1002, 1003]
+    assert batches[2][1] == [1008, 1009, 1001, 1001]
+    np.testing.assert_array_equal(batches[2][0][2], batches[0][0][0])
+    stats = it.stats()
+    # (the producer may already have run on into the next epoch and met record 0 again)
+    assert stats.skipped >= 2 and stats.images == 12 and stats.batches == 3

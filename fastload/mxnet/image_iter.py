@@ -379,6 +379,10 @@ class ImageRecordIter(BatchIter):
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
+    def stats(self):
+        """The loader's per-stage times, images/s and bad-record counts (``fastload.stats.LoaderStats``)."""
+        return self.loader.stats()
+
     def state_dict(self) -> Dict[str, Any]:
         """The loader's resume position (epoch, batch) and its order fingerprint."""
         return self.loader.state_dict()
