@@ -146,3 +146,18 @@ def test_dist_sync_run_wraps_the_iterator_in_resize_iter(recs, tmp_path):
     # 72 records over 2 workers, batches of 12: 3 batches per epoch on each worker.
     assert proc.stderr.count("Resizing training data to 3 batches per machine") == 2
     assert proc.stderr.count("Epoch[1] Time cost") == 2
+
+
+def test_bench_training_pairs_smoke(recs):
+    """bench/mxnet_iters.py's two training-iterator ratios run end to end (or say why fastload cannot yet)."""
+    from fastload_bench.mxnet_iters import TARGETS, data_py_train_kwargs, training_pairs
+
+    kwargs = data_py_train_kwargs(str(recs / "train.rec"), aug_level=3)
+    assert (kwargs["fill_value"], kwargs["pad"], kwargs["random_h"], kwargs["max_rotate_angle"]) == (127, 0, 36, 10)
+    rows = training_pairs(str(recs / "train.rec"), rounds=1, batch_size=12, size=32, batches=2)
+    assert [r.check for r in rows] == list(TARGETS)
+    for row, needs in zip(rows, (HAVE_GEOMETRY and HAVE_COLOR, HAVE_COLOR)):
+        if needs:
+            assert row.skipped is None and row.median > 0 and row.pairs == 1
+        else:
+            assert row.skipped and "not yet supported" in row.skipped
