@@ -343,7 +343,12 @@ class _Sample:
 
 
 class _IterContender:
-    """One iterator, one epoch (or ``batches`` batches) per run, every batch waited for."""
+    """One iterator, one epoch (or ``batches`` batches) per run, every batch waited for.
+
+    After each run a fastload iterator's producer is stopped (untimed): it would otherwise decode
+    on into the next epoch while the other side is timed, stealing that side's CPU and starting
+    its own next run with batches ready (``fastload_bench.stages.quiesce``).
+    """
 
     def __init__(self, name: str, it, records: int, batches: Optional[int]) -> None:
         self.name, self.it, self.records, self.batches = name, it, records, batches
@@ -352,7 +357,11 @@ class _IterContender:
         t0 = time.perf_counter()
         self.it.reset()
         n = _drain(self.it, self.records, self.batches)
-        return _Sample(n, time.perf_counter() - t0)
+        sample = _Sample(n, time.perf_counter() - t0)
+        loader = getattr(self.it, "loader", None)
+        if loader is not None:
+            iter(loader).close()  # an unfinished pass stops the producer
+        return sample
 
 
 def _quiet_fastload(kwargs: dict):

@@ -249,7 +249,7 @@ def test_float16_and_device_id(rec):
     common = dict(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=8, mean_r=100, std_r=10)
     half = _mine(dtype="float16", **common).next().data[0]
     full = _mine(**common).next().data[0]
-    assert half.dtype == np.float16 and half.context == mx.cpu_pinned()
+    assert half.dtype == np.float16 and half.context == mx.cpu()  # the pinned slot, zero-copy
     np.testing.assert_allclose(half.asnumpy(), full.asnumpy(), atol=0.05, rtol=1e-3)
     plain = _mine(device_id=-1, **common).next()
     assert plain.data[0].context == mx.cpu() and plain.label[0].context == mx.cpu()
@@ -288,3 +288,27 @@ def test_round_batch_padding_is_decoded_by_the_loader_under_its_policy(tmp_path)
     stats = it.stats()
     # (the producer may already have run on into the next epoch and met record 0 again)
     assert stats.skipped >= 2 and stats.images == 12 and stats.batches == 3
+
+
+def test_float_normalization_is_mxnets_float32_arithmetic(rec):
+    from fastload.mxnet.image_iter import _HostNormalize
+
+    mean = np.array([123.68, 116.779, 103.939], np.float32)
+    std = np.array([58.393, 57.12, 57.375], np.float32)
+    scale = np.float32(1 / 255)
+    norm = _HostNormalize(mean.reshape(3, 1, 1), scale / std, "float32")
+    pixels = np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16).repeat(3, axis=1)
+    out = np.empty(pixels.shape, np.float32)
+    norm(pixels, out)
+    # iter_image_recordio_2.cc: (pixel - mean) * (contrast_scaled / std) + illumination_scaled / std, in float.
+    mult = (np.float32(1) * scale) / std
+    expected = (pixels.astype(np.float32) - mean.reshape(1, 3, 1, 1)) * mult.reshape(1, 3, 1, 1)
+    np.testing.assert_array_equal(out, expected)
+    # round_batch=False: the padding rows are what a zero pixel becomes.
+    common = dict(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=10, round_batch=False, mean_r=100,
+                  std_r=4)
+    last = [b for b in _mine(**common)][-1]
+    tail = last.data[0].asnumpy()[10 - last.pad:]
+    assert last.pad == 6
+    np.testing.assert_array_equal(tail[:, 0], -25.0)
+    np.testing.assert_array_equal(tail[:, 1:], 0.0)
