@@ -616,22 +616,27 @@ class NDArrayIter(BatchIter):
         epoch = self._epoch
         sources, keys = self._sources, self._keys
 
+        def fill(slot, k: int, rows: np.ndarray, pad: int) -> tuple:
+            try:
+                sizes: Dict[str, int] = {}
+                for src, key in zip(sources, keys):
+                    sizes.update(src.fill(key, slot.arrays, rows))
+                batch = ring.lease(slot, epoch=epoch, number=first + k, sizes=sizes)
+            except BaseException:
+                ring.unused(slot)
+                raise
+            # CSR outputs are copies: made here, off the consumer's thread.
+            csr = {key: src.output(key, batch) for src, key in zip(sources, keys) if src.stype == "csr"}
+            return batch, csr, rows.copy(), pad
+
         def produce(stop: threading.Event) -> Iterator[tuple]:
             for k, (rows, pad) in enumerate(plan):
                 slot = ring.acquire(stop)
                 if slot is None:
                     return
-                try:
-                    sizes: Dict[str, int] = {}
-                    for src, key in zip(sources, keys):
-                        sizes.update(src.fill(key, slot.arrays, rows))
-                    batch = ring.lease(slot, epoch=epoch, number=first + k, sizes=sizes)
-                except BaseException:
-                    ring.unused(slot)
-                    raise
-                # CSR outputs are copies: made here, off the consumer's thread.
-                csr = {key: src.output(key, batch) for src, key in zip(sources, keys) if src.stype == "csr"}
-                yield batch, csr, rows.copy(), pad
+                # No local refers to the batch while this frame is suspended: a batch the consumer
+                # dropped must not stay leased because the producer still names it.
+                yield fill(slot, k, rows, pad)
 
         self._producer = Producer(produce, maxsize=self._prefetch, name="fastload-ndarrayiter", wake=ring.wake)
 
