@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -123,29 +122,23 @@ def test_gluoncv_style_loop_with_split_and_load(recs, tmp_path, color):
     assert theirs.returncode == 0, theirs.stderr[-3000:]
 
 
-_LAUNCH_SHIM = textwrap.dedent("""
-    # dmlc_tracker (shipped with MXNet 1.9.1) calls Thread.isAlive, removed in Python 3.9.
-    import runpy, sys, threading
-    threading.Thread.isAlive = threading.Thread.is_alive
-    sys.argv = sys.argv[1:]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-""")
-
-
 def test_dist_sync_run_wraps_the_iterator_in_resize_iter(recs, tmp_path):
     """fit.py under dist_sync: two workers, each reading its part, ResizeIter(train, epoch_size)."""
-    shim = tmp_path / "launch_shim.py"
-    shim.write_text(_LAUNCH_SHIM)
+    sys.path.insert(0, CLIENTS)
+    try:
+        from dist import launch_local
+    finally:
+        sys.path.remove(CLIENTS)
     out = tmp_path / "dist.json"
-    launcher = os.path.join(os.path.dirname(mx.__file__), "tools", "launch.py")
     args = _imagenet_args(recs, "fastload", out, "--kv-store", "dist_sync", "--num-epochs", "2", "--cpus", "0")
-    proc = _run([str(shim), launcher, "-n", "2", "-s", "1", "--launcher", "local", PY, *args], timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    codes, stderr = launch_local([PY] + args, workers=2, servers=1, timeout=240, env=env)
+    assert codes == [0, 0], stderr[-3000:]
     results = [json.loads((tmp_path / f"dist.json.{r}").read_text()) for r in range(2)]
     assert sorted(r["rank"] for r in results) == [0, 1] and all(r["workers"] == 2 for r in results)
     # 72 records over 2 workers, batches of 12: 3 batches per epoch on each worker.
-    assert proc.stderr.count("Resizing training data to 3 batches per machine") == 2
-    assert proc.stderr.count("Epoch[1] Time cost") == 2
+    assert stderr.count("Resizing training data to 3 batches per machine") == 2
+    assert stderr.count("Epoch[1] Time cost") == 2
 
 
 def test_bench_training_pairs_smoke(recs):

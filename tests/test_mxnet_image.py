@@ -304,25 +304,19 @@ _DIST_WORKER = textwrap.dedent("""
                     "steps": steps, "ids": ids}}, f)
 """)
 
-_LAUNCH_SHIM = textwrap.dedent("""
-    # dmlc_tracker (shipped with MXNet 1.9.1) calls Thread.isAlive, removed in Python 3.9.
-    import runpy, sys, threading
-    threading.Thread.isAlive = threading.Thread.is_alive
-    sys.argv = sys.argv[1:]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-""")
-
-
 def test_dist_sync_two_workers_on_loopback(data_dir, repo_root):
-    """A real dist_sync run: MXNet's launcher (local mode), 1 server, 2 workers on this machine."""
+    """A real dist_sync run on this machine: a scheduler, 1 server, 2 workers (tests/mxnet_clients/dist.py)."""
+    clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_clients")
+    sys.path.insert(0, clients)
+    try:
+        from dist import launch_local
+    finally:
+        sys.path.remove(clients)
     worker = data_dir / "dist_worker.py"
     out = str(data_dir / "dist_result")
     worker.write_text(_DIST_WORKER.format(repo=str(repo_root), rec=_rec(data_dir), out=out))
-    shim = data_dir / "launch_shim.py"
-    shim.write_text(_LAUNCH_SHIM)
-    proc = subprocess.run([VENV_PY, str(shim), os.path.join(MX_TOOLS, "launch.py"), "-n", "2", "-s", "1",
-                           "--launcher", "local", VENV_PY, str(worker)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    codes, stderr = launch_local([VENV_PY, str(worker)], workers=2, servers=1, timeout=180)
+    assert codes == [0, 0], stderr[-2000:]
     results = [json.loads(open(f"{out}.{r}").read()) for r in range(2)]
     assert sorted(r["parts"][0] for r in results) == [0, 1] and all(r["parts"][1] == 2 for r in results)
     assert results[0]["steps"] == results[1]["steps"] == 5  # ceil(ceil(60 / 2) / 7)
