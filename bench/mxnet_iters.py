@@ -28,6 +28,10 @@ rows are no records (measured: 48 records, ``batch_size=32`` -> two batches of 3
 A pair whose fastload side this build cannot run (the engine ops are missing) comes back
 ``skipped`` with the reason, so the comparison is ready to run as soon as the ops exist.
 
+:func:`iterator_pairs` adds paired runs of fastload's and MXNet's ImageRecordIter (uint8, and float32
+with ImageNet's mean/std) and what keeping every batch costs ``NDArrayIter`` against the usual
+take-use-drop loop; ``python -m fastload_bench.mxnet_iters pairs REC [N]`` prints them all.
+
 :func:`make_runner` is what ``fastload_bench.peers.mxnet_rec`` calls for its
 ``fastload_imagerecorditer`` kind (``run() -> {"images", "bytes", "seconds"}``, ``close()``).
 :func:`image_iters` and :func:`sparse_iters` run a whole comparison in this process and return plain
@@ -48,7 +52,7 @@ import numpy as np
 from .peers.sparse_data import synthetic_csr
 
 __all__ = ["make_runner", "image_iters", "sparse_iters", "FastloadImageRunner", "data_py_train_kwargs",
-           "gluoncv_train_kwargs", "training_pairs", "TARGETS"]
+           "gluoncv_train_kwargs", "training_pairs", "iterator_pairs", "TARGETS"]
 
 _RRC = dict(random_resized_crop=True, min_random_area=0.08, max_random_area=1.0, min_aspect_ratio=3.0 / 4.0,
             max_aspect_ratio=4.0 / 3.0, rand_mirror=True, dtype="uint8", round_batch=False)
@@ -435,12 +439,100 @@ def _skipped(cls, check: str, num: str, den: str, exc: Exception):
                total=float("nan"), pairs=0, chunk=0, skipped=f"fastload cannot run it yet: {exc}")
 
 
-if __name__ == "__main__":  # smoke: python -m fastload_bench.mxnet_iters REC
+# --- paired runs against MXNet, and what keeping batches costs --------------------------------------
+
+
+class _KeepContender:
+    """One NDArrayIter epoch per run, each batch waited for; ``keep`` holds every batch until the end."""
+
+    def __init__(self, name: str, it, keep: bool, batch_size: int) -> None:
+        self.name, self.it, self.keep, self.batch_size = name, it, keep, batch_size
+
+    def run(self) -> _Sample:
+        kept = []
+        t0 = time.perf_counter()
+        self.it.reset()
+        n = 0
+        for batch in self.it:
+            batch.data[0].wait_to_read()
+            n += self.batch_size
+            if self.keep:
+                kept.append(batch)
+        return _Sample(n, time.perf_counter() - t0)
+
+
+def iterator_pairs(rec: str, *, rounds: int = 7, batch_size: int = 128, size: int = 224, threads: int = 2,
+                   rows: int = 20_000, features: int = 512) -> list:
+    """Paired runs: fastload vs MXNet ImageRecordIter (uint8, and float32 with ImageNet mean/std), and
+    NDArrayIter's usual loop (take, use, drop) vs keeping every batch of the epoch.
+
+    Args:
+        rec: A ``.rec`` with its ``.idx`` beside it.
+        rounds: Timed pairs (after one warm-up pair).
+        batch_size: Images per batch.
+        size: Output side (RandomResizedCrop(size) with torchvision's ranges + mirror).
+        threads: ``preprocess_threads`` of both iterators.
+        rows: Rows of the dense NDArrayIter input.
+        features: Its columns (float32).
+    """
+    import warnings
+
+    import mxnet as mx
+
+    import fastload.mxnet as fm
+
+    from .paired import run_pair
+
+    records = _idx_records(rec)
+    out = []
+    for dtype in ("uint8", "float32"):
+        kwargs = dict(path_imgrec=rec, path_imgidx=os.path.splitext(rec)[0] + ".idx", data_shape=(3, size, size),
+                      batch_size=batch_size, shuffle=True, preprocess_threads=threads, prefetch_buffer=4,
+                      **dict(_RRC, dtype=dtype))
+        if dtype != "uint8":
+            kwargs.update(mean_r=123.68, mean_g=116.779, mean_b=103.939, std_r=58.393, std_g=57.12, std_b=57.375)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mine = fm.ImageRecordIter(**kwargs)
+        theirs = mx.io.ImageRecordIter(verbose=False, **kwargs)
+        try:
+            out.append(run_pair(f"ImageRecordIter RRC{size} {dtype}: fastload / MXNet",
+                                _IterContender("fastload.mxnet ImageRecordIter", mine, records, None),
+                                _IterContender("mx.io.ImageRecordIter", theirs, records, None), rounds=rounds))
+        finally:
+            mine.close()
+    x = np.random.default_rng(0).random((rows, features), dtype=np.float32)
+    y = np.arange(rows, dtype=np.float32)
+    usual = fm.NDArrayIter(x, y, batch_size=256, shuffle=True, seed=0)
+    kept = fm.NDArrayIter(x, y, batch_size=256, shuffle=True, seed=0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # KeptBatchesWarning is the point here
+            out.append(run_pair(f"NDArrayIter dense {rows}x{features} batch 256: usual loop / keeping every batch",
+                                _KeepContender("usual loop", usual, False, 256),
+                                _KeepContender("every batch kept", kept, True, 256), rounds=rounds))
+    finally:
+        usual.close()
+        kept.close()
+    return out
+
+
+if __name__ == "__main__":
+    # python -m fastload_bench.mxnet_iters [REC]          smoke run of every comparison
+    # python -m fastload_bench.mxnet_iters pairs REC [N]  paired ratios, N timed pairs (default 7)
     import json
     import sys
 
-    out = sparse_iters(rows=256 * 4, features=20_000, repeats=1, warmup=0)
-    if len(sys.argv) > 1:
-        out += image_iters(sys.argv[1], batch_size=32, size=64, batches=3, repeats=1, warmup=0)
-        out += [r.to_json() for r in training_pairs(sys.argv[1], rounds=1, batch_size=32, size=64, batches=3)]
-    print(json.dumps(out, indent=1))
+    from .paired import format_paired
+
+    if len(sys.argv) > 2 and sys.argv[1] == "pairs":
+        rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 7
+        rows = iterator_pairs(sys.argv[2], rounds=rounds) + training_pairs(sys.argv[2], rounds=rounds)
+        print(format_paired(rows))
+        print(json.dumps([r.to_json() for r in rows], indent=1))
+    else:
+        out = sparse_iters(rows=256 * 4, features=20_000, repeats=1, warmup=0)
+        if len(sys.argv) > 1:
+            out += image_iters(sys.argv[1], batch_size=32, size=64, batches=3, repeats=1, warmup=0)
+            out += [r.to_json() for r in training_pairs(sys.argv[1], rounds=1, batch_size=32, size=64, batches=3)]
+        print(json.dumps(out, indent=1))

@@ -154,3 +154,11 @@ def test_bench_training_pairs_smoke(recs):
             assert row.skipped is None and row.median > 0 and row.pairs == 1
         else:
             assert row.skipped and "not yet supported" in row.skipped
+
+
+def test_bench_iterator_pairs_smoke(recs):
+    from fastload_bench.mxnet_iters import iterator_pairs
+
+    rows = iterator_pairs(str(recs / "train.rec"), rounds=1, batch_size=12, size=32, rows=512, features=8)
+    assert [r.pairs for r in rows] == [1, 1, 1] and all(r.median > 0 for r in rows)
+    assert rows[-1].check.startswith("NDArrayIter dense 512x8")
