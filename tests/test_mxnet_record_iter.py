@@ -312,3 +312,17 @@ def test_float_normalization_is_mxnets_float32_arithmetic(rec):
     assert last.pad == 6
     np.testing.assert_array_equal(tail[:, 0], -25.0)
     np.testing.assert_array_equal(tail[:, 1:], 0.0)
+
+
+def test_mean_image_is_mirrored_with_mirrored_images_as_mxnet(rec, tmp_path):
+    mean = np.linspace(0, 255, SIDE, dtype=np.float32)[None, None, :].repeat(SIDE, 1).repeat(3, 0)  # left-right ramp
+    path = str(tmp_path / "ramp.bin")
+    mx.nd.save(path, {"mean_img": mx.nd.array(mean)})
+    common = dict(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=8, mean_img=path)
+    _compare(_mine(mirror=True, **common), _theirs(mirror=True, **common), atol=1, mean_tol=0.05)
+    _compare(_mine(**common), _theirs(**common), atol=1, mean_tol=0.05)
+    gray = str(tmp_path / "ramp1.bin")
+    mx.nd.save(gray, {"mean_img": mx.nd.array(mean[:1])})
+    for extra in (dict(dtype="int8"), dict(data_shape=(1, SIDE, SIDE), mean_img=gray)):
+        with pytest.raises(mx.base.MXNetError, match="mean_img with mirror"):
+            _mine(**dict(common, rand_mirror=True, **extra))

@@ -112,14 +112,23 @@ class _HostNormalize:
         else:
             self.table, self.mean = None, mean.astype(np.float32)
 
-    def __call__(self, pixels: np.ndarray, out: np.ndarray) -> None:
+    @property
+    def needs_flips(self) -> bool:
+        """A mean image is subtracted at each pixel's source position (mirrored for mirrored images)."""
+        return self.mean is not None
+
+    def __call__(self, pixels: np.ndarray, out: np.ndarray, flips: Optional[np.ndarray] = None) -> None:
         if self.table is not None:
             for c in range(pixels.shape[1]):
                 np.take(self.table[c], pixels[:, c], out=out[:, c])
-        else:
-            values = np.subtract(pixels, self.mean, dtype=np.float32)
-            np.multiply(values, self.mult, out=values)
-            out[...] = values
+            return
+        mean = np.broadcast_to(self.mean, pixels.shape)
+        if flips is not None and flips.any():
+            # MXNet subtracts meanimg[i][j] from the source pixel (i, j), then writes it mirrored.
+            mean = np.where(flips.reshape(-1, 1, 1, 1), self.mean[..., ::-1], self.mean)
+        values = np.subtract(pixels, mean, dtype=np.float32)
+        np.multiply(values, self.mult, out=values)
+        out[...] = values
 
     def zero_rows(self, out: np.ndarray) -> None:
         """What a zero pixel becomes (round_batch=False padding rows)."""
@@ -144,8 +153,10 @@ def _seeded_decode(aug_seed: int, post: Optional[_HostNormalize] = None):
         pixels = scratch.get(out.shape)
         if pixels is None:
             pixels = scratch[out.shape] = np.empty(out.shape, dtype=np.uint8)
+        if post.needs_flips:
+            kwargs["want_params"] = True
         result = decode_batch(images, pixels, transform, seed=aug_seed, **kwargs)
-        post(pixels, out)
+        post(pixels, out, result.flips if post.needs_flips else None)
         return result
 
     return decode
@@ -235,6 +246,11 @@ class ImageRecordIter(BatchIter):
             pixels = self._compose(geometry, color, None)
             self._mean = mean_image(args.mean_img, self.data_shape, lambda: self._compute_mean(pixels),
                                     verbose=bool(args.verbose))
+        if self._mean is not None and not host and (args.mirror or args.rand_mirror):
+            # MXNet subtracts the mean image at each pixel's source position, i.e. mirrored for mirrored
+            # images; only the float RGB path (_HostNormalize) knows which images were mirrored.
+            raise MXNetArgumentError(f"ImageRecordIter: mean_img with mirror/rand_mirror is not yet supported for "
+                                     f"dtype={self.dtype!r} with {self.channels} channel(s) (float32/float16 RGB only)")
         self._setup_normalization(args)
         self._host = self._host_normalize(args) if host else None
         self.loader = Loader(self._dataset, self.config, allocator=_pinned_on(self._out_ctx),
