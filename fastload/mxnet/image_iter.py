@@ -252,7 +252,11 @@ class ImageRecordIter(BatchIter):
             raise MXNetArgumentError(f"ImageRecordIter: mean_img with mirror/rand_mirror is not yet supported for "
                                      f"dtype={self.dtype!r} with {self.channels} channel(s) (float32/float16 RGB only)")
         self._setup_normalization(args)
-        self._host = self._host_normalize(args) if host else None
+        # Float RGB slots (normalized here or by the engine): also what the padding rows of
+        # round_batch=False become, a zero pixel normalized.
+        self._float_rgb = self._host_normalize(args) if self.dtype in ("float32", "float16") and self.channels == 3 \
+            else None
+        self._host = self._float_rgb if host else None
         self.loader = Loader(self._dataset, self.config, allocator=_pinned_on(self._out_ctx),
                              decode=_seeded_decode(self._aug_seed, self._host))
         self._ids = getattr(self._dataset, "ids", None)
@@ -377,8 +381,8 @@ class ImageRecordIter(BatchIter):
         if batch.size < self.batch_size:
             # round_batch=False: rows past the batch's records hold whatever the slot held before (or
             # never-written memory): give them defined values (zero pixels, label 0).
-            if self._host is not None and images.dtype != np.uint8:
-                self._host.zero_rows(images[batch.size:])
+            if self._float_rgb is not None and images.dtype != np.uint8:
+                self._float_rgb.zero_rows(images[batch.size:])
             else:
                 images[batch.size:] = 0
             labels[batch.size:] = 0
