@@ -65,7 +65,7 @@ from fastload.transforms import Transform, train
 __all__ = ["DataLoader", "pinned_allocator", "split_sizes", "cuda_release_fences"]
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32,
-                 np.dtype(np.int64): torch.int64}
+                 np.dtype(np.float16): torch.float16, np.dtype(np.int64): torch.int64}
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
