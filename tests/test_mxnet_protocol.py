@@ -192,6 +192,15 @@ def test_mx_prefetching_iter_wraps_fastload_iterators(rec):
             np.testing.assert_array_equal(arr, d2[0])
         it.reset()
         images, arrays = direct()
+    # mx.io.PrefetchingIter's threads refer to it, so it is never collected: stop them as its __del__
+    # would, then close fastload's iterators (their producers would otherwise run on).
+    it.started = False
+    for event in it.data_taken:
+        event.set()
+    for thread in it.prefetch_threads:
+        thread.join()
+    for inner in it.iters:
+        inner.close()
 
 
 def test_image_iter_next_from_another_thread_continues_the_epoch(rec):
