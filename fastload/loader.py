@@ -153,6 +153,11 @@ class LoaderConfig:
         max_extra_slots: How many slots the ring may add when the consumer keeps more than two
             batches (None: ``prefetch + 2``, so the ring at most doubles); beyond that, batches come
             in fresh memory (see :mod:`fastload.batch`).
+        round_batch: Complete a final partial batch with the first records of the epoch's order
+            (repeated as often as needed), as MXNet's ``ImageRecordIter(round_batch=True)``: every
+            batch has ``batch_size`` rows, and the repeated rows are read and decoded like the others
+            (``on_error``, stats). The epoch's last batch then repeats
+            ``len(loader) * batch_size - records in this rank's share`` rows at its end.
     """
 
     batch_size: int = 256
@@ -176,6 +181,7 @@ class LoaderConfig:
     trace_path: Optional[str] = None
     image_dtype: Any = None
     max_extra_slots: Optional[int] = None
+    round_batch: bool = False
 
     def __post_init__(self) -> None:
         _positive_int(self.batch_size, "batch_size")
@@ -199,7 +205,7 @@ class LoaderConfig:
         _positive_int(self.max_substitutes, "max_substitutes")
         if self.max_extra_slots is not None:
             _positive_int(self.max_extra_slots, "max_extra_slots", 0)
-        for name in ("drop_last", "copy"):
+        for name in ("drop_last", "copy", "round_batch"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
         if self.decode_options is not None:
@@ -483,8 +489,12 @@ class _Pipeline:
                 slot = self.ring.acquire(stop)
             if slot is None:
                 return True
+            indices = order[k]
+            if self.config.round_batch and len(indices) < self.config.batch_size:
+                indices = np.concatenate([indices, order.share[np.arange(self.config.batch_size - len(indices))
+                                                               % len(order.share)]])
             try:
-                indices = self._fill(slot, order[k], epoch, k)
+                indices = self._fill(slot, indices, epoch, k)
             except BaseException:
                 self.ring.unused(slot)
                 raise

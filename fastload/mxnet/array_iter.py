@@ -1,28 +1,47 @@
 """Device stage (MXNet): ``NDArrayIter``, a drop-in for ``mx.io.NDArrayIter`` that assembles batches ahead.
 
-Batches are gathered on a producer thread (``fastload.prefetch``) straight into a ring of
-``mx.cpu_pinned()`` buffers; CSR inputs stay sparse end to end (rows are gathered from
+Batches are gathered on a producer thread (``fastload.prefetch``) into the same lease-tracked ring of
+``mx.cpu_pinned()`` slots the image loader uses (``fastload.batch.BatchRing``, one field per dense
+input and three per CSR input). CSR inputs stay sparse end to end (rows are gathered from
 ``indptr``/``indices``/``data`` with numpy, never densified). Inputs may be numpy arrays,
 ``mx.nd.NDArray``, ``CSRNDArray``, ``scipy.sparse`` CSR matrices, lists or dicts of them, or the
 path of a folder written by ``fastload pack-arrays`` (streamed from memory-mapped shards).
 
 Semantics follow ``mx.io.NDArrayIter`` batch for batch (names, sorted dict keys, ``pad`` /
-``discard`` / ``roll_over``, the ``pad`` field) when ``num_parts == 1``; the one deliberate
-difference is where the shuffle comes from: ``fastload.order`` with ``seed`` (drawn from numpy's
-global generator when not given, as MXNet draws its shuffles) and the epoch, so a run resumes
-exactly through :meth:`NDArrayIter.state_dict`. MXNet refuses CSR inputs unless
-``last_batch_handle='discard'``; here every mode works for CSR.
+``discard`` / ``roll_over``, the ``pad`` field, the pull API ``iter_next`` / ``getdata`` /
+``getlabel`` / ``getpad``, and the attributes ``idx``, ``cursor``, ``num_data``, ``data``, ``label``
+with MXNet's meaning) when ``num_parts == 1``. Deliberate differences:
 
-Batch lifetime: the ``DataBatch`` returned by ``next()`` and the one before it stay valid; older
-batches' buffers are rewritten by the producer (after ``wait_to_write``, so device copies that MXNet's
-engine has queued on them finish first). Not run on a GPU here: see ``fastload.mxnet.placement``.
+- the shuffle comes from ``fastload.order`` with ``seed`` (drawn from numpy's global generator when
+  not given, as MXNet draws its shuffles) and the epoch, so a run resumes exactly
+  (:meth:`NDArrayIter.state_dict`);
+- MXNet refuses CSR inputs unless ``last_batch_handle='discard'``; here every mode works for CSR,
+  equal batch for batch to MXNet's dense batches;
+- ``getindex()`` / ``DataBatch.index`` give the batch's row numbers (MXNet: None);
+- ``data`` / ``label`` are computed when read (MXNet keeps a shuffled copy of every input).
+
+Input checks: CSR inputs are checked before anything else sees them (MXNet's ``csr_matrix`` and
+its operators crash or compute garbage on malformed ones): ``indptr`` has ``rows + 1`` entries,
+starts at 0, never decreases and ends at the number of stored values; every column index is in
+``[0, columns)`` and the indices of a row strictly increase (scipy matrices are first brought to
+canonical form, duplicates summed). A streamed CSR input's ``indptr`` is checked when opened and
+its column indices batch by batch, as they are read.
+
+Batch lifetime: dense batch arrays are zero-copy NDArrays over the slot's lease views
+(:func:`fastload.mxnet.placement.wrap_view`, context ``cpu(0)``), so a batch stays intact for as
+long as it (or an engine operation reading it) is alive: ``[b.data[0] for b in it]`` is safe. CSR
+batches are new ``cpu_pinned`` ``CSRNDArray`` s copied from the slot (MXNet cannot wrap numpy
+memory as CSR). A consumer that keeps many batches makes the ring grow, then get fresh memory with
+one ``KeptBatchesWarning``. Not run on a GPU here: see ``fastload.mxnet.placement``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -30,16 +49,16 @@ import numpy as np
 import mxnet as mx
 
 from fastload import order as order_mod
+from fastload.batch import HELD_BATCHES, Batch, BatchRing
+from fastload.errors import KeptBatchesWarning
 from fastload.mxnet.distributed import resolve_parts
-from fastload.mxnet.placement import normalize_contexts, place, pinned_empty, split_slices, wait_to_write
+from fastload.mxnet.placement import normalize_contexts, pinned_allocator, place, split_slices, wrap_view
+from fastload.mxnet.protocol import BatchIter
 from fastload.prefetch import Producer
 
-__all__ = ["NDArrayIter", "LAST_BATCH_HANDLES", "csr_take_rows", "plan_epoch"]
+__all__ = ["NDArrayIter", "LAST_BATCH_HANDLES", "csr_take_rows", "check_csr", "plan_epoch"]
 
 LAST_BATCH_HANDLES = ("pad", "discard", "roll_over")
-# Ring slots beyond the prefetch depth: the batch being consumed, the one before it (Module.fit reads
-# the previous batch's labels after taking the next one) and the one the producer writes.
-_EXTRA_SLOTS = 3
 
 try:  # scipy is optional for MXNet users; only needed when they pass scipy matrices.
     import scipy.sparse as _sp
@@ -47,29 +66,102 @@ except ImportError:  # pragma: no cover - scipy is in the project's environment
     _sp = None
 
 
-def csr_take_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
-                  rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def csr_take_rows(indptr: np.ndarray, indices, data, rows: np.ndarray,
+                  out: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None
+                  ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gather rows of a CSR matrix without densifying.
 
     Args:
-        indptr: Row pointer array (length ``num_rows + 1``); may be a memory map.
-        indices: Column indices.
-        data: Values.
+        indptr: Row pointer array (length ``num_rows + 1``).
+        indices: Column indices (a numpy array or a ``ShardedVector`` of memory-mapped shards).
+        data: Values (same kinds).
         rows: int64 row numbers to take, in output order (repeats allowed).
+        out: ``(data, indices, indptr)`` buffers to write into (long enough); None: new arrays.
 
     Returns:
-        ``(data, indices, indptr)`` of the gathered rows; ``indptr`` starts at 0.
+        ``(data, indices, indptr)`` of the gathered rows (views of ``out`` when given); ``indptr``
+        starts at 0.
     """
     starts = np.asarray(indptr[rows], dtype=np.int64)
     counts = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
-    new_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    new_indptr = np.empty(len(rows) + 1, dtype=np.int64) if out is None else out[2][:len(rows) + 1]
+    new_indptr[0] = 0
     np.cumsum(counts, out=new_indptr[1:])
     total = int(new_indptr[-1])
     # Position of every output nonzero in the source arrays: its row's source start plus its rank
     # within the row.
     pos = np.arange(total, dtype=np.int64)
     pos += np.repeat(starts - new_indptr[:-1], counts)
-    return np.asarray(data[pos]), np.asarray(indices[pos], dtype=np.int64), new_indptr
+    if out is None:
+        return np.asarray(data[pos]), np.asarray(indices[pos], dtype=np.int64), new_indptr
+    out_data, out_indices = out[0][:total], out[1][:total]
+    for src, dst in ((data, out_data), (indices, out_indices)):
+        if src.dtype != dst.dtype:
+            np.copyto(dst, np.asarray(src[pos]), casting="unsafe")
+        elif isinstance(src, np.ndarray):
+            np.take(src, pos, out=dst)
+        else:  # fastload.records.arrays.ShardedVector: memory-mapped shards
+            src.take_into(pos, dst)
+    return out_data, out_indices, new_indptr
+
+
+def _check_indices(name: str, indptr: np.ndarray, indices: np.ndarray, cols: int, first_row: int = 0) -> None:
+    """Column indices in range and strictly increasing within each row (``indptr`` local, from 0)."""
+    if not len(indices):
+        return
+    idx = np.asarray(indices)
+    bad = np.flatnonzero((idx < 0) | (idx >= cols))
+    if bad.size:
+        pos = int(bad[0])
+        row = int(np.searchsorted(indptr, pos, side="right")) - 1 + first_row
+        raise ValueError(f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is "
+                         f"outside [0, {cols})")
+    step = np.diff(idx)
+    inside = np.ones(len(step), dtype=bool)
+    boundaries = np.asarray(indptr[1:-1], dtype=np.int64)
+    boundaries = boundaries[(boundaries > 0) & (boundaries < len(idx))]
+    inside[boundaries - 1] = False  # the first index of a row may be anything
+    bad = np.flatnonzero(inside & (step <= 0))
+    if bad.size:
+        pos = int(bad[0]) + 1
+        row = int(np.searchsorted(indptr, pos, side="right")) - 1 + first_row
+        raise ValueError(f"input {name!r}: CSR column indices of row {row} are not strictly increasing "
+                         f"({int(idx[pos - 1])} then {int(idx[pos])}): sort them and merge duplicates")
+
+
+def check_csr(name: str, indptr: np.ndarray, indices: Optional[np.ndarray], data_len: int,
+              shape: Tuple[int, int]) -> None:
+    """Refuse a malformed CSR matrix with a clear ``ValueError`` (see the module docstring).
+
+    Args:
+        name: The input's name (for messages).
+        indptr: Row pointers.
+        indices: Column indices, or None to check the structure only (streamed inputs).
+        data_len: Number of stored values.
+        shape: ``(rows, columns)``.
+    """
+    if len(shape) != 2 or min(shape) < 0:
+        raise ValueError(f"input {name!r}: CSR shape {tuple(shape)} must be (rows, columns) with rows, columns >= 0")
+    rows, cols = int(shape[0]), int(shape[1])
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or len(indptr) != rows + 1:
+        raise ValueError(f"input {name!r}: CSR indptr has {indptr.shape} entries, expected {rows + 1} (rows + 1)")
+    if not np.issubdtype(indptr.dtype, np.integer):
+        raise ValueError(f"input {name!r}: CSR indptr has dtype {indptr.dtype}, expected integers")
+    if int(indptr[0]) != 0:
+        raise ValueError(f"input {name!r}: CSR indptr starts at {int(indptr[0])}, expected 0")
+    dec = np.flatnonzero(np.diff(indptr) < 0)
+    if dec.size:
+        r = int(dec[0])
+        raise ValueError(f"input {name!r}: CSR indptr decreases at row {r} ({int(indptr[r])} then {int(indptr[r + 1])})")
+    if int(indptr[-1]) != data_len:
+        raise ValueError(f"input {name!r}: CSR indptr ends at {int(indptr[-1])} but {data_len} values are stored")
+    if indices is not None:
+        if len(indices) != data_len:
+            raise ValueError(f"input {name!r}: CSR has {len(indices)} column indices for {data_len} values")
+        if len(indices) and not np.issubdtype(np.asarray(indices[:1]).dtype, np.integer):
+            raise ValueError(f"input {name!r}: CSR column indices must be integers")
+        _check_indices(name, indptr, indices, cols)
 
 
 # --- sources: one named input array, dense or CSR, in memory or streamed ------------------------
@@ -78,39 +170,75 @@ def csr_take_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
 class _DenseSource:
     stype = "default"
 
-    def __init__(self, name: str, array: np.ndarray) -> None:
+    def __init__(self, name: str, array) -> None:
         self.name, self.array = name, array
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
 
-    def make_slot(self, batch_size: int):
-        view, nd = pinned_empty((batch_size,) + self.shape[1:], self.dtype)
-        return (view, nd)
+    def fields(self, key: str, batch_size: int) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
+        return {key: ((batch_size,) + self.shape[1:], self.dtype)}
 
-    def fill(self, slot, rows: np.ndarray) -> "mx.nd.NDArray":
-        view, nd = slot
-        wait_to_write(nd)  # queued device copies of this slot's previous batch must finish first
+    def fill(self, key: str, arrays: Dict[str, np.ndarray], rows: np.ndarray) -> Dict[str, int]:
+        out = arrays[key]
         if isinstance(self.array, np.ndarray):
-            np.take(self.array, rows, axis=0, out=view)
+            np.take(self.array, rows, axis=0, out=out)
         else:  # fastload.records.arrays.DenseArray: memory-mapped row shards
-            self.array.take_into(rows, view)
-        return nd
+            self.array.take_into(rows, out)
+        return {}
+
+    def output(self, key: str, batch: Batch) -> "mx.nd.NDArray":
+        return wrap_view(batch.fields[key])
+
+    def gather(self, rows: np.ndarray) -> "mx.nd.NDArray":
+        out = np.empty((len(rows),) + self.shape[1:], dtype=self.dtype)
+        if isinstance(self.array, np.ndarray):
+            np.take(self.array, rows, axis=0, out=out)
+        else:
+            self.array.take_into(rows, out)
+        return mx.nd.array(out, dtype=self.dtype)
 
 
 class _CSRSource:
     stype = "csr"
 
-    def __init__(self, name: str, indptr, indices, data, shape: Tuple[int, int]) -> None:
+    def __init__(self, name: str, indptr, indices, data, shape: Tuple[int, int], *, streamed: bool = False) -> None:
         self.name = name
         self.indptr, self.indices, self.data = indptr, indices, data
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(data.dtype)
+        self.streamed = streamed
+        check_csr(name, indptr, None if streamed else indices, len(data), self.shape)
+        self._row_nnz = np.diff(np.asarray(indptr, dtype=np.int64))
 
-    def make_slot(self, batch_size: int):
-        return None  # CSR batches have data-dependent sizes: each is a fresh pinned CSRNDArray
+    def nnz_bound(self, batch_size: int) -> int:
+        """Most stored values one batch can hold: its rows are the largest ones, each present at most
+        ``ceil(batch_size / rows) + 1`` times (padding wraps around; ``roll_over`` carries rows that
+        the next epoch's order may repeat)."""
+        rows = max(1, len(self._row_nnz))
+        times = math.ceil(batch_size / rows) + 1
+        largest = np.sort(self._row_nnz)[::-1][:batch_size]
+        return max(1, int(np.repeat(largest, times)[:batch_size].sum()))
 
-    def fill(self, slot, rows: np.ndarray) -> "mx.nd.sparse.CSRNDArray":
-        data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows)
-        return mx.nd.sparse.csr_matrix((data, indices, indptr), shape=(len(rows), self.shape[1]),
+    def fields(self, key: str, batch_size: int) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
+        bound = self.nnz_bound(batch_size)
+        return {f"{key}.data": ((bound,), self.dtype), f"{key}.indices": ((bound,), np.dtype(np.int64)),
+                f"{key}.indptr": ((batch_size + 1,), np.dtype(np.int64))}
+
+    def fill(self, key: str, arrays: Dict[str, np.ndarray], rows: np.ndarray) -> Dict[str, int]:
+        out = (arrays[f"{key}.data"], arrays[f"{key}.indices"], arrays[f"{key}.indptr"])
+        data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows, out=out)
+        if self.streamed:
+            _check_indices(self.name, indptr, indices, self.shape[1])
+        return {f"{key}.data": len(data), f"{key}.indices": len(indices)}
+
+    def output(self, key: str, batch: Batch) -> "mx.nd.sparse.CSRNDArray":
+        # csr_matrix copies the three arrays synchronously into MXNet memory.
+        return mx.nd.sparse.csr_matrix((batch.fields[f"{key}.data"], batch.fields[f"{key}.indices"],
+                                        batch.fields[f"{key}.indptr"]),
+                                       shape=(len(batch.fields[f"{key}.indptr"]) - 1, self.shape[1]),
                                        ctx=mx.cpu_pinned(), dtype=self.dtype)
+
+    def gather(self, rows: np.ndarray) -> "mx.nd.sparse.CSRNDArray":
+        data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows)
+        return mx.nd.sparse.csr_matrix((data, indices, indptr), shape=(len(rows), self.shape[1]), dtype=self.dtype)
 
 
 def _to_source(name: str, value) -> Union[_DenseSource, _CSRSource]:
@@ -120,8 +248,11 @@ def _to_source(name: str, value) -> Union[_DenseSource, _CSRSource]:
         if value.format != "csr":
             raise ValueError(f"input {name!r}: scipy sparse format {value.format!r} is not supported; "
                              "convert it with .tocsr()")
+        # Structure first: scipy's own canonicalization must not run on out-of-range indices.
+        check_csr(name, value.indptr, None, len(value.data), value.shape)
+        _check_range_only(name, value.indices, value.shape[1], value.indptr)
         value = value.copy()
-        value.sort_indices()
+        value.sum_duplicates()  # sorted indices, duplicates summed: MXNet's CSR format
         return _CSRSource(name, value.indptr.astype(np.int64), value.indices.astype(np.int64), value.data, value.shape)
     if isinstance(value, mx.nd.NDArray):
         if value.stype != "default":
@@ -141,9 +272,19 @@ def _to_source(name: str, value) -> Union[_DenseSource, _CSRSource]:
     return _DenseSource(name, np.ascontiguousarray(arr, dtype=np.float32))
 
 
+def _check_range_only(name: str, indices: np.ndarray, cols: int, indptr: np.ndarray) -> None:
+    idx = np.asarray(indices)
+    bad = np.flatnonzero((idx < 0) | (idx >= cols))
+    if bad.size:
+        pos = int(bad[0])
+        row = int(np.searchsorted(indptr, pos, side="right")) - 1
+        raise ValueError(f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is "
+                         f"outside [0, {cols})")
+
+
 def _stored_source(arr) -> Union[_DenseSource, _CSRSource]:
     if arr.stype == "csr":
-        return _CSRSource(arr.name, arr.indptr, arr.indices, arr.data, arr.shape)
+        return _CSRSource(arr.name, arr.indptr, arr.indices, arr.data, arr.shape, streamed=True)
     return _DenseSource(arr.name, arr)
 
 
@@ -208,7 +349,7 @@ def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
     return batches, None
 
 
-class NDArrayIter(mx.io.DataIter):
+class NDArrayIter(BatchIter):
     """Drop-in ``mx.io.NDArrayIter`` that builds batches in pinned memory on a background thread.
 
     Args:
@@ -231,11 +372,21 @@ class NDArrayIter(mx.io.DataIter):
         rank: This worker's rank (with ``num_workers``), instead of a kvstore.
         num_workers: Number of workers.
         prefetch: Batches assembled ahead of the consumer.
-        ctx: ``None`` (batches on ``cpu_pinned``) or a list of contexts: each batch array becomes a
+        ctx: ``None`` (batches in the pinned ring) or a list of contexts: each batch array becomes a
             list of per-context copies (sliced with ``work_load_list`` like Module does).
         work_load_list: Relative shares of the contexts in ``ctx``.
         block_shuffle: For streamed shards: shuffle blocks of rows (sequential reads) instead of a
             global permutation. Default: on for paths, off for in-memory arrays.
+        max_extra_slots: Slots the ring may add when the consumer keeps batches (None: as many as
+            it starts with); beyond that, batches come in fresh memory.
+
+    Attributes (MXNet's):
+        idx: This epoch's row order (a permutation of the rows when ``shuffle``).
+        cursor: Position in ``idx`` of the current batch's first row (``-batch_size`` before the
+            first; negative for a first batch made of rows rolled over from the last epoch).
+        num_data: Number of rows.
+        data: ``[(name, array)]`` of the data inputs in ``idx`` order (computed when read).
+        label: The same for the labels.
     """
 
     def __init__(self, data, label=None, batch_size: int = 1, shuffle: bool = False,
@@ -244,8 +395,11 @@ class NDArrayIter(mx.io.DataIter):
                  seed: Optional[int] = None, part_index: int = 0, num_parts: int = 1, kvstore=None,
                  rank: Optional[int] = None, num_workers: Optional[int] = None,
                  prefetch: int = 2, ctx=None, work_load_list: Optional[Sequence[float]] = None,
-                 block_shuffle: Optional[bool] = None) -> None:
+                 block_shuffle: Optional[bool] = None, max_extra_slots: Optional[int] = None) -> None:
         super().__init__(batch_size)
+        self._producer: Optional[Producer] = None
+        self._shards = None
+        self.ring: Optional[BatchRing] = None
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive int")
         if last_batch_handle not in LAST_BATCH_HANDLES:
@@ -256,7 +410,6 @@ class NDArrayIter(mx.io.DataIter):
             raise ValueError(f"prefetch={prefetch!r} must be an int >= 1")
         self.part_index, self.num_parts = resolve_parts(part_index=part_index, num_parts=num_parts,
                                                         kvstore=kvstore, rank=rank, num_workers=num_workers)
-        self._shards = None
         streamed = isinstance(data, (str, os.PathLike))
         if streamed:
             if label is not None:
@@ -264,12 +417,12 @@ class NDArrayIter(mx.io.DataIter):
             from fastload.records.arrays import open_arrays
 
             self._shards = open_arrays(os.fspath(data))
-            self._data = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.data_names)]
-            self._label = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.label_names)]
+            self._data_sources = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.data_names)]
+            self._label_sources = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.label_names)]
         else:
-            self._data = _init_sources(data, False, data_name)
-            self._label = _init_sources(label, True, label_name)
-        sizes = {s.name: s.shape[0] for s in self._data + self._label}
+            self._data_sources = _init_sources(data, False, data_name)
+            self._label_sources = _init_sources(label, True, label_name)
+        sizes = {s.name: s.shape[0] for s in self._data_sources + self._label_sources}
         if len(set(sizes.values())) != 1:
             raise ValueError(f"all inputs must have the same number of rows, got {sizes}")
         self.num_data = next(iter(sizes.values()))
@@ -281,6 +434,7 @@ class NDArrayIter(mx.io.DataIter):
         self.layout = layout
         self.seed = int(seed)
         self._prefetch = prefetch
+        self._max_extra_slots = max_extra_slots
         self._ctxs = normalize_contexts(ctx)
         if self._ctxs is not None:
             self._slices = split_slices(self.batch_size, len(self._ctxs), work_load_list)
@@ -292,17 +446,16 @@ class NDArrayIter(mx.io.DataIter):
         self._spec = order_mod.OrderSpec(num_records=self.num_data, batch_size=self.batch_size, shuffle=mode,
                                          seed=self.seed, rank=self.part_index, world_size=self.num_parts,
                                          even=order_mod.Even.PAD)
-        self._sources = self._data + self._label
-        self._ring = None
-        self._ring_pos = 0  # ring slot of the first batch of the running producer
-        self._run_start = 0  # self._taken when that producer started
-        self._producer: Optional[Producer] = None
+        self._sources = self._data_sources + self._label_sources
+        self._keys = [str(i) for i in range(len(self._sources))]
         self._epoch = 0
         self._carry: Optional[np.ndarray] = None
         self._taken = 0  # batches handed out this epoch
         self._exhausted = False  # next() reported the end of this epoch
         self._plan: List[Tuple[np.ndarray, int]] = []
         self._next_carry: Optional[np.ndarray] = None
+        self._warned = False
+        self._gathered: Dict[str, Any] = {}
         self._make_plan()
 
     # -- MXNet DataIter interface -----------------------------------------------------------------
@@ -310,15 +463,31 @@ class NDArrayIter(mx.io.DataIter):
     @property
     def provide_data(self) -> List[mx.io.DataDesc]:
         return [mx.io.DataDesc(s.name, (self.batch_size,) + s.shape[1:], s.dtype, layout=self.layout)
-                for s in self._data]
+                for s in self._data_sources]
 
     @property
     def provide_label(self) -> List[mx.io.DataDesc]:
         return [mx.io.DataDesc(s.name, (self.batch_size,) + s.shape[1:], s.dtype, layout=self.layout)
-                for s in self._label]
+                for s in self._label_sources]
+
+    @property
+    def idx(self) -> np.ndarray:
+        """This epoch's row order (MXNet's ``idx``); a copy."""
+        return self._share.copy()
+
+    @property
+    def data(self) -> List[Tuple[str, Any]]:
+        """``[(name, array)]`` of the data inputs with rows in ``idx`` order (MXNet's ``data``)."""
+        return self._gather("data", self._data_sources)
+
+    @property
+    def label(self) -> List[Tuple[str, Any]]:
+        """``[(name, array)]`` of the label inputs with rows in ``idx`` order (MXNet's ``label``)."""
+        return self._gather("label", self._label_sources)
 
     def reset(self) -> None:
         """Start the next epoch (reshuffled when ``shuffle``); ``roll_over`` carries leftover rows."""
+        self._forget_current()
         self._stop_producer()
         self._epoch += 1
         # MXNet carries the leftover rows only when next() ran into them (the epoch was read to its end).
@@ -332,23 +501,33 @@ class NDArrayIter(mx.io.DataIter):
         self._next_carry = None
         self.reset()
 
-    def next(self) -> mx.io.DataBatch:
+    def _fetch(self) -> Optional[mx.io.DataBatch]:
+        self.cursor += self.batch_size
         if self._taken >= len(self._plan):
             self._exhausted = True
-            raise StopIteration
+            return None
         if self._producer is None:
             self._start_producer()
-        item = self._producer.get()
-        data, label, rows, pad = item
+        batch, csr, rows, pad = self._producer.get()
         self._taken += 1
+        ring = self.ring
+        if batch.slot >= 0:
+            ring.taken(batch.slot, batch._generation)
+        elif batch.fresh and not self._warned:
+            self._warned = True
+            warnings.warn(f"NDArrayIter: the consumer keeps more than {ring.held} batches alive: the ring grew to "
+                          f"{len(ring.slots)} slots (its bound) and further batches are assembled in freshly allocated "
+                          "memory. Kept batches stay intact; drop batches after use to avoid the allocations",
+                          KeptBatchesWarning, stacklevel=4)
+        arrays = [csr[key] if key in csr else src.output(key, batch) for src, key in zip(self._sources, self._keys)]
+        del batch  # from here only the arrays handed out hold the slot's lease
+        n_data = len(self._data_sources)
+        data, label = arrays[:n_data], arrays[n_data:]
         if self._ctxs is not None:
             data = [place(a, self._ctxs, self._slices) for a in data]
             label = [place(a, self._ctxs, self._slices) for a in label]
         return mx.io.DataBatch(data=data, label=label, pad=pad, index=rows,
                                provide_data=self.provide_data, provide_label=self.provide_label)
-
-    def iter_next(self) -> bool:
-        return self._taken < len(self._plan)
 
     def __len__(self) -> int:
         """Batches in the current epoch."""
@@ -370,6 +549,7 @@ class NDArrayIter(mx.io.DataIter):
             if state.get(key) != getattr(self, key):
                 raise ValueError(f"state_dict was saved with {key}={state.get(key)!r}, "
                                  f"this iterator has {key}={getattr(self, key)!r}")
+        self._forget_current()
         self._stop_producer()
         self.seed = int(state["seed"])
         self._spec = dataclasses.replace(self._spec, seed=self.seed)
@@ -377,13 +557,17 @@ class NDArrayIter(mx.io.DataIter):
         self._carry = None if state["carry"] is None else np.asarray(state["carry"], dtype=np.int64)
         self._make_plan()
         self._taken = min(int(state["batch"]), len(self._plan))
+        self.cursor += self._taken * self.batch_size
         self._exhausted = bool(state.get("exhausted", False))
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the producer thread and release the shards (idempotent)."""
+        """Stop the producer thread, free the ring and release the shards (idempotent)."""
         self._stop_producer()
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
         if self._shards is not None:
             self._shards.close()
             self._shards = None
@@ -403,34 +587,60 @@ class NDArrayIter(mx.io.DataIter):
     # -- internals --------------------------------------------------------------------------------
 
     def _make_plan(self) -> None:
-        share = order_mod.EpochOrder(self._spec, self._epoch).share
-        self._plan, self._next_carry = plan_epoch(share, self.batch_size, self.last_batch_handle, self._carry)
+        self._share = order_mod.EpochOrder(self._spec, self._epoch).share
+        self._plan, self._next_carry = plan_epoch(self._share, self.batch_size, self.last_batch_handle, self._carry)
+        # MXNet's cursor: -batch_size before the first batch, minus the rows carried into it.
+        carried = len(self._carry) if self._carry is not None and self.last_batch_handle == "roll_over" else 0
+        self.cursor = -carried - self.batch_size
+        self._gathered = {}
+
+    def _gather(self, what: str, sources) -> List[Tuple[str, Any]]:
+        if what not in self._gathered:
+            rows = self._share
+            self._gathered[what] = [(s.name, s.gather(rows)) for s in sources]
+        return self._gathered[what]
+
+    def _make_ring(self) -> BatchRing:
+        fields: Dict[str, Tuple[Tuple[int, ...], np.dtype]] = {}
+        for src, key in zip(self._sources, self._keys):
+            fields.update(src.fields(key, self.batch_size))
+        return BatchRing(fields, num_slots=self._prefetch + HELD_BATCHES, allocator=pinned_allocator,
+                         max_extra_slots=self._max_extra_slots)
 
     def _start_producer(self) -> None:
-        if self._ring is None:
-            n = self._prefetch + _EXTRA_SLOTS
-            self._ring = [[s.make_slot(self.batch_size) for s in self._sources] for _ in range(n)]
+        if self.ring is None:
+            self.ring = self._make_ring()
+        ring = self.ring
         plan = self._plan[self._taken:]
-        ring = self._ring
-        start = self._ring_pos
-        self._run_start = self._taken
-        sources = self._sources
-        n_data = len(self._data)
+        first = self._taken
+        epoch = self._epoch
+        sources, keys = self._sources, self._keys
+
+        def fill(slot, k: int, rows: np.ndarray, pad: int) -> tuple:
+            try:
+                sizes: Dict[str, int] = {}
+                for src, key in zip(sources, keys):
+                    sizes.update(src.fill(key, slot.arrays, rows))
+                batch = ring.lease(slot, epoch=epoch, number=first + k, sizes=sizes)
+            except BaseException:
+                ring.unused(slot)
+                raise
+            # CSR outputs are copies: made here, off the consumer's thread.
+            csr = {key: src.output(key, batch) for src, key in zip(sources, keys) if src.stype == "csr"}
+            return batch, csr, rows.copy(), pad
 
         def produce(stop: threading.Event) -> Iterator[tuple]:
             for k, (rows, pad) in enumerate(plan):
-                if stop.is_set():
+                slot = ring.acquire(stop)
+                if slot is None:
                     return
-                slots = ring[(start + k) % len(ring)]
-                arrays = [src.fill(slot, rows) for src, slot in zip(sources, slots)]
-                yield arrays[:n_data], arrays[n_data:], rows, pad
+                # No local refers to the batch while this frame is suspended: a batch the consumer
+                # dropped must not stay leased because the producer still names it.
+                yield fill(slot, k, rows, pad)
 
-        self._producer = Producer(produce, maxsize=self._prefetch, name="fastload-ndarrayiter")
+        self._producer = Producer(produce, maxsize=self._prefetch, name="fastload-ndarrayiter", wake=ring.wake)
 
     def _stop_producer(self) -> None:
         if self._producer is not None:
             self._producer.close()
             self._producer = None
-            # The next producer continues right after the last batch handed out, so the batches
-            # the consumer may still hold keep their slots.
-            self._ring_pos = (self._ring_pos + self._taken - self._run_start) % len(self._ring)

@@ -19,6 +19,7 @@ from mxnet.executor_manager import _split_input_slice
 __all__ = [
     "pinned_empty",
     "numpy_view",
+    "wrap_view",
     "pinned_allocator",
     "normalize_contexts",
     "split_slices",
@@ -56,6 +57,27 @@ def numpy_view(array: "mx.nd.NDArray") -> np.ndarray:
     # numpy keeps `buf` alive through view.base; `buf` must keep the NDArray alive in turn.
     buf._fastload_owner = array  # type: ignore[attr-defined]
     return view
+
+
+# numpy dtypes MXNet 1.9.1's DLPack import takes (DLDataType.TYPE_MAP); others are copied.
+_ZERO_COPY_DTYPES = frozenset(np.dtype(t) for t in ("int32", "int64", "bool", "uint8", "uint32", "uint64", "float16",
+                                                    "float32", "float64"))
+
+
+def wrap_view(view: np.ndarray) -> "mx.nd.NDArray":
+    """An NDArray over a batch's numpy view, zero-copy, that keeps the view's lease alive.
+
+    ``mx.nd.from_numpy(array, zero_copy=True)`` (MXNet 1.9.1's DLPack import) holds a reference to
+    the numpy array until the NDArray *and every engine operation still reading it* are gone
+    (checked in ``tests/test_mxnet_lifetime.py``), so a ring slot behind the view is not refilled
+    before then. MXNet labels the result ``cpu(0)`` (its DLPack import knows only CPU and GPU
+    memory), whatever the memory is (the ring's slots are ``cpu_pinned``). It also marks the array
+    it is given read-only, so it is given a fresh view object and the caller's stays writable.
+    Dtypes the import does not take (int8, int16) and non-contiguous views are copied.
+    """
+    if view.dtype in _ZERO_COPY_DTYPES and view.flags.c_contiguous and view.size:
+        return mx.nd.from_numpy(view.view(), zero_copy=True)
+    return mx.nd.array(view, dtype=view.dtype, ctx=mx.cpu())
 
 
 def wait_to_write(array: "mx.nd.NDArray") -> None:

@@ -3,7 +3,13 @@
 Each wrapped iterator gets its own ``fastload.prefetch.Producer`` (bounded queue, stop event,
 exceptions re-raised in the consumer with the producer's traceback), so several iterators also
 run in parallel with each other; their batches are combined as ``mx.io.PrefetchingIter`` does (data
-lists concatenated, optionally renamed).
+lists concatenated, optionally renamed). It implements the whole ``DataIter`` pull protocol
+(:mod:`fastload.mxnet.protocol`).
+
+Kept batches: the batches handed out are the wrapped iterators' own, so they stay intact exactly
+as long as the wrapped iterator keeps them: forever for fastload's iterators and for Python
+iterators that build fresh arrays; MXNet's C++ iterators recycle ``prefetch_buffer`` output buffers
+(see ``prefetch``).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import mxnet as mx
 
+from fastload.mxnet.protocol import BatchIter
 from fastload.prefetch import Producer
 
 __all__ = ["PrefetchingIter"]
@@ -28,7 +35,7 @@ def _rename(descs, mapping: Optional[Dict[str, str]]):
     return out
 
 
-class PrefetchingIter(mx.io.DataIter):
+class PrefetchingIter(BatchIter):
     """Overlap one or more ``mx.io.DataIter`` with training.
 
     Args:
@@ -94,11 +101,12 @@ class PrefetchingIter(mx.io.DataIter):
 
     def reset(self) -> None:
         """Stop the threads, reset every wrapped iterator; prefetching restarts on the next batch."""
+        self._forget_current()
         self._stop()
         for it in self.iters:
             it.reset()
 
-    def next(self) -> mx.io.DataBatch:
+    def _fetch(self) -> Optional[mx.io.DataBatch]:
         if self._closed:
             raise RuntimeError("PrefetchingIter is closed")
         if self._producers is None:
@@ -113,16 +121,13 @@ class PrefetchingIter(mx.io.DataIter):
             if len(ended) != len(self._producers):
                 raise ValueError(f"wrapped iterators {ended} ended before the others: they must yield "
                                  "the same number of batches")
-            raise StopIteration
+            return None
         if len(batches) == 1 and not self.rename_data and not self.rename_label:
             return batches[0]
         data = [a for b in batches for a in (b.data or [])]
         label = [a for b in batches for a in (b.label or [])]
         return mx.io.DataBatch(data=data, label=label, pad=batches[0].pad, index=batches[0].index,
                                provide_data=self.provide_data, provide_label=self.provide_label)
-
-    def iter_next(self) -> bool:
-        raise NotImplementedError("PrefetchingIter is consumed with next() / iteration")
 
     def close(self) -> None:
         """Stop the background threads (idempotent); the wrapped iterators are left as they are."""

@@ -41,12 +41,16 @@ def _incomplete_cache(path: str) -> str | None:
     return source if missing and isinstance(source, str) else None
 
 
-def open_dataset(path: str | os.PathLike[str], **remote: Any) -> Dataset:
+def open_dataset(
+    path: str | os.PathLike[str], *, idx_path: str | os.PathLike[str] | None = None, **remote: Any
+) -> Dataset:
     """Open packed or unpacked records for reading.
 
     Args:
         path: A fastload dataset folder, a ``.rec`` (or its ``.idx``), a fastload LMDB shard
             directory, an ImageFolder tree, or the URL of a packed dataset in object storage.
+        idx_path: For a ``.rec``: its ``.idx`` when it is not the one beside it (MXNet's
+            ``path_imgidx`` may point anywhere).
         **remote: For URLs: ``storage_options``, ``cache_dir``, ``cache_limit``,
             ``prefetch_shards``, ``fetch_threads``, ``retry`` (see
             :func:`fastload.records.remote_dataset.open_remote_dataset`).
@@ -64,6 +68,8 @@ def open_dataset(path: str | os.PathLike[str], **remote: Any) -> Dataset:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise UserError(f"{path}: no such file or directory")
+    if idx_path is not None and os.path.isdir(path):
+        raise UserError(f"{path}: an index file ({os.fspath(idx_path)}) can only be given for a .rec file")
     if os.path.isdir(path):
         source = _incomplete_cache(path)
         if source is not None:
@@ -87,6 +93,10 @@ def open_dataset(path: str | os.PathLike[str], **remote: Any) -> Dataset:
             f"{path}: {', '.join(sorted(remote))} only apply to remote datasets (s3://, gs://, https://...)"
         )
     root, ext = os.path.splitext(path)
+    if idx_path is not None:
+        if ext != ".rec":
+            raise UserError(f"{path}: an index file ({os.fspath(idx_path)}) can only be given for a .rec file")
+        return open_bare_rec(path, os.fspath(idx_path))
     if ext == ".idx" and os.path.exists(root + ".rec"):
         return open_bare_rec(root + ".rec")
     if ext == ".rec":

@@ -269,8 +269,11 @@ def _index_bare_rec(shard: recordio.RecordIOShard, keys: np.ndarray, offsets: np
     return index
 
 
-def open_bare_rec(rec_path: str) -> ShardedDataset:
-    idx_path = os.path.splitext(rec_path)[0] + ".idx"
+def open_bare_rec(rec_path: str, idx_path: str | None = None) -> ShardedDataset:
+    explicit = idx_path is not None
+    idx_path = idx_path if idx_path is not None else os.path.splitext(rec_path)[0] + ".idx"
+    if explicit and not os.path.isfile(idx_path):
+        raise UserError(f"{idx_path}: no such index file (given for {rec_path})")
     shard = recordio.RecordIOShard(rec_path)
     try:
         if os.path.exists(idx_path):
