@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from fastload.errors import UserError
 from fastload.pack.convert import Converted, ConvertOptions, convert_images
@@ -112,10 +113,12 @@ def _fingerprint(
 def _prepare(item: SourceItem, image: bytes | memoryview, fmt: ShardFormat, label_width: int) -> Prepared:
     if fmt is ShardFormat.RECORDIO:
         header = recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
-        return Prepared(recordio.FramedRecord(image, header), len(header) + len(image), len(header))
+        digest = xxhash.xxh3_64(header)
+        digest.update(image)
+        return Prepared(recordio.FramedRecord(image, header), len(header) + len(image), len(header), digest.intdigest())
     header = pack_value_header(item.labels, item.id)
     value = header + image
-    return Prepared(value, len(value), len(header))
+    return Prepared(value, len(value), len(header), xxhash.xxh3_64_intdigest(value))
 
 
 def _read_file(path: str, size: int) -> bytes:

@@ -28,8 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastload.errors import UserError
+from fastload.errors import CorruptDatasetError, UserError
 from fastload.records.checksum import file_matches, recorded_checksum
+from fastload.records.containment import contained_path, show_name
 from fastload.records.durable import fsync_dir, write_json_atomic
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, STAGING_DIR, read_manifest
 from fastload.version import __version__
@@ -56,6 +57,7 @@ DONE = ".done.json"
 PARTIAL = ".partial"
 OLD_MANIFEST = "old-" + MANIFEST_NAME
 USER_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+_ROW_KEYS = {"offset", "id", "length", "data_offset", "parts", "labels", "checksum"}
 
 
 @dataclass
@@ -126,6 +128,12 @@ def load_done(staging: str, number: int, file: str, start: int, edges: list[int]
         entry = meta["entry"]
         first, end = meta["range"]
         if entry["file"] != file or first != start or (edges is not None and end != edges[number + 1]):
+            return None
+        # Only the names this pack would give (never a path out of staging), and rows with the
+        # per-record checksums of this format version.
+        if entry.get("index_file") not in (None, os.path.splitext(file)[0] + ".idx"):
+            return None
+        if set(meta["rows"]) != _ROW_KEYS or len({len(v) for v in meta["rows"].values()}) != 1:
             return None
         data = _data_file(staging, entry)
         if os.path.getsize(data) != entry["bytes"] or not file_matches(data, recorded_checksum(entry)):
@@ -274,6 +282,11 @@ def finalize(out: str, staging: str) -> dict[str, Any]:
     new_files = {INDEX_NAME}
     for entry in manifest["shards"]:
         new_files.update(_shard_files(entry))
+    staged = os.path.join(staging, MANIFEST_NAME)
+    for name in new_files:  # a damaged staged manifest must not move files from or to elsewhere
+        contained_path(staging, name, source=staged, field="shards")
+        if os.path.basename(name) != name:
+            raise CorruptDatasetError(f"{show_name(name)} is not a plain file name", file=staged, field="shards")
     for name in sorted(new_files):
         src = os.path.join(staging, name)
         if os.path.lexists(src):
