@@ -40,11 +40,11 @@ def write_dataset_files(
     """The binary index, then the manifest, into staging."""
     width = source.label_width
     total = sum(len(d.rows["id"]) for d in done)
-    found = done[-1].end if done else 0
+    found = (done[-1].end if done else 0) + len(source.skipped)
     index = empty_index(total, width, checksums=True)
     pos = 0
     shards: list[dict[str, Any]] = []
-    skipped: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = list(source.skipped)  # what the folder walk refused (never opened)
     kinds: Counter[str] = collections.Counter()
     for d in done:
         n = len(d.rows["id"])
