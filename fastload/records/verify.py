@@ -201,8 +201,11 @@ def verify_dataset(path: str, *, decode: bool = False, on_record: Callable[[int]
             problem: str | None = None
             try:
                 problem = _check_record(ds, i) if isinstance(ds, ShardedDataset) else None
-                image = ds.image(i)
-            except (CorruptRecordError, ValueError) as exc:
+                if problem is None:
+                    image = ds.image(i)
+            except CorruptRecordError as exc:
+                problem = exc.message  # the location is already in front of the line
+            except ValueError as exc:
                 problem = str(exc)
             except Exception as exc:  # verify reports damage, whatever shape it takes
                 problem = f"unreadable ({type(exc).__name__}: {exc})"
