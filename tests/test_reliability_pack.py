@@ -178,3 +178,34 @@ def test_ctrl_c_stops_a_pack_at_any_stage(tiny_folder, tmp_path, moment):
         assert res.returncode == 0, res.stderr[-2000:]
         with open_dataset(str(out)) as ds:
             assert len(ds) == 6040
+
+
+@pytest.mark.skipif(not HAVE_ENGINE or not hasattr(os, "mkfifo"), reason="needs the C++ engine and mkfifo")
+def test_engine_framing_never_blocks_on_a_fifo(tmp_path):
+    """A file listed as regular and replaced by a FIFO before the engine opens it: refused at once."""
+    import threading
+
+    import numpy as np
+
+    from fastload import _engine
+    from fastload.records import recordio
+
+    good = make_jpeg(40, 30, seed=1)
+    (tmp_path / "a.jpg").write_bytes(good)
+    os.mkfifo(tmp_path / "b.jpg")
+    paths = [os.fsencode(str(tmp_path / n)) for n in ("a.jpg", "b.jpg")]
+    heads = [recordio.pack_header(0.0, k) for k in range(2)]
+    sizes = [len(good), len(good)]  # what a stat before the swap said
+    buffer = np.empty(1 + sum(recordio.framed_size(len(h) + s) for h, s in zip(heads, sizes)), np.uint8)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(out=_engine.frame_files(paths, sizes, heads, buffer)),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():  # unblock the engine's open so the thread can end, then fail
+        with open(tmp_path / "b.jpg", "wb"):
+            pass
+        worker.join()
+        pytest.fail("frame_files blocked opening a FIFO")
+    framed, _ = result["out"]
+    assert framed[0] > 0 and framed[1] < 0

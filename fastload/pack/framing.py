@@ -13,7 +13,6 @@ would split) is returned as ``None`` and takes the Python path, which converts o
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -171,9 +170,6 @@ class FramedBatch:
         return out
 
 
-_FD_PATHS = os.path.isdir("/proc/self/fd")
-
-
 def frame_batch(
     batch: Sequence[tuple[SourceItem, int]],
     label_width: int,
@@ -183,11 +179,9 @@ def frame_batch(
 ) -> FramedBatch:
     """Frame a batch of ``(item, stat size)`` pass-through files with the engine.
 
-    The engine opens what it is given with a plain (blocking) ``open``: so each file is opened here
-    first, without blocking (``O_NONBLOCK``), checked to be a regular file on its descriptor, and
-    the engine is handed that descriptor's ``/proc/self/fd/N`` path, which reopens the same file.
-    A FIFO or device put in place of a file after it was listed is never opened by the engine; it
-    goes to the Python path, which reports it.
+    The engine opens each path without blocking (``O_NONBLOCK``) and reads it only if ``fstat``
+    on the opened descriptor says it is a regular file: a FIFO or device put in place of a file
+    after it was listed is refused, never waited on, and the Python path reports it.
 
     Args:
         batch: The files, in record order, with the sizes ``stat`` gave.
@@ -205,22 +199,5 @@ def frame_batch(
     lengths = [h + s for h, s in zip(head_lens, sizes, strict=True)]
     # Every record framed whole, plus the read-ahead byte that notices a file grown since its stat.
     buffer = pool.take(1 + sum(recordio.framed_size(n) for n in lengths))
-    fds: list[int] = []
-    paths: list[bytes] = []
-    try:
-        for item, _ in batch:
-            try:
-                fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-            except OSError:
-                paths.append(b"")  # the engine fails to open it at once; the Python path says why
-                continue
-            fds.append(fd)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                paths.append(b"")
-            else:
-                paths.append(b"/proc/self/fd/%d" % fd if _FD_PATHS else os.fsencode(item.path))
-        framed, used = frame_files(paths, sizes, heads, buffer)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads, buffer)
     return FramedBatch(buffer.data[:used], framed.tolist(), lengths, head_lens, sizes, buffer, max_pixels)
