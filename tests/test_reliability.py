@@ -476,13 +476,21 @@ def test_verify_never_dies_on_what_it_exists_to_find(packed, tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
-def test_verify_and_open_never_block_on_a_fifo_shard(packed):
-    os.unlink(packed / "tiny-00000.rec")
-    os.mkfifo(packed / "tiny-00000.rec")
-    res = _cli("verify", str(packed))  # the timeout of _cli fails the test if anything blocks
-    assert res.returncode == 1 and "not a regular file" in res.stdout
-    with pytest.raises(CorruptRecordError, match="not a regular file"):
-        open_dataset(str(packed))
+@pytest.mark.parametrize("name", ["tiny-00000.rec", INDEX_NAME, "bare.idx"])
+def test_verify_and_open_never_block_on_a_fifo(packed, tmp_path, name):
+    """A FIFO where a shard, index or .idx should be: refused (opening it must not wait for a writer)."""
+    if name == "bare.idx":
+        shutil.copy(packed / "tiny-00000.rec", tmp_path / "bare.rec")
+        os.mkfifo(tmp_path / name)
+        target = str(tmp_path / "bare.rec")
+    else:
+        os.unlink(packed / name)
+        os.mkfifo(packed / name)
+        target = str(packed)
+    res = _cli("verify", target)  # the timeout of _cli fails the test if anything blocks
+    assert res.returncode == 1 and "not a regular file" in res.stdout, res.stdout + res.stderr
+    with pytest.raises((CorruptRecordError, CorruptDatasetError), match="not a regular file"):
+        open_dataset(target)
 
 
 def test_signal_module_untouched_by_readers(packed):

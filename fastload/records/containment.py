@@ -12,15 +12,21 @@ is a symlink to a file *outside* the folder is refused like an absolute path in 
 otherwise whoever can write one symlink into a dataset folder could make every reader (and
 ``fastload verify``, which would report the foreign file as checked) read any file the user can.
 To assemble a dataset from several disks, link or mount the whole dataset folder instead.
+
+:func:`open_regular` opens such a file for reading without ever blocking: a FIFO or device named
+like a manifest, index or ``.idx`` is refused, not waited on.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+from typing import BinaryIO
 
 from fastload.errors import CorruptDatasetError
 
-__all__ = ["contained_path", "show_name"]
+__all__ = ["contained_path", "open_regular", "show_name"]
 
 _SHOWN = 120  # characters of an untrusted name quoted in a message
 
@@ -73,3 +79,23 @@ def contained_path(folder: str, name: object, *, source: str, field: str) -> str
     if resolved == root:
         raise CorruptDatasetError(f"{show_name(name)} names the dataset folder itself", file=source, field=field)
     return resolved
+
+
+def open_regular(path: str) -> BinaryIO:
+    """Open ``path`` for binary reading, only if it is a regular file, without blocking.
+
+    ``O_NONBLOCK`` makes the open of a FIFO return at once; ``fstat`` on the descriptor then
+    refuses anything but a regular file.
+
+    Raises:
+        OSError: The file cannot be opened (``FileNotFoundError`` when missing), or ``EINVAL`` when
+            it is not a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return open(fd, "rb", buffering=1 << 16)
+    except BaseException:
+        os.close(fd)
+        raise

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from fastload.errors import CorruptDatasetError, UserError
-from fastload.records.containment import show_name
+from fastload.records.containment import open_regular, show_name
 from fastload.records.durable import atomic_write
 
 __all__ = [
@@ -141,7 +141,7 @@ def load_index(path: str, label_width: int, records: int) -> np.ndarray:
             not match its header.
     """
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed by the `with` below, after the errors are told apart
+        f = open_regular(path)
     except FileNotFoundError:
         raise CorruptDatasetError("the dataset's record index is missing", file=path) from None
     except OSError as exc:
@@ -188,7 +188,7 @@ def read_json_manifest(folder: str, name: str, *, what: str, max_version: int) -
     """
     path = os.path.join(folder, name)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if os.fstat(f.fileno()).st_size > _MAX_MANIFEST_BYTES:
                 raise CorruptDatasetError(f"larger than {_MAX_MANIFEST_BYTES} bytes: not a manifest", file=path)
             manifest = json.load(f)

@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from fastload.errors import CorruptDatasetError, CorruptRecordError
+from fastload.records.containment import open_regular
 
 __all__ = [
     "IR_HEADER_SIZE",
@@ -231,7 +232,7 @@ def read_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
     keys: list[int] = []
     offsets: list[int] = []
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             for lineno, raw in enumerate(f, 1):
                 line = raw.strip()
                 if not line:
