@@ -198,19 +198,25 @@ def test_open_reads_only_manifest_and_index(tmp_path, monkeypatch):
         "format_version": 1, "format": "recordio", "name": "big", "records": n, "label_width": 1,
         "shards": entries, "index": {"file": INDEX_NAME}, "restart_index": None})
     opened = []
-    real_open = builtins.open
+    real_open, real_os_open = builtins.open, os.open
 
     def spy_open(file, *args, **kwargs):
-        opened.append(os.path.basename(str(file)))
+        if not isinstance(file, int):  # an int is a descriptor os.open gave (recorded there)
+            opened.append(os.path.basename(str(file)))
         return real_open(file, *args, **kwargs)
 
+    def spy_os_open(path, *args, **kwargs):
+        opened.append(os.path.basename(str(path)))
+        return real_os_open(path, *args, **kwargs)
+
     monkeypatch.setattr(builtins, "open", spy_open)
+    monkeypatch.setattr(os, "open", spy_os_open)
     t0 = time.perf_counter()
     ds = open_dataset(str(tmp_path))
     elapsed = time.perf_counter() - t0
     monkeypatch.undo()
     print(f"open_dataset of a 1,000,000-record index: {elapsed * 1000:.0f} ms")
-    # Shards are mapped (open + mmap, no read); the zeros would fail any framing check if read.
+    # Shards are opened (no read); the zeros would fail any framing check if read.
     with ds:
         assert len(ds) == n and ds.labels[999_999, 0] == 999 and ds.ids[123_456] == 123_456
         with pytest.raises(CorruptRecordError, match=r"bad magic.*big-00003\.rec.*record 1"):

@@ -34,7 +34,11 @@ def open_dataset(path: str | os.PathLike) -> Dataset:
 
     Raises:
         UserError: The path does not exist or holds nothing fastload can read.
-        CorruptRecordError: A bare shard whose framing is damaged.
+        CorruptDatasetError: Damaged or unsafe metadata (manifest, index, ``.idx``, a path that
+            leaves the dataset folder), naming the file and the field.
+        CorruptRecordError: A shard that cannot be opened (missing, not a regular file, an LMDB
+            file shorter than its meta page says), or a bare ``.rec`` whose framing breaks
+            mid-file without an ``.idx``.
     """
     path = os.fspath(path)
     if not os.path.exists(path):

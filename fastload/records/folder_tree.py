@@ -147,22 +147,37 @@ class _Walk:
         subdirs: list[tuple[str, os.stat_result]] = []
         inside = ancestors | {key}
         for entry in entries:
+            # The entry's type from the directory listing (d_type): one stat only for symlinks,
+            # folders (their device and inode) and what is neither a file nor a folder.
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if entry.name.startswith("."):  # hidden folders are not walked (hidden files are listed)
+                    continue
+                try:
+                    subdirs.append((entry.path, entry.stat()))
+                except OSError as exc:
+                    self.skipped.append((entry.path, f"cannot stat ({exc.strerror or exc})"))
+                continue
+            if not _is_image_name(entry.name):
+                self.ignored.append(os.path.relpath(entry.path, self.root))
+                continue
+            try:
+                is_file = entry.is_file()
+            except OSError:
+                is_file = False
+            if is_file:
+                yield entry.path
+                continue
             try:
                 target = entry.stat()  # follows a symlink once; a loop of symlinks is ELOOP
             except OSError as exc:
-                if _is_image_name(entry.name):
-                    why = "broken symlink" if entry.is_symlink() else f"cannot stat ({exc.strerror or exc})"
-                    self.skipped.append((entry.path, why))
+                why = "broken symlink" if entry.is_symlink() else f"cannot stat ({exc.strerror or exc})"
+                self.skipped.append((entry.path, why))
                 continue
-            if stat.S_ISDIR(target.st_mode):
-                if not entry.name.startswith("."):  # hidden folders are not walked (hidden files are listed)
-                    subdirs.append((entry.path, target))
-            elif not _is_image_name(entry.name):
-                self.ignored.append(os.path.relpath(entry.path, self.root))
-            elif not stat.S_ISREG(target.st_mode):
-                self.skipped.append((entry.path, _not_regular(target.st_mode)))
-            else:
-                yield entry.path
+            self.skipped.append((entry.path, _not_regular(target.st_mode)))
         # os.walk's order: a folder's files, then its sub-folders (sorted), depth first.
         for path, target in subdirs:
             yield from self.files(path, target, inside)
