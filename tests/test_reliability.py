@@ -499,3 +499,10 @@ def test_signal_module_untouched_by_readers(packed):
     with open_dataset(str(packed)) as ds:
         bytes(ds.image(0))
     assert signal.getsignal(signal.SIGBUS) is before
+
+
+def test_read_checks_benchmark_smoke(packed):
+    res = subprocess.run([sys.executable, "-m", "bench.read_checks", "checksums", str(packed), "--pairs", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "checksums on/off, cpu: median" in res.stdout and "xxh3_64 alone" in res.stdout
