@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import HAVE_ENGINE, make_jpeg
 
-from fastload.errors import UserError
+from fastload.errors import CorruptDatasetError, UserError
 from fastload.pack.packer import pack_folder
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
@@ -209,3 +209,36 @@ def test_engine_framing_never_blocks_on_a_fifo(tmp_path):
         pytest.fail("frame_files blocked opening a FIFO")
     framed, _ = result["out"]
     assert framed[0] > 0 and framed[1] < 0
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../keep.txt", "/etc/hostname"])
+def test_overwrite_never_removes_outside_the_dataset(tiny_folder, tmp_path, name):
+    """An old manifest (untrusted) naming '..' or a path elsewhere: replacing the dataset removes
+    only its own files."""
+    parent = tmp_path / "parent"
+    out = parent / "out"
+    parent.mkdir()
+    (parent / "keep.txt").write_text("keep")
+    pack_folder(str(tiny_folder), str(out), progress=False, workers=1)
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    manifest["shards"][0]["file"] = name
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+    pack_folder(str(tiny_folder), str(out), progress=False, workers=1, overwrite=True, name="again")
+    assert (parent / "keep.txt").read_text() == "keep"
+    with open_dataset(str(out)) as ds:
+        assert len(ds) == 40
+
+
+def test_damaged_staged_manifest_is_one_clear_error(tiny_folder, tmp_path):
+    out = tmp_path / "out"
+    pack_folder(str(tiny_folder), str(out), progress=False, workers=1)
+    staging = out / ".fastload-staging"
+    staging.mkdir()
+    (staging / "plan.json").write_text(json.dumps({"fingerprint": "another command"}))
+    (staging / MANIFEST_NAME).write_text(json.dumps({"shards": [{"file": "../../elsewhere"}]}))
+    with pytest.raises(CorruptDatasetError, match=r"\.fastload-staging/fastload\.json: shards"):
+        pack_folder(str(tiny_folder), str(out), progress=False, workers=1, overwrite=True, name="again")
+    (staging / MANIFEST_NAME).write_text("{damaged")
+    res = subprocess.run([sys.executable, "-m", "fastload", "pack", str(tiny_folder), str(out), "--overwrite",
+                          "--quiet"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "staged manifest" in res.stderr, res.stderr

@@ -272,21 +272,29 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bo
 
 def finalize(out: str, staging: str) -> dict[str, Any]:
     """Move a complete staged dataset into OUT, replacing any older one; returns the new manifest."""
-    with open(os.path.join(staging, MANIFEST_NAME), "rb") as f:
-        manifest = json.load(f)
+    staged = os.path.join(staging, MANIFEST_NAME)
+    new_files = {INDEX_NAME}
+    try:
+        with open(staged, "rb") as f:
+            manifest = json.load(f)
+        for entry in manifest["shards"]:
+            new_files.update(_shard_files(entry))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise CorruptDatasetError(
+            "damaged staged manifest (its shard list cannot be read); remove the staging folder or pack with "
+            "--overwrite",
+            file=staged,
+            field="shards",
+        ) from None
+    for name in new_files:  # a damaged staged manifest must not move files from or to elsewhere
+        contained_path(staging, name, source=staged, field="shards")
+        if os.path.basename(name) != name:
+            raise CorruptDatasetError(f"{show_name(name)} is not a plain file name", file=staged, field="shards")
     old_path = os.path.join(out, MANIFEST_NAME)
     set_aside = os.path.join(staging, OLD_MANIFEST)
     if os.path.isfile(old_path):
         os.replace(old_path, set_aside)  # from here on OUT does not look complete until the new manifest lands
         fsync_dir(out)
-    new_files = {INDEX_NAME}
-    for entry in manifest["shards"]:
-        new_files.update(_shard_files(entry))
-    staged = os.path.join(staging, MANIFEST_NAME)
-    for name in new_files:  # a damaged staged manifest must not move files from or to elsewhere
-        contained_path(staging, name, source=staged, field="shards")
-        if os.path.basename(name) != name:
-            raise CorruptDatasetError(f"{show_name(name)} is not a plain file name", file=staged, field="shards")
     for name in sorted(new_files):
         src = os.path.join(staging, name)
         if os.path.lexists(src):
@@ -300,10 +308,10 @@ def finalize(out: str, staging: str) -> dict[str, Any]:
                 old = json.load(f)
             stale = {n for e in old.get("shards", []) for n in _shard_files(e)}
             stale.add(old.get("index", {}).get("file", INDEX_NAME))
-        except (OSError, ValueError):
-            stale = set()
+        except (OSError, ValueError, TypeError, AttributeError, KeyError):
+            stale = set()  # a damaged old manifest: its files are left where they are
         for name in stale - new_files:
-            if os.path.basename(name) == name:  # never follow a path out of OUT
+            if isinstance(name, str) and name not in ("", ".", "..") and os.path.basename(name) == name:  # inside OUT
                 remove(os.path.join(out, name))
     fsync_dir(out)
     os.replace(os.path.join(staging, MANIFEST_NAME), os.path.join(out, MANIFEST_NAME))
