@@ -242,3 +242,12 @@ def test_damaged_staged_manifest_is_one_clear_error(tiny_folder, tmp_path):
     res = subprocess.run([sys.executable, "-m", "fastload", "pack", str(tiny_folder), str(out), "--overwrite",
                           "--quiet"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr and "staged manifest" in res.stderr, res.stderr
+
+
+def test_a_damaged_dataset_in_out_is_replaced_with_overwrite(tiny_folder, tmp_path):
+    out = tmp_path / "out"
+    pack_folder(str(tiny_folder), str(out), progress=False, workers=1)
+    (out / MANIFEST_NAME).write_text('{"format_version": 3, "records": "many"}')
+    with pytest.raises(UserError, match="already holds a dataset.*--overwrite"):
+        pack_folder(str(tiny_folder), str(out), progress=False, workers=1)
+    assert pack_folder(str(tiny_folder), str(out), progress=False, workers=1, overwrite=True).written == 40

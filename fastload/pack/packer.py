@@ -268,7 +268,11 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
                 out=out,
                 manifest=manifest,
                 written=manifest["records"],
-                skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])],
+                skipped=[
+                    (s["path"], s["reason"])
+                    for s in manifest.get("skipped") or []
+                    if isinstance(s, dict) and "path" in s and "reason" in s
+                ],
                 converted=counts.get("converted", {}),
                 bytes_in=0,
                 bytes_out=sum(s["bytes"] for s in manifest["shards"]),

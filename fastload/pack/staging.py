@@ -240,7 +240,7 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bo
     if has_dataset:
         try:
             current = read_manifest(out)
-        except UserError:
+        except (UserError, CorruptDatasetError):  # a damaged dataset in OUT: replaced with --overwrite
             current = {}
         if (
             not overwrite
