@@ -545,53 +545,53 @@ class RecordIOShard:
     def heads(self, offsets: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``nbytes`` at each offset (framing and record header), for indexing without scanning.
 
-        Offsets close together are read by one ``pread`` (small records); others one each.
+        Offsets close together are read by one ``pread`` (small records); others one each. About
+        2 us per record (the ``pread`` and a copy of the bytes wanted), against a few tens of
+        nanoseconds through a memory map that a shrinking file would turn into SIGBUS.
 
         Returns:
             ``(heads uint8 [N, nbytes], got int64 [N])``: ``got`` is how many of the bytes exist
             (fewer near the end of the file; the rest is zeros).
         """
         n = len(offsets)
-        heads = np.zeros((n, nbytes), dtype=np.uint8)
-        got = np.zeros(n, dtype=np.int64)
-        if n == 0:
-            return heads, got
-        offs = np.asarray(offsets, dtype=np.uint64).astype(np.int64)
-        order = np.argsort(offs, kind="stable")
-        srt = offs[order]
-        # A new read where the next head is more than a page away, or at every 1 MiB of the file.
-        new = np.ones(n, dtype=bool)
-        new[1:] = (np.diff(srt) > 4096) | (srt[1:] >> 20 != srt[:-1] >> 20)
-        starts = np.flatnonzero(new)
-        ends = np.append(starts[1:], n)
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            lo = int(srt[a])
-            hi = min(int(srt[b - 1]) + nbytes, self.size)
-            if hi <= lo:
-                continue
+        out = bytearray(n * nbytes)
+        got = [0] * n
+        if n:
+            offs = np.asarray(offsets, dtype=np.uint64)
+            order = np.argsort(offs, kind="stable")
+            srt = offs[order]
+            # A new read where the next head is more than a page away, or at every 1 MiB of the file.
+            new = np.ones(n, dtype=bool)
+            new[1:] = (np.diff(srt) > 4096) | (srt[1:] >> np.uint64(20) != srt[:-1] >> np.uint64(20))
+            starts = np.flatnonzero(new).tolist()
+            bounds = [*starts[1:], n]
+            rows, at = order.tolist(), srt.tolist()
             with self._lock:
                 if self._closed:
                     raise ValueError(f"shard {self.path} is closed")
                 self._reading += 1
             try:
-                block = np.frombuffer(os.pread(self._fd, hi - lo, lo), dtype=np.uint8)
+                fd, size = self._fd, self.size
+                for a, b in zip(starts, bounds, strict=True):
+                    lo = at[a]
+                    hi = min(at[b - 1] + nbytes, size)
+                    if hi <= lo:
+                        continue
+                    block = os.pread(fd, hi - lo, lo)
+                    for k in range(a, b):
+                        rel = at[k] - lo
+                        m = max(0, min(nbytes, len(block) - rel))
+                        row = rows[k] * nbytes
+                        out[row : row + m] = block[rel : rel + m]
+                        got[rows[k]] = m
             except OSError as exc:
-                raise self._fail(f"read failed ({exc.strerror or exc})", None, lo) from None
+                raise self._fail(f"read failed ({exc.strerror or exc})", None, 0) from None
             finally:
                 with self._lock:
                     self._reading -= 1
                     if self._closed and not self._reading:
                         self._release()
-            rel = srt[a:b] - lo
-            avail = np.clip(len(block) - rel, 0, nbytes)
-            rows = order[a:b]
-            got[rows] = avail
-            full = avail == nbytes
-            if np.any(full):
-                heads[rows[full]] = block[rel[full, None] + np.arange(nbytes)]
-            for r, o, m in zip(rows[~full].tolist(), rel[~full].tolist(), avail[~full].tolist(), strict=True):
-                heads[r, :m] = block[o : o + m]
-        return heads, got
+        return np.frombuffer(out, dtype=np.uint8).reshape(n, nbytes), np.asarray(got, dtype=np.int64)
 
     def scan(self) -> Iterator[tuple[int, int, int]]:
         """Walk the whole file record by record.
