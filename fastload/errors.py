@@ -6,8 +6,8 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
-__all__ = ["FastloadError", "UserError", "CorruptRecordError", "DecodeError", "OnError", "LoaderClosed", "LoaderBusy",
-           "KeptBatchesWarning"]
+__all__ = ["FastloadError", "UserError", "CorruptRecordError", "CorruptDatasetError", "DecodeError", "OnError",
+           "LoaderClosed", "LoaderBusy", "KeptBatchesWarning"]
 
 
 class OnError(str, enum.Enum):
@@ -58,7 +58,26 @@ class CorruptRecordError(FastloadError):
         if offset is not None:
             where.append(f"byte offset {offset}")
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
-        self.shard, self.record, self.offset = shard, record, offset
+        self.message, self.shard, self.record, self.offset = message, shard, record, offset
+
+
+class CorruptDatasetError(FastloadError, ValueError):
+    """A dataset's metadata is damaged or unsafe: manifest, record index, ``.idx`` file or sidecar.
+
+    Raised instead of whatever the parser underneath would throw (``json``, ``numpy``, ``int``), with
+    one message that names the file and the field; never quotes the file's bytes. Also a
+    ``ValueError``, so code that guards reads with ``except ValueError`` keeps working.
+
+    Args:
+        message: What is wrong.
+        file: The damaged file (or the dataset folder, for a path that escapes it).
+        field: The field, line or entry at fault, when there is one.
+    """
+
+    def __init__(self, message: str, *, file: str, field: Optional[str] = None) -> None:
+        where = f"{file}: {field}" if field else file
+        super().__init__(f"{where}: {message}")
+        self.file, self.field = file, field
 
 
 class DecodeError(FastloadError):

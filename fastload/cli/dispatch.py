@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from fastload.cli import bench, info, pack, pack_arrays, stage, verify
-from fastload.errors import UserError
+from fastload.errors import CorruptDatasetError, CorruptRecordError, UserError
 
 __all__ = ["build_parser", "main"]
 
@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except UserError as exc:
+    except (UserError, CorruptDatasetError, CorruptRecordError) as exc:
+        # A damaged dataset (e.g. `fastload info` on a broken manifest) is reported like a user
+        # error: one line naming the file and the field, no traceback.
         print(f"fastload {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

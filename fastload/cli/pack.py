@@ -47,6 +47,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="losslessly add JPEG restart markers so crops decode only the intervals they need",
     )
     p.add_argument("--verify", action="store_true", help="check every transcoded image decodes identically")
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=None,
+        help="refuse images whose header declares more pixels than this (default 89478485, the decoder's)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--engine",
@@ -98,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             verify=args.verify,
             root=args.root,
             progress=not args.quiet,
+            **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}),
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"BAD {line}")
     if len(report.problems) > _SHOWN:
         print(f"... {len(report.problems) - _SHOWN} more problems")
+    for note in report.notes:
+        print(f"NOTE {note}")
     decoded = f", {report.decoded} decoded" if args.decode else ""
     if report.ok:
         print(f"OK {args.path}: {report.records} records in {report.shards} shard(s) checked{decoded}")

@@ -4,7 +4,9 @@ The hot path is pass-through of valid baseline/progressive colour JPEGs: their m
 to the first scan (frame size, components, precision) and the file must end with the end-of-image
 marker; the bytes are then stored untouched, with no decode. Anything the cheap check cannot vouch
 for gets a full Pillow decode: if that works the image is converted to RGB JPEG (grayscale, CMYK,
-PNG and other formats: counted per kind), otherwise the file is skipped with Pillow's reason.
+PNG and other formats: counted per kind), otherwise the file is skipped with Pillow's reason. An
+image whose header declares more than ``max_pixels`` pixels (a decompression bomb) is refused from
+its header in every mode, before anything decodes it.
 ``--resize`` decodes everything and re-encodes: colour JPEGs through the C++ engine (one GIL-free
 call per batch of files: decode, antialiased bilinear resize, libjpeg-turbo encode) when it is
 built, everything else through Pillow (with JPEG DCT scaling when it shrinks by 2x or more).
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
 __all__ = [
+    "DEFAULT_MAX_PIXELS",
     "NOT_INDEXED",
     "BadImage",
     "ConvertOptions",
@@ -32,9 +35,13 @@ __all__ = [
     "convert_image",
     "convert_images",
     "inspect_jpeg",
+    "jpeg_frame_size",
+    "too_many_pixels",
 ]
 
 Transcode = Callable[[bytes], bytes]
+Buffer = bytes | bytearray | memoryview
+DEFAULT_MAX_PIXELS = 89_478_485  # the decoder's default (fastload.decode.DecodeOptions.max_pixels), Pillow's
 NOT_INDEXED = "not_restart_indexed"
 
 # SOF markers that carry a frame header (DHT C4, JPG C8 and DAC CC are not frames).
@@ -56,17 +63,22 @@ class ConvertOptions:
         resize: Shorter side in pixels, or None to keep the size (and pass valid JPEGs through).
         quality: JPEG quality of re-encoded images (1-100).
         transcode: Optional hook applied to every stored JPEG (bytes -> bytes).
+        max_pixels: Largest ``width * height`` a stored image may declare in its header; larger
+            ones (decompression bombs) are refused from the header, before any decode.
     """
 
     resize: int | None = None
     quality: int = 95
     transcode: Transcode | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
         if self.resize is not None and (not isinstance(self.resize, int) or self.resize < 1):
             raise ValueError(f"resize={self.resize!r} must be a positive int or None")
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ValueError(f"quality={self.quality!r} must be an int in 1..100")
+        if not isinstance(self.max_pixels, int) or isinstance(self.max_pixels, bool) or self.max_pixels < 1:
+            raise ValueError(f"max_pixels={self.max_pixels!r} must be a positive int")
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,44 @@ def inspect_jpeg(data: bytes) -> JpegInfo | None:
     return info
 
 
+def too_many_pixels(width: int, height: int, max_pixels: int) -> str | None:
+    """The refusal reason for an image of ``width`` x ``height`` above ``max_pixels``, else None."""
+    if width * height > max_pixels:
+        return (
+            f"image is {width}x{height} = {width * height} pixels, above max_pixels={max_pixels} (decompression bomb?)"
+        )
+    return None
+
+
+def jpeg_frame_size(data: Buffer) -> tuple[int, int] | None:
+    """``(width, height)`` from a JPEG's frame header (markers walked up to it), or None when not found.
+
+    Cheaper than :func:`inspect_jpeg` (no end-marker check): for records the engine already
+    checked, whose declared size must still be bounded.
+    """
+    n = len(data)
+    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return None
+    pos = 2
+    while pos + 9 < n:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        if marker in _SOF:
+            height, width = struct.unpack_from(">HH", data, pos + 5)
+            return width, height
+        if marker in (0xDA, 0xD9):
+            return None
+        pos += 2 + _U16.unpack_from(data, pos + 2)[0]
+    return None
+
+
 # Pillow is imported where an image is really decoded or encoded: valid JPEGs packed as they are
 # never need it, and its import is a measurable part of a short pack's run time.
 
@@ -172,12 +222,15 @@ def _resized_size(width: int, height: int, shorter: int) -> tuple[int, int]:
     return width * shorter // height, shorter
 
 
-def _decode_full(data: bytes, draft_to: int | None = None) -> Image.Image:
+def _decode_full(data: bytes, max_pixels: int, draft_to: int | None = None) -> Image.Image:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        img = Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data))  # reads the header only
         fmt = (img.format or "unknown").lower()
+        bomb = too_many_pixels(img.width, img.height, max_pixels)
+        if bomb is not None:
+            raise BadImage(bomb)
         if draft_to is not None and img.format == "JPEG":
             w, h = _resized_size(img.width, img.height, draft_to)
             img.draft("RGB", (w, h))
@@ -232,12 +285,20 @@ def _engine_resize_encode() -> Callable[[Sequence[bytes], int, int], list[bytes 
     return fn
 
 
-def _cheap_info(data: bytes) -> tuple[JpegInfo | None, bool]:
-    """The marker walk's verdict: (info, True) for an 8-bit colour JPEG the engine can take as is."""
+def _cheap_info(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[JpegInfo | None, bool]:
+    """The marker walk's verdict: (info, True) for an 8-bit colour JPEG the engine can take as is.
+
+    Raises:
+        BadImage: A header that declares more than ``max_pixels`` pixels.
+    """
     try:
         info = inspect_jpeg(data)
     except BadImage:
         return None, False
+    if info is not None:
+        bomb = too_many_pixels(info.width, info.height, max_pixels)
+        if bomb is not None:
+            raise BadImage(bomb)
     ok = (
         info is not None
         and info.components == 3
@@ -247,6 +308,13 @@ def _cheap_info(data: bytes) -> tuple[JpegInfo | None, bool]:
         and info.height > 0
     )
     return info, ok
+
+
+def _engine_ready(data: bytes, max_pixels: int) -> bool:
+    try:
+        return _cheap_info(data, max_pixels)[1]
+    except BadImage:
+        return False
 
 
 def _finish(out: bytes, kind: str, options: ConvertOptions) -> Converted:
@@ -269,7 +337,7 @@ def convert_images(datas: Sequence[bytes], options: ConvertOptions) -> list[Conv
     fn = _engine_resize_encode() if options.resize is not None else None
     if fn is None or options.resize is None or not datas:
         return [convert_image(d, options) for d in datas]
-    picks = [i for i, d in enumerate(datas) if d and _cheap_info(d)[1]]
+    picks = [i for i, d in enumerate(datas) if d and _engine_ready(d, options.max_pixels)]
     done: dict[int, Converted] = {}
     if picks:
         for i, jpeg in zip(picks, fn([datas[i] for i in picks], options.resize, options.quality), strict=True):
@@ -292,13 +360,13 @@ def convert_image(data: bytes, options: ConvertOptions, *, use_engine: bool = Tr
     """
     if not data:
         return Converted(None, None, "empty file (0 bytes)")
-    _info, cheap_ok = _cheap_info(data)
     try:
+        _info, cheap_ok = _cheap_info(data, options.max_pixels)
         if options.resize is None:
             if cheap_ok:
                 out, kind = data, "pass"
             else:
-                img = _decode_full(data)  # raises BadImage with Pillow's reason
+                img = _decode_full(data, options.max_pixels)  # raises BadImage with Pillow's reason
                 kind = _kind_of(img)
                 if kind == "jpeg-rgb":
                     out, kind = data, "pass"  # odd markers or trailing bytes, but it decodes: keep the bytes
@@ -311,7 +379,7 @@ def convert_image(data: bytes, options: ConvertOptions, *, use_engine: bool = Tr
             if encoded is not None:
                 out = encoded
             else:
-                img = _to_rgb(_decode_full(data, draft_to=options.resize))
+                img = _to_rgb(_decode_full(data, options.max_pixels, draft_to=options.resize))
                 size = _resized_size(img.width, img.height, options.resize)
                 if img.size != size:
                     from PIL import Image

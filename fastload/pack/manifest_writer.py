@@ -21,7 +21,14 @@ from fastload.pack.staging import USER_WRITE_ERRNOS, ShardDone, write_error
 from fastload.records.checksum import checksum_file
 from fastload.records.durable import write_json_atomic
 from fastload.records.folder_tree import Source
-from fastload.records.manifest import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, empty_index, write_index
+from fastload.records.manifest import (
+    FORMAT_VERSION,
+    INDEX_NAME,
+    MANIFEST_NAME,
+    RECORD_CHECKSUM,
+    empty_index,
+    write_index,
+)
 from fastload.version import __version__
 
 __all__ = ["write_dataset_files"]
@@ -33,17 +40,17 @@ def write_dataset_files(
     """The binary index, then the manifest, into staging."""
     width = source.label_width
     total = sum(len(d.rows["id"]) for d in done)
-    found = done[-1].end if done else 0
-    index = empty_index(total, width)
+    found = (done[-1].end if done else 0) + len(source.skipped)
+    index = empty_index(total, width, checksums=True)
     pos = 0
     shards: list[dict[str, Any]] = []
-    skipped: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = list(source.skipped)  # what the folder walk refused (never opened)
     kinds: Counter[str] = collections.Counter()
     for d in done:
         n = len(d.rows["id"])
         sl = slice(pos, pos + n)
         index["shard"][sl] = d.number
-        for key in ("offset", "id", "length", "data_offset", "parts"):
+        for key in ("offset", "id", "length", "data_offset", "parts", "checksum"):
             index[key][sl] = np.asarray(d.rows[key], dtype=np.uint64)
         if n:
             index["labels"][sl] = np.asarray(d.rows["labels"], dtype=np.float32).reshape(n, width)
@@ -85,7 +92,11 @@ def write_dataset_files(
                 "restart_index": options.restart_index,
             },
             "shards": shards,
-            "index": {"file": INDEX_NAME, "checksum": checksum_file(os.path.join(staging, INDEX_NAME))},
+            "index": {
+                "file": INDEX_NAME,
+                "checksum": checksum_file(os.path.join(staging, INDEX_NAME)),
+                "record_checksum": RECORD_CHECKSUM,
+            },
             "counts": {
                 "found": found,
                 "written": written,

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from fastload.errors import OnError
+from fastload.pack.convert import DEFAULT_MAX_PIXELS
 from fastload.pack.restart import RestartIndexConfig, VerifyPolicy
 
 __all__ = ["DEFAULT_SHARD_SIZE", "PackOptions", "ShardFormat"]
@@ -42,6 +43,9 @@ class PackOptions:
         verify: With ``restart_index``, check every transcoded image decodes identically.
         root: Image root for ``.lst`` paths.
         progress: Show a progress bar (only on a terminal).
+        max_pixels: Largest ``width * height`` an image's header may declare; larger images
+            (decompression bombs) are refused at pack time, from the header, in every mode (the
+            decoder's default limit, so nothing packed is refused later at load).
     """
 
     format: ShardFormat = ShardFormat.RECORDIO
@@ -59,6 +63,7 @@ class PackOptions:
     verify: bool = False
     root: str | None = None
     progress: bool = True
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", ShardFormat(self.format))
@@ -77,6 +82,8 @@ class PackOptions:
             not self.name or not re.fullmatch(r"[A-Za-z0-9._-]+", self.name) or self.name.startswith(".")
         ):
             raise ValueError(f"name={self.name!r} must be letters, digits, '.', '_' or '-' (not starting with '.')")
+        if not isinstance(self.max_pixels, int) or isinstance(self.max_pixels, bool) or self.max_pixels < 1:
+            raise ValueError(f"max_pixels={self.max_pixels!r} must be a positive int")
         if self.verify and not self.restart_index:
             raise ValueError("verify=True only applies with restart_index=True")
 

@@ -9,21 +9,33 @@ reused buffer, :mod:`fastload.pack.framing`); the calling thread writes the reco
 (:mod:`fastload.pack.shard_writer`). Everything is built in a staging folder and moved into OUT
 when complete; a killed pack resumes from its completed shards (:mod:`fastload.pack.staging`).
 The index and manifest come last (:mod:`fastload.pack.manifest_writer`).
+
+Hostile or careless sources: only regular files are ever opened, and never with a blocking open
+(the folder walk, :func:`fastload.records.folder_tree.scan_folder`, reports FIFOs, devices,
+sockets, broken symlinks and directory symlink loops; a ``.lst`` entry is checked by ``stat``; the
+readers open with ``O_NONBLOCK`` and check the descriptor). Files larger than a record can hold are
+refused from their ``stat``, images whose header declares more than ``max_pixels`` pixels from
+their header, in every mode. Every such file goes through ``on_error`` with its reason in the
+manifest. Ctrl-C (``KeyboardInterrupt``) stops the pack at any stage within the time of the batch
+in flight (tens of milliseconds measured); rerunning the command resumes it.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 import sys
 import time
 from typing import Any
 
 import numpy as np
+import xxhash
 
-from fastload.errors import UserError
+from fastload.errors import OnError, UserError
 from fastload.pack.convert import Converted, ConvertOptions, convert_images
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch
 from fastload.pack.manifest_writer import write_dataset_files
@@ -46,7 +58,7 @@ from fastload.pack.staging import (
     write_error,
 )
 from fastload.records import recordio
-from fastload.records.folder_tree import Source, SourceItem
+from fastload.records.folder_tree import Source, SourceItem, read_regular_file
 from fastload.records.lmdb_shard import pack_value_header
 from fastload.records.manifest import FORMAT_VERSION, MANIFEST_NAME, read_manifest
 
@@ -99,6 +111,8 @@ def _fingerprint(
                 "root": source.root,
                 "shards": options.shards,
                 "shard_size": None if options.shards else options.shard_size,
+                "max_pixels": options.max_pixels,
+                "walk_skipped": source.skipped,
             },
             sort_keys=True,
         ).encode()
@@ -112,55 +126,66 @@ def _fingerprint(
 def _prepare(item: SourceItem, image: bytes | memoryview, fmt: ShardFormat, label_width: int) -> Prepared:
     if fmt is ShardFormat.RECORDIO:
         header = recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
-        return Prepared(recordio.FramedRecord(image, header), len(header) + len(image), len(header))
+        digest = xxhash.xxh3_64(header)
+        digest.update(image)
+        return Prepared(recordio.FramedRecord(image, header), len(header) + len(image), len(header), digest.intdigest())
     header = pack_value_header(item.labels, item.id)
     value = header + image
-    return Prepared(value, len(value), len(header))
+    return Prepared(value, len(value), len(header), xxhash.xxh3_64_intdigest(value))
 
 
-def _read_file(path: str, size: int) -> bytes:
-    """A file's bytes: one ``read`` of the size ``stat`` reported (plus one byte, to notice growth)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = os.read(fd, size + 1)
-        if len(data) == size:  # the common case: exactly the stat size, EOF reached
-            return data
-        parts = [data]
-        while True:  # the file changed since the stat (or a short read): read to EOF
-            chunk = os.read(fd, max(size, 1 << 16))
-            if not chunk:
-                return b"".join(parts)
-            parts.append(chunk)
-    finally:
-        os.close(fd)
+def _max_file_bytes(label_width: int) -> int:
+    """The largest source file a record can hold: RecordIO's record limit less the header and labels.
+
+    LMDB shards get the same limit, so a dataset packs the same files in either format.
+    """
+    return recordio.MAX_RECORD_LENGTH - recordio.IR_HEADER_SIZE - 4 * label_width
+
+
+def _read_reason(exc: OSError) -> str:
+    """The skip reason for a file :func:`read_regular_file` refused or could not read."""
+    if exc.errno in (errno.EINVAL, errno.EFBIG) and exc.strerror:
+        return exc.strerror  # not a regular file / too large: the message says which
+    return f"cannot read: {exc.strerror or exc}"
 
 
 def _convert_batch(
-    batch: list[tuple[SourceItem, int]], options: ConvertOptions, fmt: ShardFormat, label_width: int, pool: BufferPool
+    batch: list[tuple[SourceItem, int]],
+    options: ConvertOptions,
+    fmt: ShardFormat,
+    label_width: int,
+    pool: BufferPool,
+    refused: dict[str, str],
 ) -> FramedBatch | list[tuple[Converted, int, Prepared | None]]:
     """Read a batch of files, convert them together (one engine call with ``--resize``), frame them.
 
     Pass-through RecordIO batches go to the engine's ``frame_files`` first (read, check and frame
     in one GIL-free call): a batch it frames whole is returned as is, for the writer to take in one
-    piece; files it leaves take the per-file path below.
+    piece; files it leaves take the per-file path below. Files refused when they were listed
+    (``refused``: path -> reason, e.g. a FIFO or a file too large for a record) are never opened.
     """
-    framed: list[tuple[Converted, int, Prepared] | None] = [None] * len(batch)
-    if fmt is ShardFormat.RECORDIO and options.resize is None and options.transcode is None:
+    framed: list[tuple[Converted, int, Prepared | None] | None] = [None] * len(batch)
+    blocked = bool(refused) and any(item.path in refused for item, _ in batch)
+    if fmt is ShardFormat.RECORDIO and options.resize is None and options.transcode is None and not blocked:
         frame_files = engine_framing()
         if frame_files is not None:
-            whole = frame_batch(batch, label_width, frame_files, pool)
+            whole = frame_batch(batch, label_width, frame_files, pool, options.max_pixels)
             if whole.complete:
                 return whole
             framed = whole.entries()
     datas: dict[int, bytes] = {}
     results: dict[int, Converted] = {}
-    for i, (item, size) in enumerate(batch):
+    limit = _max_file_bytes(label_width)
+    for i, (item, _size) in enumerate(batch):
         if framed[i] is not None:
             continue
+        if item.path in refused:
+            results[i] = Converted(None, None, refused[item.path])
+            continue
         try:
-            datas[i] = _read_file(item.path, size)
+            datas[i] = read_regular_file(item.path, max_bytes=limit)
         except OSError as exc:
-            results[i] = Converted(None, None, f"cannot read: {exc.strerror or exc}")
+            results[i] = Converted(None, None, _read_reason(exc))
     results.update(zip(datas, convert_images(list(datas.values()), options), strict=True))
     out: list[tuple[Converted, int, Prepared | None]] = []
     for i, (item, _) in enumerate(batch):
@@ -211,12 +236,24 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
     if options.shuffle:
         order = np.random.default_rng(options.seed).permutation(len(source.items))
     stats = []
+    # Files that must not be opened (not regular) or cannot be stored (larger than a record):
+    # refused from their stat, without an open, and reported like any other bad file.
+    refused: dict[str, str] = {}
+    limit = _max_file_bytes(source.label_width)
     for item in source.items:
         try:
             st = os.stat(item.path)
             stats.append((st.st_size, st.st_mtime_ns))
         except OSError:
             stats.append((0, 0))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            refused[item.path] = "not a regular file (a FIFO, device, socket or folder): never opened"
+        elif st.st_size > limit:
+            refused[item.path] = f"file of {st.st_size} bytes is larger than the {limit}-byte record limit"
+    if source.skipped and options.on_error is OnError.RAISE:
+        path, reason = source.skipped[0]
+        raise UserError(f"{path}: {reason} (on_error='raise', --on-error fail)")
     items = [source.items[i] for i in order.tolist()]
     fingerprint = _fingerprint(source, order, stats, options, name)
     out = os.path.abspath(out)
@@ -231,7 +268,11 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
                 out=out,
                 manifest=manifest,
                 written=manifest["records"],
-                skipped=[(s["path"], s["reason"]) for s in manifest.get("skipped", [])],
+                skipped=[
+                    (s["path"], s["reason"])
+                    for s in manifest.get("skipped") or []
+                    if isinstance(s, dict) and "path" in s and "reason" in s
+                ],
                 converted=counts.get("converted", {}),
                 bytes_in=0,
                 bytes_out=sum(s["bytes"] for s in manifest["shards"]),
@@ -239,7 +280,9 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
                 up_to_date=True,
             )
 
-        convert_options = ConvertOptions(resize=options.resize, quality=options.quality, transcode=transcode)
+        convert_options = ConvertOptions(
+            resize=options.resize, quality=options.quality, transcode=transcode, max_pixels=options.max_pixels
+        )
         ext = ".rec" if options.format is ShardFormat.RECORDIO else ".lmdb"
 
         def shard_file(number: int) -> str:
@@ -272,7 +315,9 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
                 pool = BufferPool(keep=window + 4)
                 stream = ordered_results(
                     zip(items[pos:], sizes, strict=True),
-                    lambda chunk: _convert_batch(chunk, convert_options, options.format, source.label_width, pool),
+                    lambda chunk: _convert_batch(
+                        chunk, convert_options, options.format, source.label_width, pool, refused
+                    ),
                     workers=workers,
                     batch=batch,
                     window=window,

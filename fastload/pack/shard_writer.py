@@ -146,7 +146,9 @@ class ShardSink:
         self.fmt, self.label_width = fmt, label_width
         self.final = os.path.join(staging, file)
         self.partial = self.final + PARTIAL
-        self.rows: dict[str, list[Any]] = {k: [] for k in ("offset", "id", "length", "data_offset", "parts", "labels")}
+        self.rows: dict[str, list[Any]] = {
+            k: [] for k in ("offset", "id", "length", "data_offset", "parts", "labels", "checksum")
+        }
         self.skipped: list[tuple[str, str]] = []
         self.kinds: dict[str, int] = collections.Counter()
         self.bytes_in = 0
@@ -171,6 +173,7 @@ class ShardSink:
             ("data_offset", prepared.data_offset),
             ("parts", parts),
             ("labels", list(item.labels)),
+            ("checksum", prepared.checksum),
         ):
             self.rows[key].append(value)
 
@@ -194,6 +197,7 @@ class ShardSink:
         rows["data_offset"] += framed.head_lens
         rows["parts"] += [0] * len(items)
         rows["labels"] += [list(item.labels) for item in items]
+        rows["checksum"] += framed.checksums
 
     def finish(self, end: int) -> ShardDone:
         """Flush, fsync, rename into place, then write the sidecar that marks the shard complete."""

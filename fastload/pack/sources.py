@@ -7,12 +7,15 @@ rules; the same walk serves unpacked folders to readers). ``.lst`` lines follow 
 
 from __future__ import annotations
 
+import math
 import os
 
 from fastload.errors import UserError
 from fastload.records.folder_tree import Source, SourceItem, scan_folder
 
 __all__ = ["open_source", "read_lst"]
+
+_MAX_LABEL = 3.4028234663852886e38  # float32's largest finite value: labels are stored as float32
 
 
 def read_lst(path: str, root: str | None = None) -> Source:
@@ -41,17 +44,21 @@ def read_lst(path: str, root: str | None = None) -> Source:
                 parts = [p.strip() for p in line.split("\t")]
                 if len(parts) < 3:
                     raise UserError(
-                        f"{path}:{lineno}: expected index<TAB>label[<TAB>label...]<TAB>path, got {line[:80]!r}"
+                        f"{path}:{lineno}: expected index<TAB>label[<TAB>label...]<TAB>path, "
+                        f"got {len(parts)} tab-separated field(s)"
                     )
                 try:
                     index = int(parts[0])
                     labels = tuple(float(x) for x in parts[1:-1])
                 except ValueError:
                     raise UserError(
-                        f"{path}:{lineno}: index must be an integer and labels numbers, got {line[:80]!r}"
+                        f"{path}:{lineno}: index must be an integer and labels numbers "
+                        f"(fields of {[len(p) for p in parts[:-1]]} characters)"
                     ) from None
-                if index < 0:
-                    raise UserError(f"{path}:{lineno}: negative index {index}")
+                if not 0 <= index < 1 << 64:
+                    raise UserError(f"{path}:{lineno}: index {index} is outside [0, 2**64)")
+                if not all(math.isfinite(x) for x in labels) or any(abs(x) > _MAX_LABEL for x in labels):
+                    raise UserError(f"{path}:{lineno}: labels must be finite numbers that fit float32")
                 if width is None:
                     width = len(labels)
                 elif len(labels) != width:

@@ -28,8 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastload.errors import UserError
+from fastload.errors import CorruptDatasetError, UserError
 from fastload.records.checksum import file_matches, recorded_checksum
+from fastload.records.containment import contained_path, show_name
 from fastload.records.durable import fsync_dir, write_json_atomic
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, STAGING_DIR, read_manifest
 from fastload.version import __version__
@@ -56,6 +57,7 @@ DONE = ".done.json"
 PARTIAL = ".partial"
 OLD_MANIFEST = "old-" + MANIFEST_NAME
 USER_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+_ROW_KEYS = {"offset", "id", "length", "data_offset", "parts", "labels", "checksum"}
 
 
 @dataclass
@@ -126,6 +128,12 @@ def load_done(staging: str, number: int, file: str, start: int, edges: list[int]
         entry = meta["entry"]
         first, end = meta["range"]
         if entry["file"] != file or first != start or (edges is not None and end != edges[number + 1]):
+            return None
+        # Only the names this pack would give (never a path out of staging), and rows with the
+        # per-record checksums of this format version.
+        if entry.get("index_file") not in (None, os.path.splitext(file)[0] + ".idx"):
+            return None
+        if set(meta["rows"]) != _ROW_KEYS or len({len(v) for v in meta["rows"].values()}) != 1:
             return None
         data = _data_file(staging, entry)
         if os.path.getsize(data) != entry["bytes"] or not file_matches(data, recorded_checksum(entry)):
@@ -232,7 +240,7 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bo
     if has_dataset:
         try:
             current = read_manifest(out)
-        except UserError:
+        except (UserError, CorruptDatasetError):  # a damaged dataset in OUT: replaced with --overwrite
             current = {}
         if (
             not overwrite
@@ -264,16 +272,29 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bo
 
 def finalize(out: str, staging: str) -> dict[str, Any]:
     """Move a complete staged dataset into OUT, replacing any older one; returns the new manifest."""
-    with open(os.path.join(staging, MANIFEST_NAME), "rb") as f:
-        manifest = json.load(f)
+    staged = os.path.join(staging, MANIFEST_NAME)
+    new_files = {INDEX_NAME}
+    try:
+        with open(staged, "rb") as f:
+            manifest = json.load(f)
+        for entry in manifest["shards"]:
+            new_files.update(_shard_files(entry))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise CorruptDatasetError(
+            "damaged staged manifest (its shard list cannot be read); remove the staging folder or pack with "
+            "--overwrite",
+            file=staged,
+            field="shards",
+        ) from None
+    for name in new_files:  # a damaged staged manifest must not move files from or to elsewhere
+        contained_path(staging, name, source=staged, field="shards")
+        if os.path.basename(name) != name:
+            raise CorruptDatasetError(f"{show_name(name)} is not a plain file name", file=staged, field="shards")
     old_path = os.path.join(out, MANIFEST_NAME)
     set_aside = os.path.join(staging, OLD_MANIFEST)
     if os.path.isfile(old_path):
         os.replace(old_path, set_aside)  # from here on OUT does not look complete until the new manifest lands
         fsync_dir(out)
-    new_files = {INDEX_NAME}
-    for entry in manifest["shards"]:
-        new_files.update(_shard_files(entry))
     for name in sorted(new_files):
         src = os.path.join(staging, name)
         if os.path.lexists(src):
@@ -287,10 +308,10 @@ def finalize(out: str, staging: str) -> dict[str, Any]:
                 old = json.load(f)
             stale = {n for e in old.get("shards", []) for n in _shard_files(e)}
             stale.add(old.get("index", {}).get("file", INDEX_NAME))
-        except (OSError, ValueError):
-            stale = set()
+        except (OSError, ValueError, TypeError, AttributeError, KeyError):
+            stale = set()  # a damaged old manifest: its files are left where they are
         for name in stale - new_files:
-            if os.path.basename(name) == name:  # never follow a path out of OUT
+            if isinstance(name, str) and name not in ("", ".", "..") and os.path.basename(name) == name:  # inside OUT
                 remove(os.path.join(out, name))
     fsync_dir(out)
     os.replace(os.path.join(staging, MANIFEST_NAME), os.path.join(out, MANIFEST_NAME))

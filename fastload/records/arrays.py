@@ -15,13 +15,15 @@ batch gathers them, so the arrays may be far larger than RAM.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from fastload.errors import CorruptRecordError, UserError
+from fastload.errors import CorruptDatasetError, CorruptRecordError, UserError
+from fastload.records.containment import contained_path, show_name
 from fastload.records.manifest import read_json_manifest
 
 __all__ = [
@@ -119,24 +121,27 @@ class ArrayShards:
         if manifest.get("format") != ARRAYS_FORMAT:
             raise UserError(f"{mpath}: not a {ARRAYS_FORMAT} manifest")
         self.manifest = manifest
+        self._source = mpath
+        _check_arrays_manifest(manifest, mpath)
         self.num_rows = int(manifest["num_rows"])
         self._row_starts = np.asarray(manifest["row_starts"], dtype=np.int64)
         self._arrays: dict[str, DenseArray | CSRArray] = {}
         self.data_names: list[str] = []
         self.label_names: list[str] = []
-        for entry in manifest["arrays"]:
+        for k, entry in enumerate(manifest["arrays"]):
+            self._entry = k
             arr = self._open_entry(entry)
             self._arrays[entry["name"]] = arr
             (self.label_names if entry["role"] == "label" else self.data_names).append(entry["name"])
 
     def _map(self, file: str, rows_expected: int | None = None) -> np.ndarray:
-        full = os.path.join(self.path, file)
+        full = contained_path(self.path, file, source=self._source, field=f"arrays[{self._entry}].files")
         try:
             arr = np.load(full, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             raise UserError(f"{full}: shard listed in {ARRAYS_MANIFEST} is missing") from None
-        except ValueError as exc:
-            raise CorruptRecordError(f"unreadable array shard ({exc})", shard=full) from None
+        except Exception:  # numpy's messages quote the file's header bytes; any failure means damage
+            raise CorruptRecordError("unreadable array shard (damaged .npy header or data)", shard=full) from None
         if rows_expected is not None and len(arr) != rows_expected:
             raise CorruptRecordError(f"holds {len(arr)} rows, manifest says {rows_expected}", shard=full)
         return arr
@@ -185,6 +190,41 @@ class ArrayShards:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_arrays_manifest(manifest: dict[str, Any], path: str) -> None:
+    """The fields a reader uses: types and row boundaries (paths are checked where they are opened)."""
+
+    def bad(field: str, what: str) -> CorruptDatasetError:
+        return CorruptDatasetError(what, file=path, field=field)
+
+    rows = manifest.get("num_rows")
+    if not isinstance(rows, int) or isinstance(rows, bool) or not 0 < rows < 1 << 48:
+        raise bad("num_rows", f"must be a positive integer, not {show_name(rows)}")
+    starts = manifest.get("row_starts")
+    if (
+        not isinstance(starts, list)
+        or len(starts) < 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in starts)
+        or starts[0] != 0
+        or starts[-1] != rows
+        or any(b <= a for a, b in itertools.pairwise(starts))
+    ):
+        raise bad("row_starts", f"must be increasing integers from 0 to num_rows ({rows})")
+    arrays = manifest.get("arrays")
+    if not isinstance(arrays, list) or not arrays:
+        raise bad("arrays", "must be a non-empty list")
+    for k, entry in enumerate(arrays):
+        if not isinstance(entry, dict):
+            raise bad(f"arrays[{k}]", "must be an object")
+        if not isinstance(entry.get("name"), str) or entry.get("role") not in ("data", "label"):
+            raise bad(f"arrays[{k}]", "needs a string name and a role of 'data' or 'label'")
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not shape or not all(isinstance(x, int) and x >= 0 for x in shape):
+            raise bad(f"arrays[{k}].shape", f"must be a list of non-negative integers, not {show_name(shape)}")
+        files = entry.get("files")
+        if not isinstance(files, list) or len(files) != len(starts) - 1:
+            raise bad(f"arrays[{k}].files", f"must list one file per shard ({len(starts) - 1})")
 
 
 def open_arrays(path: str) -> ArrayShards:

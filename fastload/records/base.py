@@ -1,7 +1,9 @@
 """Read stage, the contract: :class:`Dataset`, the API every reader of records implements.
 
-A reader hands out the encoded image bytes of a record by global index, zero-copy where it can
-(see docs/ARCHITECTURE.md, "Records"). :mod:`fastload.records.sharded` reads RecordIO and LMDB
+A reader hands out the encoded image bytes of a record by global index, in memory the caller owns
+(read with ``pread``, never a view of a memory map a shrinking file could turn into SIGBUS), and
+refuses bad records with :class:`~fastload.errors.CorruptRecordError` (see docs/ARCHITECTURE.md,
+"Records"). :mod:`fastload.records.sharded` reads RecordIO and LMDB
 shards, :mod:`fastload.records.imagefolder` an unpacked folder tree; :func:`fastload.records.open_dataset`
 picks the reader for a path.
 """
@@ -46,7 +48,12 @@ class Dataset:
         return int(self.ids.shape[0])
 
     def image(self, i: int) -> memoryview:
-        """The encoded image bytes of record ``i`` (header and labels stripped)."""
+        """The encoded image bytes of record ``i`` (header and labels stripped).
+
+        Raises:
+            CorruptRecordError: A bad record (unreadable, damaged, or with labels outside what the
+                dataset declares).
+        """
         raise NotImplementedError
 
     def payload(self, i: int) -> memoryview | bytes:

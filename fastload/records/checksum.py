@@ -6,7 +6,10 @@ SHA-256, which is still read and verified.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 from typing import Any, Protocol
 
 import xxhash
@@ -59,9 +62,17 @@ def checksum_bytes(data: Any, algo: str = CHECKSUM) -> str:
 
 
 def checksum_file(path: str, algo: str = CHECKSUM, chunk: int = 4 << 20) -> str:
-    """``"<algo>:<hex>"`` of a file's contents."""
+    """``"<algo>:<hex>"`` of a file's contents.
+
+    Raises:
+        OSError: The file cannot be read, or is not a regular file (a FIFO or device named like a
+            dataset file is refused, not read: opening it never blocks).
+    """
     c = Checksum(algo)
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    with open(fd, "rb", buffering=0) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
         while True:
             block = f.read(chunk)
             if not block:
@@ -85,5 +96,5 @@ def file_matches(path: str, recorded: str | None) -> bool:
     algo = recorded.split(":", 1)[0]
     try:
         return checksum_file(path, algo) == recorded
-    except ValueError:  # an algorithm this fastload does not know
+    except (ValueError, OSError):  # an algorithm this fastload does not know; unreadable or not a file
         return False

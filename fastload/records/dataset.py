@@ -61,7 +61,11 @@ def open_dataset(
     Raises:
         UserError: The path does not exist or holds nothing fastload can read; remote options
             given for a local path.
-        CorruptRecordError: A bare shard whose framing is damaged.
+        CorruptDatasetError: Damaged or unsafe metadata (manifest, index, ``.idx``, a path that
+            leaves the dataset folder), naming the file and the field.
+        CorruptRecordError: A shard that cannot be opened (missing, not a regular file, an LMDB
+            file shorter than its meta page says), or a bare ``.rec`` whose framing breaks
+            mid-file without an ``.idx``.
     """
     if is_remote_url(path):
         return open_remote_dataset(str(path), **remote)

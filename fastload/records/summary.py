@@ -57,11 +57,16 @@ def _human_bytes(n: float) -> str:
     return f"{n} B"
 
 
+def _obj(value: object) -> dict[str, Any]:
+    """An informational manifest field that should be an object (a damaged one shows as empty)."""
+    return value if isinstance(value, dict) else {}
+
+
 def summarize(manifest: dict[str, Any]) -> str:
-    """A human-readable multi-line summary of a manifest."""
+    """A human-readable multi-line summary of a manifest (checked by :func:`read_manifest` first)."""
     shards = manifest.get("shards", [])
     total = sum(s.get("bytes", 0) for s in shards)
-    counts = manifest.get("counts", {})
+    counts = _obj(manifest.get("counts"))
     lines = [
         f"name:          {manifest.get('name')}",
         f"format:        {manifest.get('format')} (manifest v{manifest.get('format_version')}, "
@@ -70,14 +75,14 @@ def summarize(manifest: dict[str, Any]) -> str:
         f"shards:        {len(shards)} ({_human_bytes(total)})",
         f"label width:   {manifest.get('label_width')}",
     ]
-    classes = manifest.get("classes")
+    classes = _obj(manifest.get("classes"))
     if classes:
         names = list(classes)
         shown = ", ".join(names[:8]) + (f", ... ({len(names)} classes)" if len(names) > 8 else "")
         lines.append(f"classes:       {shown}")
-    source = manifest.get("source", {})
+    source = _obj(manifest.get("source"))
     lines.append(f"source:        {source.get('kind')} {source.get('path')}")
-    converted = counts.get("converted", {})
+    converted = _obj(counts.get("converted"))
     lines.append(f"skipped:       {counts.get('skipped', 0)}")
     if converted:
         lines.append("converted:     " + ", ".join(f"{k} {v}" for k, v in sorted(converted.items())))
