@@ -36,6 +36,7 @@ import numpy as np
 
 from fastload import engine_abi
 from fastload.errors import DecodeError
+from fastload.transforms.geometry import ImageTooSmall
 from fastload.transforms import (
     OpKind,
     Pipeline,
@@ -342,7 +343,10 @@ def _pillow_one(buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed:
     try:
         img = _pillow_open_rgb(buf, options)
         geometry = pipeline.geometry
-        params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
+        try:
+            params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
+        except ImageTooSmall as exc:
+            raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
         out_h, out_w = pipeline.size
         arr = resample(img, params, geometry)
         key = sample_key(seed, epoch, index)
@@ -414,8 +418,15 @@ def _native_geometry(transform: Transform) -> Any:
     out_h, out_w = transform.size
     kind = OpKind(int(transform.kind))
     values: Dict[str, Any] = {"kind": kind, "out_h": int(out_h), "out_w": int(out_w), "flip": float(transform.flip),
+                              "vflip": float(getattr(transform, "vflip", 0.0)),
                               "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
                               "antialias": bool(transform.antialias)}
+    if kind == OpKind.RANDOM_CROP:
+        left, top, right, bottom = transform.padding
+        values.update(pad_left=left, pad_top=top, pad_right=right, pad_bottom=bottom,
+                      pad_if_needed=transform.pad_if_needed,
+                      padding_mode=engine_abi.PaddingMode[transform.padding_mode.upper()],
+                      fill=[float(v) for v in transform.fill])
     if kind == OpKind.RANDOM_RESIZED_CROP:
         values.update(scale_lo=float(transform.scale[0]), scale_hi=float(transform.scale[1]),
                       ratio_lo=float(transform.ratio[0]), ratio_hi=float(transform.ratio[1]))

@@ -12,14 +12,19 @@ Pillow fallback) interprets while decoding. One module per kind of op:
 """
 
 from fastload.transforms.geometry import (
+    PADDING_MODES,
     CenterCrop,
     OpKind,
+    CropWindow,
+    ImageTooSmall,
+    RandomCrop,
     RandomResizedCrop,
     Resize,
     SampleParams,
     Transform,
     INTERPOLATIONS,
     eval_transform,
+    random_crop_window,
     resample,
     sample_params,
     train,
@@ -31,6 +36,11 @@ from fastload.transforms.rng import sample_key, splitmix64, uniform
 __all__ = [
     "OpKind",
     "RandomResizedCrop",
+    "RandomCrop",
+    "CropWindow",
+    "ImageTooSmall",
+    "random_crop_window",
+    "PADDING_MODES",
     "CenterCrop",
     "Resize",
     "Transform",
