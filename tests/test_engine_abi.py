@@ -11,8 +11,9 @@ import textwrap
 
 import pytest
 
-from conftest import REPO_ROOT, requires_engine
 from fastload import engine_abi
+
+from conftest import REPO_ROOT, requires_engine
 
 
 def _native_value(value):
@@ -61,7 +62,7 @@ def test_engine_structs_are_the_abi_structs(name):
 
 
 def _stub_struct_fields(path):
-    tree = ast.parse(open(path).read())
+    tree = ast.parse(path.read_text())
     out = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name in engine_abi.STRUCTS:

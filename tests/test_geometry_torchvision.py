@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import HAVE_ENGINE
 from fastload import decode
 from fastload import transforms as T
+
+from conftest import HAVE_ENGINE
 
 torch = pytest.importorskip("torch")
 F1 = pytest.importorskip("torchvision.transforms.functional")

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import HAVE_ENGINE, make_jpeg, requires_engine
 from fastload import decode
 from fastload import transforms as T
 from fastload.decode import DecodeStatus
+
+from conftest import HAVE_ENGINE, make_jpeg, requires_engine
 
 IMAGENET = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 
@@ -21,7 +22,8 @@ IMAGENET = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 def photos():
     sizes = [(403, 351), (257, 300), (500, 375), (120, 97), (333, 222), (99, 401), (260, 260)]
     subs = ["4:2:0", "4:4:4", "4:2:2", "4:2:0", "4:2:0", "4:2:2", "4:4:4"]
-    return [make_jpeg(w, h, subsampling=s, quality=88, seed=i) for i, ((w, h), s) in enumerate(zip(sizes, subs))]
+    return [make_jpeg(w, h, subsampling=s, quality=88, seed=i)
+            for i, ((w, h), s) in enumerate(zip(sizes, subs, strict=True))]
 
 
 @pytest.fixture(params=["engine", "pillow"])
@@ -97,8 +99,8 @@ def test_pipeline_is_validated():
 
 def test_out_dtype_must_match_the_pipeline(backend, photos):
     with pytest.raises(ValueError, match="float32"):
-        decode.decode_batch(photos[:1], np.zeros((1, 8, 8, 3), np.uint8), T.Pipeline(geometry=T.train(8), normalize=IMAGENET),
-                            seed=0, epoch=0, indices=[0])
+        decode.decode_batch(photos[:1], np.zeros((1, 8, 8, 3), np.uint8),
+                            T.Pipeline(geometry=T.train(8), normalize=IMAGENET), seed=0, epoch=0, indices=[0])
     with pytest.raises(ValueError, match="float16"):
         decode.decode_batch(photos[:1], np.zeros((1, 8, 8, 3), np.float32),
                             T.Pipeline(geometry=T.train(8), normalize=T.Normalize(dtype="float16")),
@@ -107,7 +109,8 @@ def test_out_dtype_must_match_the_pipeline(backend, photos):
 
 # --- the engine's output stage ------------------------------------------------------------------------
 
-GEOMETRIES = {"train": T.train(64), "eval": T.eval_transform(48, resize=56), "resize": T.Resize(size=(37, 53), flip=0.5)}
+GEOMETRIES = {"train": T.train(64), "eval": T.eval_transform(48, resize=56),
+              "resize": T.Resize(size=(37, 53), flip=0.5)}
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
@@ -201,7 +204,8 @@ def test_eval_pipeline_matches_torchvision_to_tensor_normalize(backend, photos):
     """Resize(256) + CenterCrop(224) + ToTensor() + Normalize(mean, std) (torchvision, PIL backend)."""
     torch = pytest.importorskip("torch")
     tv = pytest.importorskip("torchvision.transforms")
-    reference = tv.Compose([tv.Resize(256), tv.CenterCrop(224), tv.ToTensor(), tv.Normalize(IMAGENET.mean, IMAGENET.std)])
+    reference = tv.Compose([tv.Resize(256), tv.CenterCrop(224), tv.ToTensor(),
+                            tv.Normalize(IMAGENET.mean, IMAGENET.std)])
     imgs = [p for p in photos if min(Image.open(io.BytesIO(p)).size) >= 224]
     out, res = _run(imgs, T.Pipeline(geometry=T.eval_transform(224, resize=256), normalize=IMAGENET), layout="NCHW")
     assert res.ok

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import HAVE_ENGINE, make_jpeg
 from fastload import decode
 from fastload import transforms as T
 from fastload.decode import DecodeStatus
+
+from conftest import HAVE_ENGINE, make_jpeg
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_random_crop_windows_cover_torchvisions_range_uniformly():
 
 
 def test_too_small_without_padding_is_a_status_not_an_exception(backend, images):
-    out, res = _run(images, T.RandomCrop(size=33))
+    _, res = _run(images, T.RandomCrop(size=33))
     assert set(res.status.tolist()) == {DecodeStatus.OK, DecodeStatus.TOO_SMALL}
     assert res.status[4] == DecodeStatus.OK  # 100x80
     assert res.status[0] == DecodeStatus.TOO_SMALL and np.isnan(res.boxes[0]).all()
@@ -123,7 +124,7 @@ def test_random_crop_is_validated():
     assert T.RandomCrop(size=8, fill=5).fill == (5, 5, 5)
     for bad in (dict(padding=-1), dict(padding=(1, 2, 3)), dict(fill=256), dict(fill=(1, 2)),
                 dict(padding_mode="wrap"), dict(pad_if_needed=1), dict(flip=2.0), dict(vflip=-0.1)):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=next(iter(bad))):
             T.RandomCrop(size=8, **bad)
 
 

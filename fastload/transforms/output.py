@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Normalize", "OUTPUT_DTYPES"]
+__all__ = ["OUTPUT_DTYPES", "Normalize"]
 
 #: The element types a normalized batch can have.
 OUTPUT_DTYPES = ("float32", "float16")
 
 
-def _triple(value: Union[float, Sequence[float]], name: str) -> Tuple[float, float, float]:
+def _triple(value: float | Sequence[float], name: str) -> tuple[float, float, float]:
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         value = (value,) * 3
     try:
@@ -52,8 +53,8 @@ class Normalize:
         dtype: ``"float32"`` (default) or ``"float16"`` (numpy dtypes accepted).
     """
 
-    mean: Union[float, Tuple[float, float, float]] = (0.0, 0.0, 0.0)
-    std: Union[float, Tuple[float, float, float]] = (1.0, 1.0, 1.0)
+    mean: float | tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: float | tuple[float, float, float] = (1.0, 1.0, 1.0)
     scale: float = 1.0 / 255.0
     dtype: Any = "float32"
 

@@ -20,14 +20,14 @@ A bare geometry op is accepted wherever a Pipeline is (:func:`as_pipeline`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any
 
 import numpy as np
 
 from fastload.transforms.geometry import Transform
 from fastload.transforms.output import Normalize
 
-__all__ = ["Pipeline", "as_pipeline", "op_counter_base", "OP_COUNTER_STRIDE", "ERASE_COUNTER_BASE"]
+__all__ = ["ERASE_COUNTER_BASE", "OP_COUNTER_STRIDE", "Pipeline", "as_pipeline", "op_counter_base"]
 
 #: Counters each pixel op owns; op ``k`` starts at ``OP_COUNTER_STRIDE * (k + 2)``.
 OP_COUNTER_STRIDE = 64
@@ -65,9 +65,9 @@ class Pipeline:
     """
 
     geometry: Transform
-    ops: Tuple[Any, ...] = ()
-    normalize: Optional[Normalize] = None
-    erase: Optional[Any] = None
+    ops: tuple[Any, ...] = ()
+    normalize: Normalize | None = None
+    erase: Any | None = None
 
     def __post_init__(self) -> None:
         if not _is_geometry(self.geometry):
@@ -89,7 +89,7 @@ class Pipeline:
             raise ValueError(f"erase={self.erase!r} must be a RandomErasing or None")
 
     @property
-    def size(self) -> Tuple[int, int]:
+    def size(self) -> tuple[int, int]:
         """Output ``(height, width)``."""
         return tuple(self.geometry.size)  # type: ignore[return-value]
 
@@ -104,7 +104,7 @@ class Pipeline:
         return self.normalize.numpy_dtype if self.normalize is not None else np.dtype(np.uint8)
 
 
-def as_pipeline(transform: Union[Pipeline, Transform]) -> Pipeline:
+def as_pipeline(transform: Pipeline | Transform) -> Pipeline:
     """``transform`` as a Pipeline (a bare geometry op becomes ``Pipeline(geometry=op)``)."""
     if isinstance(transform, Pipeline):
         return transform
