@@ -234,12 +234,40 @@ class Loader:
         self._end_iteration()
         start, self._resume_batch = self._resume_batch, 0
         stream = self._stream
-        if stream is None or (stream.epoch, stream.batch) != (self._epoch, start):
+        if stream is None or stream.external or (stream.epoch, stream.batch) != (self._epoch, start):
             # Not where the running producer is (first pass, set_epoch to another epoch, resume):
             # restart it there. Otherwise keep the batches it already prefetched.
             self._stop_stream(stream)
             stream = self._stream = _Stream(self._pipeline, self.ring, self._epoch, start)
         self._iterator = _EpochIterator(self, stream)
+        return self._iterator
+
+    def iterate_batches(self, batches: Callable[[threading.Event], Iterator[np.ndarray]], *, seed: int,
+                        epoch: int) -> "_EpochIterator":
+        """One pass over batches chosen by the caller (a sampler's) instead of the loader's own order.
+
+        Args:
+            batches: ``batches(stop)`` runs on the producer thread and yields int64 arrays of record
+                indices, at most ``config.batch_size`` each; it must return promptly once ``stop`` is
+                set (the torch adapter feeds it from the consumer's thread through a bounded queue).
+            seed: Seed of this pass's per-sample randomness, keyed ``(seed, epoch, index)``.
+            epoch: Epoch of this pass's per-sample randomness.
+
+        Returns:
+            An iterator of :class:`~fastload.batch.Batch` ending after the last batch ``batches`` yields.
+            It ends any running iteration; the loader's own position (``state_dict``, ``set_epoch``) is
+            not moved by it.
+        """
+        if self._closed:
+            raise ValueError("the loader is closed")
+        _positive_int(seed, "seed", 0)
+        _positive_int(epoch, "epoch", 0)
+        self._end_iteration()
+        self._stop_stream()
+        pipeline = self._pipeline
+        self._stream = _Stream(self._pipeline, self.ring, int(epoch), 0,
+                               produce=lambda stop: pipeline.produce_batches(batches(stop), int(seed), int(epoch), stop))
+        self._iterator = _EpochIterator(self, self._stream)
         return self._iterator
 
     def state_dict(self) -> Dict[str, Any]:
@@ -416,8 +444,28 @@ class _Pipeline:
         except (CorruptRecordError, OSError, ValueError) as exc:
             return b"", f"unreadable record: {exc}"
 
-    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int) -> np.ndarray:
+    def produce_batches(self, batches: Iterator[np.ndarray], seed: int, epoch: int,
+                        stop: threading.Event) -> Iterator[Union[Batch, "_EpochEnd"]]:
+        """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
+        for k, indices in enumerate(batches):
+            with self.timer.span(Stage.WAIT_SLOT):
+                slot = self.ring.acquire(stop)
+            if slot is None:
+                return
+            try:
+                indices = self._fill(slot, np.asarray(indices, dtype=np.int64), epoch, k, seed)
+            except BaseException:
+                self.ring.unused(slot)
+                raise
+            m = len(indices)
+            yield Batch(slot.images[:m], slot.labels[:m], slot.indices[:m], slot=slot.id, epoch=epoch, number=k,
+                        owners=slot.owners, ring=self.ring, generation=slot.generation)
+        if not stop.is_set():
+            yield _EpochEnd(epoch)
+
+    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int, seed: Optional[int] = None) -> np.ndarray:
         """Decode the batch ``indices`` into ``slot``; returns the indices actually used."""
+        seed = self.config.seed if seed is None else seed
         m = len(indices)
         out = slot.images[:m]
         timer = self.timer
@@ -434,7 +482,7 @@ class _Pipeline:
                     if err is not None:
                         read_errors[pos] = err
         with timer.span(Stage.DECODE, batch=number):
-            result = self._decode(views, out, self.config.transform, seed=self.config.seed, epoch=epoch,
+            result = self._decode(views, out, self.config.transform, seed=seed, epoch=epoch,
                                   indices=indices, **self._decode_kwargs)
             timer.backend = result.backend
             timer.count_slices(getattr(result, "sliced", 0), getattr(result, "slice_fallbacks", 0))
@@ -442,7 +490,7 @@ class _Pipeline:
             failures.update(read_errors)
             if failures:
                 indices = indices.copy()
-                self._substitute(failures, indices, out, epoch)
+                self._substitute(failures, indices, out, epoch, seed)
         if self._done_with is not None:
             del views  # the decoded bytes are no longer referenced by this batch
             self._done_with(indices)
@@ -461,7 +509,8 @@ class _Pipeline:
         except Exception as exc:  # noqa: BLE001 - a location is best effort inside an error message
             return f"location unknown: {exc}"
 
-    def _substitute(self, failures: Dict[int, str], indices: np.ndarray, out: np.ndarray, epoch: int) -> None:
+    def _substitute(self, failures: Dict[int, str], indices: np.ndarray, out: np.ndarray, epoch: int,
+                    seed: int) -> None:
         """Apply the on_error policy to the failed positions of one batch (in place)."""
         for pos in sorted(failures):
             i = int(indices[pos])
@@ -477,7 +526,7 @@ class _Pipeline:
                 view, err = self._view(j)
                 if err is None:
                     sub = np.array([j], dtype=np.int64)
-                    result = self._decode([view], out[pos:pos + 1], self.config.transform, seed=self.config.seed,
+                    result = self._decode([view], out[pos:pos + 1], self.config.transform, seed=seed,
                                           epoch=epoch, indices=sub, **self._decode_kwargs)
                     if result.ok:
                         indices[pos] = j
@@ -502,13 +551,17 @@ class _EpochEnd:
 class _Stream:
     """The running producer and the position of the next item it will hand out."""
 
-    def __init__(self, pipeline: "_Pipeline", ring: BatchRing, epoch: int, start: int) -> None:
+    def __init__(self, pipeline: "_Pipeline", ring: BatchRing, epoch: int, start: int,
+                 produce: Optional[Callable[[threading.Event], Iterator[Any]]] = None) -> None:
         self.epoch, self.batch = epoch, start
+        # A stream of caller-chosen batches (Loader.iterate_batches) is never resumed by __iter__.
+        self.external = produce is not None
         ring.reset()
         self._ring = ring
-        # The lambda closes over the pipeline only, never the Loader (see Loader._build).
-        self.producer = Producer(lambda stop: pipeline.produce(epoch, start, stop), maxsize=len(ring.slots),
-                                 name=f"fastload-loader-e{epoch}b{start}")
+        if produce is None:
+            # The lambda closes over the pipeline only, never the Loader (see Loader._build).
+            produce = lambda stop: pipeline.produce(epoch, start, stop)  # noqa: E731
+        self.producer = Producer(produce, maxsize=len(ring.slots), name=f"fastload-loader-e{epoch}b{start}")
 
     def close(self) -> None:
         self.producer.close()
@@ -526,6 +579,8 @@ class _EpochIterator:
         self._loader, self._stream = loader, stream
         self.epoch, self.start, self.taken = stream.epoch, stream.batch, 0
         self.finished = False
+        #: Seconds a ``next()`` waits for a batch at most (None: no limit); TimeoutError after that.
+        self.timeout: Optional[float] = None
         self._closed = False
 
     def __iter__(self) -> "_EpochIterator":
@@ -542,14 +597,15 @@ class _EpochIterator:
         timer.consumer_active()
         try:
             with timer.span(Stage.WAIT_DATA):
-                item = self._stream.producer.get()
+                item = self._stream.producer.get(self.timeout)
         except BaseException:
             self.close()
             raise
         if isinstance(item, _EpochEnd):
             self.finished = self._closed = True
             self._stream.epoch, self._stream.batch = item.epoch + 1, 0
-            loader._epoch_finished(item.epoch)
+            if not self._stream.external:
+                loader._epoch_finished(item.epoch)
             timer.consumer_idle()
             raise StopIteration
         self._stream.batch += 1
