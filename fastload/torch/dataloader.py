@@ -41,7 +41,6 @@ import os
 import random
 import time
 import warnings
-import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -172,7 +171,9 @@ class DataLoader(torch.utils.data.DataLoader):
                           "DataLoader machinery (no engine acceleration)", UserWarning, stacklevel=2)
         self._core: Optional[Loader] = None
         self._core_key: Optional[tuple] = None
-        self._active: Optional["weakref.ReferenceType[_FastIterator]"] = None
+        # The last pass started (kept, as torchdata's StatefulDataLoader keeps its iterator): its
+        # position is what state_dict() saves, also after the caller broke out of the loop.
+        self._active: Optional[_FastIterator] = None
         self._next_epoch = 0
         self._explicit_epoch: Optional[int] = None
         self._resume: Optional[Dict[str, Any]] = None
@@ -268,18 +269,28 @@ class DataLoader(torch.utils.data.DataLoader):
         """Where this loader is: enough for :meth:`load_state_dict` to resume exactly.
 
         Mid-pass, the state holds the number of batches handed out, the pass's ``base_seed`` and the
-        RNG and sampler states from when the pass drew its first indices; between passes it holds the
-        sampler's state. Resuming replays the sampler from those states and skips the batches already
-        handed out (no image is decoded for them).
+        RNG, generator and sampler states from when the pass drew its first indices; between passes
+        it holds the samplers' states and the explicit generators' (``generator=``, a sampler's
+        ``generator``). Resuming replays the sampler from those states and skips the batches already
+        handed out (no image is decoded for them): exact for torch's samplers, ``DistributedSampler``,
+        :class:`~fastload.torch.OrderSampler` and samplers with ``state_dict`` / ``load_state_dict``;
+        a sampler drawing from Python's or numpy's RNG is not covered. torch's global RNG is restored
+        for the replay only (the caller's state is left as it was), so with ``shuffle=True`` and no
+        ``generator`` the passes after the resumed one draw from the caller's RNG.
         """
-        it = self._active() if self._active is not None else None
+        it = self._active
         position = None
-        if it is not None and not it.finished and it.snapshot is not None:
-            position = {"batches": it.taken, "base_seed": it.base_seed, "epoch": it.epoch,
-                        "iteration": it.iteration, "snapshot": it.snapshot}
+        next_epoch, explicit = self._next_epoch, self._explicit_epoch
+        if it is not None and not it.finished:
+            if it.snapshot is not None:
+                position = {"batches": it.taken, "base_seed": it.base_seed, "epoch": it.epoch,
+                            "iteration": it.iteration, "snapshot": it.snapshot}
+            else:  # iter() was called but drew nothing yet: resuming starts that pass afresh
+                next_epoch, explicit = it.iteration, None
         return {"version": _STATE_VERSION, "kind": "fastload.torch.DataLoader", "fingerprint": self._fingerprint(),
-                "next_epoch": self._next_epoch, "explicit_epoch": self._explicit_epoch,
-                "samplers": _sampler_states(self), "position": position}
+                "next_epoch": next_epoch, "explicit_epoch": explicit,
+                "samplers": _sampler_states(self), "generators": [g.get_state() for g in _generators(self)],
+                "position": position}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next ``iter()`` continues the saved pass.
@@ -296,17 +307,19 @@ class DataLoader(torch.utils.data.DataLoader):
         if diff:
             detail = ", ".join(f"{k}: saved {a!r} != now {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"the saved DataLoader state does not match this DataLoader ({detail})")
-        active = self._active() if self._active is not None else None
+        active = self._active
         if active is not None:
             active.close()
         self._next_epoch = int(state["next_epoch"])
         self._explicit_epoch = state.get("explicit_epoch")
         position = state.get("position")
         if position is not None:
+            # The pass restarts from the states it began with, then replays its first batches.
             _load_sampler_states(self, position["snapshot"]["samplers"])
             self._resume = position
         else:
             _load_sampler_states(self, state["samplers"])
+            _load_generator_states(self, state["generators"])
             self._resume = None
 
     def stats(self) -> LoaderStats:
@@ -326,7 +339,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._closed:
             return
         self._closed = True
-        active = self._active() if self._active is not None else None
+        active = self._active
         if active is not None:
             active.close()
         if self._core is not None:
@@ -411,6 +424,14 @@ def _generators(loader: DataLoader) -> List[torch.Generator]:
         if isinstance(g, torch.Generator) and all(g is not f for f in found):
             found.append(g)
     return found
+
+
+def _load_generator_states(loader: DataLoader, states: List[torch.Tensor]) -> None:
+    gens = _generators(loader)
+    if len(gens) != len(states):
+        raise ValueError("the saved DataLoader state has a different set of generators")
+    for g, state in zip(gens, states):
+        g.set_state(state)
 
 
 def _samplers(loader: DataLoader) -> List[Any]:
@@ -537,11 +558,11 @@ class _FastIterator:
         self._multi_label = source.multi_label
         self._t_rest = 0.0
         self._warn_pending = bool(plan.rest)
-        active = loader._active() if loader._active is not None else None
+        active = loader._active
         if active is not None and active is not self:
             active._superseded = True
         self._superseded = False
-        loader._active = weakref.ref(self)
+        loader._active = self
         if loader.num_workers > 0:
             # torch's multi-process iterator primes prefetch_factor batches per worker at iter().
             self._pull(max(self._ahead, loader.prefetch_factor * loader.num_workers))
@@ -586,11 +607,7 @@ class _FastIterator:
         self.snapshot = snap
         user_default = torch.get_rng_state()
         torch.set_rng_state(snap["default"])
-        gens = _generators(self._loader)
-        if len(gens) != len(snap["generators"]):
-            raise ValueError("the saved DataLoader state has a different set of generators")
-        for g, state in zip(gens, snap["generators"]):
-            g.set_state(state)
+        _load_generator_states(self._loader, snap["generators"])
         try:
             # Replay the batches already handed out before the interruption, without decoding them.
             for _ in range(int(resume["batches"])):

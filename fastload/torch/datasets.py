@@ -18,7 +18,7 @@ Two directions:
 from __future__ import annotations
 
 import os
-import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -200,7 +200,9 @@ class ImageDataset(torch.utils.data.Dataset):
         else:
             self.class_to_idx, self.classes = {}, []
         self._labels = labels.reshape(len(records), -1)
-        self._lock = threading.Lock()
+        # An opened dataset is closed with the last reference to this view (loaders re-instantiated by
+        # Lightning share the view, so no loader may close it).
+        self._finalizer = weakref.finalize(self, records.close) if self._owns else None
 
     @property
     def targets(self) -> List[Any]:
@@ -273,9 +275,9 @@ class ImageDataset(torch.utils.data.Dataset):
         return [(img, self._target(i)) for img, i in zip(images, idx)]
 
     def close(self) -> None:
-        """Close the fastload dataset when this view opened it (from a path)."""
-        if self._owns:
-            self.records.close()
+        """Close the fastload dataset when this view opened it (from a path). Idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
 
     def __repr__(self) -> str:
         return f"ImageDataset({self.root!r}, {len(self)} records, transform={self.transform!r})"
