@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["FastloadError", "UserError", "CorruptRecordError", "DecodeError"]
+__all__ = ["FastloadError", "UserError", "CorruptRecordError", "DecodeError", "LoaderClosed", "LoaderBusy",
+           "KeptBatchesWarning"]
 
 
 class FastloadError(Exception):
@@ -54,3 +55,28 @@ class DecodeError(FastloadError):
         where = ", ".join(x for x in (f"sample {index}" if index is not None else None, source) if x)
         super().__init__(f"{message} ({where})" if where else message)
         self.index, self.source = index, source
+
+
+class LoaderClosed(FastloadError, ValueError):
+    """The loader was closed: raised by ``next()`` in a consumer waiting for a batch when ``close()`` is
+    called from another thread, and by ``next()`` / ``iter()`` after ``close()``.
+
+    Also a ``ValueError``, as Python's own operations on a closed file are.
+    """
+
+
+class LoaderBusy(FastloadError, RuntimeError):
+    """Another thread is iterating this loader.
+
+    A pass over a loader belongs to the thread that started it (``iter(loader)``) until it is
+    exhausted, closed (``iterator.close()``), or dropped; meanwhile ``next()`` on it from another
+    thread, and ``iter()``, ``set_epoch()`` or ``load_state_dict()`` from another thread, raise this.
+    """
+
+
+class KeptBatchesWarning(UserWarning):
+    """The consumer keeps more batches than the ring may grow for: further batches get fresh memory.
+
+    Issued once per loader. Batches stay intact either way; the cost is one allocation per batch
+    (and the memory the kept batches hold).
+    """

@@ -8,8 +8,9 @@ its items to the consumer through a bounded queue. The contract:
   *same* exception object, so its traceback still shows the producer's frames, with a note naming
   the thread;
 - :meth:`Producer.close` is idempotent, works while the producer is blocked on a full queue or
-  inside ``produce``'s own waits (which must watch ``stop``), and joins the thread: no thread
-  outlives its producer;
+  inside ``produce``'s own waits (which must watch ``stop``; a ``wake`` callable given to the
+  producer is called right after ``stop`` is set, so such a wait can end at once instead of at its
+  next poll), and joins the thread: no thread outlives its producer;
 - a ``KeyboardInterrupt`` (or any exception) in the consumer while waiting closes the producer
   before propagating.
 """
@@ -70,22 +71,25 @@ class Producer(Generic[T]):
         maxsize: Queue bound (>= 1).
         name: Thread name (shows in tracebacks and debuggers).
         poll: Seconds between checks of the stop event while blocked.
+        wake: Called (never blocking) right after the stop event is set, to interrupt a wait of
+            ``produce`` that is not on the queue (the ring's wait for a free slot).
     """
 
     def __init__(self, produce: Callable[[threading.Event], Iterator[T]], *, maxsize: int, name: str = "fastload-producer",
-                 poll: float = 0.05) -> None:
+                 poll: float = 0.05, wake: Optional[Callable[[], None]] = None) -> None:
         if maxsize < 1:
             raise ValueError(f"maxsize={maxsize} must be >= 1")
         self._queue: "queue.Queue" = queue.Queue(maxsize=maxsize)
         self._stop = threading.Event()
         self._poll = poll
         self._finished = False
+        self._wake = wake
         self._thread = threading.Thread(target=_run, args=(produce, self._queue, self._stop, poll), name=name,
                                         daemon=True)
         self._thread.start()
         # If the consumer drops the producer without closing it, stop the thread anyway. The
         # finalizer holds only the event, queue and thread, never self.
-        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._queue, self._thread)
+        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._queue, self._thread, wake)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -140,7 +144,7 @@ class Producer(Generic[T]):
         """Stop the thread and wait for it (idempotent)."""
         self._finished = True
         self._finalizer.detach()
-        _shutdown(self._stop, self._queue, self._thread, timeout)
+        _shutdown(self._stop, self._queue, self._thread, self._wake, timeout)
 
     def __enter__(self) -> "Producer[T]":
         return self
@@ -149,8 +153,11 @@ class Producer(Generic[T]):
         self.close()
 
 
-def _shutdown(stop: threading.Event, q: "queue.Queue", thread: threading.Thread, timeout: float = 10.0) -> None:
+def _shutdown(stop: threading.Event, q: "queue.Queue", thread: threading.Thread,
+              wake: Optional[Callable[[], None]] = None, timeout: float = 10.0) -> None:
     stop.set()
+    if wake is not None:
+        wake()
     # Draining unblocks a producer stuck in put() at once instead of after its next poll.
     try:
         while True:

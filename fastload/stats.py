@@ -50,9 +50,14 @@ class LoaderStats:
         input_bound: Fraction of ``wall`` the consumer spent waiting for data.
         skipped: Bad records replaced under ``on_error="skip"`` (occurrences).
         backend: The decode backend that produced the pixels.
-        sliced: Images decoded through restart-interval slices (restart-indexed shards, issue 7).
+        sliced: Images decoded through restart-interval slices (restart-indexed shards).
         slice_fallbacks: Restart-marked images whose markers did not match their claimed geometry
             and took the plain decode path instead.
+        ring_slots: Slots in the batch ring now (more than ``prefetch + 2`` when the consumer kept
+            batches and the ring grew).
+        fresh_batches: Batches handed out in freshly allocated memory because the consumer kept more
+            batches than the ring may grow for.
+        gc_runs: Garbage collections the ring ran to find kept batches held only by reference cycles.
     """
 
     seconds: Dict[str, float] = field(default_factory=dict)
@@ -65,6 +70,9 @@ class LoaderStats:
     backend: str = ""
     sliced: int = 0
     slice_fallbacks: int = 0
+    ring_slots: int = 0
+    fresh_batches: int = 0
+    gc_runs: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -77,7 +85,8 @@ class LoaderStats:
         return (f"{self.batches} batches, {self.images} images in {self.wall:.2f}s = {self.images_per_s:.0f} images/s; "
                 f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); stages: {stages}; "
                 f"skipped {self.skipped}; backend {self.backend or '?'}; "
-                f"sliced {self.sliced} (fallbacks {self.slice_fallbacks})")
+                f"sliced {self.sliced} (fallbacks {self.slice_fallbacks}); ring {self.ring_slots} slots, "
+                f"{self.fresh_batches} batches in fresh memory")
 
 
 class StageTimer:

@@ -184,3 +184,50 @@ def test_order_sampler_with_the_loader_cut_short_advances_the_epoch(packed):
     loader.set_epoch(0)
     again = next(iter(loader))[0]
     assert torch.equal(first, again) and len(loader) == 10
+
+
+# --- kept batches stay intact (the ring's leases) ---------------------------------------------
+
+
+def _kept_vs_copies(make_loader, passes=1):
+    """``list(loader)`` (kept, zero-copy) against clones taken as each batch arrives."""
+    import warnings
+
+    from fastload.errors import KeptBatchesWarning
+
+    loader = make_loader()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KeptBatchesWarning)
+        kept, copies = [], []
+        for _ in range(passes):
+            for batch in loader:
+                kept.append(batch)
+                copies.append([t.clone() for t in batch])
+    assert len(kept) >= 16
+    bad = sum(not all(torch.equal(a, b) for a, b in zip(k, c)) for k, c in zip(kept, copies))
+    return bad, kept
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_list_of_zero_copy_batches_stays_intact(packed, channels_last):
+    bad, kept = _kept_vs_copies(lambda: DataLoader(packed, batch_size=2, transform=EVAL, channels_last=channels_last,
+                                                   prefetch=1))
+    assert bad == 0
+    assert kept[0][0].dtype == torch.uint8
+
+
+def test_kept_batches_across_passes_and_a_new_iter(packed):
+    view = ImageDataset(packed, transform=EVAL)
+    loader = DataLoader(view, batch_size=2, sampler=OrderSampler(view, seed=0), prefetch=1)
+    first = next(iter(loader))  # a pass abandoned after one batch, its tensors kept
+    copy = [t.clone() for t in first]
+    bad, _ = _kept_vs_copies(lambda: loader, passes=2)
+    assert bad == 0 and all(torch.equal(a, b) for a, b in zip(first, copy))
+
+
+def test_kept_batches_of_torchvision_uint8_pipeline(tiny_folder):
+    ds = datasets.ImageFolder(str(tiny_folder), T.Compose([T.Resize(40), T.CenterCrop(32), T.PILToTensor()]))
+    bad, kept = _kept_vs_copies(lambda: DataLoader(ds, batch_size=2, num_workers=2, prefetch=1))
+    assert bad == 0
+    ref = [b for b in tud.DataLoader(ds, batch_size=2)]
+    assert all(torch.equal(k[1], r[1]) for k, r in zip(kept, ref))

@@ -44,8 +44,13 @@ Argument mapping (MXNet's names, meanings and defaults):
   copied from pinned memory on its own (``work_load_list`` sets the split, as Module's).
 
 Any other argument raises a ``ValueError`` naming it, unless it is set to MXNet's no-op default.
-Batch lifetime: the current and previous ``DataBatch`` stay valid; each slot is refilled only after
-MXNet's engine has finished every queued operation reading it (copies, casts).
+Batch lifetime: a ``DataBatch`` stays valid for as long as you keep it, as with MXNet's own
+iterators (``[b.data[0] for b in it]`` is safe). ``dtype='uint8'`` data wraps the pinned slot
+zero-copy (``mx.nd.from_numpy(..., zero_copy=True)``: context ``cpu(0)``, since MXNet's DLPack import
+accepts only CPU and GPU memory); the slot is refilled only after that NDArray and every engine
+operation still reading it are gone. Float data are cast by the engine into a fresh ``cpu_pinned``
+array per batch (MXNet's storage pool recycles the memory), labels are copied; each slot is refilled
+only after MXNet's engine has finished every queued operation reading it (copies, casts).
 
 Not run on a GPU: on this machine ``mx.cpu(0)``/``mx.cpu(1)`` stand in for devices.
 """
@@ -207,7 +212,6 @@ class ImageRecordIter(mx.io.DataIter):
         self._epoch = 0
         self._iter = None
         self._views: Dict[int, np.ndarray] = {}
-        self._float_slots: Dict[int, "mx.nd.NDArray"] = {}
 
     # -- argument mapping --------------------------------------------------------------------------
 
@@ -277,22 +281,22 @@ class ImageRecordIter(mx.io.DataIter):
             self._view(images_nd)[m:] = 0
             self._view(labels_nd)[m:] = 0
         batch.add_fence(_EngineFence((images_nd, labels_nd)))
-        data = images_nd
-        if self.dtype != "uint8":
-            # Engine operators writing a per-slot pinned buffer: MXNet orders each write after the
-            # pending reads (device copies) of the previous batch in that buffer.
-            data = self._float_slots.get(batch.slot)
-            if data is None:
-                data = self._float_slots[batch.slot] = mx.nd.empty(images_nd.shape, ctx=mx.cpu_pinned(),
-                                                                   dtype=self.dtype)
+        if self.dtype == "uint8":
+            # Zero-copy over the batch's lease view: the slot is not refilled while this NDArray (or
+            # an engine operation reading it) is alive.
+            data = mx.nd.from_numpy(batch.slot_view("images"), zero_copy=True)
+        else:
+            # A fresh array per batch (a kept batch is never overwritten), cast by engine operators
+            # reading the slot; the fence above holds the slot until they have run.
+            data = mx.nd.empty(images_nd.shape, ctx=mx.cpu_pinned(), dtype=self.dtype)
             mx.nd.cast(images_nd, dtype=self.dtype, out=data)
             if self._normalize:
                 mx.nd.broadcast_sub(data, self._mean, out=data)
                 mx.nd.broadcast_mul(data, self._factor, out=data)
         if self.label_width == 1:
-            label = labels_nd.reshape((self.batch_size,))
+            label = labels_nd.reshape((self.batch_size,)).copy()
         elif self.label_width == labels_nd.shape[1]:
-            label = labels_nd
+            label = labels_nd.copy()
         else:
             label = mx.nd.slice_axis(labels_nd, axis=1, begin=0, end=self.label_width)
         if self._ctxs is not None:

@@ -24,8 +24,8 @@ Modules, one job each:
 from fastload.torch.compile import Plan, compile_transform
 from fastload.torch.dataloader import DataLoader
 from fastload.torch.datasets import ImageDataset
-from fastload.torch.placement import pinned_allocator, split_sizes
+from fastload.torch.placement import cuda_release_fences, pinned_allocator, split_sizes
 from fastload.torch.sampler import OrderSampler
 
-__all__ = ["DataLoader", "ImageDataset", "OrderSampler", "Plan", "compile_transform", "pinned_allocator",
-           "split_sizes"]
+__all__ = ["DataLoader", "ImageDataset", "OrderSampler", "Plan", "compile_transform", "cuda_release_fences",
+           "pinned_allocator", "split_sizes"]

@@ -41,6 +41,7 @@ import os
 import random
 import time
 import warnings
+from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -52,7 +53,7 @@ from fastload.loader import Loader, LoaderConfig
 from fastload.stats import LoaderStats, Stage
 from fastload.torch.compile import Plan, compile_transform
 from fastload.torch.datasets import ImageDataset, Source, resolve_source
-from fastload.torch.placement import FLOAT_DTYPES, FloatOutput, Placement, pinned_allocator
+from fastload.torch.placement import FLOAT_DTYPES, FloatOutput, Placement, cuda_release_fences, pinned_allocator
 from fastload.torch.sampler import IndexFeed
 
 __all__ = ["DataLoader"]
@@ -399,7 +400,8 @@ class DataLoader(torch.utils.data.DataLoader):
                               decode_options=self.decode_options, trace_path=self.trace_path)
         hooks = (torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop) if torch.cuda.is_available() else None
         self._core = Loader(self._source.records, config,
-                            allocator=lambda shape, dt: pinned_allocator(shape, dt, pin=pin), range_hooks=hooks)
+                            allocator=lambda shape, dt: pinned_allocator(shape, dt, pin=pin), range_hooks=hooks,
+                            release_hook=cuda_release_fences)
         self._core_key = key
         return self._core
 
@@ -493,7 +495,14 @@ class _FastIterator:
     """One pass of a :class:`DataLoader` on the engine (what ``iter(loader)`` returns)."""
 
     def __init__(self, loader: DataLoader, plan: Plan) -> None:
-        self._loader = loader
+        # The iterator never refers to its DataLoader (which refers to it as its last pass): no cycle,
+        # so a dropped loader and its decode thread go at once. It keeps what it needs instead.
+        self._holder = SimpleNamespace(generator=loader.generator, sampler=loader.sampler,
+                                       batch_sampler=loader.batch_sampler)
+        self._index_sampler = loader._index_sampler
+        self._collate_fn, self._num_workers = loader.collate_fn, loader.num_workers
+        self._timeout, self._copy = loader.timeout, loader.copy
+        self._warned = loader._warned_plans
         self.plan = plan
         self.finished = False
         self._closed = False
@@ -548,7 +557,8 @@ class _FastIterator:
                                     memory_format=placement["memory_format"]) if placement["targets"] else None
         self._feed = IndexFeed()
         seed, aug_epoch = (self.base_seed & _MASK63, 0) if loader.seed is None else (loader.seed, epoch)
-        self._batches = self._core.iterate_batches(self._feed.batches, seed=seed, epoch=aug_epoch)
+        self._batches = self._core.iterate_batches(self._feed.batches, seed=seed, epoch=aug_epoch,
+                                                   timeout=loader.timeout if loader.timeout else None)
         self._parts: List[int] = []  # engine batches per sampler batch, in order (> 1 when split)
         self._pulled = 0
         self._sampler_done = False
@@ -570,8 +580,8 @@ class _FastIterator:
     # --- the sampler side (caller's thread) -------------------------------------------------
 
     def _snapshot(self) -> Dict[str, Any]:
-        return {"default": torch.get_rng_state(), "generators": [g.get_state() for g in _generators(self._loader)],
-                "samplers": _sampler_states(self._loader)}
+        return {"default": torch.get_rng_state(), "generators": [g.get_state() for g in _generators(self._holder)],
+                "samplers": _sampler_states(self._holder)}
 
     def _next_indices(self) -> Optional[np.ndarray]:
         try:
@@ -607,7 +617,7 @@ class _FastIterator:
         self.snapshot = snap
         user_default = torch.get_rng_state()
         torch.set_rng_state(snap["default"])
-        _load_generator_states(self._loader, snap["generators"])
+        _load_generator_states(self._holder, snap["generators"])
         try:
             # Replay the batches already handed out before the interruption, without decoding them.
             for _ in range(int(resume["batches"])):
@@ -644,7 +654,7 @@ class _FastIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._loader._index_sampler)
+        return len(self._index_sampler)
 
     def __next__(self):
         if self._superseded and not self.finished:
@@ -657,8 +667,7 @@ class _FastIterator:
             self._finish()
             raise StopIteration
         nparts = self._parts.pop(0)
-        timeout = self._loader.timeout
-        self._batches.timeout = timeout if timeout else None
+        timeout = self._timeout
         batches = []
         try:
             for _ in range(nparts):
@@ -684,7 +693,7 @@ class _FastIterator:
         images, labels = self._tensors(batches)
         if self._convert is not None:
             images = self._convert(images)
-        if self._loader.copy and images.dtype == torch.uint8 and self._placement is None:
+        if self._copy and images.dtype == torch.uint8 and self._placement is None:
             images = images.clone()
         targets = labels if self._multi_label else labels[:, 0].to(torch.int64)
         if self._fast_collate:
@@ -729,8 +738,7 @@ class _FastIterator:
             tgts: List[Any] = list(targets.unbind(0))
         else:
             tgts = targets.tolist()
-        loader = self._loader
-        rng = _WorkerLikeRNG((self.base_seed + self.taken) & _MASK63) if loader.num_workers > 0 else None
+        rng = _WorkerLikeRNG((self.base_seed + self.taken) & _MASK63) if self._num_workers > 0 else None
         t0 = time.perf_counter()
         if rng is not None:
             rng.__enter__()
@@ -740,7 +748,7 @@ class _FastIterator:
             if self._target_transform is not None:
                 tgts = [self._target_transform(t) for t in tgts]
             samples = list(zip(pics, tgts))
-            out = loader.collate_fn(samples) if self._auto_collation else loader.collate_fn(samples[0])
+            out = self._collate_fn(samples) if self._auto_collation else self._collate_fn(samples[0])
         finally:
             if rng is not None:
                 rng.__exit__(None, None, None)
@@ -748,8 +756,8 @@ class _FastIterator:
             self._warn_pending = False
             seconds = time.perf_counter() - t0
             key = ("rest", plan.describe())
-            if key not in loader._warned_plans:
-                loader._warned_plans.add(key)
+            if key not in self._warned:
+                self._warned.add(key)
                 warnings.warn(f"fastload: {plan.stop}; it and the ops after it run per sample in Python on the "
                               f"calling thread, outside the engine: {seconds * 1e3:.1f} ms for this batch of {n} "
                               f"({seconds / max(n, 1) * 1e6:.0f} us per sample) on top of the engine's decode. "

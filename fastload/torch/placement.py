@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-__all__ = ["pinned_allocator", "split_sizes", "FloatOutput", "Placement", "TORCH_DTYPES", "FLOAT_DTYPES"]
+__all__ = ["pinned_allocator", "cuda_release_fences", "split_sizes", "FloatOutput", "Placement", "TORCH_DTYPES", "FLOAT_DTYPES"]
 
 TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32,
                 np.dtype(np.float16): torch.float16, np.dtype(np.int64): torch.int64}
@@ -47,6 +47,32 @@ def pinned_allocator(shape: Tuple[int, ...], dtype: np.dtype, *, pin: Optional[b
         pin = torch.cuda.is_available()
     tensor = torch.empty(tuple(shape), dtype=TORCH_DTYPES[np.dtype(dtype)], pin_memory=bool(pin))
     return tensor.numpy(), tensor
+
+
+def cuda_release_fences() -> List[Any]:
+    """The ring's release hook: a CUDA event on each initialized device's current stream.
+
+    Called (on any thread) when a batch's last view dies. Work the consumer queued on those streams
+    before that moment -- typically its own ``non_blocking`` copy out of the pinned batch -- is
+    finished once the events complete, and the ring waits for them before refilling the slot.
+    Without CUDA initialized it returns nothing and costs one call. Devices without a CUDA context
+    are skipped (recording there would create one). Untested on a GPU (none here); the tests run
+    this logic with stand-ins for ``torch.cuda``.
+    """
+    cuda = torch.cuda
+    if not cuda.is_initialized():
+        return []
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    if has_context is not None:
+        devices = [d for d in range(cuda.device_count()) if has_context(d)]
+    else:
+        devices = [cuda.current_device()]
+    events = []
+    for d in devices:
+        event = cuda.Event()
+        event.record(cuda.current_stream(d))
+        events.append(event)
+    return events
 
 
 def split_sizes(n: int, parts: int) -> List[int]:
