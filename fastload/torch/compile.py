@@ -262,6 +262,11 @@ def _to_image(state: _State, ops: Sequence[Any], i: int) -> int:
     return 1
 
 
+def _to_pure_tensor(state: _State, ops: Sequence[Any], i: int) -> int:
+    state.tv_image = False  # a PIL image passes through unchanged
+    return 1
+
+
 def _convert_dtype(state: _State, dtype, scale: bool) -> None:
     if state.kind != "tensor":
         raise _Unsupported("a dtype conversion of a PIL image")
@@ -319,6 +324,7 @@ RULES: Tuple[Rule, ...] = (
     Rule("ToTensor", ("torchvision.transforms:ToTensor", "torchvision.transforms.v2:ToTensor"), _to_tensor),
     Rule("PILToTensor", ("torchvision.transforms:PILToTensor", "torchvision.transforms.v2:PILToTensor"), _pil_to_tensor),
     Rule("ToImage", ("torchvision.transforms.v2:ToImage",), _to_image),
+    Rule("ToPureTensor", ("torchvision.transforms.v2:ToPureTensor",), _to_pure_tensor),
     Rule("ConvertImageDtype", ("torchvision.transforms:ConvertImageDtype", "torchvision.transforms.v2:ConvertImageDtype"),
          _convert_image_dtype),
     Rule("ToDtype", ("torchvision.transforms.v2:ToDtype",), _to_dtype),
@@ -350,11 +356,35 @@ def _types(rule_name: str) -> Tuple[type, ...]:
     return tuple(cls for cls, rule in _table().items() if rule.name == rule_name)
 
 
+class _Delegate:
+    """Reference shape of a preset class's call, e.g. torchvision's ClassificationPresetTrain."""
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+def _delegates_to_transforms(obj) -> bool:
+    """True when ``type(obj).__call__`` is exactly ``return self.transforms(arg)`` (same bytecode).
+
+    Training scripts wrap their Compose in preset classes (torchvision's reference scripts do); the
+    wrapper adds nothing, so the compiler looks through it, but only when its ``__call__`` provably
+    does nothing else.
+    """
+    call = getattr(type(obj), "__call__", None)
+    code = getattr(call, "__code__", None)
+    ref = _Delegate.__call__.__code__
+    return (code is not None and code.co_code == ref.co_code and code.co_names == ref.co_names
+            and code.co_argcount == ref.co_argcount and code.co_consts == ref.co_consts
+            and hasattr(obj, "transforms"))
+
+
 def _flatten(transform) -> List[Any]:
     ops = getattr(transform, "transforms", None)
     compose = type(transform).__name__ == "Compose" and type(transform).__module__.startswith("torchvision.transforms")
     if compose and isinstance(ops, (list, tuple)):
         return [leaf for op in ops for leaf in _flatten(op)]
+    if not compose and _delegates_to_transforms(transform):
+        return _flatten(transform.transforms)
     return [transform]
 
 
