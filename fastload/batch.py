@@ -15,12 +15,12 @@ Ownership rule (what a consumer may rely on):
     Keep batches as long as you like. In the usual loop (take a batch, use it, drop it) each slot
     comes back as soon as the loop moves on, and nothing is allocated or copied. If the consumer
     holds more than ``HELD_BATCHES`` (2) batches at once (``list(loader)``, a batch kept for
-    logging, a metric computed on the previous batch) and no slot is free, the ring first runs one
-    garbage collection (a batch kept alive only by a reference cycle is then returned), then grows
-    by one slot at a time up to ``max_extra_slots`` extra slots; beyond that bound it hands out
-    batches decoded into freshly allocated memory (one allocation per batch, never a wait), and the
-    loader emits one :class:`~fastload.errors.KeptBatchesWarning`. The ring never deadlocks on a
-    kept batch and never overwrites one.
+    logging, a metric computed on the previous batch) and no slot is free, the ring grows by one
+    slot at a time up to ``max_extra_slots`` extra slots. At that bound it runs one garbage
+    collection (a batch kept alive only by a reference cycle is then returned); if that frees
+    nothing it hands out batches decoded into freshly allocated memory (one allocation per batch,
+    never a wait), and the loader emits one :class:`~fastload.errors.KeptBatchesWarning`. The ring
+    never deadlocks on a kept batch and never overwrites one.
 
 What keeps a lease alive (checked by ``tests/test_lifetime.py``): numpy views and slices of the
 arrays; ``torch.from_numpy(view)`` and every tensor sharing its storage (slices, ``permute``,
@@ -307,8 +307,8 @@ class BatchRing:
     The producer calls :meth:`acquire` (waits while every slot is held, queued or fenced; grows the
     ring or returns fresh memory when the consumer keeps batches, see the module doc), fills the
     slot, and calls :meth:`lease` to make the :class:`Batch` it hands out. The consumer calls
-    :meth:`taken` for each batch it receives (which tells batches the consumer keeps from batches
-    still waiting in the prefetch queue).
+    :meth:`taken` for each batch it receives (required: it tells batches the consumer keeps from
+    batches still waiting in the prefetch queue, and lets the producer run ``ahead`` again).
 
     Args:
         fields: ``name -> (shape, dtype)`` of one slot's arrays (:func:`image_fields` for images).
@@ -318,12 +318,14 @@ class BatchRing:
             ``num_slots``, i.e. the ring may double); 0 goes straight to fresh memory.
         release_hook: Called (on any thread) when a lease dies; returns fences to attach to the slot.
         held: Batches the consumer may hold before it counts as keeping them (``HELD_BATCHES``).
+        ahead: At most this many filled batches wait for the consumer (not yet :meth:`taken`);
+            :meth:`acquire` waits beyond it even when slots are free (None: ``num_slots - held``).
         poll: Seconds between checks of ``stop`` while waiting for a slot.
     """
 
     def __init__(self, fields: Mapping[str, FieldSpec], *, num_slots: int, allocator: Optional[Allocator] = None,
                  max_extra_slots: Optional[int] = None, release_hook: Optional[ReleaseHook] = None,
-                 held: int = HELD_BATCHES, poll: float = 0.05) -> None:
+                 held: int = HELD_BATCHES, ahead: Optional[int] = None, poll: float = 0.05) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < held + 1:
             raise ValueError(f"num_slots={num_slots!r} must be an int >= {held + 1} (the batches the consumer holds "
                              "plus one being filled)")
@@ -339,6 +341,9 @@ class BatchRing:
         self.base_slots = num_slots
         self.max_extra_slots = max_extra_slots
         self.held = held
+        self.ahead = num_slots - held if ahead is None else ahead
+        if isinstance(self.ahead, bool) or not isinstance(self.ahead, int) or self.ahead < 1:
+            raise ValueError(f"ahead={ahead!r} must be an int >= 1")
         self._poll = poll
         self._hook = release_hook
         self.slots: List[Slot] = [self._new_slot(i) for i in range(num_slots)]
@@ -381,9 +386,11 @@ class BatchRing:
     def acquire(self, stop: threading.Event) -> Optional[Slot]:
         """A slot to fill (generation already advanced), or None when ``stop`` is set or the ring closed.
 
-        Waits while every slot is leased or queued and the consumer holds no more than ``held``
-        batches (the consumer is slower: back-pressure). When the consumer holds more, runs one
-        garbage collection per such episode, then grows the ring, then returns fresh memory
+        Waits while ``ahead`` filled batches wait for the consumer, or every slot is leased or
+        queued and the consumer holds no more than ``held`` batches (the consumer is slower:
+        back-pressure). When the consumer holds more and the queue is short because of it,
+        grows the ring by a slot; at the bound, runs one garbage collection per such episode (until
+        the consumer holds no more than ``held`` again), then returns fresh memory
         (``slot.id == -1``): it never waits on kept batches.
         """
         while True:
@@ -392,28 +399,35 @@ class BatchRing:
             keeping = False
             with self._lock:
                 self._drain_locked()
-                if self._free:
+                held = self._held_locked()
+                if held <= self.held:
+                    self._collected = False  # the episode of kept batches is over
+                ahead_ok = self._in_flight_locked() < self.ahead
+                if self._free and ahead_ok:
                     slot: Optional[Slot] = self.slots[self._free.popleft()]
-                    self._collected = False
                 else:
                     slot = None
-                    keeping = self._held_locked() > self.held
-                    if not keeping:
-                        self._collected = False
+                    # Keeping batches: the consumer holds more than its share and the prefetch
+                    # queue is short because of it. A full queue is ordinary back-pressure.
+                    keeping = held > self.held and ahead_ok
             if slot is not None:
                 slot = self._wait_for_fences(slot, stop)
                 if slot is not None:
                     return slot
                 return None
             if keeping:
+                if len(self.slots) < self.base_slots + self.max_extra_slots:
+                    return self._grow()
                 if not self._collected and gc.isenabled():
-                    # A kept batch may be garbage held only by a reference cycle: collect once
-                    # (outside the lock: the leases' finalizers run here) before growing.
+                    # At the bound, before fresh memory: a kept batch may be garbage held only by a
+                    # reference cycle. One collection per episode (a full pass costs ~70 ms with
+                    # torch imported), outside the lock: the leases' finalizers run here.
                     self._collected = True
                     self.gc_runs += 1
                     gc.collect()
                     continue
-                return self._grow_or_fresh()
+                self.fresh_batches += 1
+                return self._new_slot(-1)
             try:
                 item = self._returns.get(timeout=self._poll)
             except queue.Empty:
@@ -442,17 +456,14 @@ class BatchRing:
                 return None
             time.sleep(_FENCE_POLL)
 
-    def _grow_or_fresh(self) -> Slot:
-        if len(self.slots) < self.base_slots + self.max_extra_slots:
-            slot = self._new_slot(len(self.slots))
-            slot.generation, slot.leased = 1, True
-            with self._lock:
-                self.slots.append(slot)
-            log.info("the consumer keeps more than %d batches: the ring grew to %d slots (bound %d)", self.held,
-                     len(self.slots), self.base_slots + self.max_extra_slots)
-            return slot
-        self.fresh_batches += 1
-        return self._new_slot(-1)
+    def _grow(self) -> Slot:
+        slot = self._new_slot(len(self.slots))
+        slot.generation, slot.leased = 1, True
+        with self._lock:
+            self.slots.append(slot)
+        log.info("the consumer keeps more than %d batches: the ring grew to %d slots (bound %d)", self.held,
+                 len(self.slots), self.base_slots + self.max_extra_slots)
+        return slot
 
     def unused(self, slot: Slot) -> None:
         """Return a slot the producer acquired but did not hand out."""
@@ -503,6 +514,7 @@ class BatchRing:
             slot = self.slots[slot_id] if slot_id < len(self.slots) else None
             if slot is not None and slot.generation == generation and slot.leased:
                 slot.taken = True
+        self._returns.put(None)  # a producer waiting because `ahead` batches were queued may go on
 
     def add_fence(self, slot_id: int, fence: Any, generation: Optional[int] = None) -> None:
         """Keep ``slot_id`` from being refilled until ``fence.query()`` is True.
@@ -549,6 +561,10 @@ class BatchRing:
 
     def _held_locked(self) -> int:
         return sum(1 for s in self.slots if s.leased and s.taken)
+
+    def _in_flight_locked(self) -> int:
+        """Filled slots not yet taken by the consumer (waiting in the prefetch queue)."""
+        return sum(1 for s in self.slots if s.leased and not s.taken)
 
     def _new_slot(self, slot_id: int) -> Slot:
         return Slot(slot_id, {k: _allocate(self._allocator, shape, dtype) for k, (shape, dtype) in self.fields.items()})

@@ -283,7 +283,8 @@ class Loader:
         fields = image_fields(batch_size=config.batch_size, image_size=config.transform.size, layout=config.layout,
                               label_width=self.label_width, image_dtype=config.image_dtype)
         self.ring = BatchRing(fields, num_slots=config.prefetch + HELD_BATCHES, allocator=allocator,
-                              max_extra_slots=config.max_extra_slots, release_hook=release_hook)
+                              max_extra_slots=config.max_extra_slots, release_hook=release_hook,
+                              ahead=config.prefetch)
         self.timer = StageTimer(trace=config.trace_path is not None, range_hooks=range_hooks)
         # Everything the producer thread touches lives in the pipeline, which never refers back to
         # the Loader or the driver: a Loader the user drops is freed, and its __del__ stops the thread.
@@ -473,14 +474,16 @@ class _Pipeline:
         epoch keeps the decode threads busy across the boundary instead of restarting cold.
         """
         while True:
-            for batch in self._produce_epoch(epoch, start, stop):
-                if batch is None:
-                    return
-                yield batch
+            # `yield from`, not a loop variable: a batch referred to by a suspended producer frame
+            # would keep its lease (and slot) alive after the consumer dropped it.
+            stopped = yield from self._produce_epoch(epoch, start, stop)
+            if stopped:
+                return
             yield _EpochEnd(epoch)
             epoch, start = epoch + 1, 0
 
-    def _produce_epoch(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Optional[Batch]]:
+    def _produce_epoch(self, epoch: int, start: int, stop: threading.Event) -> typing.Generator[Batch, None, bool]:
+        """The batches of one epoch from ``start``; returns True when stopped before its end."""
         order = EpochOrder(self.order_spec, epoch)
         n = len(order)
         ahead = self.config.read_ahead
@@ -496,14 +499,14 @@ class _Pipeline:
             with timer.span(Stage.WAIT_SLOT):
                 slot = self.ring.acquire(stop)
             if slot is None:
-                yield None
-                return
+                return True
             try:
                 indices = self._fill(slot, order[k], epoch, k)
             except BaseException:
                 self.ring.unused(slot)
                 raise
             yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
+        return False
 
     def produce_batches(self, batches: Iterator[np.ndarray], seed: int, epoch: int,
                         stop: threading.Event) -> Iterator[Union[Batch, "_EpochEnd"]]:

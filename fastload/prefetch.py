@@ -54,7 +54,11 @@ def _run(produce: Callable[[threading.Event], Iterator[Any]], q: "queue.Queue", 
 
     try:
         for item in produce(stop):
-            if not put(item):
+            handed = put(item)
+            # The consumer owns the item now; a reference from this frame would keep it alive (a
+            # batch's slot is recycled only when nothing refers to the batch any more).
+            item = None
+            if not handed:
                 return
         put(_DONE)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
@@ -126,6 +130,11 @@ class Producer(Generic[T]):
                         raise ProducerStopped("the producer was closed") from None
                     if not self._thread.is_alive() and self._queue.empty():
                         raise ProducerStopped("the producer thread ended without finishing") from None
+        except ProducerStopped:
+            # Whoever set the stop event is closing (and joining) the thread: return at once, even
+            # while the producer still finishes an uninterruptible step.
+            self._finished = True
+            raise
         except BaseException:
             # Ctrl-C lands here while blocked in get(): stop the thread before propagating.
             self.close()
