@@ -49,6 +49,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import default_collate
 
+from fastload.errors import LoaderClosed
 from fastload.loader import Loader, LoaderConfig
 from fastload.stats import LoaderStats, Stage
 from fastload.torch.compile import Plan, compile_transform
@@ -128,7 +129,8 @@ class DataLoader(torch.utils.data.DataLoader):
                  normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
                  dtype: Optional[torch.dtype] = None, on_error: str = "raise", decode_options=None,
                  trace_path: Optional[str] = None, copy: bool = False) -> None:
-        if isinstance(dataset, (str, os.PathLike)) or _is_records(dataset):
+        owned_view = isinstance(dataset, (str, os.PathLike)) or _is_records(dataset)
+        if owned_view:
             dataset = ImageDataset(dataset, transform=transform)
         elif transform is not None and not (isinstance(dataset, ImageDataset) and dataset.transform is transform):
             raise ValueError("transform= is for fastload datasets given as a path or fastload.open_dataset(); "
@@ -170,6 +172,9 @@ class DataLoader(torch.utils.data.DataLoader):
             self._check_fast_only_extras()
             warnings.warn(f"fastload: {self._fallback_reason}; this DataLoader loads it with torch's own "
                           "DataLoader machinery (no engine acceleration)", UserWarning, stacklevel=2)
+        # A view this loader made from a path is closed with it (a loader re-instantiated from this
+        # one, as Lightning does, gets the view as its dataset and does not own it).
+        self._owned_view = dataset if owned_view else None
         self._core: Optional[Loader] = None
         self._core_key: Optional[tuple] = None
         # The last pass started (kept, as torchdata's StatefulDataLoader keeps its iterator): its
@@ -247,7 +252,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         if self._closed:
-            raise ValueError("the DataLoader is closed")
+            raise LoaderClosed("the DataLoader is closed")
         if self._source is None:
             return super().__iter__()
         plan = self._plan()
@@ -340,11 +345,14 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._closed:
             return
         self._closed = True
+        # The engine first: a consumer waiting in next() on another thread then raises LoaderClosed.
+        if self._core is not None:
+            self._core.close()
         active = self._active
         if active is not None:
             active.close()
-        if self._core is not None:
-            self._core.close()
+        if self._owned_view is not None:
+            self._owned_view.close()
 
     def __enter__(self) -> "DataLoader":
         return self
@@ -660,6 +668,8 @@ class _FastIterator:
         if self._superseded and not self.finished:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() of the same "
                                "fastload.torch.DataLoader, which runs one pass at a time")
+        if self._core.closed:
+            raise LoaderClosed("the DataLoader is closed")
         if self._closed or self.finished:
             raise StopIteration
         self._pull(self._ahead if self._pulled == 0 else 1)
@@ -677,6 +687,10 @@ class _FastIterator:
             raise RuntimeError(f"DataLoader timed out after {timeout} seconds") from None
         except StopIteration:
             self._finish()
+            if self._core.closed:
+                raise LoaderClosed("the DataLoader was closed while this thread waited for a batch") from None
+            if self._closed:  # this pass was closed from another thread
+                raise
             raise RuntimeError("the loader ended before the sampler's batches were decoded") from None
         except BaseException:
             self.close()
