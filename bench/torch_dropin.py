@@ -165,6 +165,46 @@ def comparisons(images_root: str, packed: Optional[str], *, batch_size: int, wor
     return out
 
 
+def fidelity(images_root: str, *, size: int, resize: int, limit: int = 256, batch_size: int = 32) -> dict:
+    """Mean absolute difference to torchvision's own pipeline, in normalized units, train and eval.
+
+    Eval: ``fastload.torch.DataLoader`` against ``torch.utils.data.DataLoader`` on the same
+    ImageFolder and transform. Train: the engine's sampled crop and flip of every image (its boxes
+    are a pure function of the iterator's ``base_seed`` and the index) replayed through torchvision's
+    functional API (``resized_crop``, ``hflip``, ``to_tensor``, ``normalize``) on the PIL image, so
+    both sides crop the same box.
+    """
+    import torch
+    import torch.utils.data as tud
+    import torchvision.transforms.functional as TF
+    from torchvision import datasets
+
+    import fastload.torch as ft
+    from fastload.transforms import sample_params
+
+    train, _, evaluate = _pipelines(size, resize)
+    ds_eval = datasets.ImageFolder(images_root, evaluate)
+    subset = list(range(0, len(ds_eval), max(1, len(ds_eval) // limit)))[:limit]
+    ours = torch.cat([x for x, _ in ft.DataLoader(tud.Subset(ds_eval, subset), batch_size=batch_size)])
+    theirs = torch.cat([x for x, _ in tud.DataLoader(tud.Subset(ds_eval, subset), batch_size=batch_size)])
+    per_image_eval = (ours - theirs).abs().flatten(1).mean(1)
+    ds_train = datasets.ImageFolder(images_root, train)
+    loader = ft.DataLoader(tud.Subset(ds_train, subset), batch_size=batch_size)
+    plan = ft.compile_transform(train)
+    it = iter(loader)
+    got = torch.cat([x for x, _ in it])
+    diffs = []
+    for k, i in enumerate(subset):
+        img = ds_train.loader(ds_train.samples[i][0])
+        p = sample_params(img.width, img.height, plan.geometry, seed=it.base_seed & ((1 << 63) - 1), epoch=0, index=i)
+        ref = TF.resized_crop(img, int(p.y0), int(p.x0), int(p.y1 - p.y0), int(p.x1 - p.x0), [size, size])
+        ref = TF.normalize(TF.to_tensor(TF.hflip(ref) if p.flip else ref), MEAN, STD)
+        diffs.append(float((got[k] - ref).abs().mean()))
+    return {"images": len(subset), "eval_mean_abs": float(per_image_eval.mean()),
+            "eval_worst_image": float(per_image_eval.max()), "train_mean_abs": statistics.fmean(diffs),
+            "train_worst_image": max(diffs)}
+
+
 def run(dataset: Optional[str], *, rounds: int = 5, count: Optional[int] = None, batch_size: int = 256,
         workers: int = 2, size: int = 224, resize: int = 256, quick: bool = False, argv: Sequence[str] = (),
         log=sys.stderr) -> dict:
@@ -188,8 +228,10 @@ def run(dataset: Optional[str], *, rounds: int = 5, count: Optional[int] = None,
                     comp.numerator.close()
                     comp.denominator.close()
                 rows.append(comp.summary())
+            print("measuring pixel fidelity ...", file=log, flush=True)
+            fid = fidelity(data.images_root, size=size, resize=resize, limit=32 if quick else 256)
         return {"environment": environment(list(argv)), "dataset": data.describe(), "batch_size": batch_size,
-                "num_workers": workers, "size": size, "rounds": rounds, "comparisons": rows}
+                "num_workers": workers, "size": size, "rounds": rounds, "comparisons": rows, "fidelity": fid}
 
 
 def format_report(report: dict) -> str:
@@ -208,6 +250,13 @@ def format_report(report: dict) -> str:
                      f"{r['numerator_ips']:>10,.0f} {r['denominator_ips']:>10,.0f} {target:>8}")
     lines.append("")
     lines.append("ratio = median of per-pair ratios, the two sides alternating epoch by epoch; img/s = medians.")
+    fid = report.get("fidelity")
+    if fid:
+        grey = 1.0 / (255 * statistics.fmean(STD))  # one grey level in normalized units
+        lines.append(f"pixels against torchvision's own pipeline, {fid['images']} images, mean absolute difference in "
+                     f"normalized units (1 grey level ~ {grey:.4f}): eval {fid['eval_mean_abs']:.4f} (worst image "
+                     f"{fid['eval_worst_image']:.4f}), train with the engine's crops replayed through torchvision "
+                     f"{fid['train_mean_abs']:.4f} (worst image {fid['train_worst_image']:.4f})")
     return "\n".join(lines)
 
 

@@ -21,3 +21,6 @@ def test_quick_run_reports_every_comparison(tiny_folder, tmp_path, capsys):
     for r in rows.values():
         assert r["pairs"] == 1 and r["median_ratio"] > 0 and r["numerator_ips"] > 0 and r["denominator_ips"] > 0
     assert report["environment"]["command"].startswith("python -m fastload_bench.torch_dropin")
+    fid = report["fidelity"]
+    assert fid["images"] > 0 and 0 <= fid["eval_mean_abs"] < 0.1 and 0 <= fid["train_mean_abs"] < 0.1
+    assert "pixels against torchvision" in out
