@@ -155,9 +155,10 @@ setup(
         # opencv: MXNet's tools/im2rec.py imports cv2 even for pass-through packing (the peer and
         # the interop tests run it); 4.12 and later want numpy 2, which MXNet 1.9.1 cannot use.
         "bench": ["matplotlib", "psutil", "simplejpeg", "opencv-python-headless<4.12"],
-        # lightning: the drop-in tests run a Lightning Trainer.fit with fastload.torch.DataLoader.
+        # lightning, accelerate: the drop-in tests run a Lightning Trainer.fit and Accelerate's prepare()
+        # with fastload.torch.DataLoader.
         "test": ["pytest", "torchvision", "scikit-image", "scipy", "matplotlib", "psutil", "simplejpeg", "opencv-python-headless<4.12",
-                 "lightning"],
+                 "lightning", "accelerate"],
     },
     entry_points={"console_scripts": ["fastload=fastload.cli:main"]},
     zip_safe=False,

@@ -162,8 +162,11 @@ class ImageDataset(torch.utils.data.Dataset):
     :class:`fastload.torch.DataLoader` decodes it in batches in the engine.
 
     Args:
-        root: A fastload dataset (``fastload.open_dataset(...)``) or a path ``open_dataset`` accepts
-            (a packed folder, a ``.rec``, an LMDB shard folder, an unpacked ImageFolder tree).
+        root: A fastload dataset (``fastload.open_dataset(...)``), a path ``open_dataset`` accepts (a
+            packed folder, a ``.rec``, an LMDB shard folder, an unpacked ImageFolder tree), or a
+            ``torchvision.datasets.ImageFolder`` / ``DatasetFolder`` the engine can read (its files,
+            classes and, unless given here, its transforms): a view whose ``__getitems__`` keeps
+            batched decoding when a wrapper rebuilds the loader as torch's own DataLoader.
         transform: A torchvision transform (``transforms.Compose([...])``, v1 or v2), a fastload
             transform op (``fastload.train(224)``), or None (PIL images).
         target_transform: Applied to each target.
@@ -177,21 +180,32 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def __init__(self, root, transform: Optional[Callable] = None, target_transform: Optional[Callable] = None) -> None:
         self._owns = isinstance(root, (str, os.PathLike))
+        classes = None
         if self._owns:
             from fastload.records.dataset import open_dataset
 
             records = open_dataset(root)
         elif hasattr(root, "image") and hasattr(root, "labels") and hasattr(root, "__len__"):
             records = root
+        elif _torchvision_folder_reason(root) is None:
+            source = resolve_source(root)
+            if isinstance(source, str):
+                raise ValueError(f"root={type(root).__name__}: {source}")
+            records, classes = source.records, dict(root.class_to_idx)
+            transform = root.transform if transform is None else transform
+            target_transform = root.target_transform if target_transform is None else target_transform
+            root = getattr(root, "root", "")
         else:
-            raise ValueError(f"root={root!r} must be a fastload dataset (fastload.open_dataset) or a path to one")
-        self.root = os.fspath(root) if self._owns else getattr(records, "path", "")
+            raise ValueError(f"root={root!r} must be a fastload dataset (fastload.open_dataset), a path to one, or a "
+                             "torchvision ImageFolder / DatasetFolder the engine can read")
+        self.root = os.fspath(root) if self._owns else os.fspath(getattr(records, "path", "") or root or "")
         self.records = records
         self.transform = transform
         self.target_transform = target_transform
         labels = np.asarray(records.labels, dtype=np.float32)
         self.multi_label = labels.ndim == 2 and labels.shape[1] > 1
-        classes = getattr(records, "classes", None)
+        if classes is None:
+            classes = getattr(records, "classes", None)
         if classes is None and getattr(records, "manifest", None):
             classes = records.manifest.get("classes")
         if isinstance(classes, dict):
