@@ -422,3 +422,17 @@ def test_superseded_iterator_says_so(folder):
     loader.close()
     with pytest.raises(ValueError, match="closed"):
         iter(loader)
+
+
+def test_sampler_errors_reach_the_caller(folder):
+    ds = datasets.ImageFolder(folder, eval_tf())
+    with pytest.raises(IndexError) as theirs:
+        next(iter(tud.DataLoader(ds, sampler=[0, len(ds)], batch_size=2)))
+    loader = DataLoader(ds, sampler=[0, len(ds)], batch_size=2)
+    with pytest.raises(IndexError, match=f"index {len(ds)}, out of range"):
+        next(iter(loader))
+    assert theirs.value is not None
+    # Negative indices count from the end, as the dataset's list indexing does in torch.
+    ours = batches(DataLoader(ds, sampler=[-1, 0], batch_size=2))
+    ref = batches(tud.DataLoader(ds, sampler=[-1, 0], batch_size=2))
+    assert_close_batches(ours, ref, TOL_EVAL)

@@ -672,7 +672,11 @@ class _FastIterator:
             raise LoaderClosed("the DataLoader is closed")
         if self._closed or self.finished:
             raise StopIteration
-        self._pull(self._ahead if self._pulled == 0 else 1)
+        try:
+            self._pull(self._ahead if self._pulled == 0 else 1)
+        except BaseException:  # the sampler's own error (a bad index, ...): the pass ends with it
+            self.close()
+            raise
         if not self._parts:
             self._finish()
             raise StopIteration
