@@ -90,6 +90,29 @@ class Plan:
             return None
         return FloatOutput(self.dtype, self.scale, self.mean, self.std)
 
+    def engine_transform(self) -> Tuple[Any, Optional[FloatOutput]]:
+        """What the engine runs, and the conversion left to torch (None when the engine writes it all).
+
+        With the engine's output stage (``fastload.transforms.Pipeline`` and ``Normalize``), a float
+        plan becomes ``Pipeline(geometry, normalize=Normalize(mean, std, scale, dtype))``: the engine
+        writes the normalized float32 / float16 values straight into the batch, with no second pass.
+        Without it (or for float64 / bfloat16), the engine writes uint8 and torch converts after.
+        """
+        if not self.is_float:
+            return self.geometry, None
+        from fastload import transforms
+
+        pipeline, normalize = getattr(transforms, "Pipeline", None), getattr(transforms, "Normalize", None)
+        dtypes = {torch.float32: "float32", torch.float16: "float16"}
+        if pipeline is None or normalize is None or self.dtype not in dtypes:
+            return self.geometry, self.float_output()
+        try:
+            spec = pipeline(geometry=self.geometry, normalize=normalize(mean=self.mean, std=self.std, scale=self.scale,
+                                                                         dtype=dtypes[self.dtype]))
+        except (TypeError, ValueError):
+            return self.geometry, self.float_output()
+        return spec, None
+
     def describe(self) -> str:
         done = " + ".join(self.compiled) if self.compiled else "nothing"
         if not self.rest:

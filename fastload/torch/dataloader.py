@@ -31,7 +31,8 @@ Any other dataset (or a transform with no fixed-size geometry before its first u
 is loaded by torch's own DataLoader machinery with the user's arguments; the loader says so once.
 
 Batch lifetime: the tensors handed out are built with ``torch.from_numpy`` from the ring's numpy
-views, so they follow :mod:`fastload.batch`'s ownership rule for ring slots.
+views, which hold the batch's lease: a slot is refilled only once every tensor made from it is gone,
+so batches the caller keeps (``list(loader)``) stay intact (:mod:`fastload.batch`).
 """
 
 from __future__ import annotations
@@ -397,13 +398,14 @@ class DataLoader(torch.utils.data.DataLoader):
     def _core_loader(self, plan: Plan, capacity: int, layout: str) -> Loader:
         pin = bool(self.pin_memory) and torch.cuda.is_available()
         threads = self.num_threads if self.num_threads is not None else max(1, self.num_workers)
-        key = (plan.geometry, capacity, layout, threads, self.prefetch, pin)
+        spec, _ = plan.engine_transform()
+        key = (spec, capacity, layout, threads, self.prefetch, pin)
         if self._core is not None and self._core_key == key:
             return self._core
         if self._core is not None:
             self._core.close()
             self._core = None
-        config = LoaderConfig(batch_size=capacity, transform=plan.geometry, shuffle="none", num_threads=threads,
+        config = LoaderConfig(batch_size=capacity, transform=spec, shuffle="none", num_threads=threads,
                               prefetch=self.prefetch, layout=layout, on_error=self.on_error,
                               decode_options=self.decode_options, trace_path=self.trace_path)
         hooks = (torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop) if torch.cuda.is_available() else None
@@ -560,7 +562,7 @@ class _FastIterator:
             capacity = loader.batch_size if isinstance(loader.batch_size, int) and loader.batch_size > 0 else 256
         self._capacity = capacity
         self._core = loader._core_loader(plan, capacity, layout)
-        self._convert = plan.float_output() if plan.is_float else placement["convert"]
+        self._convert = plan.engine_transform()[1] if plan.is_float else placement["convert"]
         self._placement = Placement(placement["targets"], single=placement["single"], convert=None,
                                     memory_format=placement["memory_format"]) if placement["targets"] else None
         self._feed = IndexFeed()

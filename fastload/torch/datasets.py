@@ -185,8 +185,10 @@ class ImageDataset(torch.utils.data.Dataset):
             from fastload.records.dataset import open_dataset
 
             records = open_dataset(root)
+            name = os.fspath(root)
         elif hasattr(root, "image") and hasattr(root, "labels") and hasattr(root, "__len__"):
             records = root
+            name = str(getattr(records, "path", "") or "")
         elif _torchvision_folder_reason(root) is None:
             source = resolve_source(root)
             if isinstance(source, str):
@@ -194,11 +196,11 @@ class ImageDataset(torch.utils.data.Dataset):
             records, classes = source.records, dict(root.class_to_idx)
             transform = root.transform if transform is None else transform
             target_transform = root.target_transform if target_transform is None else target_transform
-            root = getattr(root, "root", "")
+            name = os.fspath(getattr(root, "root", "") or "")
         else:
             raise ValueError(f"root={root!r} must be a fastload dataset (fastload.open_dataset), a path to one, or a "
                              "torchvision ImageFolder / DatasetFolder the engine can read")
-        self.root = os.fspath(root) if self._owns else os.fspath(getattr(records, "path", "") or root or "")
+        self.root = name
         self.records = records
         self.transform = transform
         self.target_transform = target_transform
@@ -281,7 +283,8 @@ class ImageDataset(torch.utils.data.Dataset):
         plan = compile_transform(transform) if transform is not None else None
         if plan is None or plan.geometry is None or plan.rest or not plan.is_tensor:
             return [self[i] for i in idx]
-        images = _decode_fastload(self.records, idx, plan.geometry, output=plan.float_output())
+        spec, convert = plan.engine_transform()
+        images = _decode_fastload(self.records, idx, spec, output=convert)
         if plan.tv_image:
             from torchvision import tv_tensors
 
@@ -308,8 +311,11 @@ def _decode_fastload(records, indices: Sequence[int], op, output=None) -> List[t
     from fastload.decode import decode_batch
     from fastload.errors import DecodeError
 
-    h, w = op.size
-    out = np.empty((len(indices), 3, h, w), dtype=np.uint8)
+    geometry = getattr(op, "geometry", op)  # a Pipeline's output size is its geometry's
+    h, w = geometry.size
+    from fastload.loader import transform_image_dtype
+
+    out = np.empty((len(indices), 3, h, w), dtype=transform_image_dtype(op) or np.uint8)
     seed = int(torch.randint(0, 2 ** 62, ()).item())
     views = [records.image(i) for i in indices]
     result = decode_batch(views, out, op, seed=seed, epoch=0, indices=np.asarray(indices, dtype=np.int64),
