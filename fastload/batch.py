@@ -139,11 +139,13 @@ class Slot:
         taken: The consumer has taken that batch (as opposed to it waiting in the prefetch queue).
     """
 
-    __slots__ = ("id", "arrays", "owners", "generation", "fences", "leased", "taken")
+    __slots__ = ("id", "arrays", "owners", "generation", "fences", "leased", "taken", "interfaces")
 
     def __init__(self, slot_id: int, arrays: Dict[str, Tuple[np.ndarray, Any]]) -> None:
         self.id = slot_id
         self.arrays = {k: v[0] for k, v in arrays.items()}
+        # Built once: numpy makes a new dict per `__array_interface__` access (~1 us each).
+        self.interfaces = {k: v.__array_interface__ for k, v in self.arrays.items()}
         self.owners = {k: v[1] for k, v in arrays.items()}
         self.generation = 0
         self.fences: List[Any] = []
@@ -151,7 +153,7 @@ class Slot:
         self.taken = False
 
     def __getattr__(self, name: str) -> np.ndarray:
-        if name == "arrays":  # not set yet (during __init__): no recursion
+        if name in ("arrays", "interfaces"):  # not set yet (during __init__): no recursion
             raise AttributeError(name)
         try:
             return self.arrays[name]
@@ -178,8 +180,8 @@ class _LeasedArray:
 
     __slots__ = ("__array_interface__", "_array", "_lease")
 
-    def __init__(self, array: np.ndarray, lease: _Lease) -> None:
-        self.__array_interface__ = array.__array_interface__
+    def __init__(self, array: np.ndarray, interface: Dict[str, Any], lease: _Lease) -> None:
+        self.__array_interface__ = interface
         self._array = array  # the memory outlives the ring while a lease holds it
         self._lease = lease
 
@@ -496,7 +498,8 @@ class BatchRing:
         lease = _Lease()
         finalizer = weakref.finalize(lease, _lease_ended, self._returns, slot.id, slot.generation, self._hook)
         finalizer.atexit = False  # at interpreter exit nothing is refilled: do not call hooks then
-        full = {k: np.asarray(_LeasedArray(v, lease)) for k, v in slot.arrays.items()}
+        interfaces = slot.interfaces
+        full = {k: np.asarray(_LeasedArray(v, interfaces[k], lease)) for k, v in slot.arrays.items()}
         return Batch(slot=slot.id, epoch=epoch, number=number, owners=slot.owners, ring=self,
                      generation=slot.generation, fields={k: cut(k, v) for k, v in full.items()}, full=full)
 
@@ -595,7 +598,7 @@ class BatchRing:
                         time.sleep(_FENCE_POLL)
                 if not slot.fences:
                     # Leased slots' arrays stay alive through their leases' views.
-                    slot.arrays, slot.owners = {}, {}
+                    slot.arrays, slot.owners, slot.interfaces = {}, {}, {}
             self._free.clear()
         finally:
             self._lock.release()

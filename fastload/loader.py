@@ -405,8 +405,16 @@ class Loader:
         A consumer waiting for a batch meanwhile raises :class:`~fastload.errors.LoaderClosed`.
         """
         driver = self._driver
-        if driver is None or not driver.close():
+        if driver is None:
             return
+        first = True  # when driver.close() raises, it was the call that closed
+        try:
+            first = driver.close()
+        finally:
+            if first:
+                self._after_close()
+
+    def _after_close(self) -> None:
         if self.config.trace_path is not None:
             try:
                 self.timer.save_trace(str(self.config.trace_path))
@@ -818,10 +826,12 @@ class _Driver:
             run, self.run = self.run, None
         # Outside the lock: a consumer waiting in take() wakes up (ProducerStopped), finds the
         # loader closed and raises LoaderClosed.
-        if run is not None:
-            run.stop()
-        self._ring.close(fence_timeout=10.0 if wait_fences else None)
-        self._timer.consumer_idle()
+        try:
+            if run is not None:
+                run.stop()  # raises if the thread does not stop within its timeout
+        finally:
+            self._ring.close(fence_timeout=10.0 if wait_fences else None)
+            self._timer.consumer_idle()
         return True
 
     # --- internals ------------------------------------------------------------------------------

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
-import queue
 import threading
 import time
 import warnings
-import weakref
 
 import numpy as np
 import pytest
@@ -291,15 +289,30 @@ def test_batches_held_only_by_reference_cycles_are_collected_before_fresh_memory
 # --- kept batches: growth, fresh memory, one warning -------------------------------------------------
 
 
+class _Filled:
+    backend, errors, ok, sliced, slice_fallbacks = "synthetic", {}, True, 0, 0
+
+
+def pattern_decode(images, out, transform, **kw):
+    """Pixels that are a function of the record index, without a decoder.
+
+    The tests that check warnings use it: the Pillow path's per-thread ``catch_warnings`` (not
+    thread-safe) can swallow a warning the consumer thread issues meanwhile.
+    """
+    for pos, i in enumerate(kw["indices"]):
+        out[pos] = (int(i) * 37 + np.arange(out[pos].size).reshape(out[pos].shape)) % 251
+    return _Filled()
+
+
 def _reference(ds, **kw):
-    with Loader(ds, cfg(copy=True, **kw)) as loader:
+    with Loader(ds, cfg(copy=True, **kw), decode=pattern_decode) as loader:
         return [(b.images, b.labels, b.indices) for b in loader]
 
 
 def test_list_of_loader_keeps_every_batch_intact_with_one_warning():
     ds = FakeDataset(72)
     reference = _reference(ds, shuffle="global")
-    with Loader(ds, cfg(shuffle="global", prefetch=2)) as loader:
+    with Loader(ds, cfg(shuffle="global", prefetch=2), decode=pattern_decode) as loader:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             kept = list(loader)
@@ -324,7 +337,7 @@ def test_list_of_loader_keeps_every_batch_intact_with_one_warning():
 def test_growth_bound_is_configurable_and_zero_goes_straight_to_fresh_memory():
     ds = FakeDataset(40)
     with pytest.warns(errors.KeptBatchesWarning):
-        with Loader(ds, cfg(prefetch=1, max_extra_slots=0)) as loader:
+        with Loader(ds, cfg(prefetch=1, max_extra_slots=0), decode=pattern_decode) as loader:
             kept = list(loader)
             s = loader.stats()
     assert s.ring_slots == 3 and len(kept) == 10
@@ -339,13 +352,15 @@ def test_keeping_a_few_batches_grows_the_ring_once_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", errors.KeptBatchesWarning)
         with Loader(ds, cfg(prefetch=2)) as loader:
-            previous = older = None
+            recent = []  # the current and the previous batch, as a metric on the previous batch keeps them
             first = None
             for b in loader:
                 first = first if first is not None else (b, b.images.copy())
-                older, previous = previous, b
+                recent = recent[-1:] + [b]
                 time.sleep(0.002)
             s = loader.stats()
+    # Held at most: the first batch, the previous two and the one being taken (4), plus `prefetch`
+    # (2) queued: 6 slots, 2 more than the base ring.
     assert s.ring_slots <= 2 + HELD_BATCHES + 2 and s.fresh_batches == 0
     np.testing.assert_array_equal(first[0].images, first[1])
 
@@ -386,13 +401,14 @@ def test_release_hook_fences_hold_the_slot_until_they_complete():
         slot0, generation = b0.slot, loader.ring.slot_generation(b0.slot)
         del b0  # the hook runs now (on this thread) and fences the slot
         assert len(fences) == 1
-        b1, b2 = next(it), next(it)  # held, so only slot0 could be refilled
+        held = (next(it), next(it))  # held, so only slot0 could be refilled
         time.sleep(0.1)
         assert loader.ring.slot_generation(slot0) == generation
         assert fences[0].queries > 0
         fences[0].done = True
         b3 = next(it)
         assert b3.slot == slot0 and loader.ring.slot_generation(slot0) == generation + 1
+        assert all(b.intact for b in held)
         for f in fences:
             f.done = True
 
@@ -465,12 +481,13 @@ def test_torch_loader_waits_for_the_hook_events_before_refilling(monkeypatch):
         generation = ring.slot_generation(slot0)
         del x0, y0  # a copy out of it may still be running: an event is recorded
         assert len(events) == 1
-        x1, x2 = next(it), next(it)
+        held = (next(it), next(it))  # held, so only slot0 could be refilled
         time.sleep(0.1)
         assert ring.slot_generation(slot0) == generation
         events[0].done = True
-        x3 = next(it)
+        next(it)
         assert ring.slot_generation(slot0) == generation + 1
+        assert len(held) == 2
         for e in events:
             e.done = True
 
@@ -602,3 +619,51 @@ def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
     time.sleep(0.05)
     assert all(np.array_equal(d.asnumpy(), ref[0]) for d, ref in zip(datas, reference))
     it.close()
+
+
+# --- interpreter shutdown ------------------------------------------------------------------------------
+
+_EXIT_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from fake_dataset import FakeDataset
+from fastload.loader import Loader, LoaderConfig
+from fastload.transforms import train
+ds = FakeDataset(40)
+loader = Loader(ds, LoaderConfig(batch_size=4, transform=train(8), num_threads=2, prefetch=1,
+                                 max_extra_slots=1))
+kept = list(loader)              # kept batches, some in ring slots, some in fresh memory
+it = iter(loader)
+current = next(it)               # a pass left open, the producer running
+{extra}
+print("done", len(kept))
+# exit without close(): leases die during interpreter shutdown
+"""
+
+_EXTRA = {
+    "core": "",
+    "torch": ("import torch\nfrom fastload.torch import DataLoader\n"
+              "tl = DataLoader(ds, batch_size=4, transform=train(8), num_threads=2)\n"
+              "tensors = [x for x, y in tl]\ntl_it = iter(tl)\nnext(tl_it)"),
+    "mxnet": ("import mxnet as mx\n"
+              "views = [mx.nd.from_numpy(b.slot_view('images'), zero_copy=True) for b in kept if b.slot >= 0]\n"
+              "pending = [v.astype('float32') * 2 for v in views]"),
+}
+
+
+@pytest.mark.parametrize("kind", ["core", "torch", "mxnet"])
+def test_batches_alive_at_interpreter_exit_end_quietly(kind, repo_root):
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if kind != "core" and importlib.util.find_spec(kind) is None:
+        pytest.skip(f"{kind} is not installed")
+    script = _EXIT_SCRIPT.format(tests=os.path.join(str(repo_root), "tests"), extra=_EXTRA[kind])
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done 10" in proc.stdout
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr[-3000:]

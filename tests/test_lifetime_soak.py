@@ -47,14 +47,28 @@ def open_fds() -> int:
 
 
 def fastload_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("fastload")]
+    return {t for t in threading.enumerate() if t.name.startswith("fastload")}
+
+
+@pytest.fixture(autouse=True)
+def earlier_threads():
+    """fastload threads that exist before the test (a shared Pillow pool, other tests' leftovers)."""
+    global _EARLIER
+    _EARLIER = fastload_threads()
+    yield
+
+
+_EARLIER = set()
 
 
 def wait_for_no_fastload_threads(timeout=10.0) -> bool:
+    """No fastload thread besides those that existed before the test."""
     deadline = time.monotonic() + timeout
-    while fastload_threads() and time.monotonic() < deadline:
+    while fastload_threads() - _EARLIER and time.monotonic() < deadline:
         time.sleep(0.01)
-    return not fastload_threads()
+    left = fastload_threads() - _EARLIER
+    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +157,7 @@ def test_ten_epochs_keep_one_thread_and_flat_memory(packed):
             for x, y in loader:
                 n += x.shape[0]
             assert n == 40
-            assert len(fastload_threads()) <= 1, "one producer thread per loader"
+            assert len(fastload_threads() - _EARLIER) <= 1, "one producer thread per loader"
         after = (open_fds(), rss_mb())
         s = loader.stats()
     assert after[0] == before[0]

@@ -113,14 +113,17 @@ def test_a_for_loop_does_not_end_silently_when_another_thread_closes(backend):
     ds = FakeDataset(200)
     loader = Loader(ds, cfg(prefetch=1))
     seen = []
-    threading.Timer(0.2, loader.close).start()
+    closer = threading.Timer(0.2, loader.close)
 
     def train_loop():
         for b in loader:
+            if not seen:
+                closer.start()  # another thread closes the loader while this loop runs
             seen.append(b.number)
             time.sleep(0.05)
 
     exc = raised(train_loop)
+    closer.join()
     assert is_closed_error(exc), f"the loop ended with {exc!r} after {len(seen)} of {len(loader)} batches"
     assert 0 < len(seen) < len(loader)
     assert no_producer_left()

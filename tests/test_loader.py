@@ -161,9 +161,24 @@ def test_load_state_dict_rejects_other_orders(ds):
 # --- ring ownership ---------------------------------------------------------------------------------
 
 
+class _Filled:
+    backend, errors, ok, sliced, slice_fallbacks = "synthetic", {}, True, 0, 0
+
+
+def pattern_decode(images, out, transform, **kw):
+    """Pixels that are a function of the record index, without a decoder.
+
+    For tests of the ring that check warnings: the Pillow path's per-thread ``catch_warnings`` (not
+    thread-safe) can swallow a warning the consumer thread issues meanwhile.
+    """
+    for pos, i in enumerate(kw["indices"]):
+        out[pos] = (int(i) * 37 + np.arange(out[pos].size).reshape(out[pos].shape)) % 251
+    return _Filled()
+
+
 def test_held_batch_is_never_overwritten_within_its_lifetime():
     ds = FakeDataset(60)
-    with Loader(ds, cfg(prefetch=2, shuffle="global", max_extra_slots=2)) as loader:
+    with Loader(ds, cfg(prefetch=2, shuffle="global", max_extra_slots=2), decode=pattern_decode) as loader:
         held = []  # (batch, saved copy)
         with pytest.warns(KeptBatchesWarning) as warned:
             for epoch in range(2):  # kept across the epoch boundary too
