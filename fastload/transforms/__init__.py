@@ -5,7 +5,10 @@ Pillow fallback) interprets while decoding. One module per kind of op:
 
 - :mod:`fastload.transforms.rng`: the counter-based generator keyed by ``(seed, epoch, index)``;
 - :mod:`fastload.transforms.geometry`: the crop / resize / flip that maps the decoded image to the
-  output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler.
+  output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler;
+- :mod:`fastload.transforms.output`: ``Normalize``, the output stage (dtype and normalization);
+- :mod:`fastload.transforms.pipeline`: ``Pipeline(geometry, ops, normalize, erase)``, the whole
+  per-sample transform.
 """
 
 from fastload.transforms.geometry import (
@@ -19,6 +22,8 @@ from fastload.transforms.geometry import (
     sample_params,
     train,
 )
+from fastload.transforms.output import Normalize
+from fastload.transforms.pipeline import Pipeline, as_pipeline, op_counter_base
 from fastload.transforms.rng import sample_key, splitmix64, uniform
 
 __all__ = [
@@ -31,6 +36,10 @@ __all__ = [
     "train",
     "eval_transform",
     "sample_params",
+    "Normalize",
+    "Pipeline",
+    "as_pipeline",
+    "op_counter_base",
     "splitmix64",
     "sample_key",
     "uniform",
