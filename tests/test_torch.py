@@ -436,3 +436,26 @@ def test_sampler_errors_reach_the_caller(folder):
     ours = batches(DataLoader(ds, sampler=[-1, 0], batch_size=2))
     ref = batches(tud.DataLoader(ds, sampler=[-1, 0], batch_size=2))
     assert_close_batches(ours, ref, TOL_EVAL)
+
+
+def test_float_output_is_written_by_the_engine(folder):
+    """ToTensor / ConvertImageDtype / Normalize compile into the engine's output stage: float slots."""
+    from fastload import transforms as ft_transforms
+
+    if not hasattr(ft_transforms, "Pipeline"):
+        pytest.skip("the engine has no output stage in this build")
+    for tf, dtype in ((eval_tf(), torch.float32),
+                      (T.Compose([T.Resize(72), T.CenterCrop(64), T.PILToTensor(), T.ConvertImageDtype(torch.float16),
+                                  T.Normalize(MEAN, STD)]), torch.float16)):
+        ds = datasets.ImageFolder(folder, tf)
+        loader = DataLoader(ds, batch_size=8)
+        it = iter(loader)
+        x, _ = next(it)
+        assert it._convert is None  # no conversion pass in torch
+        assert loader.loader.config.image_dtype == np.dtype(str(dtype).split(".")[1])
+        assert x.dtype == dtype
+        ring = [s.arrays["images"] for s in loader.loader.ring.slots]
+        assert any(np.shares_memory(x.numpy(), a) for a in ring)  # zero-copy from the slot
+        ref = next(iter(tud.DataLoader(ds, batch_size=8)))[0]
+        assert (x.float() - ref.float()).abs().mean() < TOL_EVAL
+        loader.close()
