@@ -171,12 +171,29 @@ def _interpolation(value) -> str:
     raise _Unsupported(f"interpolation={value!r} is not understood")
 
 
-def _check_resample(state: _State, op) -> None:
+def _resample_fields(state: _State, op, spec_cls) -> Dict[str, Any]:
+    """The engine op's resampling fields for torchvision ``op``, or why the engine cannot match it.
+
+    A PIL image is always resized with antialiasing (PIL's support-scaled filters); a tensor follows
+    ``op.antialias``. Engine ops that take ``interpolation`` / ``antialias`` fields get them; with
+    ops that have none, only antialiased bilinear matches.
+    """
     mode = _interpolation(getattr(op, "interpolation", "bilinear"))
-    if mode not in SUPPORTED_INTERPOLATIONS:
-        raise _Unsupported(f"interpolation={mode!r} is not in the engine yet ({', '.join(sorted(SUPPORTED_INTERPOLATIONS))})")
-    if state.kind == "tensor" and getattr(op, "antialias", True) is False:
+    antialias = True if state.kind == "pil" else getattr(op, "antialias", True) is not False
+    names = {f.name for f in dataclasses.fields(spec_cls)}
+    if "interpolation" not in names:
+        if mode not in SUPPORTED_INTERPOLATIONS:
+            raise _Unsupported(f"interpolation={mode!r} is not in the engine yet "
+                               f"({', '.join(sorted(SUPPORTED_INTERPOLATIONS))})")
+        if not antialias:
+            raise _Unsupported("antialias=False on a tensor is not in the engine yet")
+        return {}
+    fields: Dict[str, Any] = {"interpolation": mode}
+    if "antialias" in names:
+        fields["antialias"] = antialias
+    elif not antialias:
         raise _Unsupported("antialias=False on a tensor is not in the engine yet")
+    return fields
 
 
 def _pair(size, what: str) -> Tuple[int, int]:
@@ -207,10 +224,10 @@ def _random_resized_crop(state: _State, ops: Sequence[Any], i: int) -> int:
 
     op = ops[i]
     state.require_uint8_image("RandomResizedCrop")
-    _check_resample(state, op)
+    resample = _resample_fields(state, op, RandomResizedCrop)
     try:
         geo = RandomResizedCrop(size=_pair(op.size, "RandomResizedCrop"), scale=tuple(op.scale), ratio=tuple(op.ratio),
-                                flip=0.0)
+                                flip=0.0, **resample)
     except (ValueError, TypeError) as exc:
         raise _Unsupported(str(exc)) from None
     state.set_geometry(geo)
@@ -222,7 +239,6 @@ def _resize(state: _State, ops: Sequence[Any], i: int) -> int:
 
     op = ops[i]
     state.require_uint8_image("Resize")
-    _check_resample(state, op)
     if getattr(op, "max_size", None) is not None or op.size is None:
         raise _Unsupported("Resize with max_size is not in the engine yet")
     size = op.size
@@ -232,14 +248,16 @@ def _resize(state: _State, ops: Sequence[Any], i: int) -> int:
         if nxt is None or type(nxt) not in _types("CenterCrop"):
             raise _Unsupported("Resize to a shorter side makes images of different sizes; the engine takes it "
                                "only when a CenterCrop follows")
+        resample = _resample_fields(state, op, CenterCrop)
         try:
-            geo = CenterCrop(size=_pair(nxt.size, "CenterCrop"), resize=shorter, flip=0.0)
+            geo = CenterCrop(size=_pair(nxt.size, "CenterCrop"), resize=shorter, flip=0.0, **resample)
         except (ValueError, TypeError) as exc:
             raise _Unsupported(str(exc)) from None
         state.set_geometry(geo)
         return 2
+    resample = _resample_fields(state, op, Resize)
     try:
-        geo = Resize(size=_pair(size, "Resize"), flip=0.0)
+        geo = Resize(size=_pair(size, "Resize"), flip=0.0, **resample)
     except (ValueError, TypeError) as exc:
         raise _Unsupported(str(exc)) from None
     state.set_geometry(geo)
