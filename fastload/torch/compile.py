@@ -3,7 +3,9 @@
 ``compile_transform(Compose([RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(),
 Normalize(mean, std)]))`` walks the ops in order and folds every op it knows into one engine plan:
 a geometry op of :mod:`fastload.transforms` (the crop / resize with the flip fused) and an output
-stage (``x * scale - mean) / std`` in a float dtype, or uint8). It stops at the first op it cannot
+stage (``(x * scale - mean) / std`` in a float dtype, or uint8), which :meth:`Plan.engine_transform`
+turns into the engine's ``Pipeline(geometry, normalize=Normalize(...))``: the engine writes the
+final values into the batch itself. It stops at the first op it cannot
 take; that op and everything after it stay *the original objects* and run per sample, with their
 own semantics, on what the compiled prefix produced (a PIL image, a uint8 tensor, a float tensor or a
 ``tv_tensors.Image``: whatever the original pipeline had at that point).
@@ -14,12 +16,16 @@ op is one new entry. Types are matched exactly (a subclass may override what the
 
 What compiles today (everything on the PIL image that ``ImageFolder`` yields, or on a uint8 tensor):
 
-- ``RandomResizedCrop(size, scale, ratio, interpolation=BILINEAR)``;
-- ``Resize((h, w))``; ``Resize(s)`` followed by ``CenterCrop(c)`` (bilinear, no ``max_size``);
+- ``RandomResizedCrop(size, scale, ratio, interpolation)``;
+- ``Resize((h, w))``; ``Resize(s)`` followed by ``CenterCrop(c)`` (no ``max_size``);
+- the interpolations the engine's geometry ops take (antialiased bilinear until they take an
+  ``interpolation`` field; PIL images are always resized with antialiasing, tensors per ``antialias``);
 - ``RandomHorizontalFlip(p)``, before or after the geometry (a flip commutes with the crop's
   sampling and with per-pixel ops);
 - ``ToTensor``, ``PILToTensor``, ``v2.ToImage``, ``ConvertImageDtype``, ``v2.ToDtype(float, scale)``,
-  ``Normalize`` (chains of them too).
+  ``Normalize`` (chains of them too), ``v2.ToPureTensor``;
+- preset classes whose ``__call__`` is exactly ``return self.transforms(img)`` (torchvision's reference
+  scripts' ``ClassificationPresetTrain`` / ``Eval``) are looked through.
 
 Randomness: the engine draws the crop and flip from its counter-based generator, not from torch's
 RNG; the *distribution* is torchvision's (same area / aspect-ratio sampling, same fallback, same

@@ -13,7 +13,8 @@ compiles (:mod:`fastload.torch.compile`):
    with ``num_workers=0``, at ``iter()`` with workers, which pull ``prefetch_factor * num_workers``
    batches of indices up front);
 2. those index batches go to a background thread that reads the records and decodes each batch in
-   one engine call, crop / resize / flip fused, into a ring of (pinned) batch buffers
+   one engine call, crop / resize / flip fused and the output (normalized float32 / float16, or
+   uint8) written by the engine straight into a ring of (pinned) batch buffers
    (:class:`fastload.loader.Loader`);
 3. the batch reaches the caller as torch's ``default_collate`` would build it (``[images, targets]``,
    int64 targets), zero-copy from the ring; with a custom ``collate_fn`` the function receives the
