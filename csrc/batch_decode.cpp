@@ -2,6 +2,7 @@
 #include "batch_decode.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -168,9 +169,20 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
   Status st = Status::kOk;
   const SampleBox b = sample_box(info.width, info.height, op, key);
   *box_out = b;
-  const int denom = choose_denom(b, op, options.dct_scaling);
-  build_axis(b.x0 / denom, b.x1 / denom, scaled_size(info.width, denom), op.out_w, &w.xt);
-  build_axis(b.y0 / denom, b.y1 / denom, scaled_size(info.height, denom), op.out_h, &w.yt);
+  // DCT scaling averages pixels before the resize: right for the antialiased filters (whose support
+  // spans them anyway), not for nearest or the 2- and 4-tap plain filters, which sample the source.
+  const bool filtered = op.antialias && op.interpolation != Interpolation::kNearest;
+  const int denom = choose_denom(b, op, options.dct_scaling && filtered);
+  const int sw = scaled_size(info.width, denom), sh = scaled_size(info.height, denom);
+  // RandomResizedCrop resizes its crop (torchvision crops, then resizes): the filters stop at the
+  // crop's edges. CenterCrop resizes the whole image, then crops: they stop at the image's edges.
+  int cx0 = 0, cy0 = 0, cx1 = sw, cy1 = sh;
+  if (op.kind == GeometryKind::kRandomResizedCrop) {
+    cx0 = static_cast<int>(std::floor(b.x0 / denom)), cx1 = static_cast<int>(std::ceil(b.x1 / denom));
+    cy0 = static_cast<int>(std::floor(b.y0 / denom)), cy1 = static_cast<int>(std::ceil(b.y1 / denom));
+  }
+  build_axis(b.x0 / denom, b.x1 / denom, sw, op.out_w, &w.xt, op.interpolation, op.antialias, cx0, cx1);
+  build_axis(b.y0 / denom, b.y1 / denom, sh, op.out_h, &w.yt, op.interpolation, op.antialias, cy0, cy1);
   w.resampler.setup(&w.xt, &w.yt, b.flip);
   bool done = false;
   const bool partial = w.xt.src_first > 0 || w.yt.src_first > 0 || w.xt.src_last < scaled_size(info.width, denom) ||

@@ -18,7 +18,9 @@ from fastload.transforms.geometry import (
     Resize,
     SampleParams,
     Transform,
+    INTERPOLATIONS,
     eval_transform,
+    resample,
     sample_params,
     train,
 )
@@ -36,6 +38,8 @@ __all__ = [
     "train",
     "eval_transform",
     "sample_params",
+    "resample",
+    "INTERPOLATIONS",
     "Normalize",
     "Pipeline",
     "as_pipeline",

@@ -9,15 +9,27 @@ reference both are tested against.
 
 Geometry contract shared by every backend: each op yields a *source box* ``(x0, y0, x1, y1)`` in
 float pixel coordinates of the full-size decoded image; the box is resampled to the output size
-with antialiased bilinear filtering (Pillow's ``Image.resize(size, BILINEAR, box=box)`` semantics)
-and then mirrored left-right when the flip was drawn.
+and then mirrored left-right when the flip was drawn. :func:`resample` is the reference:
+
+* ``interpolation`` ``"bilinear"`` (default), ``"bicubic"`` or ``"nearest"``;
+* ``antialias=True`` (default): torchvision's PIL backend, whose filters follow Pillow's
+  ``Image.resize`` (the triangle or a = -0.5 cubic filter with its support scaled by the
+  downscale factor; torchvision's tensor resize with ``antialias=True`` follows the same filters),
+  and for ``"nearest"`` PIL's ``NEAREST`` (the pixel under each output pixel's centre);
+* ``antialias=False``: torchvision's tensor backend without antialiasing (torch's
+  ``interpolate(align_corners=False)``: 2 taps, or 4 with A = -0.75, and for ``"nearest"`` the
+  pixel at ``floor(x * scale)``);
+* RandomResizedCrop resizes its crop (its filters stop at the crop's edges), Resize + CenterCrop
+  resize the whole image (the filters stop at the image's edges), as torchvision's ops do.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Tuple, Union
+from typing import Any, Tuple, Union
+
+import numpy as np
 
 from fastload.engine_abi import GeometryKind
 from fastload.transforms.rng import sample_key, uniform
@@ -32,6 +44,8 @@ __all__ = [
     "train",
     "eval_transform",
     "sample_params",
+    "resample",
+    "INTERPOLATIONS",
 ]
 # Which counter value feeds which decision. Fixed so the C++ engine and this module agree.
 _DRAWS_PER_ATTEMPT = 4  # area, log-aspect, y, x
@@ -59,10 +73,28 @@ def _check_range(value: Tuple[float, float], name: str, lower: float) -> Tuple[f
     return (lo, hi)
 
 
-def _check_flip(flip: float) -> float:
-    if not 0.0 <= flip <= 1.0:
-        raise ValueError(f"flip={flip!r} must be a probability in [0, 1]")
+def _check_flip(flip: float, name: str = "flip") -> float:
+    if isinstance(flip, bool) or not isinstance(flip, (int, float)) or not 0.0 <= flip <= 1.0:
+        raise ValueError(f"{name}={flip!r} must be a probability in [0, 1]")
     return float(flip)
+
+
+#: The resampling filters the engine implements.
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+
+
+def _check_interpolation(value: Any) -> str:
+    """``"bilinear"`` / ``"bicubic"`` / ``"nearest"`` from a string or torchvision's ``InterpolationMode``."""
+    name = getattr(value, "value", value)
+    if not isinstance(name, str) or name.lower() not in INTERPOLATIONS:
+        raise ValueError(f"interpolation={value!r} must be one of {INTERPOLATIONS}")
+    return name.lower()
+
+
+def _check_filter(op: Any) -> None:
+    object.__setattr__(op, "interpolation", _check_interpolation(op.interpolation))
+    if not isinstance(op.antialias, bool):
+        raise ValueError(f"antialias={op.antialias!r} must be a bool")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,12 +106,18 @@ class RandomResizedCrop:
         scale: Range of the crop's area as a fraction of the image area.
         ratio: Range of the crop's aspect ratio (width / height).
         flip: Probability of a horizontal flip.
+        interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"`` (torchvision's
+            ``InterpolationMode`` members are accepted).
+        antialias: torchvision's ``antialias``: True follows the PIL backend's filters (the
+            default), False the tensor resize without antialiasing (see the module docstring).
     """
 
     size: Union[int, Tuple[int, int]] = 224
     scale: Tuple[float, float] = (0.08, 1.0)
     ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
     flip: float = 0.5
+    interpolation: str = "bilinear"
+    antialias: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", _pair(self.size, "size"))
@@ -89,6 +127,7 @@ class RandomResizedCrop:
         object.__setattr__(self, "scale", scale)
         object.__setattr__(self, "ratio", _check_range(self.ratio, "ratio", 0.0))
         object.__setattr__(self, "flip", _check_flip(self.flip))
+        _check_filter(self)
 
     kind = OpKind.RANDOM_RESIZED_CROP
 
@@ -102,11 +141,15 @@ class CenterCrop:
         resize: Length the shorter side is scaled to before the center crop; ``None`` crops the
             largest centered box of the output's aspect ratio without a prior resize step.
         flip: Probability of a horizontal flip (0 for evaluation).
+        interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"`` (of the ``Resize``).
+        antialias: As for :class:`RandomResizedCrop`.
     """
 
     size: Union[int, Tuple[int, int]] = 224
     resize: Union[int, None] = 256
     flip: float = 0.0
+    interpolation: str = "bilinear"
+    antialias: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", _pair(self.size, "size"))
@@ -115,6 +158,7 @@ class CenterCrop:
         if self.resize is not None and self.resize < min(self.size):
             raise ValueError(f"resize={self.resize} must be >= the crop size {self.size}")
         object.__setattr__(self, "flip", _check_flip(self.flip))
+        _check_filter(self)
 
     kind = OpKind.RESIZE_CENTER_CROP
 
@@ -126,14 +170,19 @@ class Resize:
     Args:
         size: Output ``(height, width)`` or one int for a square.
         flip: Probability of a horizontal flip.
+        interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"``.
+        antialias: As for :class:`RandomResizedCrop`.
     """
 
     size: Union[int, Tuple[int, int]] = 224
     flip: float = 0.0
+    interpolation: str = "bilinear"
+    antialias: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", _pair(self.size, "size"))
         object.__setattr__(self, "flip", _check_flip(self.flip))
+        _check_filter(self)
 
     kind = OpKind.RESIZE
 
@@ -141,14 +190,17 @@ class Resize:
 Transform = Union[RandomResizedCrop, CenterCrop, Resize]
 
 
-def train(size: int = 224, *, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), flip: float = 0.5) -> RandomResizedCrop:
+def train(size: int = 224, *, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), flip: float = 0.5,
+          interpolation: str = "bilinear", antialias: bool = True) -> RandomResizedCrop:
     """The standard ImageNet training transform: RandomResizedCrop(size) + RandomHorizontalFlip."""
-    return RandomResizedCrop(size=size, scale=scale, ratio=ratio, flip=flip)
+    return RandomResizedCrop(size=size, scale=scale, ratio=ratio, flip=flip, interpolation=interpolation,
+                             antialias=antialias)
 
 
-def eval_transform(size: int = 224, *, resize: int = 256) -> CenterCrop:
+def eval_transform(size: int = 224, *, resize: int = 256, interpolation: str = "bilinear",
+                   antialias: bool = True) -> CenterCrop:
     """The standard ImageNet evaluation transform: Resize(resize) + CenterCrop(size)."""
-    return CenterCrop(size=size, resize=resize)
+    return CenterCrop(size=size, resize=resize, interpolation=interpolation, antialias=antialias)
 
 
 def _round_half_even(x: float) -> int:
@@ -199,6 +251,20 @@ def _rrc_box(width: int, height: int, t: RandomResizedCrop, key: int) -> Tuple[i
     return (width - w) // 2, (height - h) // 2, w, h
 
 
+def _center_crop_window(width: int, height: int, t: CenterCrop) -> Tuple[int, int, int, int]:
+    """torchvision's Resize(int) + CenterCrop: the resized size and the crop's left, top in it."""
+    out_h, out_w = t.size
+    assert t.resize is not None
+    # Resize(int): shorter side -> resize, longer side truncated to int.
+    if width <= height:
+        new_w, new_h = t.resize, int(t.resize * height / width)
+    else:
+        new_w, new_h = int(t.resize * width / height), t.resize
+    left = _round_half_even((new_w - out_w) / 2.0)
+    top = _round_half_even((new_h - out_h) / 2.0)
+    return new_w, new_h, left, top
+
+
 def sample_params(width: int, height: int, transform: Transform, *, seed: int, epoch: int, index: int) -> SampleParams:
     """The source box and flip the engine uses for one sample (the reference implementation).
 
@@ -225,15 +291,9 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
             # Largest centered box with the output's aspect ratio.
             s = min(width / out_w, height / out_h)
         else:
-            # torchvision Resize(int): shorter side -> resize, longer side truncated to int.
-            if width <= height:
-                new_w, new_h = transform.resize, int(transform.resize * height / width)
-            else:
-                new_w, new_h = int(transform.resize * width / height), transform.resize
+            new_w, new_h, left, top = _center_crop_window(width, height, transform)
             s = width / new_w  # source pixels per resized pixel (x); y uses its own factor
             sy = height / new_h
-            left = _round_half_even((new_w - out_w) / 2.0)
-            top = _round_half_even((new_h - out_h) / 2.0)
             box = (left * s, top * sy, (left + out_w) * s, (top + out_h) * sy)
             return SampleParams(*box, flip=uniform(key, _FLIP_DRAW) < transform.flip)
         w, h = out_w * s, out_h * s
@@ -241,3 +301,87 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
     else:
         box = (0.0, 0.0, float(width), float(height))
     return SampleParams(*box, flip=uniform(key, _FLIP_DRAW) < transform.flip)
+
+
+_PIL_FILTERS = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "nearest": "NEAREST"}
+
+
+def _plain_weights(in0: float, in1: float, out_size: int, clip0: int, clip1: int, interpolation: str) -> np.ndarray:
+    """[out_size, clip1 - clip0] weights of torch's interpolate(align_corners=False) without antialiasing."""
+    scale = (in1 - in0) / out_size
+    w = np.zeros((out_size, clip1 - clip0), np.float64)
+
+    def put(row: int, i: int, value: float) -> None:
+        w[row, min(max(i, clip0), clip1 - 1) - clip0] += value
+
+    # torch's "nearest" takes floorf(j * scale) in float32, j the pixel of the resized axis (a
+    # window of it starts at j0 = (in0 - clip0) / scale).
+    j0 = round((in0 - clip0) / scale)
+    scale32 = np.float32(scale)
+    for x in range(out_size):
+        if interpolation == "nearest":
+            put(x, clip0 + int(np.floor(np.float32(j0 + x) * scale32)), 1.0)
+            continue
+        src = in0 + (x + 0.5) * scale - 0.5
+        if interpolation == "bilinear":
+            src = max(src, float(clip0))
+            i0 = min(clip1 - 1, math.floor(src))
+            put(x, i0, 1.0 - (src - i0))
+            put(x, i0 + 1, src - i0)
+        else:
+            i = math.floor(src)
+            t = src - i
+            a = -0.75
+            near = lambda v: ((a + 2.0) * v - (a + 3.0)) * v * v + 1.0  # noqa: E731
+            far = lambda v: ((a * v - 5.0 * a) * v + 8.0 * a) * v - 4.0 * a  # noqa: E731
+            for k, value in enumerate((far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t))):
+                put(x, i - 1 + k, value)
+    return w
+
+
+def resample(image: Any, params: SampleParams, transform: Transform) -> np.ndarray:
+    """The reference geometry: a decoded RGB image -> the output-sized HWC uint8 array.
+
+    Args:
+        image: The full-size decoded image (a PIL ``Image`` in RGB mode).
+        params: What :func:`sample_params` drew for it.
+        transform: The geometry op.
+
+    Returns:
+        ``[height, width, 3]`` uint8: the box resampled with the op's filter, then flipped.
+    """
+    from PIL import Image
+
+    out_h, out_w = transform.size
+    interpolation = getattr(transform, "interpolation", "bilinear")
+    antialias = getattr(transform, "antialias", True)
+    x0, y0, x1, y1 = params.box
+    crop = transform.kind == OpKind.RANDOM_RESIZED_CROP
+    if antialias:
+        resample_filter = getattr(Image, _PIL_FILTERS[interpolation])
+        if crop:  # torchvision: crop, then resize the crop
+            image = image.crop((int(x0), int(y0), int(x1), int(y1)))
+            out = image.resize((out_w, out_h), resample_filter)
+        elif transform.kind == OpKind.RESIZE_CENTER_CROP and transform.resize is not None:
+            # torchvision: resize the whole image, then crop the window (the same pixels as a resize
+            # of the box, up to how Pillow's arithmetic rounds at exact ties).
+            new_w, new_h, left, top = _center_crop_window(image.width, image.height, transform)
+            out = image.resize((new_w, new_h), resample_filter).crop((left, top, left + out_w, top + out_h))
+        else:
+            out = image.resize((out_w, out_h), resample_filter, box=params.box)
+        arr = np.asarray(out)
+    else:
+        width, height = image.size
+        cx = (int(x0), int(x1)) if crop else (0, width)
+        cy = (int(y0), int(y1)) if crop else (0, height)
+        wx = _plain_weights(x0, x1, out_w, cx[0], cx[1], interpolation)
+        wy = _plain_weights(y0, y1, out_h, cy[0], cy[1], interpolation)
+        src = np.asarray(image, np.float64)[cy[0]:cy[1], cx[0]:cx[1]]
+        # Separable, horizontal pass first, rounded to uint8 in between, as torch's uint8 kernels
+        # (which torchvision uses for uint8 images on CPU) and Pillow do.
+        rows = np.clip(np.floor(np.einsum("ijc,xj->ixc", src, wx, optimize=True) + 0.5), 0, 255)
+        res = np.einsum("yi,ixc->yxc", wy, rows, optimize=True)
+        arr = np.clip(np.floor(res + 0.5), 0, 255).astype(np.uint8)
+    if params.flip:
+        arr = arr[:, ::-1]
+    return np.ascontiguousarray(arr)
