@@ -459,3 +459,21 @@ def test_float_output_is_written_by_the_engine(folder):
         ref = next(iter(tud.DataLoader(ds, batch_size=8)))[0]
         assert (x.float() - ref.float()).abs().mean() < TOL_EVAL
         loader.close()
+
+
+@pytest.mark.parametrize("mode", ["bicubic", "nearest"])
+def test_other_interpolations_equal_torchvision(folder, mode):
+    import dataclasses
+
+    from fastload.transforms import CenterCrop as FlCenterCrop
+
+    if "interpolation" not in {f.name for f in dataclasses.fields(FlCenterCrop)}:
+        pytest.skip("the engine's geometry ops have no interpolation field in this build")
+    tf = T.Compose([T.Resize(72, interpolation=T.InterpolationMode(mode)), T.CenterCrop(64), T.ToTensor(),
+                    T.Normalize(MEAN, STD)])
+    ds = datasets.ImageFolder(folder, tf)
+    loader = DataLoader(ds, batch_size=16)
+    it = iter(loader)
+    ours = [[x.clone(), y.clone()] for x, y in it]
+    assert it.plan.geometry.interpolation == mode and not it.plan.rest
+    assert_close_batches(ours, batches(tud.DataLoader(ds, batch_size=16)), TOL_EVAL * (3 if mode == "nearest" else 1))

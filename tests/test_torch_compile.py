@@ -39,7 +39,7 @@ def test_flip_before_the_crop_and_normalize_chains():
 
 @pytest.mark.parametrize("ops,first_rest,reason", [
     ([T.RandomResizedCrop(64), T.ColorJitter(0.4), T.ToTensor()], "ColorJitter", "not an op fastload compiles"),
-    ([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.BICUBIC), T.ToTensor()], "RandomResizedCrop", "bicubic"),
+    ([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.LANCZOS), T.ToTensor()], "RandomResizedCrop", "lanczos"),
     ([T.Resize(72), T.ToTensor()], "Resize", "CenterCrop follows"),
     ([T.CenterCrop(64), T.ToTensor()], "CenterCrop", "not in the engine yet"),
     ([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.RandomHorizontalFlip()], "RandomHorizontalFlip", "second"),
@@ -76,3 +76,18 @@ def test_preset_classes_that_only_delegate_are_seen_through():
 
     assert compile_transform(Preset()).geometry is not None
     assert compile_transform(Augmenting()).geometry is None
+
+
+def test_interpolation_follows_the_engine_ops():
+    import dataclasses
+
+    if "interpolation" not in {f.name for f in dataclasses.fields(RandomResizedCrop)}:
+        pytest.skip("the engine's geometry ops have no interpolation field in this build")
+    p = compile_transform(T.Compose([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.BICUBIC),
+                                     T.ToTensor()]))
+    assert p.geometry.interpolation == "bicubic" and p.geometry.antialias and not p.rest
+    e = compile_transform(v2.Compose([v2.Resize(72, interpolation="nearest"), v2.CenterCrop(64), v2.PILToTensor()]))
+    assert e.geometry.interpolation == "nearest" and not e.rest
+    # On a uint8 tensor (not a PIL image) antialias follows the op.
+    t = compile_transform(v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(64, antialias=False)]))
+    assert t.geometry.antialias is False
