@@ -325,6 +325,31 @@ class Loader:
         """
         return _EpochIterator(self, self._driver.begin_pass())
 
+    def iterate_batches(self, batches: Callable[[threading.Event], Iterator[np.ndarray]], *, seed: int,
+                        epoch: int, timeout: Optional[float] = None) -> "_EpochIterator":
+        """One pass over batches chosen by the caller (a sampler's) instead of the loader's own order.
+
+        Args:
+            batches: ``batches(stop)`` runs on the producer thread and yields int64 arrays of record
+                indices, at most ``config.batch_size`` each; it must return promptly once ``stop`` is
+                set (the torch adapter feeds it from the consumer's thread through a queue).
+            seed: Seed of this pass's per-sample randomness, keyed ``(seed, epoch, index)``.
+            epoch: Epoch of this pass's per-sample randomness.
+            timeout: Seconds a ``next()`` waits for a batch at most (``TimeoutError`` after that).
+
+        Returns:
+            An iterator of :class:`~fastload.batch.Batch` ending after the last batch ``batches``
+            yields. It ends this thread's open pass; the loader's own position (``state_dict``,
+            ``set_epoch``) does not move.
+
+        Raises:
+            LoaderClosed: The loader is closed.
+            LoaderBusy: Another thread is iterating the loader.
+        """
+        _positive_int(seed, "seed", 0)
+        _positive_int(epoch, "epoch", 0)
+        return _EpochIterator(self, self._driver.begin_pass(feed=(batches, int(seed), int(epoch)), timeout=timeout))
+
     def state_dict(self) -> Dict[str, Any]:
         """The position after the last batch handed to the consumer, plus the order's fingerprint."""
         epoch, batch = self._driver.position()
@@ -501,14 +526,32 @@ class _Pipeline:
             yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
         return False
 
+    def produce_batches(self, batches: Iterator[np.ndarray], seed: int, epoch: int,
+                        stop: threading.Event) -> Iterator[Union[Batch, "_EpochEnd"]]:
+        """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
+        for k, indices in enumerate(batches):
+            with self.timer.span(Stage.WAIT_SLOT):
+                slot = self.ring.acquire(stop)
+            if slot is None:
+                return
+            try:
+                indices = self._fill(slot, np.asarray(indices, dtype=np.int64), epoch, k, seed)
+            except BaseException:
+                self.ring.unused(slot)
+                raise
+            yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
+        if not stop.is_set():
+            yield _EpochEnd(epoch)
+
     def _view(self, i: int) -> Tuple[Any, Optional[str]]:
         try:
             return self.dataset.image(int(i)), None
         except (CorruptRecordError, OSError, ValueError) as exc:
             return b"", f"unreadable record: {exc}"
 
-    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int) -> np.ndarray:
+    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int, seed: Optional[int] = None) -> np.ndarray:
         """Decode the batch ``indices`` into ``slot``; returns the indices actually used."""
+        seed = self.config.seed if seed is None else seed
         m = len(indices)
         arrays = slot.arrays
         out = arrays["images"][:m]
@@ -526,7 +569,7 @@ class _Pipeline:
                     if err is not None:
                         read_errors[pos] = err
         with timer.span(Stage.DECODE, batch=number):
-            result = self._decode(views, out, self.config.transform, seed=self.config.seed, epoch=epoch,
+            result = self._decode(views, out, self.config.transform, seed=seed, epoch=epoch,
                                   indices=indices, **self._decode_kwargs)
             timer.backend = result.backend
             timer.count_slices(getattr(result, "sliced", 0), getattr(result, "slice_fallbacks", 0))
@@ -534,7 +577,7 @@ class _Pipeline:
             failures.update(read_errors)
             if failures:
                 indices = indices.copy()
-                self._substitute(failures, indices, out, epoch)
+                self._substitute(failures, indices, out, epoch, seed)
         if self._done_with is not None:
             del views  # the decoded bytes are no longer referenced by this batch
             self._done_with(indices)
@@ -553,7 +596,8 @@ class _Pipeline:
         except Exception as exc:  # noqa: BLE001 - a location is best effort inside an error message
             return f"location unknown: {exc}"
 
-    def _substitute(self, failures: Dict[int, str], indices: np.ndarray, out: np.ndarray, epoch: int) -> None:
+    def _substitute(self, failures: Dict[int, str], indices: np.ndarray, out: np.ndarray, epoch: int,
+                    seed: int) -> None:
         """Apply the on_error policy to the failed positions of one batch (in place)."""
         for pos in sorted(failures):
             i = int(indices[pos])
@@ -569,7 +613,7 @@ class _Pipeline:
                 view, err = self._view(j)
                 if err is None:
                     sub = np.array([j], dtype=np.int64)
-                    result = self._decode([view], out[pos:pos + 1], self.config.transform, seed=self.config.seed,
+                    result = self._decode([view], out[pos:pos + 1], self.config.transform, seed=seed,
                                           epoch=epoch, indices=sub, **self._decode_kwargs)
                     if result.ok:
                         indices[pos] = j
@@ -599,11 +643,18 @@ class _Run:
         producer: The :class:`~fastload.prefetch.Producer`.
     """
 
-    def __init__(self, pipeline: _Pipeline, ring: BatchRing, epoch: int, start: int) -> None:
+    def __init__(self, pipeline: _Pipeline, ring: BatchRing, epoch: int, start: int, feed=None) -> None:
         self.epoch, self.batch = epoch, start
-        # The lambda closes over the pipeline only, never the Loader or the driver (see Loader._build).
-        self.producer = Producer(lambda stop: pipeline.produce(epoch, start, stop), maxsize=ring.base_slots,
-                                 name=f"fastload-loader-e{epoch}b{start}", wake=ring.wake)
+        # A run over caller-chosen batches (Loader.iterate_batches) is never continued by a later pass.
+        self.external = feed is not None
+        if feed is None:
+            # The lambda closes over the pipeline only, never the Loader or the driver (see Loader._build).
+            produce = lambda stop: pipeline.produce(epoch, start, stop)  # noqa: E731
+        else:
+            batches, seed, feed_epoch = feed
+            produce = lambda stop: pipeline.produce_batches(batches(stop), seed, feed_epoch, stop)  # noqa: E731
+        self.producer = Producer(produce, maxsize=ring.base_slots, name=f"fastload-loader-e{epoch}b{start}",
+                                 wake=ring.wake)
 
     def stop(self) -> None:
         self.producer.close()
@@ -612,10 +663,13 @@ class _Run:
 class _Pass:
     """The state of one pass over an epoch (what ``iter(loader)`` started), kept by the driver."""
 
-    __slots__ = ("epoch", "start", "taken", "finished", "ended", "thread", "iterator")
+    __slots__ = ("epoch", "start", "taken", "finished", "ended", "thread", "iterator", "external", "timeout")
 
-    def __init__(self, epoch: int, start: int, thread: threading.Thread) -> None:
+    def __init__(self, epoch: int, start: int, thread: threading.Thread, *, external: bool = False,
+                 timeout: Optional[float] = None) -> None:
         self.epoch, self.start, self.taken = epoch, start, 0
+        self.external = external  # over caller-chosen batches: does not move the loader's position
+        self.timeout = timeout
         self.finished = False  # the epoch's end was reached
         self.ended = False  # finished, or ended early (close, a new pass, set_epoch, an error)
         self.thread = thread
@@ -654,13 +708,13 @@ class _Driver:
     def current_epoch(self) -> int:
         with self._lock:
             ps = self._pass
-            return ps.epoch if ps is not None and not ps.finished else self._epoch
+            return ps.epoch if ps is not None and not ps.finished and not ps.external else self._epoch
 
     def position(self) -> Tuple[int, int]:
         """(epoch, batch) after the last batch handed to the consumer (or where the next pass starts)."""
         with self._lock:
             ps = self._pass
-            if ps is not None and not ps.finished:
+            if ps is not None and not ps.finished and not ps.external:
                 return ps.epoch, ps.start + ps.taken
             return self._epoch, self._resume
 
@@ -675,16 +729,22 @@ class _Driver:
 
     # --- passes ---------------------------------------------------------------------------------
 
-    def begin_pass(self) -> _Pass:
+    def begin_pass(self, feed=None, timeout: Optional[float] = None) -> _Pass:
         with self._lock:
             if self.closed:
                 raise LoaderClosed("the loader is closed")
             self._refuse_other_thread("start iterating it")
             if self._pass is not None:
                 self._end_pass_locked(self._pass)
+            if feed is not None:
+                # Caller-chosen batches: always a fresh run; the loader's own position stays.
+                self._stop_run_locked()
+                self.run = _Run(self._pipeline, self._ring, feed[2], 0, feed=feed)
+                self._pass = _Pass(feed[2], 0, threading.current_thread(), external=True, timeout=timeout)
+                return self._pass
             start, self._resume = self._resume, 0
             run = self.run
-            if run is None or (run.epoch, run.batch) != (self._epoch, start):
+            if run is None or run.external or (run.epoch, run.batch) != (self._epoch, start):
                 # Not where the running producer is (first pass, set_epoch to another epoch, resume,
                 # an abandoned pass): restart it there. Otherwise keep what it already prefetched.
                 self._stop_run_locked()
@@ -707,7 +767,7 @@ class _Driver:
         timer.consumer_active()
         try:
             with timer.span(Stage.WAIT_DATA):
-                item = run.producer.get()
+                item = run.producer.get(ps.timeout)
         except (ProducerStopped, StopIteration):
             if self.closed:
                 raise LoaderClosed("the loader was closed (from another thread) while this thread waited for a "
@@ -728,7 +788,8 @@ class _Driver:
             if isinstance(item, _EpochEnd):
                 ps.finished = ps.ended = True
                 run.epoch, run.batch = item.epoch + 1, 0
-                self._epoch, self._resume = item.epoch + 1, 0
+                if not ps.external:
+                    self._epoch, self._resume = item.epoch + 1, 0
                 timer.consumer_idle()
                 raise StopIteration
             run.batch += 1

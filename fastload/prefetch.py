@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
@@ -102,22 +103,29 @@ class Producer(Generic[T]):
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def get(self) -> T:
+    def get(self, timeout: Optional[float] = None) -> T:
         """The next item; raises StopIteration at the end, or the producer's exception.
+
+        Args:
+            timeout: Seconds to wait at most (None: no limit).
 
         Raises:
             StopIteration: The producer finished.
             ProducerStopped: :meth:`close` was called.
+            TimeoutError: No item within ``timeout`` seconds (the producer is closed).
             BaseException: Whatever the producer raised, with its original traceback.
         """
         if self._finished:
             raise StopIteration
+        deadline = None if not timeout else time.monotonic() + timeout
         try:
             while True:
                 try:
                     item = self._queue.get(timeout=self._poll)
                     break
                 except queue.Empty:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise TimeoutError(f"no batch within {timeout} seconds") from None
                     if self._stop.is_set():
                         raise ProducerStopped("the producer was closed") from None
                     if not self._thread.is_alive() and self._queue.empty():

@@ -1,7 +1,7 @@
 """Device stage under DDP: 2 real CPU processes with the gloo backend.
 
-Each rank iterates ``fastload.torch.DataLoader`` with rank/world size taken from
-``torch.distributed`` and runs one ``all_reduce`` per batch: if the ranks' batch counts differed the
+Each rank iterates ``fastload.torch.DataLoader`` with ``fastload.torch.OrderSampler``, which takes the
+rank and world size from ``torch.distributed`` when each epoch starts, and runs one ``all_reduce`` per batch: if the ranks' batch counts differed the
 collective would hang, so every wait is bounded (gloo timeout, subprocess timeout) and the test fails
 instead of hanging.
 """
@@ -27,16 +27,20 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 WORKER = textwrap.dedent("""
     import datetime, json, sys
     import torch, torch.distributed as dist
-    from fastload.torch import DataLoader
+    from fastload.torch import DataLoader, OrderSampler
     from fastload.transforms import train
     from fake_dataset import FakeDataset
 
     rank, world, port, n, even, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=20))
     ds = FakeDataset(n, label_width=2)  # labels[:, 0] is the record index: shows what each rank read
     result = {"epochs": []}
-    with DataLoader(ds, batch_size=8, shuffle=True, seed=3, transform=train(16), num_threads=1, even=even) as loader:
+    # Built before the process group exists (as Lightning does): rank and world size are read when
+    # each epoch starts.
+    sampler = OrderSampler(ds, shuffle=True, seed=3, even=even)
+    loader = DataLoader(ds, batch_size=8, sampler=sampler, transform=train(16), num_threads=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=20))
+    with loader:
         result["len"] = len(loader)
         for epoch in range(2):
             loader.set_epoch(epoch)

@@ -561,10 +561,11 @@ def test_torch_dataloader_list_returns_intact_batches():
     from fastload.torch import DataLoader
 
     ds = FakeDataset(70)
+    # Same order and crops for both loaders: shuffled by a seeded generator, crops keyed by seed=.
     common = dict(batch_size=4, transform=train(SIZE), shuffle=True, seed=3, num_threads=2)
-    with DataLoader(ds, copy=True, **common) as loader:
+    with DataLoader(ds, copy=True, generator=torch.Generator().manual_seed(3), **common) as loader:
         reference = [(x.clone(), y.clone()) for x, y in loader]
-    with DataLoader(ds, **common) as loader:
+    with DataLoader(ds, generator=torch.Generator().manual_seed(3), **common) as loader:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             kept = list(loader)

@@ -32,14 +32,15 @@ def run_demo(path: str, *, batch_size: int = 64, epochs: int = 2, size: int = 22
     """
     import fastload
     from fastload.decode import engine_info
-    from fastload.torch import DataLoader
+    from fastload.torch import DataLoader, ImageDataset, OrderSampler
 
     info = engine_info()
     report = {"epochs": []}
-    with DataLoader(path, batch_size=batch_size, shuffle=shuffle, seed=0, transform=fastload.train(size),
+    dataset = ImageDataset(path, transform=fastload.train(size))
+    with DataLoader(dataset, batch_size=batch_size, sampler=OrderSampler(dataset, shuffle=shuffle, seed=0), seed=0,
                     num_threads=threads, device=device) as loader:
-        ds = loader.dataset
-        print(f"dataset {path}: {len(ds)} records ({getattr(ds, 'kind', '?')}), label width {loader.loader.label_width}; "
+        ds = dataset.records
+        print(f"dataset {path}: {len(ds)} records ({getattr(ds, 'kind', '?')}), label width {ds.label_width}; "
               f"{len(loader)} batches of {batch_size} per epoch, output {size}x{size} uint8 NCHW", file=out)
         print(f"decoder: {info['backend']}" + (f" (libjpeg-turbo {info['libjpeg_turbo']}, {info['simd']})"
                                                if info["libjpeg_turbo"] else f" ({info['reason']})")
