@@ -435,6 +435,15 @@ def _flatten(transform) -> List[Any]:
     return [transform]
 
 
+def is_fastload_transform(transform: Any) -> bool:
+    """True for a fastload transform spec (a geometry op or a ``Pipeline``): the engine runs it as is."""
+    import typing
+
+    from fastload.transforms import Pipeline, Transform
+
+    return isinstance(transform, (Pipeline, *typing.get_args(Transform)))
+
+
 def compile_transform(transform) -> Plan:
     """Split ``transform`` into an engine plan and the ops that run per sample.
 
@@ -446,9 +455,7 @@ def compile_transform(transform) -> Plan:
         A :class:`Plan`. ``plan.geometry is None`` when nothing before the first unknown op gives the
         engine a fixed output size (then the whole transform runs per sample).
     """
-    from fastload.torch.datasets import _is_fastload_op
-
-    if _is_fastload_op(transform):
+    if is_fastload_transform(transform):
         return Plan(geometry=transform, kind="tensor", compiled=(type(transform).__name__,))
     ops = _flatten(transform)
     table = _table()

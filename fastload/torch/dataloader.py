@@ -242,9 +242,9 @@ class DataLoader(torch.utils.data.DataLoader):
         return {"targets": targets, "single": devices is None, "memory_format": memory_format, "convert": convert}
 
     def _fastload_op_transform(self) -> bool:
-        from fastload.torch.datasets import _is_fastload_op
+        from fastload.torch.compile import is_fastload_transform
 
-        return isinstance(self.dataset, ImageDataset) and _is_fastload_op(self.dataset.transform)
+        return isinstance(self.dataset, ImageDataset) and is_fastload_transform(self.dataset.transform)
 
     def _check_fast_only_extras(self) -> None:
         if self._placement_args["targets"] is not None:

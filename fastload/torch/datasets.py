@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fastload.errors import CorruptRecordError
+from fastload.torch.compile import is_fastload_transform
 
 __all__ = ["ImageDataset", "Source", "resolve_source", "FileRecords"]
 
@@ -259,7 +260,7 @@ class ImageDataset(torch.utils.data.Dataset):
     def __getitem__(self, index):
         i = self._check(index)
         transform = self.transform
-        if transform is not None and _is_fastload_op(transform):
+        if transform is not None and is_fastload_transform(transform):
             image = _decode_fastload(self.records, [i], transform)[0]
         else:
             image = self.load_image(i)
@@ -277,7 +278,7 @@ class ImageDataset(torch.utils.data.Dataset):
 
         idx = [self._check(i) for i in indices]
         transform = self.transform
-        if transform is not None and _is_fastload_op(transform):
+        if transform is not None and is_fastload_transform(transform):
             images = _decode_fastload(self.records, idx, transform)
             return [(img, self._target(i)) for img, i in zip(images, idx)]
         plan = compile_transform(transform) if transform is not None else None
@@ -300,10 +301,6 @@ class ImageDataset(torch.utils.data.Dataset):
         return f"ImageDataset({self.root!r}, {len(self)} records, transform={self.transform!r})"
 
 
-def _is_fastload_op(transform) -> bool:
-    from fastload.transforms import CenterCrop, RandomResizedCrop, Resize
-
-    return isinstance(transform, (RandomResizedCrop, CenterCrop, Resize))
 
 
 def _decode_fastload(records, indices: Sequence[int], op, output=None) -> List[torch.Tensor]:
