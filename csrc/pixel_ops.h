@@ -61,21 +61,30 @@ enum class PixelOpKind : int {
   kTrivialAugmentWide = 6,
 };
 
+// Geometric primitives carry Pillow's warp per signed magnitude: 7 numbers (mode, a0..a5) as
+// fastload.transforms.primitives.WarpPlan.as_row(); mode 0 affine, 1 identity, 2/3/4 the
+// transposes ROTATE_90 / ROTATE_180 / ROTATE_270.
+constexpr int kWarpValues = 7;
+
 // One candidate op of a policy: the primitive, its magnitude bins (empty for magnitude-free ops)
 // and whether the magnitude gets a random sign. Tables are computed by the Python spec (the same
-// float32 linspace as torchvision) for the Pipeline's output size.
+// float32 linspace as torchvision) for the Pipeline's output size; geometric ops also carry, per
+// bin, the warp of +magnitude then of -magnitude (2 * kWarpValues numbers per bin).
 struct PolicyOp {
   PixelPrim prim = PixelPrim::kIdentity;
   bool is_signed = false;
   std::vector<double> magnitudes;
+  std::vector<double> warps;
 };
 
-// One step of an AutoAugment sub-policy: applied when its draw is <= prob, with a fixed magnitude.
+// One step of an AutoAugment sub-policy: applied when its draw is <= prob, with a fixed magnitude
+// (and, for geometric ops, the warps of +magnitude and -magnitude).
 struct PolicyStep {
   PixelPrim prim = PixelPrim::kIdentity;
   double prob = 0.0;
   double magnitude = 0.0;
   bool is_signed = false;
+  double warps[2 * kWarpValues] = {1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
 };
 
 struct PixelOp {
@@ -96,7 +105,7 @@ struct PixelOp {
 
   // MXNetColorAugment (MXNet's ImageRecordIter names). The post-normalization part
   // (max_random_contrast / max_random_illumination) runs in apply_erasing.
-  float mx_brightness = 0, mx_contrast = 0, mx_saturation = 0, mx_pca_noise = 0;
+  double mx_brightness = 0, mx_contrast = 0, mx_saturation = 0, mx_pca_noise = 0;
   int random_h = 0, random_s = 0, random_l = 0;
 
   // Policies.
@@ -115,7 +124,7 @@ struct PixelOpsSpec {
 
 // Sampled parameters of one image, kTraceValuesPerOp doubles per op (layout per op kind in
 // fastload/transforms/pixel.py); NaN where a value was not drawn.
-constexpr int kTraceValuesPerOp = 16;
+constexpr int kTraceValuesPerOp = 64;
 struct PixelOpsTrace {
   double* values = nullptr;  // ops.size() * kTraceValuesPerOp doubles, or nullptr
 };
@@ -133,8 +142,8 @@ struct ErasingSpec {
   // l ~ U(-max_random_illumination, max_random_illumination); drawn from the MXNetColorAugment op's
   // counters (mx_counter_base).
   bool mx_jitter = false;
-  float max_random_contrast = 0, max_random_illumination = 0;
-  float illumination_scale[3] = {1, 1, 1};  // Normalize's scale / std per channel
+  double max_random_contrast = 0, max_random_illumination = 0;
+  float illumination_scale[3] = {1, 1, 1};  // float32(Normalize's scale / std) per channel
   uint64_t mx_counter_base = 0;
 
   // RandomErasing (torchvision semantics; value is in output units: normalized for float outputs).
@@ -143,7 +152,7 @@ struct ErasingSpec {
   double scale[2] = {0.02, 0.33};
   double log_ratio[2] = {0, 0};
   bool random_value = false;  // float outputs: N(0, 1) per element; uint8 outputs: uniform 0..255
-  float value[3] = {0, 0, 0};
+  double value[3] = {0, 0, 0};
 
   bool active() const { return mx_jitter || erase; }
 };
@@ -168,12 +177,19 @@ struct MixParams {
 };
 
 // images: n samples of [h, w, 3] or [3, h, w] `type` values, mixed in place with up to `threads`
-// threads of the engine's pool. labels: n * label_width float32 (class indices when label_width == 1
-// and num_classes > 1, else already a probability vector of num_classes); soft: n * num_classes
-// float32 written with the mixed one-hot labels. Returns false (and writes nothing) when a class
-// index is out of range; *bad_index is set to the first offending sample.
-bool mix_batch(void* images, SampleType type, bool channels_first, int n, int h, int w, const MixParams& params,
-               const float* labels, int label_width, int num_classes, float* soft, int threads, int* bad_index);
+// threads of the engine's pool. labels: n rows of num_classes float32 (one-hot or probabilities);
+// soft: n rows of num_classes float32, written with the mixed labels.
+void mix_batch(void* images, SampleType type, bool channels_first, int n, int h, int w, const MixParams& params,
+               const float* labels, int num_classes, float* soft, int threads);
+
+// Batch forms of apply_pixel_ops / apply_erasing over n contiguous samples, spread over up to
+// `threads` threads of the engine's pool, keys sample_key(seed, epoch, indices[i]); traces (or
+// nullptr) hold n * ops * kTraceValuesPerOp / n * kErasingTraceValues doubles. For callers that run
+// the ops outside the decode (tests, benchmarks, already-decoded batches).
+void apply_pixel_ops_batch(uint8_t* images, int n, int h, int w, const PixelOpsSpec& ops, uint64_t seed, uint64_t epoch,
+                           const int64_t* indices, int threads, double* traces);
+void apply_erasing_batch(void* images, SampleType type, bool channels_first, int n, int h, int w, const ErasingSpec& spec,
+                         uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, double* traces);
 
 // Name of the SIMD kernels the pixel ops use ("avx512", "avx2" or "scalar").
 const char* pixel_ops_kernel_name();

@@ -5,7 +5,11 @@ Pillow fallback) interprets while decoding. One module per kind of op:
 
 - :mod:`fastload.transforms.rng`: the counter-based generator keyed by ``(seed, epoch, index)``;
 - :mod:`fastload.transforms.geometry`: the crop / resize / flip that maps the decoded image to the
-  output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler.
+  output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler;
+- pixel ops on the output-sized image (:mod:`~fastload.transforms.color`,
+  :mod:`~fastload.transforms.mxnet_color`, :mod:`~fastload.transforms.policy`; counters and runner in
+  :mod:`~fastload.transforms.pixel`), the output-stage :mod:`~fastload.transforms.erasing` and the
+  batch-level :mod:`~fastload.transforms.mixing`.
 """
 
 from fastload.transforms.geometry import (
@@ -21,6 +25,13 @@ from fastload.transforms.geometry import (
 )
 from fastload.transforms.rng import sample_key, splitmix64, uniform
 
+# Pixel, output-stage and batch ops.
+from fastload.transforms.color import ColorJitter, Grayscale, Lighting, RandomGrayscale  # noqa: E402
+from fastload.transforms.erasing import RandomErasing  # noqa: E402
+from fastload.transforms.mixing import CutMix, MixUp, RandomChoice, mix_batch  # noqa: E402
+from fastload.transforms.mxnet_color import MXNetColorAugment  # noqa: E402
+from fastload.transforms.policy import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide  # noqa: E402
+
 __all__ = [
     "OpKind",
     "RandomResizedCrop",
@@ -34,4 +45,18 @@ __all__ = [
     "splitmix64",
     "sample_key",
     "uniform",
+    "ColorJitter",
+    "RandomGrayscale",
+    "Grayscale",
+    "Lighting",
+    "MXNetColorAugment",
+    "AutoAugment",
+    "AutoAugmentPolicy",
+    "RandAugment",
+    "TrivialAugmentWide",
+    "RandomErasing",
+    "MixUp",
+    "CutMix",
+    "RandomChoice",
+    "mix_batch",
 ]

@@ -1,0 +1,285 @@
+// Pixels stage (native): portable scalar kernels of the pixel ops, operation for operation the
+// arithmetic of Pillow (torchvision ops) and OpenCV 3.4 (MXNet ops). See pixel_kernels.h.
+#include "fp_exact.h"  // first: no fused multiply-add
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "pixel_kernels.h"
+
+namespace fastload {
+namespace pixel {
+namespace {
+
+inline uint8_t clip8i(int v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
+
+// Pillow's ImagingBlend for one byte: in1 + alpha * (in2 - in1) in float, truncated (clipped when
+// alpha is outside [0, 1]).
+inline uint8_t pil_blend(int in1, int in2, float alpha) {
+  const float v = static_cast<float>(in1) + alpha * static_cast<float>(in2 - in1);
+  if (alpha >= 0.0f && alpha <= 1.0f) return static_cast<uint8_t>(v);
+  if (v <= 0.0f) return 0;
+  if (v >= 255.0f) return 255;
+  return static_cast<uint8_t>(v);
+}
+
+inline int pil_luma(int r, int g, int b) { return (r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16; }
+
+// OpenCV 3.4's cvtColor(CV_RGB2GRAY) applied to MXNet's BGR buffer: the first byte (blue) gets
+// the red weight.
+inline int mx_gray_of(int r, int g, int b) { return (b * 4899 + g * 9617 + r * 1868 + (1 << 13)) >> 14; }
+
+// OpenCV's saturate_cast<uchar>(float): round half to even (cvRound), then clip.
+inline uint8_t cv_sat(float v) { return clip8i(static_cast<int>(std::nearbyint(v))); }
+
+void lut1_scalar(uint8_t* p, size_t n, const uint8_t* lut) {
+  for (size_t i = 0; i < n; ++i) p[i] = lut[p[i]];
+}
+
+void lut3_scalar(uint8_t* rgb, size_t pixels, const uint8_t* lut) {
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) {
+    rgb[0] = lut[rgb[0]];
+    rgb[1] = lut[256 + rgb[1]];
+    rgb[2] = lut[512 + rgb[2]];
+  }
+}
+
+uint64_t luma_sum_scalar(const uint8_t* rgb, size_t pixels) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) s += static_cast<uint64_t>(pil_luma(rgb[0], rgb[1], rgb[2]));
+  return s;
+}
+
+void grayscale_scalar(uint8_t* rgb, size_t pixels) {
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) {
+    const uint8_t l = static_cast<uint8_t>(pil_luma(rgb[0], rgb[1], rgb[2]));
+    rgb[0] = rgb[1] = rgb[2] = l;
+  }
+}
+
+void saturation_scalar(uint8_t* rgb, size_t pixels, float alpha) {
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) {
+    const int l = pil_luma(rgb[0], rgb[1], rgb[2]);
+    rgb[0] = pil_blend(l, rgb[0], alpha);
+    rgb[1] = pil_blend(l, rgb[1], alpha);
+    rgb[2] = pil_blend(l, rgb[2], alpha);
+  }
+}
+
+// Pillow's rgb2hsv for one pixel (Convert.c): float quotients, the hue offset and its wrap in double.
+inline void pil_rgb2hsv(int r, int g, int b, int* uh, int* us, int* uv) {
+  const int maxc = std::max(r, std::max(g, b));
+  const int minc = std::min(r, std::min(g, b));
+  *uv = maxc;
+  if (minc == maxc) {
+    *uh = 0;
+    *us = 0;
+    return;
+  }
+  const float cr = static_cast<float>(maxc - minc);
+  const float s = cr / static_cast<float>(maxc);
+  const float rc = static_cast<float>(maxc - r) / cr;
+  const float gc = static_cast<float>(maxc - g) / cr;
+  const float bc = static_cast<float>(maxc - b) / cr;
+  float h;
+  if (r == maxc) {
+    h = bc - gc;
+  } else if (g == maxc) {
+    h = static_cast<float>(2.0 + static_cast<double>(rc) - static_cast<double>(bc));
+  } else {
+    h = static_cast<float>(4.0 + static_cast<double>(gc) - static_cast<double>(rc));
+  }
+  h = static_cast<float>(std::fmod(static_cast<double>(h) / 6.0 + 1.0, 1.0));
+  *uh = clip8i(static_cast<int>(static_cast<double>(h) * 255.0));
+  *us = clip8i(static_cast<int>(static_cast<double>(s) * 255.0));
+}
+
+// Pillow's hsv2rgb for one pixel.
+inline void pil_hsv2rgb(int h, int s, int v, uint8_t* out) {
+  if (s == 0) {
+    out[0] = out[1] = out[2] = static_cast<uint8_t>(v);
+    return;
+  }
+  const int i = static_cast<int>(std::floor(static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0));
+  const float f = static_cast<float>(static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0 - static_cast<double>(static_cast<float>(i)));
+  const float fs = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
+  const double vd = static_cast<double>(static_cast<float>(v));
+  const int p = static_cast<int>(std::round(vd * (1.0 - static_cast<double>(fs))));
+  const int q = static_cast<int>(std::round(vd * (1.0 - static_cast<double>(fs * f))));
+  const int t = static_cast<int>(std::round(vd * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f)))));
+  const uint8_t up = clip8i(p), uq = clip8i(q), ut = clip8i(t), uv = static_cast<uint8_t>(v);
+  switch (i % 6) {
+    case 0: out[0] = uv, out[1] = ut, out[2] = up; break;
+    case 1: out[0] = uq, out[1] = uv, out[2] = up; break;
+    case 2: out[0] = up, out[1] = uv, out[2] = ut; break;
+    case 3: out[0] = up, out[1] = uq, out[2] = uv; break;
+    case 4: out[0] = ut, out[1] = up, out[2] = uv; break;
+    default: out[0] = uv, out[1] = up, out[2] = uq; break;
+  }
+}
+
+void hue_scalar(uint8_t* rgb, size_t pixels, uint8_t shift) {
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) {
+    int h, s, v;
+    pil_rgb2hsv(rgb[0], rgb[1], rgb[2], &h, &s, &v);
+    pil_hsv2rgb((h + shift) & 255, s, v, rgb);
+  }
+}
+
+// Pillow's ImagingFilter3x3 with the SMOOTH kernel (1 1 1 / 1 5 1 / 1 1 1, each divided by 13 in
+// float), offset 0.5, clamped and truncated; then blended with the source.
+void sharpen_scalar(const uint8_t* src, uint8_t* dst, int h, int w, float alpha) {
+  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+  const size_t stride = static_cast<size_t>(w) * 3;
+  for (int y = 1; y < h - 1; ++y) {
+    const uint8_t* up = src + (y - 1) * stride;
+    const uint8_t* mid = src + y * stride;
+    const uint8_t* down = src + (y + 1) * stride;
+    uint8_t* out = dst + y * stride;
+    for (size_t j = 3; j < stride - 3; ++j) {
+      float ss = 0.5f;
+      ss += static_cast<float>(down[j - 3]) * k1 + static_cast<float>(down[j]) * k1 + static_cast<float>(down[j + 3]) * k1;
+      ss += static_cast<float>(mid[j - 3]) * k1 + static_cast<float>(mid[j]) * k5 + static_cast<float>(mid[j + 3]) * k1;
+      ss += static_cast<float>(up[j - 3]) * k1 + static_cast<float>(up[j]) * k1 + static_cast<float>(up[j + 3]) * k1;
+      ss = ss < 0.0f ? 0.0f : ss;
+      ss = ss > 255.0f ? 255.0f : ss;
+      out[j] = pil_blend(static_cast<uint8_t>(ss), mid[j], alpha);
+    }
+  }
+}
+
+void minmax_scalar(const uint8_t* rgb, size_t pixels, uint8_t lo[3], uint8_t hi[3]) {
+  uint8_t l[3] = {255, 255, 255}, m[3] = {0, 0, 0};
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) {
+    for (int c = 0; c < 3; ++c) {
+      l[c] = std::min(l[c], rgb[c]);
+      m[c] = std::max(m[c], rgb[c]);
+    }
+  }
+  for (int c = 0; c < 3; ++c) lo[c] = l[c], hi[c] = m[c];
+}
+
+uint64_t mx_gray_sum_scalar(const uint8_t* rgb, size_t pixels) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) s += static_cast<uint64_t>(mx_gray_of(rgb[0], rgb[1], rgb[2]));
+  return s;
+}
+
+void mx_saturation_scalar(uint8_t* rgb, size_t pixels, float alpha, float beta) {
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) {
+    const float g = static_cast<float>(mx_gray_of(rgb[0], rgb[1], rgb[2])) * beta;
+    for (int c = 0; c < 3; ++c) rgb[c] = cv_sat(static_cast<float>(rgb[c]) * alpha + g);
+  }
+}
+
+// OpenCV's RGB2HLS_f / HLS2RGB_f (scalar code) with the 8-bit wrappers' 1/255 scaling and
+// saturate_cast, for the true colours (MXNet's BGR buffer read with blueIdx 0).
+inline void cv_rgb2hls(int R, int G, int B, int* H, int* L, int* S) {
+  const float k = 1.0f / 255.0f;
+  const float r = static_cast<float>(R) * k, g = static_cast<float>(G) * k, b = static_cast<float>(B) * k;
+  float h = 0.0f, s = 0.0f;
+  float vmax = r, vmin = r;
+  if (vmax < g) vmax = g;
+  if (vmax < b) vmax = b;
+  if (vmin > g) vmin = g;
+  if (vmin > b) vmin = b;
+  float diff = vmax - vmin;
+  const float l = (vmax + vmin) * 0.5f;
+  if (diff > FLT_EPSILON) {
+    s = l < 0.5f ? diff / (vmax + vmin) : diff / (2.0f - vmax - vmin);
+    diff = 60.0f / diff;
+    if (vmax == r)
+      h = (g - b) * diff;
+    else if (vmax == g)
+      h = (b - r) * diff + 120.0f;
+    else
+      h = (r - g) * diff + 240.0f;
+    if (h < 0.0f) h += 360.0f;
+  }
+  *H = cv_sat(h * 0.5f);
+  *L = cv_sat(l * 255.0f);
+  *S = cv_sat(s * 255.0f);
+}
+
+inline void cv_hls2rgb(int H, int L, int S, uint8_t* out) {
+  const float k = 1.0f / 255.0f;
+  float h = static_cast<float>(H);
+  const float l = static_cast<float>(L) * k, s = static_cast<float>(S) * k;
+  float b, g, r;
+  if (s == 0.0f) {
+    b = g = r = l;
+  } else {
+    static const int sector_data[6][3] = {{1, 3, 0}, {1, 0, 2}, {3, 0, 1}, {0, 2, 1}, {0, 1, 3}, {2, 1, 0}};
+    const float p2 = l <= 0.5f ? l * (1.0f + s) : l + s - l * s;
+    const float p1 = 2.0f * l - p2;
+    h *= 6.0f / 180.0f;
+    while (h < 0.0f) h += 6.0f;
+    while (h >= 6.0f) h -= 6.0f;
+    const int sector = static_cast<int>(std::floor(h));
+    h -= static_cast<float>(sector);
+    float tab[4];
+    tab[0] = p2;
+    tab[1] = p1;
+    tab[2] = p1 + (p2 - p1) * (1.0f - h);
+    tab[3] = p1 + (p2 - p1) * h;
+    b = tab[sector_data[sector][0]];
+    g = tab[sector_data[sector][1]];
+    r = tab[sector_data[sector][2]];
+  }
+  out[0] = cv_sat(r * 255.0f);
+  out[1] = cv_sat(g * 255.0f);
+  out[2] = cv_sat(b * 255.0f);
+}
+
+void mx_hls_scalar(uint8_t* rgb, size_t pixels, int dh, int dl, int ds) {
+  for (size_t i = 0; i < pixels; ++i, rgb += 3) {
+    int h, l, s;
+    cv_rgb2hls(rgb[0], rgb[1], rgb[2], &h, &l, &s);
+    h = std::max(0, std::min(180, h + dh));
+    l = std::max(0, std::min(255, l + dl));
+    s = std::max(0, std::min(255, s + ds));
+    cv_hls2rgb(h, l, s, rgb);
+  }
+}
+
+const Kernels kScalar = {
+    "scalar",       lut1_scalar,    lut3_scalar,   luma_sum_scalar,    grayscale_scalar,     saturation_scalar,
+    hue_scalar,     sharpen_scalar, minmax_scalar, mx_gray_sum_scalar, mx_saturation_scalar, mx_hls_scalar,
+};
+
+std::atomic<const Kernels*> g_forced{nullptr};
+
+}  // namespace
+
+const Kernels& scalar_kernels() { return kScalar; }
+
+const Kernels& kernels() {
+  const Kernels* forced = g_forced.load(std::memory_order_relaxed);
+  if (forced) return *forced;
+  static const Kernels* best = avx512_kernels() ? avx512_kernels() : &kScalar;
+  return *best;
+}
+
+bool force_kernels(const char* name) {
+  const std::string n = name ? name : "";
+  if (n == "scalar") {
+    g_forced.store(&kScalar);
+    return true;
+  }
+  if (n == "avx512") {
+    if (!avx512_kernels()) return false;
+    g_forced.store(avx512_kernels());
+    return true;
+  }
+  if (n == "best") {
+    g_forced.store(nullptr);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace pixel
+}  // namespace fastload
