@@ -390,6 +390,7 @@ void register_functions(py::module_& m) {
 // Glue of the pixel ops (csrc/pixel_ops.h): the Python specs arrive as plain dicts built by
 // fastload.transforms.pixel.engine_specs (numbers only: ranges, magnitude tables, warp matrices)
 // and are copied into the C++ structs here; the work runs with the GIL released.
+#include "pixel_color.h"
 #include "pixel_ops.h"
 
 namespace pixel_glue {
@@ -637,7 +638,62 @@ void mix_batch_py(py::array images, const py::array_t<float, py::array::c_style 
   mix_batch(data, type, channels_first, n, h, w, p, lab, classes, out, threads);
 }
 
+// Testing hooks: one primitive (torchvision or MXNet arithmetic) with fixed parameters, in place.
+void pixel_prim(py::array_t<uint8_t> image, int prim, double magnitude, const py::sequence& warp, bool bilinear,
+                const py::sequence& fill_t) {
+  check_writable_contiguous(image, "image");
+  if (image.ndim() != 3 || image.shape(2) != 3) throw py::value_error("image must be [H, W, 3] uint8");
+  const PixelPrim p = read_prim(py::int_(prim));
+  std::vector<double> w;
+  for (const py::handle x : warp) w.push_back(x.cast<double>());
+  if (!w.empty() && w.size() != kWarpValues) throw py::value_error("warp must hold 7 numbers");
+  uint8_t fill[3];
+  py::dict d;
+  d["fill"] = fill_t;
+  read_fill(d, fill);
+  uint8_t* data = image.mutable_data();
+  const int h = static_cast<int>(image.shape(0)), wd = static_cast<int>(image.shape(1));
+  py::gil_scoped_release release;
+  apply_pixel_prim(data, h, wd, p, magnitude, w.empty() ? nullptr : w.data(), bilinear, fill);
+}
+
+void pixel_mx_prim(py::array_t<uint8_t> image, const std::string& name, const py::sequence& args) {
+  check_writable_contiguous(image, "image");
+  if (image.ndim() != 3 || image.shape(2) != 3) throw py::value_error("image must be [H, W, 3] uint8");
+  uint8_t* data = image.mutable_data();
+  const size_t px = static_cast<size_t>(image.shape(0)) * static_cast<size_t>(image.shape(1));
+  std::vector<double> a;
+  for (const py::handle x : args) a.push_back(x.cast<double>());
+  auto need = [&](size_t n) {
+    if (a.size() != n) throw py::value_error(name + " takes " + std::to_string(n) + " arguments");
+  };
+  if (name == "brightness") {
+    need(1);
+    pixel::mx_brightness(data, px, static_cast<float>(a[0]));
+  } else if (name == "contrast") {
+    need(1);
+    pixel::mx_contrast(data, px, static_cast<float>(a[0]));
+  } else if (name == "saturation") {
+    need(1);
+    pixel::mx_saturation(data, px, static_cast<float>(a[0]));
+  } else if (name == "hls") {
+    need(3);
+    pixel::mx_hls(data, px, static_cast<int>(a[0]), static_cast<int>(a[1]), static_cast<int>(a[2]));
+  } else if (name == "pca") {
+    need(3);
+    const float pca[3] = {static_cast<float>(a[0]), static_cast<float>(a[1]), static_cast<float>(a[2])};
+    pixel::mx_pca(data, px, pca);
+  } else {
+    throw py::value_error("unknown MXNet primitive " + name);
+  }
+}
+
 void register_functions(py::module_& m) {
+  m.def("pixel_prim", &pixel_prim, py::arg("image"), py::arg("prim"), py::arg("magnitude"), py::arg("warp"),
+        py::arg("bilinear"), py::arg("fill"), "Testing hook: one pixel primitive with fixed parameters, in place.");
+  m.def("pixel_mx_prim", &pixel_mx_prim, py::arg("image"), py::arg("name"), py::arg("args"),
+        "Testing hook: one step of MXNet's colour augmenter ('brightness', 'contrast', 'saturation' (alpha), "
+        "'hls' (dh, dl, ds), 'pca' (r, g, b)), in place.");
   m.def("pixel_ops_batch", &pixel_ops_batch, py::arg("images"), py::arg("ops"), py::arg("seed"), py::arg("epoch"),
         py::arg("indices"), py::arg("threads"), py::arg("want_trace"),
         "Run pixel ops (engine spec dicts) on [B, H, W, 3] uint8 images in place; traces [B, ops, 64] or None.");

@@ -40,6 +40,11 @@ struct Kernels {
   void (*mx_saturation)(uint8_t* rgb, size_t pixels, float alpha, float beta);
   // MXNet HSL jitter: BGR2HLS (8 bit), H + dh in [0, 180], L + dl, S + ds in [0, 255], HLS2BGR.
   void (*mx_hls)(uint8_t* rgb, size_t pixels, int dh, int dl, int ds);
+  // Pillow's affine_fixed (NEAREST, 16.16 fixed point) from src into dst (both h x w packed RGB; src
+  // readable one byte past its end); pixels that map outside get the fill colour.
+  void (*affine_nearest_fixed)(const uint8_t* src, uint8_t* dst, int h, int w, const double a[6], const uint8_t fill[3]);
+  // Pillow's generic transform with affine_transform + bilinear_filter32RGB, same conventions.
+  void (*affine_bilinear)(const uint8_t* src, uint8_t* dst, int h, int w, const double a[6], const uint8_t fill[3]);
 };
 
 const Kernels& scalar_kernels();

@@ -245,9 +245,70 @@ void mx_hls_scalar(uint8_t* rgb, size_t pixels, int dh, int dl, int ds) {
   }
 }
 
+// Pillow's COORD / FLOOR.
+inline int floor_int(double v) { return v < 0.0 ? static_cast<int>(std::floor(v)) : static_cast<int>(v); }
+
+inline void put3(uint8_t* dst, const uint8_t* src) { dst[0] = src[0], dst[1] = src[1], dst[2] = src[2]; }
+
+void affine_nearest_fixed_scalar(const uint8_t* in, uint8_t* out, int h, int w, const double a[6], const uint8_t*) {
+  // out already holds the fill (pixel_warp.cpp).
+  // affine_fixed: 16.16 fixed point, FIX(v) = FLOOR(v * 65536 + 0.5).
+  auto fix = [](double v) { return floor_int(v * 65536.0 + 0.5); };
+  const int a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
+  int a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
+  int a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
+  const size_t stride = static_cast<size_t>(w) * 3;
+  for (int y = 0; y < h; ++y) {
+    int xx = a2, yy = a5;
+    uint8_t* o = out + y * stride;
+    for (int x = 0; x < w; ++x) {
+      const int xi = xx >> 16;
+      if (xi >= 0 && xi < w) {
+        const int yi = yy >> 16;
+        if (yi >= 0 && yi < h) put3(o + 3 * x, in + yi * stride + 3 * xi);
+      }
+      xx += a0;
+      yy += a3;
+    }
+    a2 += a1;
+    a5 += a4;
+  }
+}
+
+void affine_bilinear_scalar(const uint8_t* in, uint8_t* out, int h, int w, const double a[6], const uint8_t*) {
+  // ImagingGenericTransform(affine_transform, bilinear_filter32RGB).
+  const size_t stride = static_cast<size_t>(w) * 3;
+  for (int y = 0; y < h; ++y) {
+    uint8_t* o = out + y * stride;
+    const double yc = y + 0.5;
+    for (int x = 0; x < w; ++x) {
+      const double xc = x + 0.5;
+      double xin = a[0] * xc + a[1] * yc + a[2];
+      double yin = a[3] * xc + a[4] * yc + a[5];
+      if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) continue;
+      xin -= 0.5;
+      yin -= 0.5;
+      const int xi = floor_int(xin), yi = floor_int(yin);
+      const double dx = xin - xi, dy = yin - yi;
+      const int x0 = std::max(0, std::min(w - 1, xi)), x1 = std::max(0, std::min(w - 1, xi + 1));
+      const uint8_t* r0 = in + std::max(0, std::min(h - 1, yi)) * stride;
+      const bool has_r1 = yi + 1 >= 0 && yi + 1 < h;
+      const uint8_t* r1 = in + (yi + 1) * stride;
+      for (int b = 0; b < 3; ++b) {
+        double v1 = r0[3 * x0 + b] + (r0[3 * x1 + b] - r0[3 * x0 + b]) * dx;
+        double v2 = v1;
+        if (has_r1) v2 = r1[3 * x0 + b] + (r1[3 * x1 + b] - r1[3 * x0 + b]) * dx;
+        v1 = v1 + (v2 - v1) * dy;
+        o[3 * x + b] = static_cast<uint8_t>(v1);
+      }
+    }
+  }
+}
+
 const Kernels kScalar = {
     "scalar",       lut1_scalar,    lut3_scalar,   luma_sum_scalar,    grayscale_scalar,     saturation_scalar,
     hue_scalar,     sharpen_scalar, minmax_scalar, mx_gray_sum_scalar, mx_saturation_scalar, mx_hls_scalar,
+    affine_nearest_fixed_scalar, affine_bilinear_scalar,
 };
 
 std::atomic<const Kernels*> g_forced{nullptr};

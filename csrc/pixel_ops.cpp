@@ -224,6 +224,11 @@ void apply_pixel_ops(uint8_t* rgb, int h, int w, const PixelOpsSpec& ops, uint64
   }
 }
 
+void apply_pixel_prim(uint8_t* rgb, int h, int w, PixelPrim prim, double magnitude, const double* warp, bool bilinear,
+                      const uint8_t fill[3]) {
+  apply_prim(rgb, h, w, prim, magnitude, warp, bilinear, fill);
+}
+
 void apply_pixel_ops_batch(uint8_t* images, int n, int h, int w, const PixelOpsSpec& ops, uint64_t seed, uint64_t epoch,
                            const int64_t* indices, int threads, double* traces) {
   const size_t bytes = static_cast<size_t>(h) * static_cast<size_t>(w) * 3;

@@ -133,6 +133,12 @@ struct PixelOpsTrace {
 // Thread-safe (scratch memory is per thread and reused). Never throws.
 void apply_pixel_ops(uint8_t* rgb, int h, int w, const PixelOpsSpec& ops, uint64_t key, PixelOpsTrace* trace);
 
+// One primitive with fixed parameters (what a policy step does): magnitude as torchvision's
+// _apply_op takes it (Brightness/Color/Contrast/Sharpness use 1 + magnitude, Hue the hue factor);
+// warp = kWarpValues numbers for geometric primitives. For tests and callers outside a Pipeline.
+void apply_pixel_prim(uint8_t* rgb, int h, int w, PixelPrim prim, double magnitude, const double* warp, bool bilinear,
+                      const uint8_t fill[3]);
+
 enum class SampleType : int { kUint8 = 0, kFloat32 = 1, kFloat16 = 2 };
 
 // The ops on the final output of one image.
