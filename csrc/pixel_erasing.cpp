@@ -125,16 +125,24 @@ template <typename T, typename Conv>
 void fill_box(T* p, bool channels_first, int h, int w, int top, int left, int eh, int ew, const ErasingSpec& spec,
               uint64_t key, bool uint8_out, Conv conv) {
   const uint64_t base = kOutputOpsCounterBase + kNoise;
+  if (!spec.random_value) {
+    // A constant per channel: converted once, written row by row.
+    const T v[3] = {conv(spec.value[0]), conv(spec.value[1]), conv(spec.value[2])};
+    for (int yy = 0; yy < eh; ++yy) {
+      if (channels_first) {
+        for (int ch = 0; ch < 3; ++ch) std::fill_n(p + offset(true, h, w, ch, top + yy, left), ew, v[ch]);
+      } else {
+        T* row = p + offset(false, h, w, 0, top + yy, left);
+        for (int xx = 0; xx < ew; ++xx) row[3 * xx] = v[0], row[3 * xx + 1] = v[1], row[3 * xx + 2] = v[2];
+      }
+    }
+    return;
+  }
   for (int ch = 0; ch < 3; ++ch) {
     for (int yy = 0; yy < eh; ++yy) {
       for (int xx = 0; xx < ew; ++xx) {
-        double v;
-        if (spec.random_value) {
-          const uint64_t k = (static_cast<uint64_t>(ch) * eh + yy) * ew + xx;
-          v = uint8_out ? randint(key, base + 2 * k, 256) : normal(key, base + 2 * k);
-        } else {
-          v = spec.value[ch];
-        }
+        const uint64_t k = (static_cast<uint64_t>(ch) * eh + yy) * ew + xx;
+        const double v = uint8_out ? randint(key, base + 2 * k, 256) : normal(key, base + 2 * k);
         p[offset(channels_first, h, w, ch, top + yy, left + xx)] = conv(v);
       }
     }

@@ -44,6 +44,7 @@ against the references.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -190,6 +191,13 @@ def _engine():
     return engine if hasattr(engine, "pixel_ops_batch") else None
 
 
+@functools.lru_cache(maxsize=256)
+def _engine_fields(op: PixelOp, height: int, width: int) -> Dict[str, Any]:
+    # The policies' tables (magnitudes, a warp matrix per bin and sign) take milliseconds to build:
+    # built once per op and output size. Specs are frozen dataclasses, hence hashable.
+    return op.engine_fields(height, width)
+
+
 def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = None) -> List[Dict[str, Any]]:
     """The ops as the engine's spec dicts for ``height`` x ``width`` outputs (kinds as engine numbers)."""
     engine = engine or _engine()
@@ -198,7 +206,7 @@ def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = 
     kinds = engine.pixel_enums()["kinds"]
     out = []
     for op in check_pixel_ops(ops):
-        fields = dict(op.engine_fields(height, width))
+        fields = dict(_engine_fields(op, int(height), int(width)))
         fields["kind"] = kinds[fields["kind"]]
         out.append(fields)
     return out

@@ -1,0 +1,32 @@
+"""Smoke run of the pixel-op benchmark (``python -m fastload_bench.pixel_ops --quick``).
+
+No timing assertions (the figures depend on the machine): every pipeline is measured at the asked
+thread count, paired against the plain decode, and the side-by-side with torchvision runs when it
+is installed; the JSON report is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from conftest import HAVE_TORCH, requires_engine
+
+from fastload_bench import pixel_ops
+
+
+@requires_engine
+def test_pixel_ops_bench_quick(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["pixel_ops", "--quick"])
+    assert pixel_ops.main(["--quick", "--threads", "1", "--images", "32", "--out", str(tmp_path)]
+                          + ([] if HAVE_TORCH else ["--no-torchvision"])) == 0
+    res = json.loads((tmp_path / "pixel_ops.json").read_text())
+    assert res["threads"] == [1] and res["images"] == 32
+    checks = [r["check"] for r in res["paired"]]
+    assert len(checks) == len(pixel_ops.PIPELINES)
+    for r, name in zip(res["paired"], pixel_ops.PIPELINES):
+        assert name in r["check"] and r["pairs"] >= 1 and math.isfinite(r["median"]) and r["median"] > 0
+        assert r["extra"]["target_slowdown"] == pixel_ops.TARGETS[name]
+    if HAVE_TORCH:
+        assert len(res["versus_torchvision"]) == len(pixel_ops.PIPELINES)
+        assert all(v["fastload_ips"] > 0 and v["torchvision_ips"] > 0 for v in res["versus_torchvision"])
