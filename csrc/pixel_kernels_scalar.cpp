@@ -69,63 +69,67 @@ void saturation_scalar(uint8_t* rgb, size_t pixels, float alpha) {
   }
 }
 
-// Pillow's rgb2hsv for one pixel (Convert.c): float quotients, the hue offset and its wrap in double.
-inline void pil_rgb2hsv(int r, int g, int b, int* uh, int* us, int* uv) {
-  const int maxc = std::max(r, std::max(g, b));
-  const int minc = std::min(r, std::min(g, b));
-  *uv = maxc;
-  if (minc == maxc) {
-    *uh = 0;
-    *us = 0;
-    return;
+// adjust_hue: Pillow's rgb2hsv and hsv2rgb (Convert.c) to the byte, with the shortcuts the AVX-512 kernel takes (each
+// checked over every RGB value / every (h, s, v) by the tests): one division for the mid channel's
+// quotient, h * (1 / 6.0) for h / 6.0, s * 255 and p, q, t in float, sector positions from tables.
+struct HueTables {
+  float f[256], fs[256];
+  int sector[256];
+  HueTables() {
+    for (int v = 0; v < 256; ++v) {
+      const int i = (6 * v) / 255;
+      sector[v] = i % 6;
+      f[v] = static_cast<float>(6 * v - 255 * i) / 255.0f;
+      fs[v] = static_cast<float>(v) / 255.0f;
+    }
   }
-  const float cr = static_cast<float>(maxc - minc);
-  const float s = cr / static_cast<float>(maxc);
-  const float rc = static_cast<float>(maxc - r) / cr;
-  const float gc = static_cast<float>(maxc - g) / cr;
-  const float bc = static_cast<float>(maxc - b) / cr;
-  float h;
-  if (r == maxc) {
-    h = bc - gc;
-  } else if (g == maxc) {
-    h = static_cast<float>(2.0 + static_cast<double>(rc) - static_cast<double>(bc));
-  } else {
-    h = static_cast<float>(4.0 + static_cast<double>(gc) - static_cast<double>(rc));
-  }
-  h = static_cast<float>(std::fmod(static_cast<double>(h) / 6.0 + 1.0, 1.0));
-  *uh = clip8i(static_cast<int>(static_cast<double>(h) * 255.0));
-  *us = clip8i(static_cast<int>(static_cast<double>(s) * 255.0));
-}
+};
+const HueTables kHue;
 
-// Pillow's hsv2rgb for one pixel.
-inline void pil_hsv2rgb(int h, int s, int v, uint8_t* out) {
-  if (s == 0) {
-    out[0] = out[1] = out[2] = static_cast<uint8_t>(v);
-    return;
-  }
-  const int i = static_cast<int>(std::floor(static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0));
-  const float f = static_cast<float>(static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0 - static_cast<double>(static_cast<float>(i)));
-  const float fs = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
-  const double vd = static_cast<double>(static_cast<float>(v));
-  const int p = static_cast<int>(std::round(vd * (1.0 - static_cast<double>(fs))));
-  const int q = static_cast<int>(std::round(vd * (1.0 - static_cast<double>(fs * f))));
-  const int t = static_cast<int>(std::round(vd * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f)))));
-  const uint8_t up = clip8i(p), uq = clip8i(q), ut = clip8i(t), uv = static_cast<uint8_t>(v);
-  switch (i % 6) {
-    case 0: out[0] = uv, out[1] = ut, out[2] = up; break;
-    case 1: out[0] = uq, out[1] = uv, out[2] = up; break;
-    case 2: out[0] = up, out[1] = uv, out[2] = ut; break;
-    case 3: out[0] = up, out[1] = uq, out[2] = uv; break;
-    case 4: out[0] = ut, out[1] = up, out[2] = uv; break;
-    default: out[0] = uv, out[1] = up, out[2] = uq; break;
-  }
+inline int round_half_up(float x) {
+  const float t = static_cast<float>(static_cast<int>(x));
+  return static_cast<int>(t) + (x - t >= 0.5f ? 1 : 0);
 }
 
 void hue_scalar(uint8_t* rgb, size_t pixels, uint8_t shift) {
   for (size_t i = 0; i < pixels; ++i, rgb += 3) {
-    int h, s, v;
-    pil_rgb2hsv(rgb[0], rgb[1], rgb[2], &h, &s, &v);
-    pil_hsv2rgb((h + shift) & 255, s, v, rgb);
+    const int r = rgb[0], g = rgb[1], b = rgb[2];
+    const int maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+    const int cr = maxc - minc;
+    int uh = 0, us = 0;
+    if (cr != 0) {
+      const int mid = r + g + b - maxc - minc;
+      const float x = static_cast<float>(maxc - mid) / static_cast<float>(cr);
+      float h;
+      if (r == maxc)
+        h = b == minc ? 1.0f - x : x - 1.0f;
+      else if (g == maxc)
+        h = r == minc ? 3.0f - x : 1.0f + x;
+      else
+        h = g == minc ? 5.0f - x : 3.0f + x;
+      double y = static_cast<double>(h) * (1.0 / 6.0) + 1.0;
+      if (y >= 1.0) y -= 1.0;
+      uh = static_cast<int>(static_cast<double>(static_cast<float>(y)) * 255.0);
+      us = static_cast<int>(static_cast<float>(cr) / static_cast<float>(maxc) * 255.0f);
+    }
+    if (us == 0) {
+      rgb[0] = rgb[1] = rgb[2] = static_cast<uint8_t>(maxc);
+      continue;
+    }
+    const int hh = (uh + shift) & 255;
+    const float v = static_cast<float>(maxc), fs = kHue.fs[us], f = kHue.f[hh];
+    const uint8_t p = clip8i(round_half_up(v * (1.0f - fs)));
+    const uint8_t q = clip8i(round_half_up(v * (1.0f - fs * f)));
+    const uint8_t t = clip8i(round_half_up(v * (1.0f - fs * (1.0f - f))));
+    const uint8_t vv = static_cast<uint8_t>(maxc);
+    switch (kHue.sector[hh]) {
+      case 0: rgb[0] = vv, rgb[1] = t, rgb[2] = p; break;
+      case 1: rgb[0] = q, rgb[1] = vv, rgb[2] = p; break;
+      case 2: rgb[0] = p, rgb[1] = vv, rgb[2] = t; break;
+      case 3: rgb[0] = p, rgb[1] = q, rgb[2] = vv; break;
+      case 4: rgb[0] = t, rgb[1] = p, rgb[2] = vv; break;
+      default: rgb[0] = vv, rgb[1] = p, rgb[2] = q; break;
+    }
   }
 }
 
