@@ -392,3 +392,20 @@ def test_reference_leaves_input_untouched(images):
     out, _ = apply_pixel_ops(img, [ColorJitter(brightness=0.5), TrivialAugmentWide()], sample_key(0, 0, 1))
     np.testing.assert_array_equal(img, before)
     assert out.shape == img.shape and out.dtype == np.uint8
+
+
+def test_pillow_path_equals_engine(images, monkeypatch):
+    # run_pixel_ops_batch: the engine call, or the references under FASTLOAD_DECODER=pillow.
+    from fastload.transforms.pixel import run_pixel_ops_batch
+
+    if not HAVE_ENGINE:
+        pytest.skip("the C++ engine is not built")
+    ops = [ColorJitter(brightness=0.3, hue=0.2), RandAugment(num_ops=2, magnitude=20), Lighting()]
+    batch = np.stack([images[0]] * 6)
+    a = batch.copy()
+    pa = run_pixel_ops_batch(a, ops, seed=2, epoch=5, indices=np.arange(6), threads=2, want_params=True)
+    monkeypatch.setenv("FASTLOAD_DECODER", "pillow")
+    b = batch.copy()
+    pb = run_pixel_ops_batch(b, ops, seed=2, epoch=5, indices=np.arange(6), threads=2, want_params=True)
+    np.testing.assert_array_equal(a, b)
+    assert all(_same_params(x, y) for x, y in zip(pa, pb))

@@ -233,3 +233,18 @@ def test_mix_batch_pillow_path_equals_engine(monkeypatch):
     rb = mix_batch(b, labels, MIXES[2], seed=4, epoch=0, first_index=3)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(ra.labels, rb.labels)
+
+
+@requires_engine
+def test_engine_erasing_independent_of_threads_and_batches():
+    erase = RandomErasing(p=0.7, value="random")
+    batch = _batch(np.float32, True, n=10)
+    spec = _erasing_spec((), None, erase)
+    idx = np.arange(400, 410)
+    one, two = batch.copy(), batch.copy()
+    _engine().erasing_batch(one, True, spec, 1, 1, idx, 1, False)
+    _engine().erasing_batch(two, True, spec, 1, 1, idx, 2, False)
+    np.testing.assert_array_equal(one, two)
+    part = batch[3:7].copy()
+    _engine().erasing_batch(part, True, spec, 1, 1, idx[3:7], 2, False)
+    np.testing.assert_array_equal(part, one[3:7])
