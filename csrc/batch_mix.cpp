@@ -14,6 +14,9 @@
 #include "thread_pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// GCC 12 flags the _mm512_undefined_* placeholders inside its own intrinsics headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #define FL_F16C __attribute__((target("avx2,f16c")))
 #define FL_HAVE_F16C_PATH 1
