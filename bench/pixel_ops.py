@@ -58,20 +58,13 @@ def _fastload_ops(name: str):
     return (), None, T.RandomChoice(transforms=(T.MixUp(alpha=0.2, num_classes=1000), T.CutMix(alpha=1.0, num_classes=1000)))
 
 
-def _erasing_spec(erase) -> dict:
-    import math
-
-    return {"mx_jitter": False, "erase": True, "p": erase.p, "scale": erase.scale,
-            "log_ratio": (math.log(erase.ratio[0]), math.log(erase.ratio[1])), "random_value": erase.random_value,
-            "value": erase.channel_values()}
-
-
 Work = Callable[[int, int], None]
 
 
 def _fastload_work(images: Sequence[bytes], name: Optional[str], threads: int, batch: int) -> Work:
     """Decode images[start:stop] in batches with RandomResizedCrop(224)+flip and, if ``name``, its op."""
     from fastload import decode, transforms
+    from fastload.transforms.erasing import engine_output_spec
     from fastload.transforms.mixing import mix_batch
     from fastload.transforms.pixel import run_pixel_ops_batch
 
@@ -97,7 +90,7 @@ def _fastload_work(images: Sequence[bytes], name: Optional[str], threads: int, b
             if ops and not fused:
                 run_pixel_ops_batch(view, ops, seed=0, epoch=epoch[0], indices=idx, threads=threads)
             if erase is not None and not fused:
-                engine.erasing_batch(view, False, _erasing_spec(erase), 0, epoch[0], idx, threads, False)
+                engine.erasing_batch(view, False, engine_output_spec((), None, erase), 0, epoch[0], idx, threads, False)
             if mix is not None:
                 mix_batch(view, labels[: e - s], mix, seed=0, epoch=epoch[0], first_index=s, threads=threads)
 

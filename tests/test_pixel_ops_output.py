@@ -16,7 +16,7 @@ from conftest import HAVE_ENGINE, requires_engine, requires_torch
 
 from fastload.transforms import (CutMix, MixUp, MXNetColorAugment, RandomChoice, RandomErasing, mix_batch,
                                  sample_key)
-from fastload.transforms.erasing import apply_output_ops
+from fastload.transforms.erasing import apply_output_ops, engine_output_spec
 from fastload.transforms.mixing import _one_hot, _reference, sample_mix
 from fastload.transforms.pixel import op_counter_base
 
@@ -38,19 +38,7 @@ def _engine():
 
 
 def _erasing_spec(ops, normalize, erase):
-    # What the bindings receive for a Pipeline's output stage.
-    import math
-
-    spec = {"mx_jitter": False, "erase": erase is not None}
-    for position, op in enumerate(ops):
-        if isinstance(op, MXNetColorAugment) and op.has_output_jitter:
-            spec.update(mx_jitter=True, max_random_contrast=op.max_random_contrast,
-                        max_random_illumination=op.max_random_illumination, mx_counter_base=op_counter_base(position),
-                        illumination_scale=op.illumination_scale(normalize))
-    if erase is not None:
-        spec.update(p=erase.p, scale=erase.scale, log_ratio=(math.log(erase.ratio[0]), math.log(erase.ratio[1])),
-                    random_value=erase.random_value, value=erase.channel_values())
-    return spec
+    return engine_output_spec(ops, normalize, erase)
 
 
 ERASES = [RandomErasing(p=1.0), RandomErasing(p=0.5, value=(0.5, -1.0, 2.0)), RandomErasing(p=1.0, value="random"),

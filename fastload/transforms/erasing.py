@@ -29,7 +29,7 @@ import numpy as np
 from fastload.transforms.pixel import OUTPUT_OPS_COUNTER_BASE, normal, op_counter_base, randint
 from fastload.transforms.rng import uniform
 
-__all__ = ["RandomErasing", "apply_output_ops"]
+__all__ = ["RandomErasing", "apply_output_ops", "engine_output_spec"]
 
 _E = OUTPUT_OPS_COUNTER_BASE
 _ATTEMPTS = 10
@@ -194,3 +194,24 @@ def apply_output_ops(sample: np.ndarray, *, key: int, channels_first: bool, ops:
         erase.apply_params(sample, params, key, channels_first=channels_first)
         out["erase"] = params
     return out
+
+
+def engine_output_spec(ops: Sequence[Any] = (), normalize: Any = None, erase: Optional[RandomErasing] = None) -> Dict[str, Any]:
+    """The engine's description of the output stage (``ErasingSpec`` in csrc/pixel_ops.h), as plain numbers.
+
+    Args:
+        ops: The Pipeline's pixel ops (an MXNetColorAugment with a normalization jitter contributes it).
+        normalize: The Pipeline's Normalize (``scale`` and ``std`` scale the illumination), or None.
+        erase: The Pipeline's RandomErasing, or None.
+    """
+    spec: Dict[str, Any] = {"mx_jitter": False, "erase": erase is not None}
+    jitter = _mx_jitter(ops)
+    if jitter is not None:
+        op, base = jitter
+        spec.update(mx_jitter=True, max_random_contrast=op.max_random_contrast,
+                    max_random_illumination=op.max_random_illumination, mx_counter_base=base,
+                    illumination_scale=op.illumination_scale(normalize))
+    if erase is not None:
+        spec.update(p=erase.p, scale=erase.scale, log_ratio=(math.log(erase.ratio[0]), math.log(erase.ratio[1])),
+                    random_value=erase.random_value, value=erase.channel_values())
+    return spec
