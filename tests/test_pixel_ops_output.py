@@ -195,6 +195,17 @@ def test_mix_batch_probability_labels_and_errors():
         RandomChoice(transforms=(MixUp(num_classes=3), CutMix(num_classes=4)))
 
 
+def test_mix_batch_writes_caller_owned_labels():
+    batch = _batch(np.uint8, True, n=5)
+    out = np.full((5, 7), -1.0, np.float32)
+    res = mix_batch(batch.copy(), _labels(5), CutMix(num_classes=7), seed=0, epoch=0, first_index=0, out=out)
+    assert res.labels is out and np.all(out >= 0)
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="out must be"):
+        mix_batch(batch.copy(), _labels(5), CutMix(num_classes=7), seed=0, epoch=0, first_index=0,
+                  out=np.zeros((5, 6), np.float32))
+
+
 def test_mix_batch_is_in_place_and_keyed_by_first_index():
     batch = _batch(np.float32, True, n=6)
     a = batch.copy()

@@ -262,7 +262,7 @@ def _engine():
 
 
 def mix_batch(images: np.ndarray, labels: np.ndarray, mix: BatchOp, *, seed: int, epoch: int, first_index: int,
-              layout: Optional[str] = None, threads: Optional[int] = None) -> MixResult:
+              layout: Optional[str] = None, threads: Optional[int] = None, out: Optional[np.ndarray] = None) -> MixResult:
     """MixUp / CutMix a decoded batch in place; returns the soft labels.
 
     Args:
@@ -276,6 +276,8 @@ def mix_batch(images: np.ndarray, labels: np.ndarray, mix: BatchOp, *, seed: int
         first_index: Global sample index of the batch's first sample (keys the batch's draws).
         layout: ``"NHWC"`` or ``"NCHW"``; inferred from the shape when unambiguous.
         threads: Engine threads (default: the CPUs this process may use).
+        out: Caller-owned float32 ``[B, num_classes]`` C-contiguous array for the soft labels (e.g. a
+            batch-slot field); a new array when None.
 
     Returns:
         :class:`MixResult` with float32 ``[B, num_classes]`` soft labels and the sampled parameters.
@@ -291,21 +293,28 @@ def mix_batch(images: np.ndarray, labels: np.ndarray, mix: BatchOp, *, seed: int
         raise ValueError("images must be C-contiguous and writeable (they are mixed in place)")
     nchw = _layout(images, layout)
     n = images.shape[0]
+    if out is not None and (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != (n, mix.num_classes)
+                            or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {(n, mix.num_classes)}")
     h, w = (images.shape[2], images.shape[3]) if nchw else (images.shape[1], images.shape[2])
     onehot = _one_hot(labels, n, mix.num_classes)
     params = sample_mix(mix, sample_key(int(seed), int(epoch), int(first_index)), h, w)
     if n == 0:
-        return MixResult(onehot, params)
+        return MixResult(onehot if out is None else out, params)
     engine = _engine()
     if engine is None:
-        return MixResult(_reference(images, onehot, params, nchw), params)
+        soft = _reference(images, onehot, params, nchw)
+        if out is None:
+            return MixResult(soft, params)
+        out[...] = soft
+        return MixResult(out, params)
     if threads is None:
         try:
             threads = max(1, len(os.sched_getaffinity(0)))
         except AttributeError:
             threads = max(1, os.cpu_count() or 1)
     box = params["box"] or (0, 0, 0, 0)
-    soft = np.empty((n, mix.num_classes), np.float32)
+    soft = np.empty((n, mix.num_classes), np.float32) if out is None else out
     engine.mix_batch(images, onehot, soft, params["op"] == "cutmix", float(params["lam"]), box,
                      float(params["lam_labels"]), bool(nchw), int(threads))
     return MixResult(soft, params)
