@@ -1,6 +1,6 @@
 // Augmentation stage (native side): the counter-based RNG and the crop/flip sampler.
 //
-// This is a line-for-line twin of fastload/transforms.py (splitmix64, sample_key, uniform,
+// This is a line-for-line twin of fastload/transforms/geometry.py and rng.py (splitmix64, sample_key, uniform,
 // _rrc_box, sample_params): same double arithmetic in the same order, round-half-even rounding
 // (Python's round(), torchvision's choice; std::nearbyint under the default rounding mode),
 // draw counters 4 * attempt + {0: area, 1: log-aspect, 2: y, 3: x}, flip draw 40. The Python tests
@@ -11,18 +11,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fastload_abi.h"  // GeometryKind, GeometryParams (generated from fastload/engine_abi.py)
+
 namespace fastload {
-
-enum class OpKind : int { kRandomResizedCrop = 0, kResizeCenterCrop = 1, kResize = 2 };
-
-struct OpParams {
-  OpKind kind = OpKind::kResize;
-  int out_h = 0, out_w = 0;
-  double scale_lo = 0.08, scale_hi = 1.0;
-  double ratio_lo = 3.0 / 4.0, ratio_hi = 4.0 / 3.0;
-  double flip = 0.0;
-  int resize = 0;  // CenterCrop's shorter-side resize; 0 = none (largest centered box)
-};
 
 // A source box in float full-size pixel coordinates plus the flip decision.
 struct SampleBox {
@@ -56,7 +47,7 @@ constexpr int kMaxAttempts = 10;
 constexpr int kFlipDraw = kDrawsPerAttempt * kMaxAttempts;
 
 // torchvision RandomResizedCrop sampling; returns an integer box (x, y, w, h).
-inline void rrc_box(long long width, long long height, const OpParams& op, uint64_t key, long long* bx, long long* by,
+inline void rrc_box(long long width, long long height, const GeometryParams& op, uint64_t key, long long* bx, long long* by,
                     long long* bw, long long* bh) {
   const double area = static_cast<double>(width * height);
   const double log_lo = std::log(op.ratio_lo), log_hi = std::log(op.ratio_hi);
@@ -90,16 +81,16 @@ inline void rrc_box(long long width, long long height, const OpParams& op, uint6
 }
 
 // The source box and flip for one sample of a width x height image (transforms.sample_params).
-inline SampleBox sample_box(long long width, long long height, const OpParams& op, uint64_t key) {
+inline SampleBox sample_box(long long width, long long height, const GeometryParams& op, uint64_t key) {
   SampleBox b;
   const double W = static_cast<double>(width), H = static_cast<double>(height);
   const int out_h = op.out_h, out_w = op.out_w;
-  if (op.kind == OpKind::kRandomResizedCrop) {
+  if (op.kind == GeometryKind::kRandomResizedCrop) {
     long long x, y, w, h;
     rrc_box(width, height, op, key, &x, &y, &w, &h);
     b.x0 = static_cast<double>(x), b.y0 = static_cast<double>(y);
     b.x1 = static_cast<double>(x + w), b.y1 = static_cast<double>(y + h);
-  } else if (op.kind == OpKind::kResizeCenterCrop) {
+  } else if (op.kind == GeometryKind::kResizeCenterCrop) {
     if (op.resize == 0) {
       const double s = std::min(W / out_w, H / out_h);
       const double w = out_w * s, h = out_h * s;

@@ -10,12 +10,8 @@
 #include "jpeg_encode.h"
 #include "thread_pool.h"
 
-// The restart-interval slicer (issue 7) is compiled in when its header is present.
-#if __has_include("restart_index.h")
 #include "entropy_decode.h"
-#include "restart_index.h"
-#define FASTLOAD_HAVE_RESTART_SLICES 1
-#endif
+#include "restart_slice.h"
 
 namespace fastload {
 
@@ -26,10 +22,8 @@ struct Worker {
   JpegDecoder decoder;
   Resampler resampler;
   AxisTable xt, yt;
-#ifdef FASTLOAD_HAVE_RESTART_SLICES
   RestartSlice slice;
   IntervalEntropyDecoder entropy;
-#endif
   std::string why;
   JpegEncoder encoder;            // pack --resize only
   std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
@@ -57,7 +51,7 @@ class OffsetSink final : public RowSink {
 // IDCT is a box-like reduction, sharper than Pillow's support-scaled triangle filter; letting the
 // antialiased resize do at least a 2x step keeps the mean difference to the reference near 1
 // grey level (measured 2.3 with 1/4 at f = 5), and at these sizes the deeper scales gain little.
-int choose_denom(const SampleBox& b, const OpParams& op, bool enabled) {
+int choose_denom(const SampleBox& b, const GeometryParams& op, bool enabled) {
   if (!enabled) return 1;
   const double f = std::min((b.x1 - b.x0) / op.out_w, (b.y1 - b.y0) / op.out_h);
   if (f >= 16.0) return 8;
@@ -74,15 +68,14 @@ struct ImageOutcome {
   bool slice_fallback = false;
 };
 
-#ifdef FASTLOAD_HAVE_RESTART_SLICES
 // Decodes the region through a restart-interval slice; false when slicing does not apply (the
 // caller then re-opens the original and decodes it the plain way).
-bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int denom, const BatchOptions& options,
+bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int denom, const DecodeSettings& options,
                       ImageOutcome* oc) {
   const int cx = w.xt.src_first * denom, cy = w.yt.src_first * denom;
   const int cx1 = std::min(info.width, w.xt.src_last * denom), cy1 = std::min(info.height, w.yt.src_last * denom);
   // denom: the slice's padding is decided in scaled pixels (4:2:2 at 1/2 still upsamples chroma).
-  const bool own_entropy = interval_entropy_enabled();
+  const bool own_entropy = options.slice_entropy == EntropyDecoder::kFastload && interval_entropy_available();
   if (!build_restart_slice(im.data, im.size, cx, cy, cx1 - cx, cy1 - cy, &w.slice, &w.why, denom, own_entropy)) {
     // Only records that carry restart markers count as fallbacks; plain JPEGs simply have none.
     oc->slice_fallback = w.slice.claimed.restart_interval > 0;
@@ -92,7 +85,7 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
     oc->slice_fallback = true;
     return false;
   }
-  DecodeSettings settings = options.decode;
+  DecodeSettings settings = options;
   settings.apply_exif = false;  // orientation was read from the original's headers
   JpegInfo slice_info;
   Status st = w.decoder.open(w.slice.jpeg.data(), w.slice.jpeg.size(), settings, &slice_info);
@@ -115,19 +108,18 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
   oc->sliced = true;
   return true;
 }
-#endif
 
 // Parses the header on the calling thread's decoder; false (with the outcome filled in) when the
 // image cannot take the engine's path.
-bool open_image(Worker& w, const ImageRef& im, const BatchOptions& options, JpegInfo* info, ImageOutcome* oc) {
-  const Status st = w.decoder.open(im.data, im.size, options.decode, info);
+bool open_image(Worker& w, const ImageRef& im, const DecodeSettings& options, JpegInfo* info, ImageOutcome* oc) {
+  const Status st = w.decoder.open(im.data, im.size, options, info);
   if (st != Status::kOk) {
     oc->status = st;
     oc->message = w.decoder.message();
     oc->warnings = w.decoder.warnings();
     return false;
   }
-  if (options.decode.apply_exif && info->orientation != 1) {
+  if (options.apply_exif && info->orientation != 1) {
     oc->status = Status::kNeedsPillow;
     oc->message = "EXIF orientation " + std::to_string(info->orientation) + " is applied by the Pillow path";
     return false;
@@ -137,32 +129,31 @@ bool open_image(Worker& w, const ImageRef& im, const BatchOptions& options, Jpeg
 
 // Decodes an image open_image() has just opened on `w`, with `op`, into `slot`.
 ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, uint8_t* slot, Layout layout,
-                           const OpParams& op, uint64_t key, const BatchOptions& options, SampleBox* box_out) {
+                           const GeometryParams& op, uint64_t key, const DecodeSettings& options, SampleBox* box_out) {
   ImageOutcome oc;
   JpegInfo info = opened;
   Status st = Status::kOk;
   const SampleBox b = sample_box(info.width, info.height, op, key);
   *box_out = b;
-  const int denom = choose_denom(b, op, options.decode.dct_scaling);
+  const int denom = choose_denom(b, op, options.dct_scaling);
   build_axis(b.x0 / denom, b.x1 / denom, scaled_size(info.width, denom), op.out_w, &w.xt);
   build_axis(b.y0 / denom, b.y1 / denom, scaled_size(info.height, denom), op.out_h, &w.yt);
   w.resampler.setup(&w.xt, &w.yt, b.flip);
   bool done = false;
-#ifdef FASTLOAD_HAVE_RESTART_SLICES
   const bool partial = w.xt.src_first > 0 || w.yt.src_first > 0 || w.xt.src_last < scaled_size(info.width, denom) ||
                        w.yt.src_last < scaled_size(info.height, denom);
   // A whole image goes through a slice of all its intervals too when fastload's interval decoder
   // is on: it Huffman-decodes faster than libjpeg does in restart mode (plain JPEGs cost one header
   // parse here, then take the plain path).
-  if (options.use_restart_slices && (partial || interval_entropy_enabled())) {
+  if (options.use_restart_slices &&
+      (partial || (options.slice_entropy == EntropyDecoder::kFastload && interval_entropy_available()))) {
     done = decode_via_slice(w, im, info, denom, options, &oc);
     if (!done && oc.slice_fallback) {
       // The decoder's state now belongs to the slice: start over on the original bytes.
-      st = w.decoder.open(im.data, im.size, options.decode, &info);
+      st = w.decoder.open(im.data, im.size, options, &info);
       w.resampler.setup(&w.xt, &w.yt, b.flip);
     }
   }
-#endif
   if (!done && st == Status::kOk) {
     st = w.decoder.decode_region(denom, w.xt.src_first, w.yt.src_first, w.xt.src_last, w.yt.src_last, &w.resampler);
     oc.warnings += w.decoder.warnings();
@@ -180,8 +171,8 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
   return oc;
 }
 
-ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const OpParams& op, uint64_t key,
-                        const BatchOptions& options, SampleBox* box_out) {
+ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const GeometryParams& op, uint64_t key,
+                        const DecodeSettings& options, SampleBox* box_out) {
   Worker& w = this_worker();
   JpegInfo info;
   ImageOutcome oc;
@@ -191,8 +182,8 @@ ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const 
 
 }  // namespace
 
-void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const OpParams& op,
-                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const BatchOptions& options,
+void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const GeometryParams& op,
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
                   BatchResults* results) {
   const int n = static_cast<int>(images.size());
   const size_t slot_bytes = static_cast<size_t>(op.out_h) * op.out_w * 3;
@@ -235,7 +226,7 @@ void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layo
 }
 
 void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int quality, int threads,
-                         const BatchOptions& options, std::vector<EncodedImage>* results) {
+                         const DecodeSettings& options, std::vector<EncodedImage>* results) {
   const int n = static_cast<int>(images.size());
   results->assign(n, EncodedImage());
   auto work = [&](int i) {
@@ -244,7 +235,7 @@ void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int q
       Worker& w = this_worker();
       JpegInfo info;
       ImageOutcome opened;
-      BatchOptions plain = options;
+      DecodeSettings plain = options;
       plain.use_restart_slices = false;  // a whole-image resize has nothing to slice
       if (!open_image(w, images[i], plain, &info, &opened)) {
         r.status = opened.status;
@@ -261,13 +252,13 @@ void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int q
                     std::to_string(shorter);
         return;
       }
-      OpParams op;
-      op.kind = OpKind::kResize;
+      GeometryParams op;
+      op.kind = GeometryKind::kResize;
       op.out_w = static_cast<int>(ow);
       op.out_h = static_cast<int>(oh);
       w.pixels.resize(static_cast<size_t>(ow) * oh * 3);
       SampleBox box;
-      const ImageOutcome oc = decode_opened(w, images[i], info, w.pixels.data(), Layout::kNHWC, op, 0, plain, &box);
+      const ImageOutcome oc = decode_opened(w, images[i], info, w.pixels.data(), Layout::kNhwc, op, 0, plain, &box);
       if (oc.status != Status::kOk) {
         r.status = oc.status;
         r.message = oc.message;

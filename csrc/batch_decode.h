@@ -25,11 +25,6 @@ struct ImageRef {
   size_t size = 0;
 };
 
-struct BatchOptions {
-  DecodeSettings decode;
-  bool use_restart_slices = true;
-};
-
 // Where results go; arrays hold one entry per image (boxes: 4 per image) and are caller-owned.
 struct BatchResults {
   int32_t* status = nullptr;
@@ -42,8 +37,8 @@ struct BatchResults {
 };
 
 // Decodes images[i] into out + i * out_h * out_w * 3 for every i. Never throws for a bad image.
-void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const OpParams& op,
-                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const BatchOptions& options,
+void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const GeometryParams& op,
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
                   BatchResults* results);
 
 // One re-encoded image of resize_encode_batch.
@@ -59,7 +54,7 @@ struct EncodedImage {
 // DCT-domain downscaling first when the image is at least twice the target) and re-encodes it at
 // `quality`. Images that are not JPEG, or fail, get a non-OK status for the caller's slower path.
 void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int quality, int threads,
-                         const BatchOptions& options, std::vector<EncodedImage>* results);
+                         const DecodeSettings& options, std::vector<EncodedImage>* results);
 
 // Single full-size decode on the calling thread's decoder: open (header checks) then decode into
 // a width * height * 3 buffer the caller allocates in between.

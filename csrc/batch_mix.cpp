@@ -25,7 +25,7 @@
 namespace fastload {
 namespace {
 
-size_t elem_size(SampleType t) { return t == SampleType::kUint8 ? 1 : t == SampleType::kFloat32 ? 4 : 2; }
+size_t elem_size(DType t) { return t == DType::kUint8 ? 1 : t == DType::kFloat32 ? 4 : 2; }
 
 // dst = prev * wb + dst * wa (torch: rolled.mul_(1 - lam).add_(image.mul(lam))), n elements.
 void mix_float(float* dst, const float* prev, size_t n, float wa, float wb) {
@@ -152,7 +152,7 @@ void copy_box(uint8_t* dst, const uint8_t* src, size_t es, bool channels_first, 
 
 }  // namespace
 
-void mix_batch(void* images, SampleType type, bool channels_first, int n, int h, int w, const MixParams& params,
+void mix_batch(void* images, DType type, bool channels_first, int n, int h, int w, const MixParams& params,
                const float* labels, int num_classes, float* soft, int threads) {
   if (n <= 0) return;
   const float lw_own = static_cast<float>(params.lam_labels), lw_roll = static_cast<float>(1.0 - params.lam_labels);
@@ -179,9 +179,9 @@ void mix_batch(void* images, SampleType type, bool channels_first, int n, int h,
   auto mix_one = [&](uint8_t* dst, const uint8_t* prev) {
     if (params.cutmix) {
       copy_box(dst, prev, es, channels_first, h, w, params);
-    } else if (type == SampleType::kFloat32) {
+    } else if (type == DType::kFloat32) {
       mix_float(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(prev), count, wa, wb);
-    } else if (type == SampleType::kUint8) {
+    } else if (type == DType::kUint8) {
       mix_u8(dst, prev, count, wa, wb);
     } else {
       mix_half(reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(prev), count, wa, wb);

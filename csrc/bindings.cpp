@@ -1,16 +1,31 @@
-// Python glue of the native engine (fastload._engine): argument and buffer checks, GIL release,
-// results back as numpy arrays. The only file that includes pybind11; the work lives in plain C++
-// (batch_decode, jpeg_decode, jpeg_encode, resize, thread_pool, restart_index, record_framing).
+// Python glue of the native engine (fastload._engine): typed parameters, argument and buffer checks,
+// GIL release, results back as numpy arrays. The only file that includes pybind11; the work lives in
+// plain C++ (batch_decode, jpeg_decode, jpeg_encode, jpeg_io, resize, thread_pool, restart_slice,
+// restart_transcode, entropy_decode, record_framing).
+//
+// Every enum and parameter struct is bound from the X-macro lists of the generated fastload_abi.h
+// (one definition: fastload/engine_abi.py), so the Python and C++ sides cannot drift apart. The
+// stub fastload/_engine.pyi describes this module to type checkers (tests run mypy's stubtest on it).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#if PYBIND11_VERSION_MAJOR >= 3
+#include <pybind11/native_enum.h>
+#endif
 
 #include <cstring>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "batch_decode.h"
+#include "entropy_decode.h"
+#include "fastload_abi.h"
 #include "record_framing.h"
+#include "restart_slice.h"
+#include "restart_transcode.h"
+#include "thread_pool.h"
 
 #ifndef FASTLOAD_JPEG_TURBO_VERSION
 #define FASTLOAD_JPEG_TURBO_VERSION "unknown"
@@ -21,120 +36,177 @@ using namespace fastload;
 
 namespace {
 
-// Holds the Py_buffer views of a batch's inputs: the bytes stay valid (and pinned, for mmap
-// views) while the GIL is released; released with the GIL held, when the call returns.
+// ---- buffers ------------------------------------------------------------------------------------
+
+// One Python buffer held for the duration of a call: the bytes stay valid (and pinned, for mmap
+// views) while the GIL is released; released with the GIL held, when the view goes out of scope.
+class BufferView {
+ public:
+  // `what` names the argument in error messages ("images[3]", "out").
+  BufferView(PyObject* obj, int flags, const std::string& what) {
+    if (PyObject_GetBuffer(obj, &view_, flags) != 0) {
+      PyErr_Clear();
+      const bool writable = (flags & PyBUF_WRITABLE) != 0;
+      throw py::value_error(what + " (" + std::string(Py_TYPE(obj)->tp_name) + ") does not export a " +
+                            (writable ? "writable " : "") +
+                            "C-contiguous buffer (bytes, memoryview, numpy array)");
+    }
+  }
+  ~BufferView() {
+    if (view_.obj != nullptr) PyBuffer_Release(&view_);
+  }
+  BufferView(BufferView&& other) noexcept : view_(other.view_) { other.view_.obj = nullptr; }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  BufferView& operator=(BufferView&&) = delete;
+
+  const Py_buffer& operator*() const { return view_; }
+  const Py_buffer* operator->() const { return &view_; }
+  ImageRef ref() const { return ImageRef{static_cast<const uint8_t*>(view_.buf), static_cast<size_t>(view_.len)}; }
+
+ private:
+  Py_buffer view_{};
+};
+
+constexpr int kReadFlags = PyBUF_C_CONTIGUOUS;
+
+// The read-only views of a sequence of n buffers (a batch's inputs), in order.
 class BufferViews {
  public:
-  ~BufferViews() {
-    for (auto& v : views_) PyBuffer_Release(&v);
-  }
-  ImageRef add(PyObject* obj, size_t position) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) != 0) {
-      PyErr_Clear();
-      throw py::value_error("images[" + std::to_string(position) + "] (" + std::string(Py_TYPE(obj)->tp_name) +
-                            ") does not export a contiguous buffer (bytes, memoryview, numpy array)");
-    }
-    views_.push_back(view);
-    return ImageRef{static_cast<const uint8_t*>(view.buf), static_cast<size_t>(view.len)};
-  }
-  // Views of every item of a sequence of n buffers, in order.
-  std::vector<ImageRef> add_all(const py::sequence& items, size_t n) {
+  std::vector<ImageRef> add_all(const py::sequence& items, size_t n, const char* name) {
     views_.reserve(views_.size() + n);
     std::vector<ImageRef> refs;
     refs.reserve(n);
     size_t pos = 0;
-    for (const py::handle item : items) refs.push_back(add(item.ptr(), pos++));
+    for (const py::handle item : items) {
+      views_.emplace_back(item.ptr(), kReadFlags, std::string(name) + "[" + std::to_string(pos++) + "]");
+      refs.push_back(views_.back().ref());
+    }
     return refs;
   }
 
  private:
-  std::vector<Py_buffer> views_;
+  std::vector<BufferView> views_;
 };
 
-// A writable C-contiguous view of the caller's output buffer, released on scope exit.
-class WritableView {
- public:
-  WritableView(const py::buffer& out, int extra_flags) {
-    if (PyObject_GetBuffer(out.ptr(), &view_, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | extra_flags) != 0) {
-      PyErr_Clear();
-      throw py::value_error("out must be a writable C-contiguous buffer");
-    }
-  }
-  ~WritableView() { PyBuffer_Release(&view_); }
-  WritableView(const WritableView&) = delete;
-  WritableView& operator=(const WritableView&) = delete;
-  const Py_buffer& operator*() const { return view_; }
-  const Py_buffer* operator->() const { return &view_; }
+// ---- typed parameters -----------------------------------------------------------------------------
 
- private:
-  Py_buffer view_;
-};
-
-DecodeSettings parse_settings(const py::tuple& t, bool* use_slices) {
-  if (t.size() != 6) throw py::value_error("options must be (max_pixels, fast_idct, fancy_upsampling, apply_exif, use_restart_slices, dct_scaling)");
-  DecodeSettings s;
-  s.max_pixels = t[0].cast<long long>();
-  s.fast_idct = t[1].cast<bool>();
-  s.fancy_upsampling = t[2].cast<bool>();
-  s.apply_exif = t[3].cast<bool>();
-  if (use_slices) *use_slices = t[4].cast<bool>();
-  s.dct_scaling = t[5].cast<bool>();
-  if (s.max_pixels <= 0) throw py::value_error("max_pixels must be positive");
+// __repr__ of the parameter structs: Python syntax, enum members by their Python names.
+template <typename T>
+std::string repr_value(const T& v) {
+  std::ostringstream s;
+  s << std::setprecision(12) << v;
+  return s.str();
+}
+std::string repr_value(bool v) { return v ? "True" : "False"; }
+std::string repr_value(const std::array<double, 3>& v) {
+  return "(" + repr_value(v[0]) + ", " + repr_value(v[1]) + ", " + repr_value(v[2]) + ")";
+}
+std::string upper(const char* name) {
+  std::string s(name);
+  for (char& c : s) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
   return s;
 }
+#define FASTLOAD_REPR_ENUM(E) \
+  std::string repr_value(E v) { return std::string(#E ".") + upper(abi_name(v)); }
+FASTLOAD_REPR_ENUM(Layout)
+FASTLOAD_REPR_ENUM(GeometryKind)
+FASTLOAD_REPR_ENUM(Interpolation)
+FASTLOAD_REPR_ENUM(PaddingMode)
+FASTLOAD_REPR_ENUM(DType)
+FASTLOAD_REPR_ENUM(EntropyDecoder)
+#undef FASTLOAD_REPR_ENUM
 
-OpParams parse_op(const py::tuple& t) {
-  if (t.size() != 9) throw py::value_error("op must be (kind, out_h, out_w, scale_lo, scale_hi, ratio_lo, ratio_hi, flip, resize)");
-  OpParams op;
-  const int kind = t[0].cast<int>();
-  if (kind < 0 || kind > 2) throw py::value_error("op kind " + std::to_string(kind) + " is not 0, 1 or 2");
-  op.kind = static_cast<OpKind>(kind);
-  op.out_h = t[1].cast<int>();
-  op.out_w = t[2].cast<int>();
-  op.scale_lo = t[3].cast<double>();
-  op.scale_hi = t[4].cast<double>();
-  op.ratio_lo = t[5].cast<double>();
-  op.ratio_hi = t[6].cast<double>();
-  op.flip = t[7].cast<double>();
-  op.resize = t[8].cast<int>();
+#define FASTLOAD_BIND_VALUE(Enum, cpp, py_name) .value(py_name, Enum::cpp)
+#define FASTLOAD_BIND_FIELD(Struct, field, doc) .def_readwrite(#field, &Struct::field, doc)
+#define FASTLOAD_REPR_FIELD(Struct, field, doc) \
+  out += std::string(first ? "" : ", ") + #field "=" + repr_value(v.field); \
+  first = false;
+
+// pybind11 3 binds the enums as real enum.IntEnum classes, like those of engine_abi.py: members
+// compare equal to their ints and to the Python-side members. Older pybind11: arithmetic py::enum_.
+#if PYBIND11_VERSION_MAJOR >= 3
+#define FASTLOAD_BIND_ENUM(m, Enum, doc) \
+  py::native_enum<Enum>(m, #Enum, "enum.IntEnum", doc) FASTLOAD_ABI_ENUM_##Enum(FASTLOAD_BIND_VALUE).finalize();
+#else
+#define FASTLOAD_BIND_ENUM(m, Enum, doc) \
+  py::enum_<Enum>(m, #Enum, doc, py::arithmetic()) FASTLOAD_ABI_ENUM_##Enum(FASTLOAD_BIND_VALUE);
+#endif
+
+#define FASTLOAD_BIND_STRUCT(m, Struct, doc)                                              \
+  py::class_<Struct>(m, #Struct, doc)                                                     \
+      .def(py::init<>())                                                                  \
+      .def("__repr__", [](const Struct& v) {                                              \
+        std::string out = #Struct "(";                                                    \
+        bool first = true;                                                                \
+        FASTLOAD_ABI_FIELDS_##Struct(FASTLOAD_REPR_FIELD) return out + ")";               \
+      }) FASTLOAD_ABI_FIELDS_##Struct(FASTLOAD_BIND_FIELD);
+
+void register_abi(py::module_& m) {
+  FASTLOAD_BIND_ENUM(m, Status, "Per-image outcome of a decode.")
+  FASTLOAD_BIND_ENUM(m, Layout, "Memory layout of an output batch.")
+  FASTLOAD_BIND_ENUM(m, GeometryKind, "The geometric op that maps a decoded image to the output size.")
+  FASTLOAD_BIND_ENUM(m, Interpolation, "Resampling filter of the geometry ops.")
+  FASTLOAD_BIND_ENUM(m, PaddingMode, "How RandomCrop fills its padding.")
+  FASTLOAD_BIND_ENUM(m, DType, "Element type of an output batch.")
+  FASTLOAD_BIND_ENUM(m, EntropyDecoder, "Which Huffman decoder restart-interval slices use.")
+  FASTLOAD_BIND_ENUM(m, PixelPrim, "Single-image primitives of the pixel ops.")
+  FASTLOAD_BIND_ENUM(m, PixelOpKind, "The pixel op specs the engine runs on the output-sized image.")
+  FASTLOAD_BIND_ENUM(m, WarpMode, "How a geometric pixel primitive maps pixels.")
+  FASTLOAD_BIND_STRUCT(m, DecodeSettings, "Decoder options of one call (fastload.decode.DecodeOptions).")
+  FASTLOAD_BIND_STRUCT(m, GeometryParams, "The geometry op of a pipeline (fastload.transforms).")
+  FASTLOAD_BIND_STRUCT(m, OutputParams, "The output stage of a pipeline: dtype, layout, normalization.")
+}
+
+void check_settings(const DecodeSettings& s) {
+  if (s.max_pixels <= 0) throw py::value_error("max_pixels must be positive");
+}
+
+void check_geometry(const GeometryParams& op) {
   if (op.out_h <= 0 || op.out_w <= 0 || op.out_h > 16384 || op.out_w > 16384)
-    throw py::value_error("output size " + std::to_string(op.out_h) + "x" + std::to_string(op.out_w) + " must be in 1..16384");
+    throw py::value_error("output size " + std::to_string(op.out_h) + "x" + std::to_string(op.out_w) +
+                          " must be in 1..16384");
   if (!(op.scale_lo > 0 && op.scale_lo <= op.scale_hi && op.scale_hi <= 1.0))
     throw py::value_error("scale range must satisfy 0 < low <= high <= 1");
   if (!(op.ratio_lo > 0 && op.ratio_lo <= op.ratio_hi)) throw py::value_error("ratio range must satisfy 0 < low <= high");
+  if (!(op.flip >= 0.0 && op.flip <= 1.0) || !(op.vflip >= 0.0 && op.vflip <= 1.0))
+    throw py::value_error("flip and vflip must be probabilities in [0, 1]");
   if (op.resize < 0) throw py::value_error("resize must be >= 0");
-  return op;
 }
 
-py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, int layout, const py::tuple& op_t,
-                         uint64_t seed, uint64_t epoch, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,
-                         int threads, const py::tuple& options_t) {
-  const OpParams op = parse_op(op_t);
-  BatchOptions options;
-  options.decode = parse_settings(options_t, &options.use_restart_slices);
-  if (layout != 0 && layout != 1) throw py::value_error("layout must be 0 (NHWC) or 1 (NCHW)");
+// ---- decode ----------------------------------------------------------------------------------------
+
+py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, const GeometryParams& op,
+                         const OutputParams& output, uint64_t seed, uint64_t epoch,
+                         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices, int threads,
+                         const DecodeSettings& options) {
+  check_geometry(op);
+  check_settings(options);
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
+  if (output.dtype != DType::kUint8 || output.normalize)
+    throw py::value_error("this engine writes uint8 pixels only (dtype UINT8, normalize False)");
   const size_t n = static_cast<size_t>(py::len(images));
 
-  const WritableView out_view(out, PyBUF_FORMAT);
+  const BufferView out_view(out.ptr(), PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT, "out");
   const Py_buffer& outv = *out_view;
   const std::string fmt = outv.format ? outv.format : "B";
   if (outv.itemsize != 1 || (fmt != "B" && fmt != "=B" && fmt != "<B" && fmt != "|B" && fmt != "c"))
     throw py::value_error("out must hold uint8 (format " + fmt + ")");
   if (outv.ndim != 4) throw py::value_error("out must be 4-D, got " + std::to_string(outv.ndim) + "-D");
   const Py_ssize_t* sh = outv.shape;
-  const bool ok_shape = layout == 0 ? (sh[1] == op.out_h && sh[2] == op.out_w && sh[3] == 3)
-                                    : (sh[1] == 3 && sh[2] == op.out_h && sh[3] == op.out_w);
+  const bool nhwc = output.layout == Layout::kNhwc;
+  const bool ok_shape = nhwc ? (sh[1] == op.out_h && sh[2] == op.out_w && sh[3] == 3)
+                             : (sh[1] == 3 && sh[2] == op.out_h && sh[3] == op.out_w);
   if (!ok_shape || static_cast<size_t>(sh[0]) != n)
-    throw py::value_error("out shape [" + std::to_string(sh[0]) + ", " + std::to_string(sh[1]) + ", " + std::to_string(sh[2]) +
-                          ", " + std::to_string(sh[3]) + "] does not match " + std::to_string(n) + " images of " +
-                          std::to_string(op.out_h) + "x" + std::to_string(op.out_w) + (layout == 0 ? " NHWC" : " NCHW"));
+    throw py::value_error("out shape [" + std::to_string(sh[0]) + ", " + std::to_string(sh[1]) + ", " +
+                          std::to_string(sh[2]) + ", " + std::to_string(sh[3]) + "] does not match " +
+                          std::to_string(n) + " images of " + std::to_string(op.out_h) + "x" +
+                          std::to_string(op.out_w) + (nhwc ? " NHWC" : " NCHW"));
   if (indices.ndim() != 1 || static_cast<size_t>(indices.shape(0)) != n)
     throw py::value_error("indices must be 1-D with one entry per image");
 
   BufferViews views;
-  const std::vector<ImageRef> refs = views.add_all(images, n);
+  const std::vector<ImageRef> refs = views.add_all(images, n, "images");
 
   py::array_t<int32_t> status(static_cast<py::ssize_t>(n));
   py::array_t<double> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
@@ -147,7 +219,7 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, int 
   uint8_t* dst = static_cast<uint8_t*>(outv.buf);
   {
     py::gil_scoped_release release;
-    decode_batch(refs, dst, layout == 0 ? Layout::kNHWC : Layout::kNCHW, op, seed, epoch, idx, threads, options, &results);
+    decode_batch(refs, dst, output.layout, op, seed, epoch, idx, threads, options, &results);
   }
   py::dict errors;
   for (size_t i = 0; i < n; ++i) {
@@ -167,38 +239,37 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, int 
   return r;
 }
 
-py::tuple decode_image_py(const py::object& buf, const py::tuple& options_t) {
-  const DecodeSettings settings = parse_settings(options_t, nullptr);
-  BufferViews views;
-  const ImageRef ref = views.add(buf.ptr(), 0);
+py::tuple decode_image_py(const py::object& buf, const DecodeSettings& options) {
+  check_settings(options);
+  const BufferView view(buf.ptr(), kReadFlags, "buf");
+  const ImageRef ref = view.ref();
   JpegInfo info;
   std::string msg;
   // The header parse takes microseconds: it runs with the GIL held. Releasing the GIL twice per
   // image made Python threads calling decode_image queue for it twice (each re-acquire can wait a
   // whole switch interval behind the other thread), so 2 threads ran slower than 1.
-  Status st = open_single(ref.data, ref.size, settings, &info, &msg);
-  if (st != Status::kOk) return py::make_tuple(static_cast<int>(st), msg, py::none());
+  Status st = open_single(ref.data, ref.size, options, &info, &msg);
+  if (st != Status::kOk) return py::make_tuple(st, msg, py::none());
   py::array_t<uint8_t> arr({static_cast<py::ssize_t>(info.height), static_cast<py::ssize_t>(info.width), static_cast<py::ssize_t>(3)});
   uint8_t* dst = arr.mutable_data();
   {
     py::gil_scoped_release release;
     st = decode_single(dst, &msg);
   }
-  if (st != Status::kOk) return py::make_tuple(static_cast<int>(st), msg, py::none());
-  return py::make_tuple(0, std::string(), arr);
+  if (st != Status::kOk) return py::make_tuple(st, msg, py::none());
+  return py::make_tuple(Status::kOk, std::string(), arr);
 }
 
 // `fastload pack --resize`: one GIL-free call decodes, resizes and re-encodes a batch of files.
 py::list resize_encode_batch_py(const py::sequence& images, int shorter, int quality, int threads,
-                                const py::tuple& options_t) {
-  BatchOptions options;
-  options.decode = parse_settings(options_t, &options.use_restart_slices);
+                                const DecodeSettings& options) {
+  check_settings(options);
   if (shorter < 1) throw py::value_error("shorter=" + std::to_string(shorter) + " must be >= 1");
   if (quality < 1 || quality > 100) throw py::value_error("quality=" + std::to_string(quality) + " must be in 1..100");
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
   const size_t n = static_cast<size_t>(py::len(images));
   BufferViews views;
-  const std::vector<ImageRef> refs = views.add_all(images, n);
+  const std::vector<ImageRef> refs = views.add_all(images, n, "images");
   std::vector<EncodedImage> results;
   {
     py::gil_scoped_release release;
@@ -207,13 +278,15 @@ py::list resize_encode_batch_py(const py::sequence& images, int shorter, int qua
   py::list out;
   for (const EncodedImage& r : results) {
     if (r.status == Status::kOk) {
-      out.append(py::make_tuple(0, std::string(), py::bytes(reinterpret_cast<const char*>(r.jpeg.data()), r.jpeg.size())));
+      out.append(py::make_tuple(r.status, std::string(), py::bytes(reinterpret_cast<const char*>(r.jpeg.data()), r.jpeg.size())));
     } else {
-      out.append(py::make_tuple(static_cast<int>(r.status), std::string(status_name(r.status)) + ": " + r.message, py::none()));
+      out.append(py::make_tuple(r.status, std::string(status_name(r.status)) + ": " + r.message, py::none()));
     }
   }
   return out;
 }
+
+// ---- pack ------------------------------------------------------------------------------------------
 
 // Pass-through `fastload pack`: one GIL-free call reads, checks and frames a batch of files into
 // the caller's buffer (the pack reuses its buffers: fresh multi-megabyte allocations page-fault).
@@ -223,7 +296,7 @@ py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, c
   if (static_cast<size_t>(py::len(sizes)) != n || static_cast<size_t>(py::len(heads)) != n)
     throw py::value_error("paths, sizes and heads must have one entry per file");
   BufferViews views;
-  const std::vector<ImageRef> head_refs = views.add_all(heads, n);
+  const std::vector<ImageRef> head_refs = views.add_all(heads, n, "heads");
   std::vector<FrameJob> jobs(n);
   for (size_t i = 0; i < n; ++i) {
     py::handle p = paths[i];
@@ -235,7 +308,7 @@ py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, c
     jobs[i].head = head_refs[i].data;
     jobs[i].head_len = head_refs[i].size;
   }
-  const WritableView outv(out, 0);
+  const BufferView outv(out.ptr(), PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS, "out");
   const size_t capacity = static_cast<size_t>(outv->len);
   const size_t needed = frame_capacity(jobs);
   if (capacity < needed)
@@ -251,34 +324,12 @@ py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, c
   return py::make_tuple(framed, used);
 }
 
-}  // namespace
+// ---- restart index ---------------------------------------------------------------------------------
+// Pack-time transcode (restart_transcode.h) and decode-time slicing (restart_slice.h). Every call
+// takes a buffer (bytes, memoryview of an mmap, numpy uint8), releases the GIL for the libjpeg work
+// and turns failures into ValueError with libjpeg's message.
 
-// ==== restart index (issue 7) ============================================================
-// Owned by the restart-index work: csrc/restart_index.{h,cpp} hold the logic; this section is the
-// Python glue only. Every call takes a buffer (bytes, memoryview of an mmap, numpy uint8), releases
-// the GIL for the libjpeg work and turns failures into ValueError with libjpeg's message.
-#include "entropy_decode.h"
-#include "restart_index.h"
-
-namespace restart_index_glue {
-
-// A read-only C-contiguous view of a Python buffer, released on scope exit.
-class ReadBuffer {
- public:
-  explicit ReadBuffer(const py::object& obj) {
-    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
-  }
-  ~ReadBuffer() { PyBuffer_Release(&view_); }
-  ReadBuffer(const ReadBuffer&) = delete;
-  ReadBuffer& operator=(const ReadBuffer&) = delete;
-  const uint8_t* data() const { return static_cast<const uint8_t*>(view_.buf); }
-  size_t size() const { return static_cast<size_t>(view_.len); }
-
- private:
-  Py_buffer view_{};
-};
-
-py::dict geometry_dict(const fastload::RestartGeometry& g) {
+py::dict geometry_dict(const RestartGeometry& g) {
   py::dict d;
   d["width"] = g.width;
   d["height"] = g.height;
@@ -292,17 +343,18 @@ py::dict geometry_dict(const fastload::RestartGeometry& g) {
   return d;
 }
 
-py::tuple add_restart_markers(const py::object& buf, int max_mcus, bool verify) {
-  ReadBuffer in(buf);
+py::tuple add_restart_markers_py(const py::object& buf, int max_mcus, bool verify) {
+  const BufferView in(buf.ptr(), kReadFlags, "buf");
+  const ImageRef ref = in.ref();
   std::vector<uint8_t> out;
-  fastload::RestartGeometry geo;
-  fastload::TranscodeNotes notes;
+  RestartGeometry geo;
+  TranscodeNotes notes;
   std::string err;
   bool ok, same = true;
   {
     py::gil_scoped_release nogil;
-    ok = fastload::add_restart_markers(in.data(), in.size(), max_mcus, &out, &geo, &err, &notes);
-    if (ok && verify) same = fastload::verify_identical(in.data(), in.size(), out.data(), out.size(), &err);
+    ok = add_restart_markers(ref.data, ref.size, max_mcus, &out, &geo, &err, &notes);
+    if (ok && verify) same = verify_identical(ref.data, ref.size, out.data(), out.size(), &err);
   }
   if (!ok) throw py::value_error("cannot add restart markers: " + err);
   if (!same) throw py::value_error("transcoded image does not decode identically to the original: " + err);
@@ -316,74 +368,47 @@ py::tuple add_restart_markers(const py::object& buf, int max_mcus, bool verify) 
   return py::make_tuple(py::bytes(reinterpret_cast<const char*>(out.data()), out.size()), d);
 }
 
-py::object restart_geometry(const py::object& buf) {
-  ReadBuffer in(buf);
-  fastload::RestartGeometry geo;
+py::object restart_geometry_py(const py::object& buf) {
+  const BufferView in(buf.ptr(), kReadFlags, "buf");
+  const ImageRef ref = in.ref();
+  RestartGeometry geo;
   bool ok;
   {
     py::gil_scoped_release nogil;
-    ok = fastload::parse_restart_geometry(in.data(), in.size(), &geo, nullptr);
+    ok = parse_restart_geometry(ref.data, ref.size, &geo, nullptr);
   }
   if (!ok || geo.restart_interval == 0) return py::none();
   return geometry_dict(geo);
 }
 
-py::tuple restart_slice(const py::object& buf, int x, int y, int w, int h, int scale_denom) {
-  ReadBuffer in(buf);
-  fastload::RestartSlice slice;
+py::tuple restart_slice_py(const py::object& buf, int x, int y, int w, int h, int scale_denom) {
+  const BufferView in(buf.ptr(), kReadFlags, "buf");
+  const ImageRef ref = in.ref();
+  RestartSlice slice;
   std::string why;
   bool ok;
   {
     py::gil_scoped_release nogil;
-    ok = fastload::build_restart_slice(in.data(), in.size(), x, y, w, h, &slice, &why, scale_denom);
+    ok = build_restart_slice(ref.data, ref.size, x, y, w, h, &slice, &why, scale_denom);
   }
   if (!ok) throw py::value_error("cannot slice by restart intervals: " + why);
-  return py::make_tuple(py::bytes(reinterpret_cast<const char*>(slice.jpeg.data()), slice.jpeg.size()),
-                        slice.x0, slice.y0);
+  return py::make_tuple(py::bytes(reinterpret_cast<const char*>(slice.jpeg.data()), slice.jpeg.size()), slice.x0,
+                        slice.y0);
 }
 
-py::bool_ restart_verify(const py::object& a, const py::object& b) {
-  ReadBuffer ia(a), ib(b);
+bool restart_verify_py(const py::object& a, const py::object& b) {
+  const BufferView ia(a.ptr(), kReadFlags, "a"), ib(b.ptr(), kReadFlags, "b");
+  const ImageRef ra = ia.ref(), rb = ib.ref();
   std::string why;
   bool same;
   {
     py::gil_scoped_release nogil;
-    same = fastload::verify_identical(ia.data(), ia.size(), ib.data(), ib.size(), &why);
+    same = verify_identical(ra.data, ra.size, rb.data, rb.size, &why);
   }
-  return py::bool_(same);
+  return same;
 }
 
-void register_functions(py::module_& m) {
-  m.def("add_restart_markers", &add_restart_markers, py::arg("buf"), py::arg("max_mcus") = 4,
-        py::arg("verify") = false,
-        "Losslessly add restart markers every N MCUs (N = largest divisor of the MCU row width <= "
-        "max_mcus); returns (jpeg_bytes, geometry dict). verify=True decodes both and requires "
-        "bit-identical pixels. Raises ValueError with libjpeg's message.");
-  m.def("restart_geometry", &restart_geometry, py::arg("buf"),
-        "The restart geometry (frame, MCU grid, DRI) a baseline JPEG's headers claim, or None.");
-  m.def("restart_slice", &restart_slice, py::arg("buf"), py::arg("x"), py::arg("y"), py::arg("w"),
-        py::arg("h"), py::arg("scale_denom") = 1,
-        "A small JPEG made of the restart intervals covering the crop: (jpeg_bytes, x0, y0) in "
-        "full-size pixels; crop (x - x0, y - y0, w, h) from its decode. With scale_denom d the slice "
-        "is meant to be decoded at 1/d: scaled pixels [x/d, ceil((x+w)/d)) then match a 1/d decode "
-        "of the whole image, at offset x0/d. Raises ValueError when the markers do not match the "
-        "geometry the headers claim.");
-  m.def("restart_verify", &restart_verify, py::arg("a"), py::arg("b"),
-        "Whether two JPEGs decode to bit-identical pixels (libjpeg defaults).");
-  m.def("_restart_force_scalar_scan", &fastload::restart_force_scalar_scan, py::arg("scalar"),
-        "Testing hook: the slicer's portable interval scan instead of the AVX-512 one.");
-  m.def("_slice_entropy", [](const std::string& name) {
-    if (name != "fastload" && name != "libjpeg") throw py::value_error("slice entropy decoder must be 'fastload' or 'libjpeg'");
-    if (name == "fastload" && !fastload::interval_entropy_available()) return false;
-    fastload::set_interval_entropy_enabled(name == "fastload");
-    return true;
-  }, py::arg("name"),
-        "Which Huffman decoder restart-interval slices use: 'fastload' (the interval decoder, default "
-        "where built) or 'libjpeg' (slices keep their RST markers). False if 'fastload' is not built.");
-}
-
-}  // namespace restart_index_glue
-// ==== end restart index ==================================================================
+}  // namespace
 
 
 // ==== pixel ops ===========================================================================
@@ -433,8 +458,7 @@ std::vector<double> read_vector(const py::handle& h) {
 PixelOp parse_op(const py::dict& d) {
   PixelOp op;
   const int kind = d["kind"].cast<int>();
-  if (kind < 0 || kind > static_cast<int>(PixelOpKind::kTrivialAugmentWide))
-    throw py::value_error("unknown pixel op kind " + std::to_string(kind));
+  if (kind < 0 || kind >= kPixelOpKindCount) throw py::value_error("unknown pixel op kind " + std::to_string(kind));
   op.kind = static_cast<PixelOpKind>(kind);
   switch (op.kind) {
     case PixelOpKind::kColorJitter:
@@ -449,7 +473,7 @@ PixelOp parse_op(const py::dict& d) {
       read_array(d["eigval"], op.eigval, "eigval");
       read_array(d["eigvec"], op.eigvec, "eigvec");
       break;
-    case PixelOpKind::kMXNetColor:
+    case PixelOpKind::kMxnetColor:
       op.mx_brightness = d["brightness"].cast<double>();
       op.mx_contrast = d["contrast"].cast<double>();
       op.mx_saturation = d["saturation"].cast<double>();
@@ -537,10 +561,10 @@ ErasingSpec parse_erasing(const py::dict& d) {
   return s;
 }
 
-SampleType sample_type(const py::buffer_info& info) {
-  if (info.itemsize == 1 && (info.format == "B" || info.format == "=B" || info.format == "|B")) return SampleType::kUint8;
-  if (info.itemsize == 4 && (info.format == "f" || info.format == "=f" || info.format == "<f")) return SampleType::kFloat32;
-  if (info.itemsize == 2 && (info.format == "e" || info.format == "=e" || info.format == "<e")) return SampleType::kFloat16;
+DType sample_type(const py::buffer_info& info) {
+  if (info.itemsize == 1 && (info.format == "B" || info.format == "=B" || info.format == "|B")) return DType::kUint8;
+  if (info.itemsize == 4 && (info.format == "f" || info.format == "=f" || info.format == "<f")) return DType::kFloat32;
+  if (info.itemsize == 2 && (info.format == "e" || info.format == "=e" || info.format == "<e")) return DType::kFloat16;
   throw py::value_error("images must be uint8, float32 or float16 (format " + info.format + ")");
 }
 
@@ -582,7 +606,7 @@ py::object erasing_batch(py::array images, bool channels_first, const py::dict& 
                          bool want_trace) {
   check_writable_contiguous(images, "images");
   const py::buffer_info info = images.request(true);
-  const SampleType type = sample_type(info);
+  const DType type = sample_type(info);
   if (info.ndim != 4) throw py::value_error("images must be 4-D");
   const int n = static_cast<int>(info.shape[0]);
   const int h = static_cast<int>(channels_first ? info.shape[2] : info.shape[1]);
@@ -613,7 +637,7 @@ void mix_batch_py(py::array images, const py::array_t<float, py::array::c_style 
   check_writable_contiguous(images, "images");
   check_writable_contiguous(soft, "soft");
   const py::buffer_info info = images.request(true);
-  const SampleType type = sample_type(info);
+  const DType type = sample_type(info);
   if (info.ndim != 4) throw py::value_error("images must be 4-D");
   const int n = static_cast<int>(info.shape[0]);
   const int h = static_cast<int>(channels_first ? info.shape[2] : info.shape[1]);
@@ -706,27 +730,6 @@ void register_functions(py::module_& m) {
   m.def("pixel_kernels", [](const std::string& name) { return pixel_ops_force_kernels(name.c_str()); }, py::arg("name"),
         "Testing hook: pixel-op kernels 'scalar', 'avx512' or 'best'; False if unavailable.");
   m.def("pixel_kernel_name", [] { return std::string(pixel_ops_kernel_name()); });
-  m.def("pixel_enums", [] {
-    // The op kinds and primitives by name (fastload.transforms checks its names against these).
-    py::dict kinds, prims;
-    kinds["ColorJitter"] = static_cast<int>(PixelOpKind::kColorJitter);
-    kinds["RandomGrayscale"] = static_cast<int>(PixelOpKind::kRandomGrayscale);
-    kinds["Lighting"] = static_cast<int>(PixelOpKind::kLighting);
-    kinds["MXNetColorAugment"] = static_cast<int>(PixelOpKind::kMXNetColor);
-    kinds["AutoAugment"] = static_cast<int>(PixelOpKind::kAutoAugment);
-    kinds["RandAugment"] = static_cast<int>(PixelOpKind::kRandAugment);
-    kinds["TrivialAugmentWide"] = static_cast<int>(PixelOpKind::kTrivialAugmentWide);
-    const char* names[kNumPixelPrims] = {"IDENTITY", "SHEAR_X", "SHEAR_Y", "TRANSLATE_X", "TRANSLATE_Y", "ROTATE",
-                                         "BRIGHTNESS", "COLOR", "CONTRAST", "SHARPNESS", "POSTERIZE", "SOLARIZE",
-                                         "AUTOCONTRAST", "EQUALIZE", "INVERT", "HUE", "GRAYSCALE"};
-    for (int i = 0; i < kNumPixelPrims; ++i) prims[names[i]] = i;
-    py::dict d;
-    d["kinds"] = kinds;
-    d["prims"] = prims;
-    d["trace_values_per_op"] = kTraceValuesPerOp;
-    d["erasing_trace_values"] = kErasingTraceValues;
-    return d;
-  });
 }
 
 }  // namespace pixel_glue
@@ -734,9 +737,13 @@ void register_functions(py::module_& m) {
 
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "fastload's native decode engine: libjpeg-turbo region decode fused with crop/resize/flip";
-  m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("layout"), py::arg("op"),
+  register_abi(m);
+
+  m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("geometry"), py::arg("output"),
         py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"), py::arg("options"),
         "Decode a batch into out (GIL released once); returns a dict of per-image results.");
+  m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
+        "Full-size RGB decode: (status, message, array or None).");
   m.def("resize_encode_batch", &resize_encode_batch_py, py::arg("images"), py::arg("shorter"), py::arg("quality"),
         py::arg("threads"), py::arg("options"),
         "Decode, resize (shorter side to `shorter`, im2rec's arithmetic) and re-encode at `quality` each "
@@ -746,32 +753,53 @@ PYBIND11_MODULE(_engine, m) {
         "in one GIL-free call; out needs 1 + sum(8 + round_up_4(len(head) + size)) bytes. Returns "
         "(framed_sizes, used): records back to back from out[0], framed_sizes[i] > 0 for a framed record, "
         "< 0 for a file left to the Python path.");
-  m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
-        "Full-size RGB decode: (status, message, array or None).");
   m.def("set_threads", [](int threads) {
     if (threads < 1) throw py::value_error("threads must be >= 1");
     py::gil_scoped_release release;
     set_pool_threads(threads);
   }, py::arg("threads"), "Resize the persistent pool to threads - 1 workers (the caller is the other).");
-  m.def("get_threads", [] { return pool_threads(); });
+  m.def("get_threads", [] { return pool_threads(); }, "Threads of the persistent pool (its workers + the caller).");
   m.def("info", [] {
     py::dict d;
     d["libjpeg_turbo"] = FASTLOAD_JPEG_TURBO_VERSION;
     d["simd"] = resize_kernel_name();
-    d["slice_entropy"] = interval_entropy_enabled() ? "fastload" : "libjpeg";
     d["slice_entropy_available"] = interval_entropy_available();
     d["threads"] = pool_threads();
-    py::dict names;
-    for (int s = 0; s <= static_cast<int>(Status::kInternal); ++s) names[py::int_(s)] = status_name(static_cast<Status>(s));
-    d["status_names"] = names;
+#if defined(__SANITIZE_ADDRESS__)
+    d["sanitized"] = true;  // FASTLOAD_SANITIZE=1 build (ASan + UBSan)
+#else
+    d["sanitized"] = false;
+#endif
     return d;
-  });
+  }, "Build facts: libjpeg-turbo version, resize kernels, whether the interval Huffman decoder is built, "
+     "whether this is a sanitizer build.");
+  m.def("_pool_hold_creation_lock", [](int milliseconds) {
+    if (milliseconds < 0 || milliseconds > 60000) throw py::value_error("milliseconds must be in 0..60000");
+    py::gil_scoped_release release;
+    hold_pool_creation_lock_for_testing(milliseconds);
+  }, py::arg("milliseconds"),
+        "Testing hook: a background thread holds the pool-creation lock for this long (fork-safety tests).");
   m.def("_resize_force_kernels", &resize_force_kernels, py::arg("name"),
         "Testing hook: resample with the 'scalar', 'ssse3', 'avx2' or 'best' kernels; False if unavailable.");
 
-  // ---- restart-index (issue 7) bindings: owned by the restart-index helper, below this line ----
-  restart_index_glue::register_functions(m);
-  // ---- end of restart-index bindings ----
+  m.def("add_restart_markers", &add_restart_markers_py, py::arg("buf"), py::arg("max_mcus") = 4,
+        py::arg("verify") = false,
+        "Losslessly add restart markers every N MCUs (N = largest divisor of the MCU row width <= "
+        "max_mcus); returns (jpeg_bytes, geometry dict). verify=True decodes both and requires "
+        "bit-identical pixels. Raises ValueError with libjpeg's message.");
+  m.def("restart_geometry", &restart_geometry_py, py::arg("buf"),
+        "The restart geometry (frame, MCU grid, DRI) a baseline JPEG's headers claim, or None.");
+  m.def("restart_slice", &restart_slice_py, py::arg("buf"), py::arg("x"), py::arg("y"), py::arg("w"), py::arg("h"),
+        py::arg("scale_denom") = 1,
+        "A small JPEG made of the restart intervals covering the crop: (jpeg_bytes, x0, y0) in "
+        "full-size pixels; crop (x - x0, y - y0, w, h) from its decode. With scale_denom d the slice "
+        "is meant to be decoded at 1/d: scaled pixels [x/d, ceil((x+w)/d)) then match a 1/d decode "
+        "of the whole image, at offset x0/d. Raises ValueError when the markers do not match the "
+        "geometry the headers claim.");
+  m.def("restart_verify", &restart_verify_py, py::arg("a"), py::arg("b"),
+        "Whether two JPEGs decode to bit-identical pixels (libjpeg defaults).");
+  m.def("_restart_force_scalar_scan", &restart_force_scalar_scan, py::arg("scalar"),
+        "Testing hook: the slicer's portable interval scan instead of the AVX-512 one.");
 
   // ---- pixel ops bindings ----
   pixel_glue::register_functions(m);

@@ -96,14 +96,14 @@ bool have_f16c() {
 }
 #endif
 
-void mx_jitter(void* image, SampleType type, bool channels_first, size_t plane, const ErasingSpec& spec, uint64_t key,
+void mx_jitter(void* image, DType type, bool channels_first, size_t plane, const ErasingSpec& spec, uint64_t key,
                double* t) {
   const uint64_t b = spec.mx_counter_base;
   const float c = static_cast<float>(1.0 + (2.0 * uniform(key, b + 17) - 1.0) * spec.max_random_contrast);
   const float l = static_cast<float>((2.0 * uniform(key, b + 18) - 1.0) * spec.max_random_illumination);
   if (t) t[5] = widen(c), t[6] = widen(l);
   const float add[3] = {l * spec.illumination_scale[0], l * spec.illumination_scale[1], l * spec.illumination_scale[2]};
-  if (type == SampleType::kFloat32) {
+  if (type == DType::kFloat32) {
     affine_scalar(static_cast<float*>(image), plane, channels_first, c, add);
   } else {
 #ifdef FL_HAVE_F16C_PATH
@@ -151,13 +151,13 @@ void fill_box(T* p, bool channels_first, int h, int w, int top, int left, int eh
 
 }  // namespace
 
-void apply_erasing(void* image, SampleType type, bool channels_first, int h, int w, const ErasingSpec& spec, uint64_t key,
+void apply_erasing(void* image, DType type, bool channels_first, int h, int w, const ErasingSpec& spec, uint64_t key,
                    ErasingTrace* trace) {
   double* t = trace ? trace->values : nullptr;
   if (t) std::fill(t, t + kErasingTraceValues, std::numeric_limits<double>::quiet_NaN());
   if (t) t[0] = 0;
   const size_t plane = static_cast<size_t>(h) * static_cast<size_t>(w);
-  if (spec.mx_jitter && type != SampleType::kUint8) mx_jitter(image, type, channels_first, plane, spec, key, t);
+  if (spec.mx_jitter && type != DType::kUint8) mx_jitter(image, type, channels_first, plane, spec, key, t);
   if (!spec.erase) return;
   const uint64_t e = kOutputOpsCounterBase;
   if (!(uniform(key, e) < spec.p)) return;
@@ -173,16 +173,16 @@ void apply_erasing(void* image, SampleType type, bool channels_first, int h, int
     const int left = randint(key, c + 3, w - static_cast<int>(ew) + 1);
     const int ih = static_cast<int>(eh), iw = static_cast<int>(ew);
     switch (type) {
-      case SampleType::kUint8:
+      case DType::kUint8:
         fill_box(static_cast<uint8_t*>(image), channels_first, h, w, top, left, ih, iw, spec, key, true, [](double v) {
           return static_cast<uint8_t>(std::min(255.0, std::max(0.0, std::nearbyint(v))));
         });
         break;
-      case SampleType::kFloat32:
+      case DType::kFloat32:
         fill_box(static_cast<float*>(image), channels_first, h, w, top, left, ih, iw, spec, key, false,
                  [](double v) { return static_cast<float>(v); });
         break;
-      case SampleType::kFloat16:
+      case DType::kFloat16:
         fill_box(static_cast<uint16_t*>(image), channels_first, h, w, top, left, ih, iw, spec, key, false,
                  [](double v) { return half::from_double(v); });
         break;

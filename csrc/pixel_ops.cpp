@@ -66,7 +66,7 @@ void apply_prim(uint8_t* rgb, int h, int w, PixelPrim prim, double magnitude, co
     case PixelPrim::kSharpness: pixel::sharpness(rgb, h, w, 1.0 + magnitude, &scratch().a); break;
     case PixelPrim::kPosterize: pixel::posterize(rgb, px, static_cast<int>(magnitude)); break;
     case PixelPrim::kSolarize: pixel::solarize(rgb, px, magnitude); break;
-    case PixelPrim::kAutoContrast: pixel::autocontrast(rgb, px); break;
+    case PixelPrim::kAutocontrast: pixel::autocontrast(rgb, px); break;
     case PixelPrim::kEqualize: pixel::equalize(rgb, px); break;
     case PixelPrim::kInvert: pixel::invert(rgb, px); break;
     case PixelPrim::kHue: pixel::hue(rgb, px, magnitude); break;
@@ -216,7 +216,7 @@ void apply_pixel_ops(uint8_t* rgb, int h, int w, const PixelOpsSpec& ops, uint64
         break;
       }
       case PixelOpKind::kLighting: lighting(rgb, px, op, key, base, t); break;
-      case PixelOpKind::kMXNetColor: mxnet_color(rgb, px, op, key, base, t); break;
+      case PixelOpKind::kMxnetColor: mxnet_color(rgb, px, op, key, base, t); break;
       case PixelOpKind::kAutoAugment: auto_augment(rgb, h, w, op, key, base, t); break;
       case PixelOpKind::kRandAugment: rand_augment(rgb, h, w, op, key, base, t); break;
       case PixelOpKind::kTrivialAugmentWide: trivial_augment(rgb, h, w, op, key, base, t); break;
@@ -239,9 +239,9 @@ void apply_pixel_ops_batch(uint8_t* images, int n, int h, int w, const PixelOpsS
   });
 }
 
-void apply_erasing_batch(void* images, SampleType type, bool channels_first, int n, int h, int w, const ErasingSpec& spec,
+void apply_erasing_batch(void* images, DType type, bool channels_first, int n, int h, int w, const ErasingSpec& spec,
                          uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, double* traces) {
-  const size_t elem = type == SampleType::kUint8 ? 1 : type == SampleType::kFloat32 ? 4 : 2;
+  const size_t elem = type == DType::kUint8 ? 1 : type == DType::kFloat32 ? 4 : 2;
   const size_t bytes = static_cast<size_t>(h) * static_cast<size_t>(w) * 3 * elem;
   uint8_t* base = static_cast<uint8_t*>(images);
   ThreadPool::instance().run(n, threads, [&](int i) {

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "fastload_abi.h"  // PixelPrim, PixelOpKind, WarpMode, DType (generated from fastload/engine_abi.py)
+
 namespace fastload {
 
 constexpr uint64_t kPixelOpCounterStride = 64;
@@ -29,41 +31,13 @@ constexpr uint64_t kOutputOpsCounterBase = uint64_t{1} << 20;
 constexpr uint64_t kBatchOpsCounterBase = uint64_t{1} << 30;
 constexpr int kMaxPixelOps = 64;
 
-// Single-image primitives (torchvision's op names; the PIL backend's arithmetic).
-enum class PixelPrim : int {
-  kIdentity = 0,
-  kShearX = 1,
-  kShearY = 2,
-  kTranslateX = 3,
-  kTranslateY = 4,
-  kRotate = 5,
-  kBrightness = 6,
-  kColor = 7,       // saturation
-  kContrast = 8,
-  kSharpness = 9,
-  kPosterize = 10,
-  kSolarize = 11,
-  kAutoContrast = 12,
-  kEqualize = 13,
-  kInvert = 14,
-  kHue = 15,
-  kGrayscale = 16,
-};
-constexpr int kNumPixelPrims = 17;
-
-enum class PixelOpKind : int {
-  kColorJitter = 0,
-  kRandomGrayscale = 1,
-  kLighting = 2,
-  kMXNetColor = 3,
-  kAutoAugment = 4,
-  kRandAugment = 5,
-  kTrivialAugmentWide = 6,
-};
+// PixelPrim (the single-image primitives), PixelOpKind (the pixel op specs), WarpMode and DType
+// (uint8 / float32 / float16 outputs) come from fastload/engine_abi.py through the generated header.
+constexpr int kNumPixelPrims = kPixelPrimCount;
 
 // Geometric primitives carry Pillow's warp per signed magnitude: 7 numbers (mode, a0..a5) as
 // fastload.transforms.primitives.WarpPlan.as_row(); mode 0 affine, 1 identity, 2/3/4 the
-// transposes ROTATE_90 / ROTATE_180 / ROTATE_270.
+// transposes ROTATE_90 / ROTATE_180 / ROTATE_270 (WarpMode).
 constexpr int kWarpValues = 7;
 
 // One candidate op of a policy: the primitive, its magnitude bins (empty for magnitude-free ops)
@@ -139,8 +113,6 @@ void apply_pixel_ops(uint8_t* rgb, int h, int w, const PixelOpsSpec& ops, uint64
 void apply_pixel_prim(uint8_t* rgb, int h, int w, PixelPrim prim, double magnitude, const double* warp, bool bilinear,
                       const uint8_t fill[3]);
 
-enum class SampleType : int { kUint8 = 0, kFloat32 = 1, kFloat16 = 2 };
-
 // The ops on the final output of one image.
 struct ErasingSpec {
   // MXNet's ImageRecordIter normalization jitter (float outputs only, as MXNet):
@@ -170,7 +142,7 @@ struct ErasingTrace {
 };
 
 // image: one sample of the output ([h, w, 3] or [3, h, w] of `type`), modified in place. Never throws.
-void apply_erasing(void* image, SampleType type, bool channels_first, int h, int w, const ErasingSpec& spec,
+void apply_erasing(void* image, DType type, bool channels_first, int h, int w, const ErasingSpec& spec,
                    uint64_t key, ErasingTrace* trace);
 
 // Batch-level mixing (torchvision.transforms.v2 MixUp / CutMix): sample i is mixed with sample
@@ -185,7 +157,7 @@ struct MixParams {
 // images: n samples of [h, w, 3] or [3, h, w] `type` values, mixed in place with up to `threads`
 // threads of the engine's pool. labels: n rows of num_classes float32 (one-hot or probabilities);
 // soft: n rows of num_classes float32, written with the mixed labels.
-void mix_batch(void* images, SampleType type, bool channels_first, int n, int h, int w, const MixParams& params,
+void mix_batch(void* images, DType type, bool channels_first, int n, int h, int w, const MixParams& params,
                const float* labels, int num_classes, float* soft, int threads);
 
 // Batch forms of apply_pixel_ops / apply_erasing over n contiguous samples, spread over up to
@@ -194,7 +166,7 @@ void mix_batch(void* images, SampleType type, bool channels_first, int n, int h,
 // the ops outside the decode (tests, benchmarks, already-decoded batches).
 void apply_pixel_ops_batch(uint8_t* images, int n, int h, int w, const PixelOpsSpec& ops, uint64_t seed, uint64_t epoch,
                            const int64_t* indices, int threads, double* traces);
-void apply_erasing_batch(void* images, SampleType type, bool channels_first, int n, int h, int w, const ErasingSpec& spec,
+void apply_erasing_batch(void* images, DType type, bool channels_first, int n, int h, int w, const ErasingSpec& spec,
                          uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, double* traces);
 
 // Name of the SIMD kernels the pixel ops use ("avx512", "avx2" or "scalar").

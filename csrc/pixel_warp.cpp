@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "pixel_color.h"
+#include "pixel_ops.h"
 #include "pixel_kernels.h"
 
 namespace fastload {
@@ -89,22 +90,22 @@ void nearest_double(const uint8_t* in, uint8_t* out, int h, int w, const double*
 
 void warp(uint8_t* rgb, int h, int w, const double plan[7], bool bilinear_mode, const uint8_t fill[3],
           std::vector<uint8_t>* scratch) {
-  const int mode = static_cast<int>(plan[0]);
-  if (mode == 1 || h <= 0 || w <= 0) return;  // identity
+  const WarpMode mode = static_cast<WarpMode>(static_cast<int>(plan[0]));
+  if (mode == WarpMode::kIdentity || h <= 0 || w <= 0) return;
   const size_t pixels = static_cast<size_t>(h) * static_cast<size_t>(w);
   scratch->resize(pixels * 3 + 8);  // kernels read up to 8 bytes from the last pixel on
   uint8_t* src = scratch->data();
   std::memcpy(src, rgb, pixels * 3);
   const size_t stride = static_cast<size_t>(w) * 3;
-  if (mode == 2 || mode == 3 || mode == 4) {
+  if (mode == WarpMode::kRotate90 || mode == WarpMode::kRotate180 || mode == WarpMode::kRotate270) {
     // Transposes (square images for the quarter turns): ROTATE_90 is counter-clockwise.
     for (int y = 0; y < h; ++y) {
       uint8_t* o = rgb + y * stride;
       for (int x = 0; x < w; ++x) {
         const uint8_t* p;
-        if (mode == 2)
+        if (mode == WarpMode::kRotate90)
           p = src + x * stride + 3 * (w - 1 - y);
-        else if (mode == 3)
+        else if (mode == WarpMode::kRotate180)
           p = src + (h - 1 - y) * stride + 3 * (w - 1 - x);
         else
           p = src + (h - 1 - x) * stride + 3 * y;

@@ -301,10 +301,12 @@ __attribute__((target("avx2"))) void hpass4_avx2_t(const uint8_t* const* src, co
         _mm256_packus_epi16(_mm256_packs_epi32(a01, a23), _mm256_packs_epi32(b01, b23)), join);
     const __m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
     const size_t dx = 3 * static_cast<size_t>(i);
+    // movhps through its builtin: _mm_storeh_pd is written as a plain (aligned) double store, which
+    // the destination's 3-byte pixel offsets would make undefined behaviour (UBSan flags it).
     _mm_storel_epi64(reinterpret_cast<__m128i*>(d0 + dx), lo);
-    _mm_storeh_pd(reinterpret_cast<double*>(d2 + dx), _mm_castsi128_pd(lo));
+    _mm_storeh_pi(reinterpret_cast<__m64*>(d2 + dx), _mm_castsi128_ps(lo));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(d1 + dx), hi);
-    _mm_storeh_pd(reinterpret_cast<double*>(d3 + dx), _mm_castsi128_pd(hi));
+    _mm_storeh_pi(reinterpret_cast<__m64*>(d3 + dx), _mm_castsi128_ps(hi));
   }
   if (i < out_w) {
     __m256i a01, a23;
@@ -715,7 +717,7 @@ void Resampler::finish(uint8_t* dst, Layout layout) {
     const uint8_t* base = tmp_.data() + static_cast<size_t>(yt_->start[y] - yt_->src_first) * tmp_stride_;
     for (int j = 0; j < taps; ++j) rp[j] = base + static_cast<size_t>(j) * tmp_stride_;
     const int16_t* k = yt_->coef.data() + static_cast<size_t>(y) * taps;
-    if (layout == Layout::kNHWC) {
+    if (layout == Layout::kNhwc) {
       // NHWC rows are packed RGB like the intermediate: the vertical pass writes the slot directly.
       // Its chunked stores run up to 31 bytes past the row, into rows written later; only where
       // that would leave the slot (another image's, maybe another thread's) does it go via line_.

@@ -13,11 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "fastload_abi.h"  // Layout
 #include "jpeg_decode.h"
 
 namespace fastload {
-
-enum class Layout : int { kNHWC = 0, kNCHW = 1 };
 
 constexpr int kCoefBits = 14;
 

@@ -20,14 +20,14 @@ from __future__ import annotations
 import enum
 import io
 import os
-import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from fastload import engine_abi
 from fastload.errors import DecodeError
 from fastload.transforms import OpKind, Transform, sample_params
 
@@ -50,18 +50,10 @@ __all__ = [
 _DEFAULT_MAX_PIXELS = 89_478_485
 
 
-class DecodeStatus(enum.IntEnum):
-    """Per-image outcome codes; the values are shared with the C++ engine (``csrc/batch_decode.h``)."""
-
-    OK = 0
-    #: Internal: the engine left this image to the Pillow path (not a JPEG, or EXIF orientation to apply).
-    NEEDS_PILLOW = 1
-    EMPTY = 2
-    TRUNCATED = 3
-    CORRUPT = 4
-    UNSUPPORTED = 5
-    TOO_LARGE = 6
-    INTERNAL = 7
+#: Per-image outcome codes (one definition with the C++ engine: :class:`fastload.engine_abi.Status`).
+#: ``NEEDS_PILLOW`` is internal: the engine left the image to the Pillow path (not a JPEG, or an EXIF
+#: orientation to apply).
+DecodeStatus = engine_abi.Status
 
 
 class Layout(str, enum.Enum):
@@ -90,13 +82,18 @@ class DecodeOptions:
             torchvision (``PIL.Image.open``) and most training pipelines ignore it, so the pixels
             match theirs. When ``True``, images whose tag asks for a transform take the Pillow path.
         use_restart_slices: For records packed with restart-marker indexing, decode only the restart
-            intervals covering the crop (see ``csrc/restart_index.h``); falls back to the plain
+            intervals covering the crop (see ``csrc/restart_slice.h``); falls back to the plain
             region decode when slicing does not apply.
         dct_scaling: Let libjpeg downscale by 1/2 in the DCT domain when the crop is at least
             twice the output in both directions (1/4 from 8x, 1/8 from 16x, so the antialiased
             resize always keeps a 2x step). Measured: RandomResizedCrop(112) about 7% faster, mean
             difference to Pillow 1.26 levels instead of 0.004; at 224 on ImageNet-sized images it
             rarely applies (0.11 vs 0.04).
+        slice_entropy: Huffman decoder of restart-interval slices: ``"fastload"`` (the interval
+            decoder, where the build has it) or ``"libjpeg"`` (slices keep their RST markers and go
+            through libjpeg's decoder: same pixels, slower). ``None`` (default): the
+            ``FASTLOAD_SLICE_ENTROPY`` environment variable when the call is made, else
+            ``"fastload"``. Per call: nothing process-wide changes. C++ engine only.
     """
 
     max_pixels: int = _DEFAULT_MAX_PIXELS
@@ -105,6 +102,7 @@ class DecodeOptions:
     apply_exif: bool = False
     use_restart_slices: bool = True
     dct_scaling: bool = True
+    slice_entropy: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_pixels, int) or isinstance(self.max_pixels, bool) or self.max_pixels <= 0:
@@ -112,6 +110,23 @@ class DecodeOptions:
         for name in ("fast_idct", "fancy_upsampling", "apply_exif", "use_restart_slices", "dct_scaling"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
+        if self.slice_entropy is not None:
+            _entropy_decoder(self.slice_entropy, "slice_entropy")
+
+
+def _entropy_decoder(name: str, what: str) -> engine_abi.EntropyDecoder:
+    try:
+        return engine_abi.EntropyDecoder[str(name).strip().upper()]
+    except KeyError:
+        raise ValueError(f"{what}={name!r} must be 'fastload' or 'libjpeg'") from None
+
+
+def _slice_entropy(options: DecodeOptions) -> engine_abi.EntropyDecoder:
+    """The slice Huffman decoder a call uses: the option, else FASTLOAD_SLICE_ENTROPY read now."""
+    if options.slice_entropy is not None:
+        return _entropy_decoder(options.slice_entropy, "slice_entropy")
+    env = os.environ.get("FASTLOAD_SLICE_ENTROPY", "").strip()
+    return _entropy_decoder(env, "FASTLOAD_SLICE_ENTROPY") if env else engine_abi.EntropyDecoder.FASTLOAD
 
 
 @dataclass(frozen=True)
@@ -163,12 +178,6 @@ except ImportError as exc:  # built without libjpeg-turbo, or not built yet
     _engine = None
     _engine_reason = f"fastload._engine is not available ({exc})"
 
-# Restart-interval slices are Huffman-decoded by fastload's interval decoder where the build has it;
-# FASTLOAD_SLICE_ENTROPY=libjpeg hands them to libjpeg's decoder instead (same pixels, slower).
-if _engine is not None and hasattr(_engine, "_slice_entropy"):
-    if os.environ.get("FASTLOAD_SLICE_ENTROPY", "").strip().lower() == "libjpeg":
-        _engine._slice_entropy("libjpeg")
-
 
 def active_backend() -> str:
     """The backend :func:`decode_batch` uses now: ``"libjpeg-turbo"`` or ``"pillow"``."""
@@ -190,8 +199,9 @@ def engine_info() -> dict:
 
     Returns:
         ``backend`` (``"libjpeg-turbo"`` or ``"pillow"``), ``libjpeg_turbo`` (version or None),
-        ``simd`` (the resize kernel in use), ``slice_entropy`` (the Huffman decoder of restart-interval
-        slices: ``"fastload"`` or ``"libjpeg"``), ``threads`` (default thread count), ``pillow``
+        ``simd`` (the resize kernel in use), ``slice_entropy`` (the Huffman decoder restart-interval
+        slices get by default now: ``"fastload"`` or ``"libjpeg"``), ``threads`` (default thread
+        count), ``pillow``
         (version) and ``reason`` (why the Pillow path is live, when it is).
     """
     import PIL
@@ -203,7 +213,9 @@ def engine_info() -> dict:
         native = _engine.info()
         info["libjpeg_turbo"] = native["libjpeg_turbo"]
         info["simd"] = native["simd"]
-        info["slice_entropy"] = native.get("slice_entropy")
+        wanted = _slice_entropy(DecodeOptions())
+        usable = wanted is engine_abi.EntropyDecoder.LIBJPEG or native["slice_entropy_available"]
+        info["slice_entropy"] = wanted.name.lower() if usable else "libjpeg"
     if backend == "pillow":
         info["reason"] = ("FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason)
     return info
@@ -263,25 +275,6 @@ def _check_args(images, out, transform, indices, threads, layout, options):
 
 
 # --- Pillow path -----------------------------------------------------------------------------
-
-_pool_lock = threading.Lock()
-_pool: Optional[ThreadPoolExecutor] = None
-_pool_key = (0, 0)  # (threads, pid)
-
-
-def _pillow_pool(threads: int) -> ThreadPoolExecutor:
-    global _pool, _pool_key
-    with _pool_lock:
-        # A forked child (e.g. a torch DataLoader worker) inherits the executor but not its threads:
-        # it would queue work nobody runs, so each process makes its own.
-        key = (threads, os.getpid())
-        if _pool is None or _pool_key != key:
-            if _pool is not None and _pool_key[1] == key[1]:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fastload-pillow")
-            _pool_key = key
-        return _pool
-
 
 def _pillow_open_rgb(buf, options: DecodeOptions):
     """Open and fully decode one image to an RGB PIL image; raises _Failure on any problem."""
@@ -355,9 +348,15 @@ def _pillow_batch(images, positions, out, layout, transform, seed, epoch, idx, t
         return p, _pillow_one(images[p], out[p], layout, transform, seed, epoch, int(idx[p]), options)
 
     if threads == 1 or len(positions) <= 1:
-        results = map(run, positions)
+        results = list(map(run, positions))
     else:
-        results = _pillow_pool(threads).map(run, positions)
+        # An executor per call, owned by this call: no process-wide pool that one caller could shut
+        # down or resize under another (two loaders with different thread counts), and nothing
+        # inherited across fork. Starting the threads costs ~0.1 ms against the tens of
+        # milliseconds Pillow spends per batch.
+        with ThreadPoolExecutor(max_workers=min(threads, len(positions)),
+                                thread_name_prefix="fastload-pillow") as pool:
+            results = list(pool.map(run, positions))
     for p, (st, msg, box, flip) in results:
         status[p] = int(st)
         boxes[p] = box
@@ -371,19 +370,41 @@ def _pillow_batch(images, positions, out, layout, transform, seed, epoch, idx, t
 # --- public API ------------------------------------------------------------------------------
 
 
-def _op_tuple(transform: Transform):
+def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
+    """The engine's ``name`` struct (a ``py::class_`` generated from :data:`engine_abi.STRUCTS`)."""
+    types = {field: ctype for ctype, field, _default, _doc in engine_abi.STRUCTS[name]}
+    obj = getattr(_engine, name)()
+    for field, value in values.items():
+        ctype = types[field]
+        if ctype in engine_abi.ENUMS:
+            value = getattr(_engine, ctype)(int(value))
+        setattr(obj, field, value)
+    return obj
+
+
+def _native_options(options: DecodeOptions) -> Any:
+    return _native_struct("DecodeSettings", {
+        "max_pixels": int(options.max_pixels), "fast_idct": options.fast_idct,
+        "fancy_upsampling": options.fancy_upsampling, "apply_exif": options.apply_exif,
+        "use_restart_slices": options.use_restart_slices, "dct_scaling": options.dct_scaling,
+        "slice_entropy": _slice_entropy(options)})
+
+
+def _native_geometry(transform: Transform) -> Any:
     out_h, out_w = transform.size
-    kind = int(transform.kind)
-    scale = getattr(transform, "scale", (1.0, 1.0))
-    ratio = getattr(transform, "ratio", (1.0, 1.0))
-    resize = getattr(transform, "resize", None) if kind == OpKind.RESIZE_CENTER_CROP else None
-    return (kind, int(out_h), int(out_w), float(scale[0]), float(scale[1]), float(ratio[0]), float(ratio[1]),
-            float(transform.flip), int(resize or 0))
+    kind = OpKind(int(transform.kind))
+    values: Dict[str, Any] = {"kind": kind, "out_h": int(out_h), "out_w": int(out_w), "flip": float(transform.flip)}
+    if kind == OpKind.RANDOM_RESIZED_CROP:
+        values.update(scale_lo=float(transform.scale[0]), scale_hi=float(transform.scale[1]),
+                      ratio_lo=float(transform.ratio[0]), ratio_hi=float(transform.ratio[1]))
+    elif kind == OpKind.RESIZE_CENTER_CROP:
+        values["resize"] = int(transform.resize or 0)
+    return _native_struct("GeometryParams", values)
 
 
-def _options_tuple(options: DecodeOptions):
-    return (int(options.max_pixels), options.fast_idct, options.fancy_upsampling, options.apply_exif,
-            options.use_restart_slices, options.dct_scaling)
+def _native_output(layout: Layout) -> Any:
+    return _native_struct("OutputParams", {"dtype": engine_abi.DType.UINT8,
+                                           "layout": engine_abi.Layout[layout.value]})
 
 
 def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, seed: int, epoch: int,
@@ -427,9 +448,8 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, see
     else:
         mask = (1 << 64) - 1
         native = _engine.decode_batch(
-            images if isinstance(images, (list, tuple)) else list(images), out,
-            0 if layout is Layout.NHWC else 1, _op_tuple(transform), seed & mask, epoch & mask, idx, threads,
-            _options_tuple(options))
+            images if isinstance(images, (list, tuple)) else list(images), out, _native_geometry(transform),
+            _native_output(layout), seed & mask, epoch & mask, idx, threads, _native_options(options))
         status, errors, boxes, flips = native["status"], dict(native["errors"]), native["boxes"], native["flips"]
         warnings_count, sliced, slice_fallbacks = native["warnings"], native["sliced"], native["slice_fallbacks"]
         pending = np.flatnonzero(status == DecodeStatus.NEEDS_PILLOW).tolist()
@@ -469,7 +489,7 @@ def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads
     if active_backend() != "libjpeg-turbo":
         raise RuntimeError(f"resize_encode_batch needs the C++ engine: {engine_info()['reason']}")
     native = _engine.resize_encode_batch(list(images), int(shorter), int(quality), int(threads),
-                                         _options_tuple(options))
+                                         _native_options(options))
     return [data for _status, _message, data in native]
 
 
@@ -490,11 +510,12 @@ def decode_image(buf, *, options: DecodeOptions = DecodeOptions()) -> np.ndarray
     if not isinstance(options, DecodeOptions):
         raise ValueError(f"options={options!r} must be a fastload.decode.DecodeOptions")
     if active_backend() != "pillow":
-        st, msg, arr = _engine.decode_image(buf, _options_tuple(options))
+        native_status, msg, arr = _engine.decode_image(buf, _native_options(options))
+        st = DecodeStatus(int(native_status))
         if st == DecodeStatus.OK:
             return arr
         if st != DecodeStatus.NEEDS_PILLOW:
-            raise DecodeError(f"{DecodeStatus(st).name.lower()}: {msg}")
+            raise DecodeError(f"{st.name.lower()}: {msg}")
     try:
         img = _pillow_open_rgb(buf, options)
     except _Failure as exc:

@@ -138,7 +138,7 @@ def test_engine_resize_encode_reports_bad_images_without_crashing(monkeypatch):
     png = io.BytesIO()
     Image.new("RGB", (20, 10)).save(png, "PNG")
     bad = [b"", good[: len(good) // 3], png.getvalue(), b"\xff\xd8\xff" + bytes(100), good]
-    out = decode._engine.resize_encode_batch(bad, 64, 90, 2, decode._options_tuple(decode.DecodeOptions()))
+    out = decode._engine.resize_encode_batch(bad, 64, 90, 2, decode._native_options(decode.DecodeOptions()))
     assert [s == 0 for s, _, _ in out] == [False, False, False, False, True]
     assert all(msg for s, msg, _ in out if s != 0)
     assert [d is not None for d in decode.resize_encode_batch(bad, shorter=64, quality=90)] == [False] * 4 + [True]

@@ -524,11 +524,11 @@ def test_mxnet_reads_restart_indexed_shards(tmp_path, originals, transcoded):
 
 @pytest.fixture(params=["fastload", "libjpeg"])
 def entropy(request):
-    """Runs a test with slices Huffman-decoded by fastload's interval decoder, then by libjpeg's."""
-    if not _engine._slice_entropy(request.param):
+    """Runs a test with slices Huffman-decoded by fastload's interval decoder, then by libjpeg's
+    (``DecodeOptions(slice_entropy=...)``, a per-call choice)."""
+    if request.param == "fastload" and not _engine.info()["slice_entropy_available"]:
         pytest.skip("this build has no interval Huffman decoder (no jpegint.h)")
-    yield request.param
-    _engine._slice_entropy("fastload")
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -567,7 +567,7 @@ def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, tra
         for use in (True, False):
             out = np.zeros((len(images), h, w, 3), np.uint8)
             res = decode.decode_batch(images, out, transform, seed=5, epoch=epoch, indices=indices, threads=2,
-                                      options=decode.DecodeOptions(use_restart_slices=use))
+                                      options=decode.DecodeOptions(use_restart_slices=use, slice_entropy=entropy))
             outs.append(out)
             results.append(res)
         on, off = results
@@ -622,7 +622,7 @@ def test_corrupt_intervals_never_change_sliced_pixels(originals, max_mcus, entro
         for use in (True, False):
             out = np.zeros((len(images), 32, 32, 3), np.uint8)
             results.append(decode.decode_batch(images, out, transform, seed=9, epoch=epoch, indices=indices,
-                                               threads=2, options=decode.DecodeOptions(use_restart_slices=use)))
+                                               threads=2, options=decode.DecodeOptions(use_restart_slices=use, slice_entropy=entropy)))
             outs.append(out)
         on, off = results
         assert on.status.tolist() == off.status.tolist()
@@ -653,7 +653,8 @@ def test_engine_survives_corrupt_restart_indexed_records(transcoded, entropy):
         images.append(bytes(data))
     out = np.zeros((len(images), 24, 24, 3), np.uint8)
     res = decode.decode_batch(images, out, RandomResizedCrop(size=24), seed=1, epoch=0,
-                              indices=np.arange(len(images), dtype=np.int64), threads=2)
+                              indices=np.arange(len(images), dtype=np.int64), threads=2,
+                              options=decode.DecodeOptions(slice_entropy=entropy))
     assert len(res.status) == len(images)
     assert set(res.errors) == set(np.flatnonzero(res.status).tolist())
     assert res.sliced + res.slice_fallbacks <= len(images)

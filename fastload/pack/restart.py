@@ -2,7 +2,7 @@
 
 Why: Huffman decoding is sequential and is most of a JPEG decode's cost. With restart markers every
 N MCUs (N dividing the MCU row width), the decode engine entropy-decodes only the intervals a crop
-covers (``csrc/restart_index.h``). The transcode copies the DCT coefficients (no re-quantization), so
+covers (``csrc/restart_slice.h``). The transcode copies the DCT coefficients (no re-quantization), so
 every image decodes bit-identically to its original; progressive JPEGs come out baseline. The record
 stays a plain JPEG that MXNet, Pillow and every other reader decode.
 

@@ -130,7 +130,7 @@ class ColorJitter(PixelOp):
                 "hue": _none_if_nan(values[7])}
 
     def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "ColorJitter", "brightness": self.brightness, "contrast": self.contrast,
+        return {"kind": "COLOR_JITTER", "brightness": self.brightness, "contrast": self.contrast,
                 "saturation": self.saturation, "hue": self.hue}
 
 
@@ -162,7 +162,7 @@ class RandomGrayscale(PixelOp):
         return {"applied": bool(values[0])}
 
     def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "RandomGrayscale", "p": self.p}
+        return {"kind": "RANDOM_GRAYSCALE", "p": self.p}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,5 +257,5 @@ class Lighting(PixelOp):
         return {"alpha": [float(v) for v in values[:3]]}
 
     def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "Lighting", "alphastd": self.alphastd, "eigval": self.eigval,
+        return {"kind": "LIGHTING", "alphastd": self.alphastd, "eigval": self.eigval,
                 "eigvec": [v for row in self.eigvec for v in row]}

@@ -15,11 +15,11 @@ and then mirrored left-right when the flip was drawn.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 from typing import Tuple, Union
 
+from fastload.engine_abi import GeometryKind
 from fastload.transforms.rng import sample_key, uniform
 
 __all__ = [
@@ -39,12 +39,9 @@ _MAX_ATTEMPTS = 10
 _FLIP_DRAW = _DRAWS_PER_ATTEMPT * _MAX_ATTEMPTS  # 40
 
 
-class OpKind(enum.IntEnum):
-    """The geometric op fused into the decode; values are shared with the C++ engine."""
-
-    RANDOM_RESIZED_CROP = 0
-    RESIZE_CENTER_CROP = 1
-    RESIZE = 2
+#: The geometric op fused into the decode (values shared with the C++ engine through
+#: :mod:`fastload.engine_abi`, their one definition).
+OpKind = GeometryKind
 
 
 def _pair(size: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:

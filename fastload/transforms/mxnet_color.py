@@ -235,7 +235,7 @@ class MXNetColorAugment(PixelOp):
         return out
 
     def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "MXNetColorAugment", "brightness": self.brightness, "contrast": self.contrast,
+        return {"kind": "MXNET_COLOR", "brightness": self.brightness, "contrast": self.contrast,
                 "saturation": self.saturation, "pca_noise": self.pca_noise, "random_h": self.random_h,
                 "random_s": self.random_s, "random_l": self.random_l}
 

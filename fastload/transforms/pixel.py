@@ -51,6 +51,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from fastload.engine_abi import PixelOpKind
 from fastload.transforms.rng import uniform
 
 __all__ = [
@@ -131,7 +132,7 @@ class PixelOp:
         raise NotImplementedError
 
     def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        """The op as plain numbers for the engine (``kind`` is the class name the engine knows)."""
+        """The op as plain numbers for the engine (``kind``: a member name of ``engine_abi.PixelOpKind``)."""
         raise NotImplementedError
 
     def apply(self, image: np.ndarray, key: int, *, base: int) -> np.ndarray:
@@ -199,15 +200,15 @@ def _engine_fields(op: PixelOp, height: int, width: int) -> Dict[str, Any]:
 
 
 def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = None) -> List[Dict[str, Any]]:
-    """The ops as the engine's spec dicts for ``height`` x ``width`` outputs (kinds as engine numbers)."""
-    engine = engine or _engine()
-    if engine is None:
-        raise RuntimeError("the C++ engine is not available")
-    kinds = engine.pixel_enums()["kinds"]
+    """The ops as the engine's spec dicts for ``height`` x ``width`` outputs (``kind``: a PixelOpKind value).
+
+    ``engine`` is accepted for symmetry with the other engine helpers and not used: the kinds come
+    from fastload/engine_abi.py, which the engine is generated from.
+    """
     out = []
     for op in check_pixel_ops(ops):
         fields = dict(_engine_fields(op, int(height), int(width)))
-        fields["kind"] = kinds[fields["kind"]]
+        fields["kind"] = int(PixelOpKind[fields["kind"]])
         out.append(fields)
     return out
 

@@ -323,7 +323,7 @@ class AutoAugment(_PolicyBase):
         return {"subpolicies": subs}
 
     def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "AutoAugment", "bilinear": self.interpolation == "bilinear", "fill": self.fill,
+        return {"kind": "AUTO_AUGMENT", "bilinear": self.interpolation == "bilinear", "fill": self.fill,
                 **self.engine_spec(height, width)}
 
 
@@ -348,7 +348,7 @@ class _ListPolicy(_PolicyBase):
         return {"candidates": cands}
 
     def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        fields = {"kind": type(self).__name__, "bilinear": self.interpolation == "bilinear", "fill": self.fill,
+        fields = {"kind": "RAND_AUGMENT" if isinstance(self, RandAugment) else "TRIVIAL_AUGMENT_WIDE", "bilinear": self.interpolation == "bilinear", "fill": self.fill,
                   **self.engine_spec(height, width)}
         if isinstance(self, RandAugment):
             fields.update(num_ops=self.num_ops, magnitude=self.magnitude)

@@ -15,12 +15,13 @@ engine as numbers, so both backends use the very same matrices.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 from typing import Sequence, Tuple
 
 import numpy as np
+
+from fastload.engine_abi import PixelPrim, WarpMode
 
 __all__ = [
     "Prim",
@@ -44,27 +45,8 @@ __all__ = [
 ]
 
 
-class Prim(enum.IntEnum):
-    """Single-image primitives; values are shared with the engine (``PixelPrim`` in csrc/pixel_ops.h)."""
-
-    IDENTITY = 0
-    SHEAR_X = 1
-    SHEAR_Y = 2
-    TRANSLATE_X = 3
-    TRANSLATE_Y = 4
-    ROTATE = 5
-    BRIGHTNESS = 6
-    COLOR = 7
-    CONTRAST = 8
-    SHARPNESS = 9
-    POSTERIZE = 10
-    SOLARIZE = 11
-    AUTOCONTRAST = 12
-    EQUALIZE = 13
-    INVERT = 14
-    HUE = 15
-    GRAYSCALE = 16
-
+#: The primitives; one definition with the engine (fastload/engine_abi.py).
+Prim = PixelPrim
 
 GEOMETRIC_PRIMS = frozenset({Prim.SHEAR_X, Prim.SHEAR_Y, Prim.TRANSLATE_X, Prim.TRANSLATE_Y, Prim.ROTATE})
 
@@ -162,16 +144,6 @@ def equalize(image: np.ndarray) -> np.ndarray:
 def invert(image: np.ndarray) -> np.ndarray:
     """255 - value."""
     return (255 - image).astype(np.uint8)
-
-
-class WarpMode(enum.IntEnum):
-    """How a geometric primitive maps pixels; values are shared with the engine."""
-
-    AFFINE = 0
-    IDENTITY = 1
-    ROTATE_90 = 2    # Pillow's Transpose.ROTATE_90 (counter-clockwise)
-    ROTATE_180 = 3
-    ROTATE_270 = 4
 
 
 @dataclass(frozen=True)
