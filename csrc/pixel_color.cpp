@@ -31,17 +31,17 @@ void blend_table(int in1, float alpha, uint8_t lut[256]) {
 inline uint8_t cv_sat(float v) { return clip8i(static_cast<long long>(std::nearbyint(v))); }
 
 void histograms(const uint8_t* rgb, size_t pixels, uint32_t hist[3][256]) {
-  // Two sets of counters per channel so consecutive equal values do not serialize on one counter.
-  static thread_local uint32_t h[2][3][256];
+  // Four sets of counters (pixel i % 4) so runs of equal values, common in smooth images, do not
+  // serialize on one counter's store-to-load chain (2 sets: 50 us per 224 image, 4 sets: see below).
+  static thread_local uint32_t h[4][3][256];
   std::memset(h, 0, sizeof(h));
   size_t i = 0;
-  for (; i + 2 <= pixels; i += 2, rgb += 6) {
-    ++h[0][0][rgb[0]], ++h[0][1][rgb[1]], ++h[0][2][rgb[2]];
-    ++h[1][0][rgb[3]], ++h[1][1][rgb[4]], ++h[1][2][rgb[5]];
+  for (; i + 4 <= pixels; i += 4, rgb += 12) {
+    for (int k = 0; k < 4; ++k) ++h[k][0][rgb[3 * k]], ++h[k][1][rgb[3 * k + 1]], ++h[k][2][rgb[3 * k + 2]];
   }
-  if (i < pixels) ++h[0][0][rgb[0]], ++h[0][1][rgb[1]], ++h[0][2][rgb[2]];
+  for (; i < pixels; ++i, rgb += 3) ++h[0][0][rgb[0]], ++h[0][1][rgb[1]], ++h[0][2][rgb[2]];
   for (int c = 0; c < 3; ++c)
-    for (int v = 0; v < 256; ++v) hist[c][v] = h[0][c][v] + h[1][c][v];
+    for (int v = 0; v < 256; ++v) hist[c][v] = h[0][c][v] + h[1][c][v] + h[2][c][v] + h[3][c][v];
 }
 
 }  // namespace
