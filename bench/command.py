@@ -22,7 +22,7 @@ from . import stages
 from .harness import Contender, Result, RunConfig, cpu_count, environment, measure, skipped
 from .model_step import format_report, input_bound_report, parse_model_step
 from .pack_bench import pack_contenders, pack_pair
-from .paired import PairedRatio, decode_pairs, format_paired, run_pair
+from .paired import PairedRatio, decode_pairs, format_paired, normalized_output_pairs, run_pair
 from .peers.registry import (PeerProcesses, eval_peers, mxnet_peers, peer_python, pipeline_peers, set_overrides,
                              sparse_peers)
 from .prepare import BenchData, prepare
@@ -338,6 +338,12 @@ def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
                 paired += decode_pairs(stages.load_images(data.packed), restart,
                                        chunk=16 if opts.quick else 128,
                                        rounds=1 if opts.quick else max(3, config.repeats + 1))
+                if not quiet:
+                    print("[bench] paired normalized float32 vs uint8 output", file=sys.stderr, flush=True)
+                paired += normalized_output_pairs(stages.load_images(data.packed),
+                                                  threads=sorted({1, max_threads}),
+                                                  chunk=16 if opts.quick else 128,
+                                                  rounds=1 if opts.quick else max(3, config.repeats + 1))
             if group == "pipeline" and data.packed and data.restart_packed and not opts.quick:
                 paired.append(_loader_pair(data, max_threads, batch, quiet, rounds=max(10, 4 * config.repeats)))
             if group == "pack" and data.images_root and not opts.quick:

@@ -25,7 +25,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["PairedRatio", "paired_ratio", "decode_pairs", "run_pair", "format_paired"]
+__all__ = ["PairedRatio", "paired_ratio", "decode_pairs", "normalized_output_pairs", "run_pair", "format_paired",
+           "NORMALIZED_PAIR_CHECK"]
+
+#: The check name of the normalized-output pairs (``{t}`` = threads).
+NORMALIZED_PAIR_CHECK = "fused float32-normalized / uint8 output, RandomResizedCrop(224)+flip NCHW, {t}t"
 
 Work = Callable[[int, int], None]  # decode images [start, stop)
 
@@ -98,6 +102,42 @@ def _engine_work(images: Sequence[bytes], batch: int) -> Work:
                                 indices=np.arange(s, e, dtype=np.int64), threads=1)
 
     return run
+
+
+def _pipeline_work(images: Sequence[bytes], batch: int, *, threads: int, normalize: bool) -> Work:
+    """fastload's RandomResizedCrop(224)+flip into NCHW: uint8 pixels, or ImageNet-normalized float32."""
+    from fastload import decode, transforms
+
+    norm = transforms.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)) if normalize else None
+    pipeline = transforms.Pipeline(geometry=transforms.train(224), normalize=norm)
+    out = np.empty((batch, 3, 224, 224), dtype=pipeline.output_dtype)
+    epoch = [0]
+
+    def run(start: int, stop: int) -> None:
+        epoch[0] += 1
+        for s in range(start, stop, batch):
+            e = min(stop, s + batch)
+            decode.decode_batch(images[s:e], out[: e - s], pipeline, seed=0, epoch=epoch[0],
+                                indices=np.arange(s, e, dtype=np.int64), threads=threads)
+
+    return run
+
+
+def normalized_output_pairs(images: Sequence[bytes], *, threads: Sequence[int] = (1, 2), chunk: int = 128,
+                            rounds: int = 3) -> List[PairedRatio]:
+    """The cost of the engine's fused normalized float32 write: float32 / uint8 throughput, per thread count.
+
+    Both sides decode the same chunk with the same crops (same seed and epoch sequence); only the
+    output stage differs. The target (the torch drop-in's): at least 0.90.
+    """
+    out = []
+    batch = min(chunk, 256)
+    for t in threads:
+        f32 = _pipeline_work(images, batch, threads=t, normalize=True)
+        u8 = _pipeline_work(images, batch, threads=t, normalize=False)
+        out.append(paired_ratio(NORMALIZED_PAIR_CHECK.format(t=t), f"float32 normalized, {t}t", f32,
+                                f"uint8, {t}t", u8, images=len(images), chunk=chunk, rounds=rounds))
+    return out
 
 
 def _simplejpeg_work(images: Sequence[bytes]) -> Work:

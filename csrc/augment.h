@@ -15,10 +15,11 @@
 
 namespace fastload {
 
-// A source box in float full-size pixel coordinates plus the flip decision.
+// A source box in float full-size pixel coordinates plus the flip decisions.
 struct SampleBox {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
   bool flip = false;
+  bool vflip = false;
 };
 
 inline uint64_t splitmix64(uint64_t x) {

@@ -25,6 +25,7 @@ struct Worker {
   RestartSlice slice;
   IntervalEntropyDecoder entropy;
   std::string why;
+  std::vector<uint8_t> hwc;       // output-sized HWC uint8 scratch (pixel ops, the scratch path)
   JpegEncoder encoder;            // pack --resize only
   std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
 };
@@ -127,9 +128,45 @@ bool open_image(Worker& w, const ImageRef& im, const DecodeSettings& options, Jp
   return true;
 }
 
-// Decodes an image open_image() has just opened on `w`, with `op`, into `slot`.
-ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, uint8_t* slot, Layout layout,
-                           const GeometryParams& op, uint64_t key, const DecodeSettings& options, SampleBox* box_out) {
+std::atomic<bool> g_force_scratch{false};
+
+// The per-thread output-sized HWC image (rows of 3 * width bytes, 32 spare bytes at the end).
+uint8_t* scratch_image(Worker& w, int height, int width) {
+  const size_t need = static_cast<size_t>(height) * width * 3 + 32;
+  if (w.hwc.size() < need) w.hwc.resize(need);
+  return w.hwc.data();
+}
+
+// Hands the resampled image to the output stage: straight into the slot (the vertical pass writes
+// the final dtype and layout), or, with pixel ops, through the thread's HWC scratch.
+void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, void* slot, uint64_t key,
+                  bool vflip, double* op_trace) {
+  if (!spec.has_pixel_ops() && !g_force_scratch.load(std::memory_order_relaxed)) {
+    w.resampler.finish(fmt, slot, vflip);
+    return;
+  }
+  const int h = fmt.height, wd = fmt.width;
+  OutputFormat hwc_fmt;
+  hwc_fmt.height = h, hwc_fmt.width = wd;  // uint8 NHWC, not normalized
+  uint8_t* hwc = scratch_image(w, h, wd);
+  w.resampler.finish(hwc_fmt, hwc, vflip);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (spec.has_pixel_ops()) {
+    PixelOpsTrace trace{op_trace};
+    apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
+  }
+#else
+  (void)key;
+  (void)op_trace;
+#endif
+  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+}
+
+// Decodes an image open_image() has just opened on `w`, with the pipeline's geometry, into `slot`.
+ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, const PipelineSpec& spec,
+                           const OutputFormat& fmt, void* slot, uint64_t key, const DecodeSettings& options,
+                           SampleBox* box_out, double* op_trace = nullptr) {
+  const GeometryParams& op = spec.geometry;
   ImageOutcome oc;
   JpegInfo info = opened;
   Status st = Status::kOk;
@@ -167,36 +204,59 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
     if (oc.message.empty()) oc.message = "decoder produced fewer rows than the crop needs";
     return oc;
   }
-  w.resampler.finish(slot, layout);
+  finish_image(w, spec, fmt, slot, key, b.vflip, op_trace);
   return oc;
 }
 
-ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const GeometryParams& op, uint64_t key,
-                        const DecodeSettings& options, SampleBox* box_out) {
+ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const OutputFormat& fmt, void* slot,
+                        uint64_t key, const DecodeSettings& options, SampleBox* box_out, double* op_trace,
+                        double* erase_trace) {
   Worker& w = this_worker();
   JpegInfo info;
   ImageOutcome oc;
   if (!open_image(w, im, options, &info, &oc)) return oc;
-  return decode_opened(w, im, info, slot, layout, op, key, options, box_out);
+  oc = decode_opened(w, im, info, spec, fmt, slot, key, options, box_out, op_trace);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (oc.status == Status::kOk && spec.erasing.active()) {
+    ErasingTrace trace{erase_trace};
+    apply_erasing(slot, fmt.dtype, fmt.layout == Layout::kNchw, fmt.height, fmt.width, spec.erasing, key,
+                  erase_trace ? &trace : nullptr);
+  }
+#else
+  (void)erase_trace;
+#endif
+  return oc;
 }
 
 }  // namespace
 
-void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const GeometryParams& op,
+void force_hwc_scratch(bool on) { g_force_scratch.store(on); }
+
+void decode_batch(const std::vector<ImageRef>& images, void* out, const PipelineSpec& spec, const OutputFormat& format,
                   uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
                   BatchResults* results) {
   const int n = static_cast<int>(images.size());
-  const size_t slot_bytes = static_cast<size_t>(op.out_h) * op.out_w * 3;
+  const size_t slot_bytes = format.slot_bytes();
   results->errors.assign(n, std::string());
   std::atomic<long long> warnings{0}, sliced{0}, fallbacks{0};
   auto work = [&](int i) {
     SampleBox box;
     box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
-    uint8_t* slot = out + slot_bytes * i;
+    void* slot = static_cast<uint8_t*>(out) + slot_bytes * i;
     ImageOutcome oc;
     try {
       const uint64_t key = sample_key(seed, epoch, static_cast<uint64_t>(indices[i]));
-      oc = decode_one(images[i], slot, layout, op, key, options, &box);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+      double* op_trace = results->pixel_traces
+                             ? results->pixel_traces + static_cast<size_t>(i) * spec.pixel_ops.ops.size() * kTraceValuesPerOp
+                             : nullptr;
+      double* erase_trace = results->erase_traces ? results->erase_traces + static_cast<size_t>(i) * kErasingTraceValues
+                                                  : nullptr;
+#else
+      double* op_trace = nullptr;
+      double* erase_trace = nullptr;
+#endif
+      oc = decode_one(images[i], spec, format, slot, key, options, &box, op_trace, erase_trace);
     } catch (const std::bad_alloc&) {
       oc.status = Status::kInternal;
       oc.message = "out of memory";
@@ -210,11 +270,12 @@ void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layo
       // A failed slot holds zeros, never stale pixels (the Pillow path overwrites deferred ones).
       if (oc.status != Status::kNeedsPillow) std::memset(slot, 0, slot_bytes);
       box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
-      box.flip = false;
+      box.flip = box.vflip = false;
     }
     results->boxes[4 * i] = box.x0, results->boxes[4 * i + 1] = box.y0;
     results->boxes[4 * i + 2] = box.x1, results->boxes[4 * i + 3] = box.y1;
     results->flips[i] = box.flip ? 1 : 0;
+    if (results->vflips != nullptr) results->vflips[i] = box.vflip ? 1 : 0;
     if (oc.warnings) warnings.fetch_add(oc.warnings, std::memory_order_relaxed);
     if (oc.sliced) sliced.fetch_add(1, std::memory_order_relaxed);
     if (oc.slice_fallback) fallbacks.fetch_add(1, std::memory_order_relaxed);
@@ -252,13 +313,16 @@ void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int q
                     std::to_string(shorter);
         return;
       }
-      GeometryParams op;
-      op.kind = GeometryKind::kResize;
-      op.out_w = static_cast<int>(ow);
-      op.out_h = static_cast<int>(oh);
-      w.pixels.resize(static_cast<size_t>(ow) * oh * 3);
+      PipelineSpec spec;
+      spec.geometry.kind = GeometryKind::kResize;
+      spec.geometry.out_w = static_cast<int>(ow);
+      spec.geometry.out_h = static_cast<int>(oh);
+      const GeometryParams& op = spec.geometry;
+      OutputFormat fmt;  // uint8 NHWC
+      fmt.height = op.out_h, fmt.width = op.out_w;
+      w.pixels.resize(fmt.slot_bytes());
       SampleBox box;
-      const ImageOutcome oc = decode_opened(w, images[i], info, w.pixels.data(), Layout::kNhwc, op, 0, plain, &box);
+      const ImageOutcome oc = decode_opened(w, images[i], info, spec, fmt, w.pixels.data(), 0, plain, &box);
       if (oc.status != Status::kOk) {
         r.status = oc.status;
         r.message = oc.message;

@@ -176,22 +176,53 @@ void check_geometry(const GeometryParams& op) {
 
 // ---- decode ----------------------------------------------------------------------------------------
 
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+// The pixel-op glue (csrc/pixel_ops.h's owner adds these to this file): converts the Pipeline's
+// `ops` (Python op specs, in order) and `erase` (a RandomErasing or None; MXNet's normalization
+// jitter comes from an MXNetColorAugment in `ops`) into the engine's structs.
+PixelOpsSpec pixel_ops_from_python(const py::sequence& ops, const GeometryParams& geometry);
+ErasingSpec erasing_from_python(const py::object& erase, const py::sequence& ops, const OutputParams& output);
+#endif
+
+// The element format numpy / the buffer protocol reports for each output dtype.
+bool format_matches(DType dtype, const std::string& fmt, Py_ssize_t itemsize) {
+  auto is = [&](char c) { return fmt == std::string(1, c) || fmt == std::string("=") + c || fmt == std::string("<") + c ||
+                                 fmt == std::string("|") + c; };
+  switch (dtype) {
+    case DType::kUint8: return itemsize == 1 && (is('B') || fmt == "c");
+    case DType::kFloat32: return itemsize == 4 && is('f');
+    case DType::kFloat16: return itemsize == 2 && is('e');
+  }
+  return false;
+}
+
 py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, const GeometryParams& op,
-                         const OutputParams& output, uint64_t seed, uint64_t epoch,
-                         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices, int threads,
-                         const DecodeSettings& options) {
+                         const OutputParams& output, const py::sequence& ops, const py::object& erase, uint64_t seed,
+                         uint64_t epoch, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,
+                         int threads, const DecodeSettings& options, bool want_params) {
   check_geometry(op);
   check_settings(options);
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
-  if (output.dtype != DType::kUint8 || output.normalize)
-    throw py::value_error("this engine writes uint8 pixels only (dtype UINT8, normalize False)");
+  PipelineSpec spec;
+  spec.geometry = op;
+  spec.output = output;
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  spec.pixel_ops = pixel_ops_from_python(ops, op);
+  spec.erasing = erasing_from_python(erase, ops, output);
+#else
+  if (py::len(ops) != 0 || !erase.is_none())
+    throw py::value_error("this engine was built without pixel ops (csrc/pixel_ops.h): ops and erase must be empty");
+#endif
+  OutputFormat format;
+  std::string why;
+  if (!make_output_format(output, op.out_h, op.out_w, &format, &why)) throw py::value_error(why);
   const size_t n = static_cast<size_t>(py::len(images));
 
   const BufferView out_view(out.ptr(), PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT, "out");
   const Py_buffer& outv = *out_view;
   const std::string fmt = outv.format ? outv.format : "B";
-  if (outv.itemsize != 1 || (fmt != "B" && fmt != "=B" && fmt != "<B" && fmt != "|B" && fmt != "c"))
-    throw py::value_error("out must hold uint8 (format " + fmt + ")");
+  if (!format_matches(output.dtype, fmt, outv.itemsize))
+    throw py::value_error(std::string("out must hold ") + abi_name(output.dtype) + " (buffer format " + fmt + ")");
   if (outv.ndim != 4) throw py::value_error("out must be 4-D, got " + std::to_string(outv.ndim) + "-D");
   const Py_ssize_t* sh = outv.shape;
   const bool nhwc = output.layout == Layout::kNhwc;
@@ -211,15 +242,34 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   py::array_t<int32_t> status(static_cast<py::ssize_t>(n));
   py::array_t<double> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
   py::array_t<bool> flips(static_cast<py::ssize_t>(n));
+  py::array_t<bool> vflips(static_cast<py::ssize_t>(n));
   BatchResults results;
   results.status = status.mutable_data();
   results.boxes = boxes.mutable_data();
   results.flips = reinterpret_cast<uint8_t*>(flips.mutable_data());
+  results.vflips = reinterpret_cast<uint8_t*>(vflips.mutable_data());
+  py::object pixel_traces = py::none(), erase_traces = py::none();
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (want_params && spec.has_pixel_ops()) {
+    py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(spec.pixel_ops.ops.size()),
+                           static_cast<py::ssize_t>(kTraceValuesPerOp)});
+    std::fill(t.mutable_data(), t.mutable_data() + t.size(), std::numeric_limits<double>::quiet_NaN());
+    results.pixel_traces = t.mutable_data();
+    pixel_traces = t;
+  }
+  if (want_params && spec.erasing.active()) {
+    py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(kErasingTraceValues)});
+    std::fill(t.mutable_data(), t.mutable_data() + t.size(), std::numeric_limits<double>::quiet_NaN());
+    results.erase_traces = t.mutable_data();
+    erase_traces = t;
+  }
+#else
+  (void)want_params;
+#endif
   const int64_t* idx = indices.data();
-  uint8_t* dst = static_cast<uint8_t*>(outv.buf);
   {
     py::gil_scoped_release release;
-    decode_batch(refs, dst, output.layout, op, seed, epoch, idx, threads, options, &results);
+    decode_batch(refs, outv.buf, spec, format, seed, epoch, idx, threads, options, &results);
   }
   py::dict errors;
   for (size_t i = 0; i < n; ++i) {
@@ -233,9 +283,12 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   r["errors"] = errors;
   r["boxes"] = boxes;
   r["flips"] = flips;
+  r["vflips"] = vflips;
   r["warnings"] = results.warnings;
   r["sliced"] = results.sliced;
   r["slice_fallbacks"] = results.slice_fallbacks;
+  r["pixel_traces"] = pixel_traces;
+  r["erase_traces"] = erase_traces;
   return r;
 }
 
@@ -733,6 +786,28 @@ void register_functions(py::module_& m) {
 }
 
 }  // namespace pixel_glue
+
+namespace {
+
+// The decode path's pixel-op glue (declared with decode_batch_py): the Pipeline's ops and erase
+// become plain dicts through fastload.transforms (cached per op and output size), then structs.
+PixelOpsSpec pixel_ops_from_python(const py::sequence& ops, const GeometryParams& geometry) {
+  if (py::len(ops) == 0) return PixelOpsSpec();
+  const py::object specs = py::module_::import("fastload.transforms.pixel").attr("engine_specs")(ops, geometry.out_h, geometry.out_w);
+  return pixel_glue::parse_ops(specs);
+}
+
+ErasingSpec erasing_from_python(const py::object& erase, const py::sequence& ops, const OutputParams& output) {
+  const py::object spec =
+      py::module_::import("fastload.transforms.erasing").attr("engine_output_spec")(ops, py::none(), erase);
+  ErasingSpec e = pixel_glue::parse_erasing(spec.cast<py::dict>());
+  // MXNet's illumination is in pixel units times the Normalize's scale / std (1 without one).
+  for (int c = 0; c < 3; ++c)
+    e.illumination_scale[c] = output.normalize ? static_cast<float>(output.scale / output.std_dev[c]) : 1.0f;
+  return e;
+}
+
+}  // namespace
 // ==== end pixel ops =======================================================================
 
 PYBIND11_MODULE(_engine, m) {
@@ -740,8 +815,11 @@ PYBIND11_MODULE(_engine, m) {
   register_abi(m);
 
   m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("geometry"), py::arg("output"),
-        py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"), py::arg("options"),
-        "Decode a batch into out (GIL released once); returns a dict of per-image results.");
+        py::arg("ops"), py::arg("erase"), py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"),
+        py::arg("options"), py::arg("want_params") = false,
+        "Decode a batch into out (GIL released once) through the pipeline geometry -> pixel ops -> "
+        "output stage (dtype, layout, normalization) -> erasing; returns a dict of per-image results "
+        "(with want_params, the pixel ops' traces [B, ops, 64] and the output stage's [B, 8]).");
   m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
         "Full-size RGB decode: (status, message, array or None).");
   m.def("resize_encode_batch", &resize_encode_batch_py, py::arg("images"), py::arg("shorter"), py::arg("quality"),
@@ -763,6 +841,12 @@ PYBIND11_MODULE(_engine, m) {
     py::dict d;
     d["libjpeg_turbo"] = FASTLOAD_JPEG_TURBO_VERSION;
     d["simd"] = resize_kernel_name();
+    d["output_simd"] = output_kernel_name();
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+    d["pixel_ops"] = true;
+#else
+    d["pixel_ops"] = false;
+#endif
     d["slice_entropy_available"] = interval_entropy_available();
     d["threads"] = pool_threads();
 #if defined(__SANITIZE_ADDRESS__)
@@ -779,8 +863,15 @@ PYBIND11_MODULE(_engine, m) {
     hold_pool_creation_lock_for_testing(milliseconds);
   }, py::arg("milliseconds"),
         "Testing hook: a background thread holds the pool-creation lock for this long (fork-safety tests).");
-  m.def("_resize_force_kernels", &resize_force_kernels, py::arg("name"),
-        "Testing hook: resample with the 'scalar', 'ssse3', 'avx2' or 'best' kernels; False if unavailable.");
+  m.def("_resize_force_kernels", [](const std::string& name) {
+    if (!resize_force_kernels(name)) return false;
+    output_force_kernels(name == "scalar" ? "scalar" : "best");  // the output stage's scalar twin too
+    return true;
+  }, py::arg("name"),
+        "Testing hook: resample (and write the output) with the 'scalar', 'ssse3', 'avx2' or 'best' kernels; "
+        "False if unavailable.");
+  m.def("_force_hwc_scratch", &force_hwc_scratch, py::arg("on"),
+        "Testing hook: every image goes through the per-thread HWC scratch and the whole-image output write.");
 
   m.def("add_restart_markers", &add_restart_markers_py, py::arg("buf"), py::arg("max_mcus") = 4,
         py::arg("verify") = false,

@@ -19,6 +19,8 @@
 // ImageNet-like images, RandomResizedCrop(224)+flip) with identical output bytes.
 #include "resize.h"
 
+#include "output.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -64,10 +66,6 @@ void vpass_scalar(const uint8_t* const* rows, const int16_t* k, int taps, int by
     for (int j = 0; j < taps; ++j) acc += k[j] * rows[j][i];
     line[i] = clip8(acc >> kCoefBits);
   }
-}
-
-void emit_nchw_scalar(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g, uint8_t* b) {
-  for (int x = 0; x < out_w; ++x) r[x] = line[3 * x], g[x] = line[3 * x + 1], b[x] = line[3 * x + 2];
 }
 
 #ifdef FASTLOAD_X86
@@ -187,44 +185,6 @@ __attribute__((target("ssse3"))) void vpass_ssse3(const uint8_t* const* rows, co
     const __m128i out = _mm_packus_epi16(_mm_packs_epi32(a0, a1), _mm_packs_epi32(a2, a3));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(line + i), out);
   }
-}
-
-// Packed RGB -> three planes, 16 pixels (48 bytes, three loads) per step: each plane gathers its
-// bytes from the three loads with one shuffle each (-1 lanes give zero) and ORs them together.
-struct PlaneMasks {
-  __m128i m[3][3];  // [channel][load]
-};
-
-PlaneMasks make_plane_masks() {
-  PlaneMasks pm;
-  for (int c = 0; c < 3; ++c) {
-    for (int l = 0; l < 3; ++l) {
-      alignas(16) int8_t m[16];
-      for (int x = 0; x < 16; ++x) {
-        const int byte = 3 * x + c - 16 * l;
-        m[x] = (byte >= 0 && byte < 16) ? static_cast<int8_t>(byte) : static_cast<int8_t>(-1);
-      }
-      std::memcpy(&pm.m[c][l], m, 16);
-    }
-  }
-  return pm;
-}
-
-__attribute__((target("ssse3"))) void emit_nchw_ssse3(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g,
-                                                      uint8_t* b) {
-  static const PlaneMasks pm = make_plane_masks();
-  uint8_t* planes[3] = {r, g, b};
-  int x = 0;
-  for (; x + 16 <= out_w; x += 16) {
-    const __m128i* p = reinterpret_cast<const __m128i*>(line + 3 * x);
-    const __m128i v0 = _mm_loadu_si128(p), v1 = _mm_loadu_si128(p + 1), v2 = _mm_loadu_si128(p + 2);
-    for (int c = 0; c < 3; ++c) {
-      const __m128i v = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, pm.m[c][0]), _mm_shuffle_epi8(v1, pm.m[c][1])),
-                                     _mm_shuffle_epi8(v2, pm.m[c][2]));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[c] + x), v);
-    }
-  }
-  emit_nchw_scalar(line + 3 * x, out_w - x, r + x, g + x, b + x);
 }
 
 // AVX2: four source rows per call, two per 256-bit register (one per 128-bit lane), so the
@@ -482,18 +442,17 @@ struct Kernels {
   void (*hpass4)(const uint8_t* const*, const int*, const int16_t*, int, int, uint8_t* const*, bool);
   // Processes bytes rounded up to its vector width: writes may run up to 31 bytes past `bytes`.
   void (*vpass)(const uint8_t* const*, const int16_t*, int, int, uint8_t*);
-  void (*nchw)(const uint8_t*, int, uint8_t*, uint8_t*, uint8_t*);
   // Horizontal pass over up to 4 rows from a GroupPlan (source columns counted from x_origin), or null. Used whenever the axis admits a
   // plan; the per-pixel kernels above cover the rest (downscales past about 2.5x).
   void (*hgroups)(const uint8_t* const*, int, int, const GroupPlan&, uint8_t* const*);
   const char* name;
 };
 
-const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, emit_nchw_scalar, nullptr, "scalar"};
+const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, nullptr, "scalar"};
 #ifdef FASTLOAD_X86
-const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, emit_nchw_ssse3, nullptr, "ssse3"};
-const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, nullptr, "avx2"};
-const Kernels kAvx512 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, hgroups_avx512, "avx512"};
+const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, nullptr, "ssse3"};
+const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, nullptr, "avx2"};
+const Kernels kAvx512 = {hpass_ssse3, hpass4_avx2, vpass_avx2, hgroups_avx512, "avx512"};
 #endif
 
 const Kernels* best_kernels() {
@@ -700,7 +659,7 @@ void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
   }
 }
 
-void Resampler::finish(uint8_t* dst, Layout layout) {
+void Resampler::finish(const OutputFormat& out, void* slot, bool vflip) {
   const Kernels& kr = kernels();
   const int out_w = xt_->out_size, out_h = yt_->out_size, taps = yt_->taps;
   const int bytes = out_w * 3;
@@ -711,27 +670,27 @@ void Resampler::finish(uint8_t* dst, Layout layout) {
     many.resize(taps);
     rp = many.data();
   }
-  const size_t plane = static_cast<size_t>(out_h) * out_w;
-  const size_t slot = plane * 3;
-  for (int y = 0; y < out_h; ++y) {
+  uint8_t* raw = static_cast<uint8_t*>(slot);
+  const size_t slot_bytes = static_cast<size_t>(out_h) * bytes;
+  // Output rows in ascending memory order (the vertical flip walks the table backwards): the
+  // direct NHWC kernel's overrun then always lands in a row written later.
+  for (int i = 0; i < out_h; ++i) {
+    const int y = vflip ? out_h - 1 - i : i;  // table row; `i` is the output row
     const uint8_t* base = tmp_.data() + static_cast<size_t>(yt_->start[y] - yt_->src_first) * tmp_stride_;
     for (int j = 0; j < taps; ++j) rp[j] = base + static_cast<size_t>(j) * tmp_stride_;
     const int16_t* k = yt_->coef.data() + static_cast<size_t>(y) * taps;
-    if (layout == Layout::kNhwc) {
-      // NHWC rows are packed RGB like the intermediate: the vertical pass writes the slot directly.
-      // Its chunked stores run up to 31 bytes past the row, into rows written later; only where
-      // that would leave the slot (another image's, maybe another thread's) does it go via line_.
-      const size_t at = static_cast<size_t>(y) * bytes;
-      if (at + bytes + 32 <= slot) {
-        kr.vpass(rp, k, taps, bytes, dst + at);
-      } else {
-        kr.vpass(rp, k, taps, bytes, line_.data());
-        std::memcpy(dst + at, line_.data(), bytes);
-      }
+    const size_t at = static_cast<size_t>(i) * bytes;
+    if (out.is_raw_nhwc() && at + bytes + 32 <= slot_bytes) {
+      // uint8 NHWC rows are packed RGB like the intermediate: the vertical pass writes the slot
+      // directly. Its chunked stores run up to 31 bytes past the row, into rows written later;
+      // only where that would leave the slot (another image's, maybe another thread's) does it go
+      // through line_.
+      kr.vpass(rp, k, taps, bytes, raw + at);
     } else {
+      // Every other format: the row goes through line_ (in L1) and the output stage writes it in
+      // the final dtype and layout, normalized: the fused float write, no second pass.
       kr.vpass(rp, k, taps, bytes, line_.data());
-      uint8_t* r = dst + static_cast<size_t>(y) * out_w;
-      kr.nchw(line_.data(), out_w, r, r + plane, r + 2 * plane);
+      write_output_row(out, line_.data(), i, slot);
     }
   }
 }

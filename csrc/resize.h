@@ -6,15 +6,16 @@
 // inner loops are pmaddwd or vpdpwssd (AVX-512, AVX2 or SSSE3 kernels picked at run time, with a
 // portable scalar twin giving the same integers). The horizontal pass consumes decoder rows as they
 // come out of libjpeg (the RowSink interface), writes columns mirrored when the flip is drawn, and
-// the vertical pass writes NHWC or NCHW straight into the caller's buffer.
+// the vertical pass hands each output row to the output stage (output.h), which writes it in the
+// final dtype and layout, normalized, straight into the caller's buffer.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "fastload_abi.h"  // Layout
 #include "jpeg_decode.h"
+#include "output.h"
 
 namespace fastload {
 
@@ -52,8 +53,9 @@ class Resampler final : public RowSink {
   void setup(const AxisTable* xt, const AxisTable* yt, bool flip);
   void begin(int x_origin, int width) override;
   void rows(int y, const uint8_t* const* rgb, int count) override;
-  // Vertical pass into dst: [out_h, out_w, 3] (NHWC) or [3, out_h, out_w] (NCHW).
-  void finish(uint8_t* dst, Layout layout);
+  // Vertical pass into one image of the batch, `slot`, in out's dtype and layout (output.h),
+  // rows mirrored top to bottom when vflip.
+  void finish(const OutputFormat& out, void* slot, bool vflip);
   // Rows received so far (all needed rows must have arrived before finish()).
   int rows_received() const { return rows_received_; }
 

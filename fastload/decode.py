@@ -1,16 +1,21 @@
-"""Pixels stage: decode a batch of encoded images, fused with crop / resize / flip, into caller memory.
+"""Pixels stage: decode a batch of encoded images through a transform Pipeline, into caller memory.
 
-Two backends share one contract (docs/ARCHITECTURE.md, "Decode"):
+Two backends share one contract (docs/ARCHITECTURE.md, "Decode") and run the same
+:class:`~fastload.transforms.Pipeline`: geometry -> pixel ops -> output stage (dtype, layout,
+normalization) -> erasing, every random draw keyed by ``(seed, epoch, sample index)``:
 
 * ``libjpeg-turbo``: the C++ engine ``fastload._engine``. One call per batch, the GIL released once,
   a persistent thread pool with one reused decompressor per thread, region decode (only the rows and
   iMCU columns the crop needs, power-of-two DCT scaling when the crop is at least twice the output)
-  and a vectorized antialiased bilinear resize with the flip fused, written straight into ``out``.
-  Payloads that are not baseline/progressive JPEG (PNG, WebP, ...) are marked by the engine and then
-  decoded by the Pillow path inside the same call, with the same ops and output.
+  and a vectorized antialiased resize with the flips fused; its vertical pass hands each output row
+  to the output stage, which writes it in the final dtype and layout, normalized, straight into
+  ``out`` (no second pass over the batch). Payloads that are not baseline/progressive JPEG (PNG,
+  WebP, ...) are marked by the engine and then decoded by the Pillow path inside the same call, with
+  the same ops and output.
 * ``pillow``: the reference path (also used when the extension is missing, or with
   ``FASTLOAD_DECODER=pillow``): full decode, ``convert("RGB")``, ``Image.resize(size, BILINEAR,
-  box=box)`` with the box from :func:`fastload.transforms.sample_params`, then the flip.
+  box=box)`` with the box from :func:`fastload.transforms.sample_params`, the flips, each pixel op's
+  Python reference, :meth:`Normalize.apply <fastload.transforms.Normalize.apply>`, then erasing.
 
 Both return per-image status codes; a bad image never raises from :func:`decode_batch`.
 """
@@ -29,7 +34,8 @@ import numpy as np
 
 from fastload import engine_abi
 from fastload.errors import DecodeError
-from fastload.transforms import OpKind, Transform, sample_params
+from fastload.transforms import OpKind, Pipeline, Transform, as_pipeline, op_counter_base, sample_key, sample_params
+from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
 
 __all__ = [
     "DecodeStatus",
@@ -138,24 +144,34 @@ class BatchResult:
         errors: Position in the batch -> human-readable reason, for every failed position.
         boxes: float64 ``[B, 4]`` source boxes ``(x0, y0, x1, y1)`` in full-size pixels (NaN where
             the image failed); ``None`` unless ``want_params``.
-        flips: bool ``[B]``; ``None`` unless ``want_params``.
+        flips: bool ``[B]``, horizontal flips; ``None`` unless ``want_params``.
+        vflips: bool ``[B]``, vertical flips; ``None`` unless ``want_params``.
         warnings: Number of libjpeg warnings (slightly corrupt data that still decoded).
         sliced: Images decoded through restart-interval slices.
         slice_fallbacks: Restart-indexed images whose slicing failed and that the plain region decode
             handled instead.
         pillow: Images decoded by the Pillow path.
         backend: ``"libjpeg-turbo"`` or ``"pillow"``.
+        op_params: Per sample, each pixel op's drawn parameters (``op.sample``'s dicts; replay them
+            with ``op.apply_params``), None for a failed sample; ``None`` unless ``want_params`` and
+            the pipeline has pixel ops.
+        output_params: Per sample, the output stage's draws (:func:`fastload.transforms.erasing.apply_output_ops`'s
+            dict: the erased box, MXNet's normalization contrast and illumination); ``None`` unless
+            ``want_params`` and the pipeline has an output-stage op.
     """
 
     status: np.ndarray
     errors: Dict[int, str]
     boxes: Optional[np.ndarray]
     flips: Optional[np.ndarray]
+    vflips: Optional[np.ndarray]
     warnings: int
     sliced: int
     slice_fallbacks: int
     pillow: int
     backend: str
+    op_params: Optional[List[Optional[List[Dict[str, Any]]]]] = None
+    output_params: Optional[List[Optional[Dict[str, Any]]]] = None
 
     @property
     def ok(self) -> bool:
@@ -246,13 +262,12 @@ def _resolve_layout(out: np.ndarray, size: Tuple[int, int], layout: Union[str, L
                      f"for transform size (H, W)={size}")
 
 
-def _check_args(images, out, transform, indices, threads, layout, options):
-    if not hasattr(transform, "kind") or not hasattr(transform, "size"):
-        raise ValueError(f"transform={transform!r} must be a fastload.transforms op (RandomResizedCrop, CenterCrop, Resize)")
+def _check_args(images, out, pipeline: Pipeline, indices, threads, layout, options):
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy.ndarray (got {type(out).__name__}); wrap torch tensors with .numpy()")
-    if out.dtype != np.uint8:
-        raise ValueError(f"out.dtype={out.dtype} must be uint8")
+    if out.dtype != pipeline.output_dtype:
+        why = "the Pipeline's Normalize dtype" if pipeline.normalize is not None else "uint8: no Normalize"
+        raise ValueError(f"out.dtype={out.dtype} must be {pipeline.output_dtype} ({why})")
     if out.ndim != 4:
         raise ValueError(f"out.ndim={out.ndim} must be 4 ([B, H, W, 3] or [B, 3, H, W])")
     if not out.flags.c_contiguous:
@@ -271,7 +286,7 @@ def _check_args(images, out, transform, indices, threads, layout, options):
         raise ValueError(f"threads={threads!r} must be a positive int")
     if not isinstance(options, DecodeOptions):
         raise ValueError(f"options={options!r} must be a fastload.decode.DecodeOptions")
-    return _resolve_layout(out, tuple(transform.size), layout), idx, int(threads)
+    return _resolve_layout(out, tuple(pipeline.size), layout), idx, int(threads)
 
 
 # --- Pillow path -----------------------------------------------------------------------------
@@ -319,33 +334,51 @@ class _Failure(Exception):
         self.status = status
 
 
-def _pillow_one(buf, slot: np.ndarray, layout: Layout, transform: Transform, seed: int, epoch: int,
+def _pillow_one(buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed: int, epoch: int,
                 index: int, options: DecodeOptions):
-    """Decode one image into ``slot``; returns (status, message, box, flip)."""
+    """Decode one image into ``slot`` through the pipeline; returns (status, message, box, flip, vflip)."""
     from PIL import Image
 
     try:
         img = _pillow_open_rgb(buf, options)
-        params = sample_params(img.width, img.height, transform, seed=seed, epoch=epoch, index=index)
-        out_h, out_w = transform.size
+        geometry = pipeline.geometry
+        params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
+        out_h, out_w = pipeline.size
         img = img.resize((out_w, out_h), Image.BILINEAR, box=params.box)
         if params.flip:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        if getattr(params, "vflip", False):
+            img = img.transpose(Image.FLIP_TOP_BOTTOM)
         arr = np.asarray(img)
-        if layout is Layout.NHWC:
-            slot[...] = arr
-        else:
-            slot[...] = arr.transpose(2, 0, 1)
-        return DecodeStatus.OK, "", params.box, params.flip
+        key = sample_key(seed, epoch, index)
+        op_params = []
+        for position, op in enumerate(pipeline.ops):
+            base = op_counter_base(position)
+            if hasattr(op, "sample") and hasattr(op, "apply_params"):  # the pixel ops: draws kept for want_params
+                drawn = op.sample(key, base, out_h, out_w)
+                arr = op.apply_params(arr, drawn)
+            else:  # any op with contract 3's apply(image, key, base=) reference
+                drawn = None
+                arr = op.apply(arr, key, base=base)
+            op_params.append(drawn)
+        if pipeline.normalize is not None:
+            arr = pipeline.normalize.apply(arr)
+        channels_first = layout is Layout.NCHW
+        slot[...] = arr.transpose(2, 0, 1) if channels_first else arr
+        # The output stage (MXNet's normalization jitter, RandomErasing) on the written sample.
+        output_params = apply_output_ops(slot, key=key, channels_first=channels_first, ops=pipeline.ops,
+                                         normalize=pipeline.normalize, erase=pipeline.erase)
+        return (DecodeStatus.OK, "", params.box, params.flip, bool(getattr(params, "vflip", False)), op_params,
+                output_params)
     except _Failure as exc:
         slot[...] = 0
-        return exc.status, str(exc), (np.nan,) * 4, False
+        return exc.status, str(exc), (np.nan,) * 4, False, False, None, None
 
 
-def _pillow_batch(images, positions, out, layout, transform, seed, epoch, idx, threads, options,
-                  status, errors, boxes, flips) -> None:
+def _pillow_batch(images, positions, out, layout, pipeline, seed, epoch, idx, threads, options,
+                  status, errors, boxes, flips, vflips, op_params, output_params) -> None:
     def run(p):
-        return p, _pillow_one(images[p], out[p], layout, transform, seed, epoch, int(idx[p]), options)
+        return p, _pillow_one(images[p], out[p], layout, pipeline, seed, epoch, int(idx[p]), options)
 
     if threads == 1 or len(positions) <= 1:
         results = list(map(run, positions))
@@ -357,10 +390,13 @@ def _pillow_batch(images, positions, out, layout, transform, seed, epoch, idx, t
         with ThreadPoolExecutor(max_workers=min(threads, len(positions)),
                                 thread_name_prefix="fastload-pillow") as pool:
             results = list(pool.map(run, positions))
-    for p, (st, msg, box, flip) in results:
+    for p, (st, msg, box, flip, vflip, drawn_ops, drawn_output) in results:
+        op_params[p] = drawn_ops
+        output_params[p] = drawn_output
         status[p] = int(st)
         boxes[p] = box
         flips[p] = flip
+        vflips[p] = vflip
         if st != DecodeStatus.OK:
             errors[p] = f"{st.name.lower()}: {msg}"
         else:
@@ -402,28 +438,37 @@ def _native_geometry(transform: Transform) -> Any:
     return _native_struct("GeometryParams", values)
 
 
-def _native_output(layout: Layout) -> Any:
-    return _native_struct("OutputParams", {"dtype": engine_abi.DType.UINT8,
-                                           "layout": engine_abi.Layout[layout.value]})
+def _native_output(pipeline: Pipeline, layout: Layout) -> Any:
+    values: Dict[str, Any] = {"layout": engine_abi.Layout[layout.value]}
+    norm = pipeline.normalize
+    if norm is None:
+        values["dtype"] = engine_abi.DType.UINT8
+    else:
+        values.update(dtype=engine_abi.DType[norm.dtype.upper()], normalize=True, scale=norm.scale,
+                      mean=list(norm.mean), std_dev=list(norm.std))
+    return _native_struct("OutputParams", values)
 
 
-def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, seed: int, epoch: int,
+def decode_batch(images: Sequence, out: np.ndarray, transform: Union[Pipeline, Transform], *, seed: int, epoch: int,
                  indices, threads: Optional[int] = None, layout: Union[str, Layout, None] = None,
                  want_params: bool = False, options: DecodeOptions = DecodeOptions()) -> BatchResult:
-    """Decode ``images`` with ``transform`` into ``out``, one slot per image.
+    """Decode ``images`` through ``transform`` into ``out``, one slot per image.
 
     Args:
         images: Encoded images, any objects exporting the buffer protocol (bytes, memoryviews into
             mmap'd shards, numpy arrays); they are not copied.
-        out: Caller-owned C-contiguous uint8 ``[B, H, W, 3]`` or ``[B, 3, H, W]`` with
-            ``(H, W) == transform.size``; may be pinned memory.
-        transform: The op spec (:mod:`fastload.transforms`).
+        out: Caller-owned C-contiguous ``[B, H, W, 3]`` or ``[B, 3, H, W]`` with
+            ``(H, W) == transform.size``, of the pipeline's output dtype (uint8 without a
+            Normalize, else the Normalize's float32 / float16); may be pinned memory.
+        transform: A :class:`~fastload.transforms.Pipeline`, or a bare geometry op
+            (:mod:`fastload.transforms`).
         seed: Loader seed.
         epoch: Epoch number.
         indices: Global sample index of each image (int64 ``[B]``); keys the per-sample randomness.
         threads: Decode threads (default: :func:`default_threads`).
         layout: ``"NHWC"`` or ``"NCHW"``; inferred from ``out.shape`` when omitted.
-        want_params: Return the crop boxes and flips used.
+        want_params: Return the crop boxes and flips used, and each sample's pixel-op and output-stage
+            parameters.
         options: :class:`DecodeOptions`.
 
     Returns:
@@ -433,7 +478,8 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, see
     Raises:
         ValueError: On API misuse (wrong ``out`` shape, dtype or contiguity, mismatched lengths).
     """
-    layout, idx, threads = _check_args(images, out, transform, indices, threads, layout, options)
+    pipeline = as_pipeline(transform)
+    layout, idx, threads = _check_args(images, out, pipeline, indices, threads, layout, options)
     n = len(images)
     seed = int(seed)
     epoch = int(epoch)
@@ -444,21 +490,39 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, see
         errors: Dict[int, str] = {}
         boxes = np.zeros((n, 4), np.float64)
         flips = np.zeros(n, bool)
+        vflips = np.zeros(n, bool)
         pending = list(range(n))
     else:
         mask = (1 << 64) - 1
         native = _engine.decode_batch(
-            images if isinstance(images, (list, tuple)) else list(images), out, _native_geometry(transform),
-            _native_output(layout), seed & mask, epoch & mask, idx, threads, _native_options(options))
-        status, errors, boxes, flips = native["status"], dict(native["errors"]), native["boxes"], native["flips"]
+            images if isinstance(images, (list, tuple)) else list(images), out, _native_geometry(pipeline.geometry),
+            _native_output(pipeline, layout), pipeline.ops, pipeline.erase, seed & mask, epoch & mask, idx, threads,
+            _native_options(options), bool(want_params))
+        status, errors, boxes = native["status"], dict(native["errors"]), native["boxes"]
+        flips, vflips = native["flips"], native["vflips"]
         warnings_count, sliced, slice_fallbacks = native["warnings"], native["sliced"], native["slice_fallbacks"]
         pending = np.flatnonzero(status == DecodeStatus.NEEDS_PILLOW).tolist()
+    op_params: List[Any] = [None] * n
+    output_params: List[Any] = [None] * n
+    if backend != "pillow" and want_params:
+        ok = status == DecodeStatus.OK
+        if native.get("pixel_traces") is not None:
+            traces = native["pixel_traces"]
+            op_params = [[op.params_from_trace(traces[i, k]) for k, op in enumerate(pipeline.ops)] if ok[i] else None
+                         for i in range(n)]
+        if native.get("erase_traces") is not None:
+            traces = native["erase_traces"]
+            output_params = [output_params_from_trace(traces[i]) if ok[i] else None for i in range(n)]
     if pending:
-        _pillow_batch(images, pending, out, layout, transform, seed, epoch, idx, threads, options,
-                      status, errors, boxes, flips)
+        _pillow_batch(images, pending, out, layout, pipeline, seed, epoch, idx, threads, options,
+                      status, errors, boxes, flips, vflips, op_params, output_params)
+    has_output_ops = pipeline.erase is not None or any(getattr(op, "has_output_jitter", False) for op in pipeline.ops)
     return BatchResult(status=status, errors=errors, boxes=boxes if want_params else None,
-                       flips=flips if want_params else None, warnings=int(warnings_count), sliced=int(sliced),
-                       slice_fallbacks=int(slice_fallbacks), pillow=len(pending), backend=backend)
+                       flips=flips if want_params else None, vflips=vflips if want_params else None,
+                       warnings=int(warnings_count), sliced=int(sliced), slice_fallbacks=int(slice_fallbacks),
+                       pillow=len(pending), backend=backend,
+                       op_params=op_params if want_params and pipeline.ops else None,
+                       output_params=output_params if want_params and has_output_ops else None)
 
 
 def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads: int = 1,

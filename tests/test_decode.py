@@ -142,25 +142,29 @@ def test_engine_rejects_bad_buffers_directly():
     from fastload import _engine
 
     opts = decode._native_options(DecodeOptions())
-    op = decode._native_geometry(T.train(8))
-    nhwc, nchw = decode._native_output(decode.Layout.NHWC), decode._native_output(decode.Layout.NCHW)
+    pipe = T.Pipeline(geometry=T.train(8))
+    op = decode._native_geometry(pipe.geometry)
+    nhwc, nchw = decode._native_output(pipe, decode.Layout.NHWC), decode._native_output(pipe, decode.Layout.NCHW)
     idx = np.zeros(1, np.int64)
     out = np.zeros((1, 8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="images\\[0\\]"):
-        _engine.decode_batch([12345], out, op, nhwc, 0, 0, idx, 1, opts)
+        _engine.decode_batch([12345], out, op, nhwc, (), None, 0, 0, idx, 1, opts)
     with pytest.raises(ValueError, match="images\\[0\\]"):
         strided = np.frombuffer(make_jpeg(16, 16), np.uint8)[::2]
-        _engine.decode_batch([strided], out, op, nhwc, 0, 0, idx, 1, opts)
+        _engine.decode_batch([strided], out, op, nhwc, (), None, 0, 0, idx, 1, opts)
     with pytest.raises(ValueError, match="writable"):
         ro = np.zeros((1, 8, 8, 3), np.uint8)
         ro.flags.writeable = False
-        _engine.decode_batch([b"x"], ro, op, nhwc, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], ro, op, nhwc, (), None, 0, 0, idx, 1, opts)
     with pytest.raises(ValueError, match="does not match"):
-        _engine.decode_batch([b"x"], out, op, nchw, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], out, op, nchw, (), None, 0, 0, idx, 1, opts)
+    with pytest.raises(ValueError, match="float32"):  # the buffer's element type is checked too
+        float_out = decode._native_output(T.Pipeline(geometry=T.train(8), normalize=T.Normalize()), decode.Layout.NHWC)
+        _engine.decode_batch([b"x"], out, op, float_out, (), None, 0, 0, idx, 1, opts)
     with pytest.raises(TypeError):  # the parameters are typed: no tuples, no bare ints
-        _engine.decode_batch([b"x"], out, (0, 8, 8), nhwc, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], out, (0, 8, 8), nhwc, (), None, 0, 0, idx, 1, opts)
     with pytest.raises(TypeError):
-        _engine.decode_batch([b"x"], out, op, 0, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], out, op, 0, (), None, 0, 0, idx, 1, opts)
 
 
 def test_engine_info(backend):

@@ -6,6 +6,9 @@ Pillow fallback) interprets while decoding. One module per kind of op:
 - :mod:`fastload.transforms.rng`: the counter-based generator keyed by ``(seed, epoch, index)``;
 - :mod:`fastload.transforms.geometry`: the crop / resize / flip that maps the decoded image to the
   output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler;
+- :mod:`fastload.transforms.output`: ``Normalize``, the output stage (dtype and normalization);
+- :mod:`fastload.transforms.pipeline`: ``Pipeline(geometry, ops, normalize, erase)``, the whole
+  per-sample transform;
 - pixel ops on the output-sized image (:mod:`~fastload.transforms.color`,
   :mod:`~fastload.transforms.mxnet_color`, :mod:`~fastload.transforms.policy`; counters and runner in
   :mod:`~fastload.transforms.pixel`), the output-stage :mod:`~fastload.transforms.erasing` and the
@@ -23,6 +26,8 @@ from fastload.transforms.geometry import (
     sample_params,
     train,
 )
+from fastload.transforms.output import Normalize
+from fastload.transforms.pipeline import Pipeline, as_pipeline, op_counter_base
 from fastload.transforms.rng import sample_key, splitmix64, uniform
 
 # Pixel, output-stage and batch ops.
@@ -42,6 +47,10 @@ __all__ = [
     "train",
     "eval_transform",
     "sample_params",
+    "Normalize",
+    "Pipeline",
+    "as_pipeline",
+    "op_counter_base",
     "splitmix64",
     "sample_key",
     "uniform",

@@ -29,7 +29,7 @@ import numpy as np
 from fastload.transforms.pixel import OUTPUT_OPS_COUNTER_BASE, normal, op_counter_base, randint
 from fastload.transforms.rng import uniform
 
-__all__ = ["RandomErasing", "apply_output_ops", "engine_output_spec"]
+__all__ = ["RandomErasing", "apply_output_ops", "engine_output_spec", "output_params_from_trace"]
 
 _E = OUTPUT_OPS_COUNTER_BASE
 _ATTEMPTS = 10
@@ -215,3 +215,12 @@ def engine_output_spec(ops: Sequence[Any] = (), normalize: Any = None, erase: Op
         spec.update(p=erase.p, scale=erase.scale, log_ratio=(math.log(erase.ratio[0]), math.log(erase.ratio[1])),
                     random_value=erase.random_value, value=erase.channel_values())
     return spec
+
+
+def output_params_from_trace(values: Sequence[float]) -> Dict[str, Any]:
+    """The engine's output-stage trace of one sample as :func:`apply_output_ops` reports it."""
+    v = [float(x) for x in values]
+    erase: Dict[str, Any] = {"applied": bool(v[0] == 1.0)}
+    if erase["applied"]:
+        erase.update(top=int(v[1]), left=int(v[2]), height=int(v[3]), width=int(v[4]))
+    return {"erase": erase, "mx_contrast": v[5], "mx_illumination": v[6]}

@@ -52,6 +52,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from fastload.engine_abi import PixelOpKind
+from fastload.transforms.pipeline import ERASE_COUNTER_BASE, OP_COUNTER_STRIDE, op_counter_base
 from fastload.transforms.rng import uniform
 
 __all__ = [
@@ -73,18 +74,12 @@ __all__ = [
 ]
 
 GEOMETRY_COUNTERS = 64
-OP_COUNTER_STRIDE = 64
-OUTPUT_OPS_COUNTER_BASE = 1 << 20
+#: The output stage's first counter (the Pipeline's ERASE_COUNTER_BASE).
+OUTPUT_OPS_COUNTER_BASE = ERASE_COUNTER_BASE
 BATCH_OPS_COUNTER_BASE = 1 << 30
 TRACE_VALUES_PER_OP = 64
+#: Pixel ops per Pipeline the engine takes (kMaxPixelOps in csrc/pixel_ops.h).
 MAX_PIXEL_OPS = 64
-
-
-def op_counter_base(position: int) -> int:
-    """First counter of pixel op number ``position`` in a Pipeline's ``ops``."""
-    if not 0 <= position < MAX_PIXEL_OPS:
-        raise ValueError(f"pixel op position {position} must be in [0, {MAX_PIXEL_OPS})")
-    return OP_COUNTER_STRIDE * (position + 2)
 
 
 def randint(key: int, counter: int, n: int) -> int:
