@@ -23,10 +23,12 @@ def test_pixel_ops_bench_quick(tmp_path, monkeypatch):
     res = json.loads((tmp_path / "pixel_ops.json").read_text())
     assert res["threads"] == [1] and res["images"] == 32
     checks = [r["check"] for r in res["paired"]]
-    assert len(checks) == len(pixel_ops.PIPELINES)
-    for r, name in zip(res["paired"], pixel_ops.PIPELINES):
-        assert name in r["check"] and r["pairs"] >= 1 and math.isfinite(r["median"]) and r["median"] > 0
-        assert r["extra"]["target_slowdown"] == pixel_ops.TARGETS[name]
+    assert len(checks) == 2 * len(pixel_ops.PIPELINES)  # wall clock and CPU time for each
+    for i, name in enumerate(pixel_ops.PIPELINES):
+        for r, clock in zip(res["paired"][2 * i:2 * i + 2], ("wall", "cpu")):
+            assert name in r["check"] and r["extra"]["clock"] == clock
+            assert r["pairs"] >= 1 and math.isfinite(r["median"]) and r["median"] > 0
+            assert r["extra"]["target_slowdown"] == pixel_ops.TARGETS[name]
     if HAVE_TORCH:
         assert len(res["versus_torchvision"]) == len(pixel_ops.PIPELINES)
         assert all(v["fastload_ips"] > 0 and v["torchvision_ips"] > 0 for v in res["versus_torchvision"])
