@@ -239,16 +239,18 @@ def _dataset(count: int, directory: str) -> List[bytes]:
 
 
 def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[int] = (1, 2),
-        torchvision: bool = True, quiet: bool = False) -> dict:
-    """Measures every pipeline's cost; returns the JSON-able results."""
+        torchvision: bool = True, pairs: bool = True, tv_rounds: Optional[int] = None, quiet: bool = False,
+        argv: Sequence[str] = ()) -> dict:
+    """Measures every pipeline's cost; returns the JSON-able results (``argv``: recorded as the command)."""
     count = images or (48 if quick else 512)
     chunk = 16 if quick else 128
     rounds = 1 if quick else 3
+    tv_rounds = tv_rounds or (1 if quick else 5)
     batch = 16 if quick else 64
     with tempfile.TemporaryDirectory(prefix="fastload-pixel-bench-") as tmp:
         data = _dataset(count, os.path.join(tmp, "images"))
         rows: List[PairedRatio] = []
-        for t in threads:
+        for t in (threads if pairs else ()):
             plain = _fastload_work(data, None, t, batch)
             for name in PIPELINES:
                 with_op = _fastload_work(data, name, t, batch)
@@ -269,7 +271,7 @@ def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[
                 skipped = f"torchvision is not installed: {exc}"
             else:
                 for name in PIPELINES:
-                    v = _versus_torchvision(data, name, batch, rounds=1 if quick else 3)
+                    v = _versus_torchvision(data, name, batch, rounds=tv_rounds)
                     versus.append(v)
                     if not quiet:
                         print(f"{v.check:<60} {v.median:6.2f}x  ({v.fastload_ips:,.0f} vs {v.torchvision_ips:,.0f} "
@@ -277,7 +279,7 @@ def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[
     from fastload.decode import engine_info
 
     return {"images": count, "chunk": chunk, "rounds": rounds, "batch": batch, "threads": list(threads),
-            "engine": engine_info(), "command": " ".join([sys.executable, "-m", "fastload_bench.pixel_ops"] + sys.argv[1:]),
+            "engine": engine_info(), "command": " ".join(["python", "-m", "fastload_bench.pixel_ops"] + list(argv)),
             "paired": [r.to_json() for r in rows], "versus_torchvision": [v.to_json() for v in versus],
             "torchvision_skipped": skipped}
 
@@ -288,9 +290,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--images", type=int, help="images to generate (default 512)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--no-torchvision", action="store_true", help="skip the torchvision side-by-side")
+    p.add_argument("--no-pairs", action="store_true", help="only the torchvision side-by-side")
+    p.add_argument("--tv-rounds", type=int, help="epoch pairs against torchvision (default 5, 1 with --quick)")
     p.add_argument("--out", help="write results.json here")
     args = p.parse_args(argv)
-    res = run(quick=args.quick, images=args.images, threads=args.threads, torchvision=not args.no_torchvision)
+    res = run(quick=args.quick, images=args.images, threads=args.threads, torchvision=not args.no_torchvision,
+              pairs=not args.no_pairs, tv_rounds=args.tv_rounds, argv=list(argv if argv is not None else sys.argv[1:]))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "pixel_ops.json"), "w") as fh:
