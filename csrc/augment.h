@@ -45,7 +45,9 @@ inline long long round_half_even(double x) { return static_cast<long long>(std::
 
 constexpr int kDrawsPerAttempt = 4;
 constexpr int kMaxAttempts = 10;
-constexpr int kFlipDraw = kDrawsPerAttempt * kMaxAttempts;
+constexpr int kFlipDraw = kDrawsPerAttempt * kMaxAttempts;  // 40
+constexpr int kVFlipDraw = kFlipDraw + 1;                   // 41
+constexpr int kCropTopDraw = 0, kCropLeftDraw = 1;          // RandomCrop (torchvision draws i, then j)
 
 // torchvision RandomResizedCrop sampling; returns an integer box (x, y, w, h).
 inline void rrc_box(long long width, long long height, const GeometryParams& op, uint64_t key, long long* bx, long long* by,
@@ -118,7 +120,39 @@ inline SampleBox sample_box(long long width, long long height, const GeometryPar
     b.x0 = 0.0, b.y0 = 0.0, b.x1 = W, b.y1 = H;
   }
   b.flip = uniform(key, kFlipDraw) < op.flip;
+  b.vflip = uniform(key, kVFlipDraw) < op.vflip;
   return b;
+}
+
+// RandomCrop (torchvision): pad by the op's padding, then (pad_if_needed) by the shortfall on both
+// sides, then an unscaled window drawn uniformly. geometry.py's random_crop_window is its twin.
+struct CropWindow {
+  bool fits = false;        // false: the padded image is smaller than the crop
+  long long pad_x = 0;      // pad_if_needed's padding, on each side
+  long long pad_y = 0;
+  long long top = 0;        // the window in the twice-padded image
+  long long left = 0;
+  SampleBox box;            // the window in original-image coordinates, and the flips
+};
+
+inline CropWindow random_crop_window(long long width, long long height, const GeometryParams& op, uint64_t key) {
+  CropWindow c;
+  const long long w1 = width + op.pad_left + op.pad_right, h1 = height + op.pad_top + op.pad_bottom;
+  c.pad_x = op.pad_if_needed && w1 < op.out_w ? op.out_w - w1 : 0;
+  c.pad_y = op.pad_if_needed && h1 < op.out_h ? op.out_h - h1 : 0;
+  const long long w2 = w1 + 2 * c.pad_x, h2 = h1 + 2 * c.pad_y;
+  if (w2 < op.out_w || h2 < op.out_h) return c;
+  c.fits = true;
+  c.top = std::min(static_cast<long long>(uniform(key, kCropTopDraw) * static_cast<double>(h2 - op.out_h + 1)),
+                   h2 - op.out_h);
+  c.left = std::min(static_cast<long long>(uniform(key, kCropLeftDraw) * static_cast<double>(w2 - op.out_w + 1)),
+                    w2 - op.out_w);
+  const long long x0 = c.left - c.pad_x - op.pad_left, y0 = c.top - c.pad_y - op.pad_top;
+  c.box.x0 = static_cast<double>(x0), c.box.y0 = static_cast<double>(y0);
+  c.box.x1 = static_cast<double>(x0 + op.out_w), c.box.y1 = static_cast<double>(y0 + op.out_h);
+  c.box.flip = uniform(key, kFlipDraw) < op.flip;
+  c.box.vflip = uniform(key, kVFlipDraw) < op.vflip;
+  return c;
 }
 
 }  // namespace fastload

@@ -2,6 +2,8 @@
 #include "batch_decode.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -26,6 +28,9 @@ struct Worker {
   IntervalEntropyDecoder entropy;
   std::string why;
   std::vector<uint8_t> hwc;       // output-sized HWC uint8 scratch (pixel ops, the scratch path)
+  std::vector<uint8_t> region;    // RandomCrop: the decoded source rows and columns its window reads
+  std::vector<int> xmap, ymap;    // RandomCrop: output column / row -> source column / row (-1: fill)
+  std::vector<int> pad1, pad2;    // RandomCrop: the two paddings' index maps of one axis
   JpegEncoder encoder;            // pack --resize only
   std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
 };
@@ -162,19 +167,172 @@ void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, 
   write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
 }
 
+// Collects a decoded region [x0, x1) x [y0, y1) (full-size pixels) into a packed RGB buffer.
+class RegionSink final : public RowSink {
+ public:
+  RegionSink(int x0, int x1, int y0, int y1, uint8_t* buf) : x0_(x0), x1_(x1), y0_(y0), y1_(y1), buf_(buf) {}
+  void begin(int x_origin, int /*width*/) override { x_origin_ = x_origin; }
+  void rows(int y, const uint8_t* const* rgb, int count) override {
+    const size_t stride = 3 * static_cast<size_t>(x1_ - x0_);
+    for (int r = 0; r < count; ++r) {
+      if (y + r < y0_ || y + r >= y1_) continue;
+      std::memcpy(buf_ + static_cast<size_t>(y + r - y0_) * stride, rgb[r] + 3 * static_cast<size_t>(x0_ - x_origin_),
+                  stride);
+      ++received_;
+    }
+  }
+  int received() const { return received_; }
+
+ private:
+  int x0_, x1_, y0_, y1_;
+  uint8_t* buf_;
+  int x_origin_ = 0;
+  int received_ = 0;
+};
+
+// numpy.pad's index map of one axis (what torchvision's PIL backend pads with): map[k] is the
+// source index of padded position k of n + before + after, or -1 for the constant fill. numpy
+// reflects large pads in rounds, each reflecting what is filled so far (the other side's padding
+// included), so an uneven pad wider than the image is not a plain periodic reflection: the rounds
+// are replayed here as numpy runs them (numpy/lib/arraypad.py, _set_reflect_both).
+void numpy_pad_map(long long n, long long before, long long after, PaddingMode mode, std::vector<int>* map) {
+  const long long total = n + before + after;
+  map->assign(static_cast<size_t>(total), -1);
+  int* m = map->data();
+  for (long long i = 0; i < n; ++i) m[before + i] = static_cast<int>(i);
+  if (mode == PaddingMode::kConstant) return;
+  if (mode == PaddingMode::kEdge || n == 1) {  // numpy extends a one-pixel axis by its edge too
+    for (long long k = 0; k < before; ++k) m[k] = 0;
+    for (long long k = before + n; k < total; ++k) m[k] = static_cast<int>(n - 1);
+    return;
+  }
+  const long long edge_offset = mode == PaddingMode::kSymmetric ? 1 : 0;
+  thread_local std::vector<int> chunk;
+  long long left = before, right = after;
+  while (left > 0 || right > 0) {
+    long long filled = total - left - right;
+    if (edge_offset == 0) filled -= 1;  // reflect leaves the edge pixel out of the mirrored run
+    if (left > 0) {
+      const long long len = std::min(filled, left);
+      const long long start = left - edge_offset + len;  // mirrored from start, start - 1, ...
+      chunk.assign(m + start - len + 1, m + start + 1);
+      for (long long k = 0; k < len; ++k) m[left - len + k] = chunk[static_cast<size_t>(len - 1 - k)];
+      left -= len;
+    }
+    if (right > 0) {
+      const long long len = std::min(filled, right);
+      const long long start = total - right + edge_offset - 2;  // mirrored from start, start - 1, ...
+      chunk.assign(m + start - len + 1, m + start + 1);
+      for (long long k = 0; k < len; ++k) m[total - right + k] = chunk[static_cast<size_t>(len - 1 - k)];
+      right -= len;
+    }
+  }
+}
+
+// One axis of a RandomCrop window: the source pixel of each output pixel (mirrored when `flip`),
+// -1 for the fill, and the source range [*first, *last) the window reads (empty: fill only).
+// `origin` is the window's first pixel in the twice-padded axis; torchvision pads twice (the op's
+// padding, then pad_if_needed's `pad2` on both sides), and so does this map.
+void crop_axis(long long origin, int out, long long pad2, long long pad_before, long long pad_after, long long size,
+               PaddingMode mode, bool flip, std::vector<int>* stage1, std::vector<int>* stage2, std::vector<int>* map,
+               int* first, int* last) {
+  numpy_pad_map(size, pad_before, pad_after, mode, stage1);
+  numpy_pad_map(size + pad_before + pad_after, pad2, pad2, mode, stage2);
+  map->resize(out);
+  long long lo = size, hi = -1;
+  for (int k = 0; k < out; ++k) {
+    const long long p = origin + (flip ? out - 1 - k : k);
+    int i = (*stage2)[static_cast<size_t>(p)];
+    if (i >= 0) i = (*stage1)[static_cast<size_t>(i)];
+    (*map)[k] = i;
+    if (i >= 0) lo = std::min<long long>(lo, i), hi = std::max<long long>(hi, i);
+  }
+  *first = static_cast<int>(lo), *last = static_cast<int>(hi + 1);
+}
+
+// RandomCrop: decodes the source rows and columns the window reads (full size: the crop is
+// unscaled), then assembles the window (padding, flips) in the thread's HWC scratch and hands it to
+// the output stage.
+ImageOutcome decode_random_crop(Worker& w, const JpegInfo& info, const PipelineSpec& spec, const OutputFormat& fmt,
+                                void* slot, uint64_t key, SampleBox* box_out) {
+  const GeometryParams& op = spec.geometry;
+  ImageOutcome oc;
+  const CropWindow c = random_crop_window(info.width, info.height, op, key);
+  if (!c.fits) {
+    oc.status = Status::kTooSmall;
+    oc.message = "image is " + std::to_string(info.width) + "x" + std::to_string(info.height) +
+                 ", smaller than the crop " + std::to_string(op.out_w) + "x" + std::to_string(op.out_h) +
+                 " after padding (pad_if_needed=False)";
+    return oc;
+  }
+  *box_out = c.box;
+  int x0, x1, y0, y1;
+  crop_axis(c.left, op.out_w, c.pad_x, op.pad_left, op.pad_right, info.width, op.padding_mode, c.box.flip,
+            &w.pad1, &w.pad2, &w.xmap, &x0, &x1);
+  crop_axis(c.top, op.out_h, c.pad_y, op.pad_top, op.pad_bottom, info.height, op.padding_mode, c.box.vflip,
+            &w.pad1, &w.pad2, &w.ymap, &y0, &y1);
+  const bool any_source = x1 > x0 && y1 > y0;
+  const size_t region_stride = any_source ? 3 * static_cast<size_t>(x1 - x0) : 0;
+  if (any_source) {
+    w.region.resize(region_stride * static_cast<size_t>(y1 - y0));
+    RegionSink sink(x0, x1, y0, y1, w.region.data());
+    Status st = w.decoder.decode_region(1, x0, y0, x1, y1, &sink);
+    oc.warnings += w.decoder.warnings();
+    if (st == Status::kOk && sink.received() != y1 - y0) st = Status::kCorrupt;
+    if (st != Status::kOk) {
+      oc.status = st;
+      oc.message = w.decoder.message();
+      if (oc.message.empty()) oc.message = "decoder produced fewer rows than the crop needs";
+      return oc;
+    }
+  }
+  const int h = op.out_h, wd = op.out_w;
+  uint8_t* hwc = scratch_image(w, h, wd);
+  uint8_t fill[3];
+  for (int ch = 0; ch < 3; ++ch)
+    fill[ch] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, std::nearbyint(op.fill[ch]))));
+  for (int y = 0; y < h; ++y) {
+    uint8_t* d = hwc + 3 * static_cast<size_t>(y) * wd;
+    const int sy = w.ymap[y];
+    const uint8_t* row = sy >= 0 ? w.region.data() + static_cast<size_t>(sy - y0) * region_stride : nullptr;
+    for (int x = 0; x < wd; ++x, d += 3) {
+      const int sx = w.xmap[x];
+      const uint8_t* px = row != nullptr && sx >= 0 ? row + 3 * static_cast<size_t>(sx - x0) : fill;
+      d[0] = px[0], d[1] = px[1], d[2] = px[2];
+    }
+  }
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (spec.has_pixel_ops()) apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, nullptr);
+#endif
+  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+  return oc;
+}
+
 // Decodes an image open_image() has just opened on `w`, with the pipeline's geometry, into `slot`.
 ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, const PipelineSpec& spec,
                            const OutputFormat& fmt, void* slot, uint64_t key, const DecodeSettings& options,
                            SampleBox* box_out, double* op_trace = nullptr) {
   const GeometryParams& op = spec.geometry;
+  if (op.kind == GeometryKind::kRandomCrop) return decode_random_crop(w, opened, spec, fmt, slot, key, box_out);
   ImageOutcome oc;
   JpegInfo info = opened;
   Status st = Status::kOk;
   const SampleBox b = sample_box(info.width, info.height, op, key);
   *box_out = b;
-  const int denom = choose_denom(b, op, options.dct_scaling);
-  build_axis(b.x0 / denom, b.x1 / denom, scaled_size(info.width, denom), op.out_w, &w.xt);
-  build_axis(b.y0 / denom, b.y1 / denom, scaled_size(info.height, denom), op.out_h, &w.yt);
+  // DCT scaling averages pixels before the resize: right for the antialiased filters (whose support
+  // spans them anyway), not for nearest or the 2- and 4-tap plain filters, which sample the source.
+  const bool filtered = op.antialias && op.interpolation != Interpolation::kNearest;
+  const int denom = choose_denom(b, op, options.dct_scaling && filtered);
+  const int sw = scaled_size(info.width, denom), sh = scaled_size(info.height, denom);
+  // RandomResizedCrop resizes its crop (torchvision crops, then resizes): the filters stop at the
+  // crop's edges. CenterCrop resizes the whole image, then crops: they stop at the image's edges.
+  int cx0 = 0, cy0 = 0, cx1 = sw, cy1 = sh;
+  if (op.kind == GeometryKind::kRandomResizedCrop) {
+    cx0 = static_cast<int>(std::floor(b.x0 / denom)), cx1 = static_cast<int>(std::ceil(b.x1 / denom));
+    cy0 = static_cast<int>(std::floor(b.y0 / denom)), cy1 = static_cast<int>(std::ceil(b.y1 / denom));
+  }
+  build_axis(b.x0 / denom, b.x1 / denom, sw, op.out_w, &w.xt, op.interpolation, op.antialias, cx0, cx1);
+  build_axis(b.y0 / denom, b.y1 / denom, sh, op.out_h, &w.yt, op.interpolation, op.antialias, cy0, cy1);
   w.resampler.setup(&w.xt, &w.yt, b.flip);
   bool done = false;
   const bool partial = w.xt.src_first > 0 || w.yt.src_first > 0 || w.xt.src_last < scaled_size(info.width, denom) ||

@@ -172,6 +172,12 @@ void check_geometry(const GeometryParams& op) {
   if (!(op.flip >= 0.0 && op.flip <= 1.0) || !(op.vflip >= 0.0 && op.vflip <= 1.0))
     throw py::value_error("flip and vflip must be probabilities in [0, 1]");
   if (op.resize < 0) throw py::value_error("resize must be >= 0");
+  if (op.pad_left < 0 || op.pad_top < 0 || op.pad_right < 0 || op.pad_bottom < 0)
+    throw py::value_error("padding must be >= 0");
+  if (static_cast<long long>(op.pad_left) + op.pad_right > 65536 || static_cast<long long>(op.pad_top) + op.pad_bottom > 65536)
+    throw py::value_error("padding must be at most 65536 pixels per axis");
+  for (double f : op.fill)
+    if (!(f >= 0.0 && f <= 255.0)) throw py::value_error("fill values must be in 0..255");
 }
 
 // ---- decode ----------------------------------------------------------------------------------------

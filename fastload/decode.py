@@ -13,9 +13,11 @@ normalization) -> erasing, every random draw keyed by ``(seed, epoch, sample ind
   WebP, ...) are marked by the engine and then decoded by the Pillow path inside the same call, with
   the same ops and output.
 * ``pillow``: the reference path (also used when the extension is missing, or with
-  ``FASTLOAD_DECODER=pillow``): full decode, ``convert("RGB")``, ``Image.resize(size, BILINEAR,
-  box=box)`` with the box from :func:`fastload.transforms.sample_params`, the flips, each pixel op's
-  Python reference, :meth:`Normalize.apply <fastload.transforms.Normalize.apply>`, then erasing.
+  ``FASTLOAD_DECODER=pillow``): full decode, ``convert("RGB")``, the reference geometry
+  :func:`fastload.transforms.resample` (PIL's filters on the box from
+  :func:`fastload.transforms.sample_params`; numpy for torch's non-antialiased modes), the flips,
+  each pixel op's Python reference, :meth:`Normalize.apply <fastload.transforms.Normalize.apply>`,
+  then erasing.
 
 Both return per-image status codes; a bad image never raises from :func:`decode_batch`.
 """
@@ -34,7 +36,17 @@ import numpy as np
 
 from fastload import engine_abi
 from fastload.errors import DecodeError
-from fastload.transforms import OpKind, Pipeline, Transform, as_pipeline, op_counter_base, sample_key, sample_params
+from fastload.transforms.geometry import ImageTooSmall
+from fastload.transforms import (
+    OpKind,
+    Pipeline,
+    Transform,
+    as_pipeline,
+    op_counter_base,
+    resample,
+    sample_key,
+    sample_params,
+)
 from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
 
 __all__ = [
@@ -337,19 +349,15 @@ class _Failure(Exception):
 def _pillow_one(buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed: int, epoch: int,
                 index: int, options: DecodeOptions):
     """Decode one image into ``slot`` through the pipeline; returns (status, message, box, flip, vflip)."""
-    from PIL import Image
-
     try:
         img = _pillow_open_rgb(buf, options)
         geometry = pipeline.geometry
-        params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
+        try:
+            params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
+        except ImageTooSmall as exc:
+            raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
         out_h, out_w = pipeline.size
-        img = img.resize((out_w, out_h), Image.BILINEAR, box=params.box)
-        if params.flip:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        if getattr(params, "vflip", False):
-            img = img.transpose(Image.FLIP_TOP_BOTTOM)
-        arr = np.asarray(img)
+        arr = resample(img, params, geometry)
         key = sample_key(seed, epoch, index)
         op_params = []
         for position, op in enumerate(pipeline.ops):
@@ -429,7 +437,16 @@ def _native_options(options: DecodeOptions) -> Any:
 def _native_geometry(transform: Transform) -> Any:
     out_h, out_w = transform.size
     kind = OpKind(int(transform.kind))
-    values: Dict[str, Any] = {"kind": kind, "out_h": int(out_h), "out_w": int(out_w), "flip": float(transform.flip)}
+    values: Dict[str, Any] = {"kind": kind, "out_h": int(out_h), "out_w": int(out_w), "flip": float(transform.flip),
+                              "vflip": float(getattr(transform, "vflip", 0.0)),
+                              "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
+                              "antialias": bool(transform.antialias)}
+    if kind == OpKind.RANDOM_CROP:
+        left, top, right, bottom = transform.padding
+        values.update(pad_left=left, pad_top=top, pad_right=right, pad_bottom=bottom,
+                      pad_if_needed=transform.pad_if_needed,
+                      padding_mode=engine_abi.PaddingMode[transform.padding_mode.upper()],
+                      fill=[float(v) for v in transform.fill])
     if kind == OpKind.RANDOM_RESIZED_CROP:
         values.update(scale_lo=float(transform.scale[0]), scale_hi=float(transform.scale[1]),
                       ratio_lo=float(transform.ratio[0]), ratio_hi=float(transform.ratio[1]))

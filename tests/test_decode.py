@@ -27,7 +27,17 @@ def _pillow_reference(images, transform, *, seed, epoch, indices, layout="NHWC")
     for p, (buf, idx) in enumerate(zip(images, indices)):
         img = Image.open(io.BytesIO(bytes(buf))).convert("RGB")
         params = T.sample_params(img.width, img.height, transform, seed=seed, epoch=epoch, index=int(idx))
-        img = img.resize((ow, oh), Image.BILINEAR, box=params.box)
+        if transform.kind == T.OpKind.RANDOM_RESIZED_CROP:  # torchvision crops, then resizes the crop
+            img = img.crop(tuple(int(v) for v in params.box)).resize((ow, oh), Image.BILINEAR)
+        elif transform.kind == T.OpKind.RESIZE_CENTER_CROP and transform.resize is not None:
+            # torchvision's Resize(int) (shorter side, the longer one truncated) then CenterCrop
+            w, h = img.size
+            nw, nh = ((transform.resize, int(transform.resize * h / w)) if w <= h
+                      else (int(transform.resize * w / h), transform.resize))
+            left, top = int(round((nw - ow) / 2.0)), int(round((nh - oh) / 2.0))
+            img = img.resize((nw, nh), Image.BILINEAR).crop((left, top, left + ow, top + oh))
+        else:  # Resize, or the largest centred box: the box resampled
+            img = img.resize((ow, oh), Image.BILINEAR, box=params.box)
         if params.flip:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         out[p] = np.asarray(img)
@@ -272,7 +282,11 @@ def test_every_kernel_set_gives_the_same_bytes(photos, monkeypatch):
     # Horizontal factors from about 0.3 to 9 across these: the AVX-512 kernel's one-, two- and
     # four-pair plans, and the downscales too wide for a plan, which go to the per-pixel kernels.
     transforms = (T.train(72), T.train(224), T.Resize(size=(37, 300)), T.Resize(size=(150, 130), flip=1.0),
-                  T.CenterCrop(size=(16, 90), resize=None, flip=1.0))
+                  T.CenterCrop(size=(16, 90), resize=None, flip=1.0),
+                  # wider (bicubic: up to 12 taps) and narrower (nearest, plain: 1-4 taps) tables
+                  T.train(72, interpolation="bicubic"), T.Resize(size=(150, 61), interpolation="bicubic", flip=1.0),
+                  T.train(72, interpolation="nearest"), T.train(72, interpolation="bicubic", antialias=False),
+                  T.Resize(size=(37, 300), interpolation="bilinear", antialias=False))
     for t in transforms:
         for layout in ("NHWC", "NCHW"):
             for epoch in (3, 4):

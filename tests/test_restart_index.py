@@ -537,7 +537,8 @@ def transcoded_one_mcu(originals):
     return {name: _engine.add_restart_markers(data, 1, True) for name, data in originals.items()}
 
 
-@pytest.mark.parametrize("transform_name", ["train64", "train16_dct_scaled", "eval", "train_tiny_scale", "whole"])
+@pytest.mark.parametrize("transform_name", ["train64", "train16_dct_scaled", "eval", "train_tiny_scale", "whole",
+                                            "train64_bicubic", "eval_nearest_plain"])
 def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, transcoded, transcoded_one_mcu, entropy):
     decode = pytest.importorskip("fastload.decode")
     from fastload.transforms import CenterCrop, RandomResizedCrop, Resize
@@ -550,7 +551,10 @@ def test_engine_sliced_decode_equals_plain_decode(transform_name, originals, tra
                  # crops 30-60x the output: DCT scaling down to 1/8, where libjpeg needs only DC
                  "train_tiny_scale": RandomResizedCrop(size=4, scale=(0.5, 1.0)),
                  # whole images: sliced (all intervals) only with fastload's interval decoder
-                 "whole": Resize(size=(40, 56), flip=0.5)}[transform_name]
+                 "whole": Resize(size=(40, 56), flip=0.5),
+                 # wider filters reach further past the crop; nearest samples single pixels
+                 "train64_bicubic": RandomResizedCrop(size=64, interpolation="bicubic"),
+                 "eval_nearest_plain": CenterCrop(size=48, resize=56, interpolation="nearest", antialias=False)}[transform_name]
     names = ["420", "444", "422", "gray", "progressive420", "cmyk", "odd422_prime_mcus", "narrow_last_mcu422",
              "exact_mcu_multiple"]
     out444, geo = transcoded["444"]

@@ -16,13 +16,20 @@ Pillow fallback) interprets while decoding. One module per kind of op:
 """
 
 from fastload.transforms.geometry import (
+    PADDING_MODES,
     CenterCrop,
     OpKind,
+    CropWindow,
+    ImageTooSmall,
+    RandomCrop,
     RandomResizedCrop,
     Resize,
     SampleParams,
     Transform,
+    INTERPOLATIONS,
     eval_transform,
+    random_crop_window,
+    resample,
     sample_params,
     train,
 )
@@ -40,6 +47,11 @@ from fastload.transforms.policy import AutoAugment, AutoAugmentPolicy, RandAugme
 __all__ = [
     "OpKind",
     "RandomResizedCrop",
+    "RandomCrop",
+    "CropWindow",
+    "ImageTooSmall",
+    "random_crop_window",
+    "PADDING_MODES",
     "CenterCrop",
     "Resize",
     "Transform",
@@ -47,6 +59,8 @@ __all__ = [
     "train",
     "eval_transform",
     "sample_params",
+    "resample",
+    "INTERPOLATIONS",
     "Normalize",
     "Pipeline",
     "as_pipeline",
