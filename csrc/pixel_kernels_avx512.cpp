@@ -270,23 +270,21 @@ FL_AVX512 inline void hue_block(uint8_t* p, __mmask64 m, __m512i vshift) {
   const __m512i qq = _mm512_cvttps_epi32(round_half_up_ps(_mm512_mul_ps(vf, _mm512_sub_ps(one, _mm512_mul_ps(fs, f)))));
   const __m512i tt = _mm512_cvttps_epi32(
       round_half_up_ps(_mm512_mul_ps(vf, _mm512_sub_ps(one, _mm512_mul_ps(fs, _mm512_sub_ps(one, f))))));
-  const __m512i sector = _mm512_mask_mov_epi32(i, _mm512_cmpeq_epi32_mask(i, _mm512_set1_epi32(6)), zero);
-  const __mmask16 s1 = _mm512_cmpeq_epi32_mask(sector, _mm512_set1_epi32(1));
-  const __mmask16 s2 = _mm512_cmpeq_epi32_mask(sector, _mm512_set1_epi32(2));
-  const __mmask16 s3 = _mm512_cmpeq_epi32_mask(sector, _mm512_set1_epi32(3));
-  const __mmask16 s4 = _mm512_cmpeq_epi32_mask(sector, _mm512_set1_epi32(4));
-  const __mmask16 s5 = _mm512_cmpeq_epi32_mask(sector, _mm512_set1_epi32(5));
-  // (R, G, B) by sector: 0 (v, t, p), 1 (q, v, p), 2 (p, v, t), 3 (p, q, v), 4 (t, p, v), 5 (v, p, q).
+  // Sector i % 6 picks (R, G, B) among (v, p, q, t): 0 (v, t, p), 1 (q, v, p), 2 (p, v, t), 3 (p, q, v),
+  // 4 (t, p, v), 5 (v, p, q). The four bytes are packed in one word per lane (v | p << 8 | q << 16 |
+  // t << 24) and each channel shifts its byte out by a per-sector amount from a 16-entry table: no
+  // per-sector compare masks (the mask registers were this kernel's bottleneck).
   const __m512i v = maxc;
-  __m512i ro = _mm512_mask_mov_epi32(v, s1, qq);
-  ro = _mm512_mask_mov_epi32(ro, s2 | s3, pp);
-  ro = _mm512_mask_mov_epi32(ro, s4, tt);
-  __m512i go = _mm512_mask_mov_epi32(tt, s1 | s2, v);
-  go = _mm512_mask_mov_epi32(go, s3, qq);
-  go = _mm512_mask_mov_epi32(go, s4 | s5, pp);
-  __m512i bo = _mm512_mask_mov_epi32(pp, s2, tt);
-  bo = _mm512_mask_mov_epi32(bo, s3 | s4, v);
-  bo = _mm512_mask_mov_epi32(bo, s5, qq);
+  const __m512i word = _mm512_or_si512(_mm512_or_si512(v, _mm512_slli_epi32(pp, 8)),
+                                       _mm512_or_si512(_mm512_slli_epi32(qq, 16), _mm512_slli_epi32(tt, 24)));
+  const __m512i sr = _mm512_setr_epi32(0, 16, 8, 8, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i sg = _mm512_setr_epi32(24, 0, 0, 16, 8, 8, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i sb = _mm512_setr_epi32(8, 8, 24, 0, 0, 16, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  // i == 6 (h = 255) is sector 0: entry 6 of each table repeats entry 0.
+  const __m512i b255 = _mm512_set1_epi32(255);
+  __m512i ro = _mm512_and_si512(_mm512_srlv_epi32(word, _mm512_permutexvar_epi32(i, sr)), b255);
+  __m512i go = _mm512_and_si512(_mm512_srlv_epi32(word, _mm512_permutexvar_epi32(i, sg)), b255);
+  __m512i bo = _mm512_and_si512(_mm512_srlv_epi32(word, _mm512_permutexvar_epi32(i, sb)), b255);
   const __mmask16 flat = _mm512_cmpeq_epi32_mask(us, zero);
   store16<kTail>(p, m, _mm512_mask_mov_epi32(ro, flat, v), _mm512_mask_mov_epi32(go, flat, v),
                  _mm512_mask_mov_epi32(bo, flat, v));
