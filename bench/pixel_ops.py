@@ -7,7 +7,7 @@ RandomErasing(p=0.25), a MixUp/CutMix choice per batch) fastload's decode with t
 RandomResizedCrop(224)+flip decode take turns on the same chunk of images (A then B, then B then A:
 :func:`fastload_bench.paired.paired_ratio`), at 1 and 2 threads; the figure is the median of the
 per-chunk time ratios (op / plain), i.e. the slowdown the op costs. Each chunk is timed on two
-clocks: wall time (what the issue's targets are about) and the process's CPU time, which the other
+clocks: wall time (what the targets below are about) and the process's CPU time, which the other
 processes of a shared machine barely disturb (on this 2-core VM with a load of 6, ColorJitter's 1-thread
 wall-clock quartiles spanned 0.97-1.31x where its CPU-time quartiles spanned 1.03-1.08x). The same pipelines in
 torchvision (PIL backend: ``RandomResizedCrop``, ``RandomHorizontalFlip``, the op, ``PILToTensor``;
@@ -38,7 +38,7 @@ from .paired import PairedRatio
 
 __all__ = ["PIPELINES", "TARGETS", "run", "main"]
 
-# The slowdown each pipeline may cost over RandomResizedCrop(224)+flip (issue 16's targets).
+# The slowdown each pipeline may cost over RandomResizedCrop(224)+flip (the project's targets).
 TARGETS = {"ColorJitter(0.4, 0.4, 0.4)": 0.15, "TrivialAugmentWide()": 0.30, "RandAugment(2, 9)": 0.35,
            "RandomErasing(p=0.25)": 0.05, "MixUp(0.2) / CutMix(1.0)": 0.05}
 PIPELINES = tuple(TARGETS)
