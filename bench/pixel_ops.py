@@ -15,9 +15,9 @@ torchvision (PIL backend: ``RandomResizedCrop``, ``RandomHorizontalFlip``, the o
 CutMix])`` collate, as the reference recipes) run in a ``torch.utils.data.DataLoader`` with
 ``num_workers=2``, alternated epoch by epoch with fastload at 2 threads on the same images.
 
-The pixel ops run inside the decode when the engine's Pipeline is available (``decode_batch`` with
-``fastload.transforms.Pipeline``); otherwise as one more engine call on the decoded batch, which
-costs an extra pass over the images (an upper bound of the fused cost).
+The pixel ops and RandomErasing run inside the decode (``decode_batch`` with a
+``fastload.transforms.Pipeline``); the batch mix is one engine call per batch. ``--normalize``
+measures a float32 NCHW output normalized with the ImageNet statistics instead of uint8 pixels.
 """
 
 from __future__ import annotations
@@ -64,23 +64,21 @@ def _fastload_ops(name: str):
 Work = Callable[[int, int], None]
 
 
-def _fastload_work(images: Sequence[bytes], name: Optional[str], threads: int, batch: int) -> Work:
-    """Decode images[start:stop] in batches with RandomResizedCrop(224)+flip and, if ``name``, its op."""
-    from fastload import decode, transforms
-    from fastload.transforms.erasing import engine_output_spec
-    from fastload.transforms.mixing import mix_batch
-    from fastload.transforms.pixel import run_pixel_ops_batch
+def _fastload_work(images: Sequence[bytes], name: Optional[str], threads: int, batch: int, normalize: bool = False) -> Work:
+    """Decode images[start:stop] in batches through RandomResizedCrop(224)+flip and, if ``name``, its op.
 
-    geometry = transforms.train(224)
+    Pixel ops and RandomErasing run inside the decode (a ``Pipeline``); MixUp / CutMix is one more
+    engine call per batch, as a Loader makes it. ``normalize``: a float32 NCHW output normalized with
+    the ImageNet statistics instead of uint8 NHWC.
+    """
+    from fastload import decode
+    from fastload import transforms as T
+
     ops, erase, mix = _fastload_ops(name) if name else ((), None, None)
-    out = np.empty((batch, 224, 224, 3), dtype=np.uint8)
+    norm = T.Normalize(mean=MEAN, std=STD) if normalize else None
+    transform = T.Pipeline(geometry=T.train(224), ops=ops, normalize=norm, erase=erase)
+    out = (np.empty((batch, 3, 224, 224), np.float32) if normalize else np.empty((batch, 224, 224, 3), np.uint8))
     labels = np.arange(batch) % 1000
-    pipeline_cls = getattr(transforms, "Pipeline", None)
-    fused = pipeline_cls is not None and (ops or erase)
-    transform = pipeline_cls(geometry=geometry, ops=ops, erase=erase) if fused else geometry
-    engine = None
-    if erase is not None and not fused:
-        from fastload import _engine as engine  # noqa: F811
     epoch = [0]
 
     def run(start: int, stop: int) -> None:
@@ -90,12 +88,8 @@ def _fastload_work(images: Sequence[bytes], name: Optional[str], threads: int, b
             idx = np.arange(s, e, dtype=np.int64)
             view = out[: e - s]
             decode.decode_batch(images[s:e], view, transform, seed=0, epoch=epoch[0], indices=idx, threads=threads)
-            if ops and not fused:
-                run_pixel_ops_batch(view, ops, seed=0, epoch=epoch[0], indices=idx, threads=threads)
-            if erase is not None and not fused:
-                engine.erasing_batch(view, False, engine_output_spec((), None, erase), 0, epoch[0], idx, threads, False)
             if mix is not None:
-                mix_batch(view, labels[: e - s], mix, seed=0, epoch=epoch[0], first_index=s, threads=threads)
+                T.mix_batch(view, labels[: e - s], mix, seed=0, epoch=epoch[0], first_index=s, threads=threads)
 
     return run
 
@@ -239,8 +233,8 @@ def _dataset(count: int, directory: str) -> List[bytes]:
 
 
 def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[int] = (1, 2),
-        torchvision: bool = True, pairs: bool = True, tv_rounds: Optional[int] = None, quiet: bool = False,
-        argv: Sequence[str] = ()) -> dict:
+        torchvision: bool = True, pairs: bool = True, tv_rounds: Optional[int] = None, normalize: bool = False,
+        pipelines: Sequence[str] = PIPELINES, quiet: bool = False, argv: Sequence[str] = ()) -> dict:
     """Measures every pipeline's cost; returns the JSON-able results (``argv``: recorded as the command)."""
     count = images or (48 if quick else 512)
     chunk = 16 if quick else 128
@@ -251,12 +245,13 @@ def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[
         data = _dataset(count, os.path.join(tmp, "images"))
         rows: List[PairedRatio] = []
         for t in (threads if pairs else ()):
-            plain = _fastload_work(data, None, t, batch)
-            for name in PIPELINES:
-                with_op = _fastload_work(data, name, t, batch)
+            plain = _fastload_work(data, None, t, batch, normalize)
+            out_kind = "float32 NCHW" if normalize else "uint8"
+            for name in pipelines:
+                with_op = _fastload_work(data, name, t, batch, normalize)
                 # The ratio of times op / plain: 1.10 = 10% slower.
-                for r in _paired(f"{name} + RRC+flip / RRC+flip, {t}t", plain, with_op, images=len(data), chunk=chunk,
-                                 rounds=rounds):
+                for r in _paired(f"{name} + RRC+flip / RRC+flip, {out_kind}, {t}t", plain, with_op, images=len(data),
+                                 chunk=chunk, rounds=rounds):
                     r.extra["target_slowdown"] = TARGETS[name]
                     rows.append(r)
                     if not quiet:
@@ -270,7 +265,7 @@ def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[
             except ImportError as exc:
                 skipped = f"torchvision is not installed: {exc}"
             else:
-                for name in PIPELINES:
+                for name in pipelines:
                     v = _versus_torchvision(data, name, batch, rounds=tv_rounds)
                     versus.append(v)
                     if not quiet:
@@ -279,6 +274,7 @@ def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[
     from fastload.decode import engine_info
 
     return {"images": count, "chunk": chunk, "rounds": rounds, "batch": batch, "threads": list(threads),
+            "output": "float32 NCHW normalized" if normalize else "uint8 NHWC",
             "engine": engine_info(), "command": " ".join(["python", "-m", "fastload_bench.pixel_ops"] + list(argv)),
             "paired": [r.to_json() for r in rows], "versus_torchvision": [v.to_json() for v in versus],
             "torchvision_skipped": skipped}
@@ -292,10 +288,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--no-torchvision", action="store_true", help="skip the torchvision side-by-side")
     p.add_argument("--no-pairs", action="store_true", help="only the torchvision side-by-side")
     p.add_argument("--tv-rounds", type=int, help="epoch pairs against torchvision (default 5, 1 with --quick)")
+    p.add_argument("--normalize", action="store_true", help="float32 NCHW normalized outputs instead of uint8")
+    p.add_argument("--pipelines", nargs="+", choices=range(len(PIPELINES)), type=int,
+                   help="indices of the pipelines to run: " + ", ".join(f"{i} {n}" for i, n in enumerate(PIPELINES)))
     p.add_argument("--out", help="write results.json here")
     args = p.parse_args(argv)
     res = run(quick=args.quick, images=args.images, threads=args.threads, torchvision=not args.no_torchvision,
-              pairs=not args.no_pairs, tv_rounds=args.tv_rounds, argv=list(argv if argv is not None else sys.argv[1:]))
+              pairs=not args.no_pairs, tv_rounds=args.tv_rounds, normalize=args.normalize,
+              pipelines=[PIPELINES[i] for i in args.pipelines] if args.pipelines else PIPELINES,
+              argv=list(argv if argv is not None else sys.argv[1:]))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "pixel_ops.json"), "w") as fh:

@@ -32,3 +32,12 @@ def test_pixel_ops_bench_quick(tmp_path, monkeypatch):
     if HAVE_TORCH:
         assert len(res["versus_torchvision"]) == len(pixel_ops.PIPELINES)
         assert all(v["fastload_ips"] > 0 and v["torchvision_ips"] > 0 for v in res["versus_torchvision"])
+
+
+@requires_engine
+def test_pixel_ops_bench_quick_normalized(tmp_path):
+    assert pixel_ops.main(["--quick", "--threads", "1", "--images", "16", "--normalize", "--pipelines", "3", "4",
+                           "--no-torchvision", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "pixel_ops.json").read_text())
+    assert res["output"] == "float32 NCHW normalized"
+    assert [r["check"].split(" + ")[0] for r in res["paired"]] == [pixel_ops.PIPELINES[3]] * 2 + [pixel_ops.PIPELINES[4]] * 2
