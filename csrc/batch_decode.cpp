@@ -145,7 +145,7 @@ uint8_t* scratch_image(Worker& w, int height, int width) {
 // Hands the resampled image to the output stage: straight into the slot (the vertical pass writes
 // the final dtype and layout), or, with pixel ops, through the thread's HWC scratch.
 void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, void* slot, uint64_t key,
-                  bool vflip) {
+                  bool vflip, double* op_trace) {
   if (!spec.has_pixel_ops() && !g_force_scratch.load(std::memory_order_relaxed)) {
     w.resampler.finish(fmt, slot, vflip);
     return;
@@ -156,9 +156,13 @@ void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, 
   uint8_t* hwc = scratch_image(w, h, wd);
   w.resampler.finish(hwc_fmt, hwc, vflip);
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
-  if (spec.has_pixel_ops()) apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, nullptr);
+  if (spec.has_pixel_ops()) {
+    PixelOpsTrace trace{op_trace};
+    apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
+  }
 #else
   (void)key;
+  (void)op_trace;
 #endif
   write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
 }
@@ -307,7 +311,7 @@ ImageOutcome decode_random_crop(Worker& w, const JpegInfo& info, const PipelineS
 // Decodes an image open_image() has just opened on `w`, with the pipeline's geometry, into `slot`.
 ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, const PipelineSpec& spec,
                            const OutputFormat& fmt, void* slot, uint64_t key, const DecodeSettings& options,
-                           SampleBox* box_out) {
+                           SampleBox* box_out, double* op_trace = nullptr) {
   const GeometryParams& op = spec.geometry;
   if (op.kind == GeometryKind::kRandomCrop) return decode_random_crop(w, opened, spec, fmt, slot, key, box_out);
   ImageOutcome oc;
@@ -358,23 +362,26 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
     if (oc.message.empty()) oc.message = "decoder produced fewer rows than the crop needs";
     return oc;
   }
-  finish_image(w, spec, fmt, slot, key, b.vflip);
+  finish_image(w, spec, fmt, slot, key, b.vflip, op_trace);
   return oc;
 }
 
 ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const OutputFormat& fmt, void* slot,
-                        uint64_t key, const DecodeSettings& options, SampleBox* box_out) {
+                        uint64_t key, const DecodeSettings& options, SampleBox* box_out, double* op_trace,
+                        double* erase_trace) {
   Worker& w = this_worker();
   JpegInfo info;
   ImageOutcome oc;
   if (!open_image(w, im, options, &info, &oc)) return oc;
-  oc = decode_opened(w, im, info, spec, fmt, slot, key, options, box_out);
+  oc = decode_opened(w, im, info, spec, fmt, slot, key, options, box_out, op_trace);
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
   if (oc.status == Status::kOk && spec.erasing.active()) {
-    const SampleType type = fmt.dtype == DType::kUint8 ? SampleType::kUint8
-                            : fmt.dtype == DType::kFloat32 ? SampleType::kFloat32 : SampleType::kFloat16;
-    apply_erasing(slot, type, fmt.layout == Layout::kNchw, fmt.height, fmt.width, spec.erasing, key, nullptr);
+    ErasingTrace trace{erase_trace};
+    apply_erasing(slot, fmt.dtype, fmt.layout == Layout::kNchw, fmt.height, fmt.width, spec.erasing, key,
+                  erase_trace ? &trace : nullptr);
   }
+#else
+  (void)erase_trace;
 #endif
   return oc;
 }
@@ -397,7 +404,17 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
     ImageOutcome oc;
     try {
       const uint64_t key = sample_key(seed, epoch, static_cast<uint64_t>(indices[i]));
-      oc = decode_one(images[i], spec, format, slot, key, options, &box);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+      double* op_trace = results->pixel_traces
+                             ? results->pixel_traces + static_cast<size_t>(i) * spec.pixel_ops.ops.size() * kTraceValuesPerOp
+                             : nullptr;
+      double* erase_trace = results->erase_traces ? results->erase_traces + static_cast<size_t>(i) * kErasingTraceValues
+                                                  : nullptr;
+#else
+      double* op_trace = nullptr;
+      double* erase_trace = nullptr;
+#endif
+      oc = decode_one(images[i], spec, format, slot, key, options, &box, op_trace, erase_trace);
     } catch (const std::bad_alloc&) {
       oc.status = Status::kInternal;
       oc.message = "out of memory";

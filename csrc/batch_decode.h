@@ -65,6 +65,10 @@ struct BatchResults {
   long long warnings = 0;
   long long sliced = 0;           // decoded through a restart-interval slice
   long long slice_fallbacks = 0;  // restart-indexed, but slicing failed and the plain path decoded it
+  // Sampled parameters of the pixel ops (n * ops * kTraceValuesPerOp doubles) and of the output
+  // stage (n * kErasingTraceValues), when the caller asks for them (pixel_ops.h); else nullptr.
+  double* pixel_traces = nullptr;
+  double* erase_traces = nullptr;
 };
 
 // Decodes images[i] into out + i * (slot bytes of `format`) for every i. `format` is the prepared

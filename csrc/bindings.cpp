@@ -150,6 +150,9 @@ void register_abi(py::module_& m) {
   FASTLOAD_BIND_ENUM(m, PaddingMode, "How RandomCrop fills its padding.")
   FASTLOAD_BIND_ENUM(m, DType, "Element type of an output batch.")
   FASTLOAD_BIND_ENUM(m, EntropyDecoder, "Which Huffman decoder restart-interval slices use.")
+  FASTLOAD_BIND_ENUM(m, PixelPrim, "Single-image primitives of the pixel ops.")
+  FASTLOAD_BIND_ENUM(m, PixelOpKind, "The pixel op specs the engine runs on the output-sized image.")
+  FASTLOAD_BIND_ENUM(m, WarpMode, "How a geometric pixel primitive maps pixels.")
   FASTLOAD_BIND_STRUCT(m, DecodeSettings, "Decoder options of one call (fastload.decode.DecodeOptions).")
   FASTLOAD_BIND_STRUCT(m, GeometryParams, "The geometry op of a pipeline (fastload.transforms).")
   FASTLOAD_BIND_STRUCT(m, OutputParams, "The output stage of a pipeline: dtype, layout, normalization.")
@@ -202,7 +205,7 @@ bool format_matches(DType dtype, const std::string& fmt, Py_ssize_t itemsize) {
 py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, const GeometryParams& op,
                          const OutputParams& output, const py::sequence& ops, const py::object& erase, uint64_t seed,
                          uint64_t epoch, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,
-                         int threads, const DecodeSettings& options) {
+                         int threads, const DecodeSettings& options, bool want_params) {
   check_geometry(op);
   check_settings(options);
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
@@ -251,6 +254,24 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   results.boxes = boxes.mutable_data();
   results.flips = reinterpret_cast<uint8_t*>(flips.mutable_data());
   results.vflips = reinterpret_cast<uint8_t*>(vflips.mutable_data());
+  py::object pixel_traces = py::none(), erase_traces = py::none();
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (want_params && spec.has_pixel_ops()) {
+    py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(spec.pixel_ops.ops.size()),
+                           static_cast<py::ssize_t>(kTraceValuesPerOp)});
+    std::fill(t.mutable_data(), t.mutable_data() + t.size(), std::numeric_limits<double>::quiet_NaN());
+    results.pixel_traces = t.mutable_data();
+    pixel_traces = t;
+  }
+  if (want_params && spec.erasing.active()) {
+    py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(kErasingTraceValues)});
+    std::fill(t.mutable_data(), t.mutable_data() + t.size(), std::numeric_limits<double>::quiet_NaN());
+    results.erase_traces = t.mutable_data();
+    erase_traces = t;
+  }
+#else
+  (void)want_params;
+#endif
   const int64_t* idx = indices.data();
   {
     py::gil_scoped_release release;
@@ -272,6 +293,8 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   r["warnings"] = results.warnings;
   r["sliced"] = results.sliced;
   r["slice_fallbacks"] = results.slice_fallbacks;
+  r["pixel_traces"] = pixel_traces;
+  r["erase_traces"] = erase_traces;
   return r;
 }
 
@@ -446,15 +469,363 @@ bool restart_verify_py(const py::object& a, const py::object& b) {
 
 }  // namespace
 
+
+// ==== pixel ops ===========================================================================
+// Glue of the pixel ops (csrc/pixel_ops.h): the Python specs arrive as plain dicts built by
+// fastload.transforms.pixel.engine_specs (numbers only: ranges, magnitude tables, warp matrices)
+// and are copied into the C++ structs here; the work runs with the GIL released.
+#include "pixel_color.h"
+#include "pixel_ops.h"
+
+namespace pixel_glue {
+
+template <size_t N>
+void read_array(const py::handle& seq, double (&out)[N], const char* name) {
+  const py::sequence s = py::reinterpret_borrow<py::sequence>(seq);
+  if (static_cast<size_t>(py::len(s)) != N) throw py::value_error(std::string(name) + " must hold " + std::to_string(N) + " numbers");
+  for (size_t i = 0; i < N; ++i) out[i] = s[i].cast<double>();
+}
+
+void read_range(const py::dict& d, const char* name, bool* has, double (&out)[2]) {
+  const py::object v = d[name];
+  *has = !v.is_none();
+  if (*has) read_array(v, out, name);
+}
+
+void read_fill(const py::dict& d, uint8_t (&fill)[3]) {
+  const py::sequence f = d["fill"].cast<py::sequence>();
+  if (py::len(f) != 3) throw py::value_error("fill must hold 3 values");
+  for (size_t i = 0; i < 3; ++i) {
+    const int v = f[i].cast<int>();
+    if (v < 0 || v > 255) throw py::value_error("fill values must be in [0, 255]");
+    fill[i] = static_cast<uint8_t>(v);
+  }
+}
+
+PixelPrim read_prim(const py::handle& h) {
+  const int v = h.cast<int>();
+  if (v < 0 || v >= kNumPixelPrims) throw py::value_error("unknown pixel primitive " + std::to_string(v));
+  return static_cast<PixelPrim>(v);
+}
+
+std::vector<double> read_vector(const py::handle& h) {
+  std::vector<double> out;
+  for (const py::handle x : py::reinterpret_borrow<py::sequence>(h)) out.push_back(x.cast<double>());
+  return out;
+}
+
+PixelOp parse_op(const py::dict& d) {
+  PixelOp op;
+  const int kind = d["kind"].cast<int>();
+  if (kind < 0 || kind >= kPixelOpKindCount) throw py::value_error("unknown pixel op kind " + std::to_string(kind));
+  op.kind = static_cast<PixelOpKind>(kind);
+  switch (op.kind) {
+    case PixelOpKind::kColorJitter:
+      read_range(d, "brightness", &op.has_brightness, op.brightness);
+      read_range(d, "contrast", &op.has_contrast, op.contrast);
+      read_range(d, "saturation", &op.has_saturation, op.saturation);
+      read_range(d, "hue", &op.has_hue, op.hue);
+      break;
+    case PixelOpKind::kRandomGrayscale: op.p = d["p"].cast<double>(); break;
+    case PixelOpKind::kLighting:
+      op.alphastd = d["alphastd"].cast<double>();
+      read_array(d["eigval"], op.eigval, "eigval");
+      read_array(d["eigvec"], op.eigvec, "eigvec");
+      break;
+    case PixelOpKind::kMxnetColor:
+      op.mx_brightness = d["brightness"].cast<double>();
+      op.mx_contrast = d["contrast"].cast<double>();
+      op.mx_saturation = d["saturation"].cast<double>();
+      op.mx_pca_noise = d["pca_noise"].cast<double>();
+      op.random_h = d["random_h"].cast<int>();
+      op.random_s = d["random_s"].cast<int>();
+      op.random_l = d["random_l"].cast<int>();
+      break;
+    case PixelOpKind::kAutoAugment:
+      for (const py::handle sub : d["subpolicies"].cast<py::sequence>()) {
+        std::vector<PolicyStep> steps;
+        for (const py::handle st : py::reinterpret_borrow<py::sequence>(sub)) {
+          const py::tuple t = py::reinterpret_borrow<py::tuple>(st);
+          PolicyStep s;
+          s.prim = read_prim(t[0]);
+          s.prob = t[1].cast<double>();
+          s.magnitude = t[2].cast<double>();
+          s.is_signed = t[3].cast<bool>();
+          const std::vector<double> w = read_vector(t[4]);
+          if (!w.empty()) {
+            if (w.size() != 2 * kWarpValues) throw py::value_error("a policy step's warps must hold 14 numbers");
+            std::copy(w.begin(), w.end(), s.warps);
+          }
+          steps.push_back(s);
+        }
+        op.subpolicies.push_back(std::move(steps));
+      }
+      op.bilinear = d["bilinear"].cast<bool>();
+      read_fill(d, op.fill);
+      break;
+    case PixelOpKind::kRandAugment:
+    case PixelOpKind::kTrivialAugmentWide:
+      for (const py::handle c : d["candidates"].cast<py::sequence>()) {
+        const py::tuple t = py::reinterpret_borrow<py::tuple>(c);
+        PolicyOp p;
+        p.prim = read_prim(t[0]);
+        p.is_signed = t[1].cast<bool>();
+        p.magnitudes = read_vector(t[2]);
+        p.warps = read_vector(t[3]);
+        if (!p.warps.empty() && p.warps.size() != p.magnitudes.size() * 2 * kWarpValues)
+          throw py::value_error("a policy op's warps must hold 14 numbers per magnitude bin");
+        op.candidates.push_back(std::move(p));
+      }
+      if (op.kind == PixelOpKind::kRandAugment) {
+        op.num_ops = d["num_ops"].cast<int>();
+        op.magnitude = d["magnitude"].cast<int>();
+        if (op.num_ops < 1 || op.num_ops > 31) throw py::value_error("num_ops must be in [1, 31]");
+        for (const PolicyOp& p : op.candidates)
+          if (!p.magnitudes.empty() && (op.magnitude < 0 || static_cast<size_t>(op.magnitude) >= p.magnitudes.size()))
+            throw py::value_error("magnitude bin out of range");
+      }
+      op.bilinear = d["bilinear"].cast<bool>();
+      read_fill(d, op.fill);
+      break;
+  }
+  return op;
+}
+
+PixelOpsSpec parse_ops(const py::sequence& ops) {
+  PixelOpsSpec spec;
+  if (py::len(ops) > kMaxPixelOps) throw py::value_error("too many pixel ops");
+  for (const py::handle o : ops) spec.ops.push_back(parse_op(py::reinterpret_borrow<py::dict>(o)));
+  return spec;
+}
+
+ErasingSpec parse_erasing(const py::dict& d) {
+  ErasingSpec s;
+  s.mx_jitter = d["mx_jitter"].cast<bool>();
+  if (s.mx_jitter) {
+    s.max_random_contrast = d["max_random_contrast"].cast<double>();
+    s.max_random_illumination = d["max_random_illumination"].cast<double>();
+    s.mx_counter_base = d["mx_counter_base"].cast<uint64_t>();
+    double sc[3];
+    read_array(d["illumination_scale"], sc, "illumination_scale");
+    for (int i = 0; i < 3; ++i) s.illumination_scale[i] = static_cast<float>(sc[i]);
+  }
+  s.erase = d["erase"].cast<bool>();
+  if (s.erase) {
+    s.p = d["p"].cast<double>();
+    read_array(d["scale"], s.scale, "scale");
+    read_array(d["log_ratio"], s.log_ratio, "log_ratio");
+    s.random_value = d["random_value"].cast<bool>();
+    read_array(d["value"], s.value, "value");
+  }
+  return s;
+}
+
+DType sample_type(const py::buffer_info& info) {
+  if (info.itemsize == 1 && (info.format == "B" || info.format == "=B" || info.format == "|B")) return DType::kUint8;
+  if (info.itemsize == 4 && (info.format == "f" || info.format == "=f" || info.format == "<f")) return DType::kFloat32;
+  if (info.itemsize == 2 && (info.format == "e" || info.format == "=e" || info.format == "<e")) return DType::kFloat16;
+  throw py::value_error("images must be uint8, float32 or float16 (format " + info.format + ")");
+}
+
+void check_writable_contiguous(const py::array& a, const char* name) {
+  if (!(a.flags() & py::array::c_style) || !a.writeable())
+    throw py::value_error(std::string(name) + " must be a writeable C-contiguous array");
+}
+
+// Runs the ops on a batch of HWC uint8 images [B, H, W, 3] in place, keys from (seed, epoch, indices),
+// spread over the engine's pool; returns the traces [B, ops, 64] or None.
+py::object pixel_ops_batch(py::array_t<uint8_t> images, const py::sequence& ops_t, uint64_t seed, uint64_t epoch,
+                           const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices, int threads,
+                           bool want_trace) {
+  check_writable_contiguous(images, "images");
+  if (images.ndim() != 4 || images.shape(3) != 3) throw py::value_error("images must be [B, H, W, 3] uint8");
+  const PixelOpsSpec spec = parse_ops(ops_t);
+  const int n = static_cast<int>(images.shape(0)), h = static_cast<int>(images.shape(1)), w = static_cast<int>(images.shape(2));
+  if (indices.ndim() != 1 || indices.shape(0) != n) throw py::value_error("indices must hold one index per image");
+  if (threads < 1) throw py::value_error("threads must be >= 1");
+  py::object out = py::none();
+  double* tr = nullptr;
+  if (want_trace) {
+    py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(spec.ops.size()), static_cast<py::ssize_t>(kTraceValuesPerOp)});
+    tr = t.mutable_data();
+    out = t;
+  }
+  uint8_t* base = images.mutable_data();
+  const int64_t* idx = indices.data();
+  {
+    py::gil_scoped_release release;
+    apply_pixel_ops_batch(base, n, h, w, spec, seed, epoch, idx, threads, tr);
+  }
+  return out;
+}
+
+// Runs the output-stage ops on a batch [B, H, W, 3] or [B, 3, H, W] (uint8 / float32 / float16) in place.
+py::object erasing_batch(py::array images, bool channels_first, const py::dict& spec_d, uint64_t seed, uint64_t epoch,
+                         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices, int threads,
+                         bool want_trace) {
+  check_writable_contiguous(images, "images");
+  const py::buffer_info info = images.request(true);
+  const DType type = sample_type(info);
+  if (info.ndim != 4) throw py::value_error("images must be 4-D");
+  const int n = static_cast<int>(info.shape[0]);
+  const int h = static_cast<int>(channels_first ? info.shape[2] : info.shape[1]);
+  const int w = static_cast<int>(channels_first ? info.shape[3] : info.shape[2]);
+  if ((channels_first ? info.shape[1] : info.shape[3]) != 3) throw py::value_error("images must have 3 channels");
+  if (indices.ndim() != 1 || indices.shape(0) != n) throw py::value_error("indices must hold one index per image");
+  if (threads < 1) throw py::value_error("threads must be >= 1");
+  const ErasingSpec spec = parse_erasing(spec_d);
+  py::object out = py::none();
+  double* tr = nullptr;
+  if (want_trace) {
+    py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(kErasingTraceValues)});
+    tr = t.mutable_data();
+    out = t;
+  }
+  void* base = info.ptr;
+  const int64_t* idx = indices.data();
+  {
+    py::gil_scoped_release release;
+    apply_erasing_batch(base, type, channels_first, n, h, w, spec, seed, epoch, idx, threads, tr);
+  }
+  return out;
+}
+
+void mix_batch_py(py::array images, const py::array_t<float, py::array::c_style | py::array::forcecast>& labels,
+                  py::array_t<float> soft, bool cutmix, double lam, const py::sequence& box, double lam_labels,
+                  bool channels_first, int threads) {
+  check_writable_contiguous(images, "images");
+  check_writable_contiguous(soft, "soft");
+  const py::buffer_info info = images.request(true);
+  const DType type = sample_type(info);
+  if (info.ndim != 4) throw py::value_error("images must be 4-D");
+  const int n = static_cast<int>(info.shape[0]);
+  const int h = static_cast<int>(channels_first ? info.shape[2] : info.shape[1]);
+  const int w = static_cast<int>(channels_first ? info.shape[3] : info.shape[2]);
+  if ((channels_first ? info.shape[1] : info.shape[3]) != 3) throw py::value_error("images must have 3 channels");
+  if (labels.ndim() != 2 || labels.shape(0) != n) throw py::value_error("labels must be [B, num_classes]");
+  const int classes = static_cast<int>(labels.shape(1));
+  if (soft.ndim() != 2 || soft.shape(0) != n || soft.shape(1) != classes) throw py::value_error("soft must be shaped like labels");
+  if (threads < 1) throw py::value_error("threads must be >= 1");
+  if (py::len(box) != 4) throw py::value_error("box must be (x0, y0, x1, y1)");
+  MixParams p;
+  p.cutmix = cutmix;
+  p.lam = lam;
+  p.lam_labels = lam_labels;
+  p.x0 = box[0].cast<int>(), p.y0 = box[1].cast<int>(), p.x1 = box[2].cast<int>(), p.y1 = box[3].cast<int>();
+  if (cutmix && !(0 <= p.x0 && p.x0 <= p.x1 && p.x1 <= w && 0 <= p.y0 && p.y0 <= p.y1 && p.y1 <= h))
+    throw py::value_error("box must lie within the image");
+  void* data = info.ptr;
+  const float* lab = labels.data();
+  float* out = soft.mutable_data();
+  py::gil_scoped_release release;
+  mix_batch(data, type, channels_first, n, h, w, p, lab, classes, out, threads);
+}
+
+// Testing hooks: one primitive (torchvision or MXNet arithmetic) with fixed parameters, in place.
+void pixel_prim(py::array_t<uint8_t> image, int prim, double magnitude, const py::sequence& warp, bool bilinear,
+                const py::sequence& fill_t) {
+  check_writable_contiguous(image, "image");
+  if (image.ndim() != 3 || image.shape(2) != 3) throw py::value_error("image must be [H, W, 3] uint8");
+  const PixelPrim p = read_prim(py::int_(prim));
+  std::vector<double> w;
+  for (const py::handle x : warp) w.push_back(x.cast<double>());
+  if (!w.empty() && w.size() != kWarpValues) throw py::value_error("warp must hold 7 numbers");
+  uint8_t fill[3];
+  py::dict d;
+  d["fill"] = fill_t;
+  read_fill(d, fill);
+  uint8_t* data = image.mutable_data();
+  const int h = static_cast<int>(image.shape(0)), wd = static_cast<int>(image.shape(1));
+  py::gil_scoped_release release;
+  apply_pixel_prim(data, h, wd, p, magnitude, w.empty() ? nullptr : w.data(), bilinear, fill);
+}
+
+void pixel_mx_prim(py::array_t<uint8_t> image, const std::string& name, const py::sequence& args) {
+  check_writable_contiguous(image, "image");
+  if (image.ndim() != 3 || image.shape(2) != 3) throw py::value_error("image must be [H, W, 3] uint8");
+  uint8_t* data = image.mutable_data();
+  const size_t px = static_cast<size_t>(image.shape(0)) * static_cast<size_t>(image.shape(1));
+  std::vector<double> a;
+  for (const py::handle x : args) a.push_back(x.cast<double>());
+  auto need = [&](size_t n) {
+    if (a.size() != n) throw py::value_error(name + " takes " + std::to_string(n) + " arguments");
+  };
+  if (name == "brightness") {
+    need(1);
+    pixel::mx_brightness(data, px, static_cast<float>(a[0]));
+  } else if (name == "contrast") {
+    need(1);
+    pixel::mx_contrast(data, px, static_cast<float>(a[0]));
+  } else if (name == "saturation") {
+    need(1);
+    pixel::mx_saturation(data, px, static_cast<float>(a[0]));
+  } else if (name == "hls") {
+    need(3);
+    pixel::mx_hls(data, px, static_cast<int>(a[0]), static_cast<int>(a[1]), static_cast<int>(a[2]));
+  } else if (name == "pca") {
+    need(3);
+    const float pca[3] = {static_cast<float>(a[0]), static_cast<float>(a[1]), static_cast<float>(a[2])};
+    pixel::mx_pca(data, px, pca);
+  } else {
+    throw py::value_error("unknown MXNet primitive " + name);
+  }
+}
+
+void register_functions(py::module_& m) {
+  m.def("pixel_prim", &pixel_prim, py::arg("image"), py::arg("prim"), py::arg("magnitude"), py::arg("warp"),
+        py::arg("bilinear"), py::arg("fill"), "Testing hook: one pixel primitive with fixed parameters, in place.");
+  m.def("pixel_mx_prim", &pixel_mx_prim, py::arg("image"), py::arg("name"), py::arg("args"),
+        "Testing hook: one step of MXNet's colour augmenter ('brightness', 'contrast', 'saturation' (alpha), "
+        "'hls' (dh, dl, ds), 'pca' (r, g, b)), in place.");
+  m.def("pixel_ops_batch", &pixel_ops_batch, py::arg("images"), py::arg("ops"), py::arg("seed"), py::arg("epoch"),
+        py::arg("indices"), py::arg("threads"), py::arg("want_trace"),
+        "Run pixel ops (engine spec dicts) on [B, H, W, 3] uint8 images in place; traces [B, ops, 64] or None.");
+  m.def("erasing_batch", &erasing_batch, py::arg("images"), py::arg("channels_first"), py::arg("spec"), py::arg("seed"),
+        py::arg("epoch"), py::arg("indices"), py::arg("threads"), py::arg("want_trace"),
+        "Run the output-stage ops (MXNet jitter, RandomErasing) on a batch in place; traces [B, 8] or None.");
+  m.def("mix_batch", &mix_batch_py, py::arg("images"), py::arg("labels"), py::arg("soft"), py::arg("cutmix"),
+        py::arg("lam"), py::arg("box"), py::arg("lam_labels"), py::arg("channels_first"), py::arg("threads"),
+        "MixUp / CutMix a batch in place (one call, GIL released); soft receives the mixed labels.");
+  m.def("pixel_kernels", [](const std::string& name) { return pixel_ops_force_kernels(name.c_str()); }, py::arg("name"),
+        "Testing hook: pixel-op kernels 'scalar', 'avx512' or 'best'; False if unavailable.");
+  m.def("pixel_kernel_name", [] { return std::string(pixel_ops_kernel_name()); });
+}
+
+}  // namespace pixel_glue
+
+namespace {
+
+// The decode path's pixel-op glue (declared with decode_batch_py): the Pipeline's ops and erase
+// become plain dicts through fastload.transforms (cached per op and output size), then structs.
+PixelOpsSpec pixel_ops_from_python(const py::sequence& ops, const GeometryParams& geometry) {
+  if (py::len(ops) == 0) return PixelOpsSpec();
+  const py::object specs = py::module_::import("fastload.transforms.pixel").attr("engine_specs")(ops, geometry.out_h, geometry.out_w);
+  return pixel_glue::parse_ops(specs);
+}
+
+ErasingSpec erasing_from_python(const py::object& erase, const py::sequence& ops, const OutputParams& output) {
+  const py::object spec =
+      py::module_::import("fastload.transforms.erasing").attr("engine_output_spec")(ops, py::none(), erase);
+  ErasingSpec e = pixel_glue::parse_erasing(spec.cast<py::dict>());
+  // MXNet's illumination is in pixel units times the Normalize's scale / std (1 without one).
+  for (int c = 0; c < 3; ++c)
+    e.illumination_scale[c] = output.normalize ? static_cast<float>(output.scale / output.std_dev[c]) : 1.0f;
+  return e;
+}
+
+}  // namespace
+// ==== end pixel ops =======================================================================
+
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "fastload's native decode engine: libjpeg-turbo region decode fused with crop/resize/flip";
   register_abi(m);
 
   m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("geometry"), py::arg("output"),
         py::arg("ops"), py::arg("erase"), py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"),
-        py::arg("options"),
+        py::arg("options"), py::arg("want_params") = false,
         "Decode a batch into out (GIL released once) through the pipeline geometry -> pixel ops -> "
-        "output stage (dtype, layout, normalization) -> erasing; returns a dict of per-image results.");
+        "output stage (dtype, layout, normalization) -> erasing; returns a dict of per-image results "
+        "(with want_params, the pixel ops' traces [B, ops, 64] and the output stage's [B, 8]).");
   m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
         "Full-size RGB decode: (status, message, array or None).");
   m.def("resize_encode_batch", &resize_encode_batch_py, py::arg("images"), py::arg("shorter"), py::arg("quality"),
@@ -526,4 +897,8 @@ PYBIND11_MODULE(_engine, m) {
         "Whether two JPEGs decode to bit-identical pixels (libjpeg defaults).");
   m.def("_restart_force_scalar_scan", &restart_force_scalar_scan, py::arg("scalar"),
         "Testing hook: the slicer's portable interval scan instead of the AVX-512 one.");
+
+  // ---- pixel ops bindings ----
+  pixel_glue::register_functions(m);
+  // ---- end of pixel ops bindings ----
 }

@@ -61,6 +61,44 @@ class EntropyDecoder(enum.IntEnum):
     FASTLOAD = 0
     LIBJPEG = 1
 
+class PixelPrim(enum.IntEnum):
+    __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
+    IDENTITY = 0
+    SHEAR_X = 1
+    SHEAR_Y = 2
+    TRANSLATE_X = 3
+    TRANSLATE_Y = 4
+    ROTATE = 5
+    BRIGHTNESS = 6
+    COLOR = 7
+    CONTRAST = 8
+    SHARPNESS = 9
+    POSTERIZE = 10
+    SOLARIZE = 11
+    AUTOCONTRAST = 12
+    EQUALIZE = 13
+    INVERT = 14
+    HUE = 15
+    GRAYSCALE = 16
+
+class PixelOpKind(enum.IntEnum):
+    __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
+    COLOR_JITTER = 0
+    RANDOM_GRAYSCALE = 1
+    LIGHTING = 2
+    MXNET_COLOR = 3
+    AUTO_AUGMENT = 4
+    RAND_AUGMENT = 5
+    TRIVIAL_AUGMENT_WIDE = 6
+
+class WarpMode(enum.IntEnum):
+    __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
+    AFFINE = 0
+    IDENTITY = 1
+    ROTATE_90 = 2
+    ROTATE_180 = 3
+    ROTATE_270 = 4
+
 class DecodeSettings(metaclass=_PybindType):
     max_pixels: int
     fast_idct: bool
@@ -114,6 +152,7 @@ def decode_batch(
     indices: npt.ArrayLike,
     threads: int,
     options: DecodeSettings,
+    want_params: bool = False,
 ) -> Dict[str, Any]: ...
 def decode_image(buf: Buffer, options: DecodeSettings) -> Tuple[Status, str, Optional[npt.NDArray[np.uint8]]]: ...
 def resize_encode_batch(
@@ -133,3 +172,39 @@ def restart_geometry(buf: Buffer) -> Optional[Dict[str, int]]: ...
 def restart_slice(buf: Buffer, x: int, y: int, w: int, h: int, scale_denom: int = 1) -> Tuple[bytes, int, int]: ...
 def restart_verify(a: Buffer, b: Buffer) -> bool: ...
 def _restart_force_scalar_scan(scalar: bool) -> None: ...
+def pixel_prim(
+    image: npt.NDArray[np.uint8], prim: int, magnitude: float, warp: Sequence[float], bilinear: bool, fill: Sequence[int]
+) -> None: ...
+def pixel_mx_prim(image: npt.NDArray[np.uint8], name: str, args: Sequence[float]) -> None: ...
+def pixel_ops_batch(
+    images: npt.NDArray[np.uint8],
+    ops: Sequence[Dict[str, Any]],
+    seed: int,
+    epoch: int,
+    indices: npt.ArrayLike,
+    threads: int,
+    want_trace: bool,
+) -> Optional[npt.NDArray[np.float64]]: ...
+def erasing_batch(
+    images: npt.NDArray[Any],
+    channels_first: bool,
+    spec: Dict[str, Any],
+    seed: int,
+    epoch: int,
+    indices: npt.ArrayLike,
+    threads: int,
+    want_trace: bool,
+) -> Optional[npt.NDArray[np.float64]]: ...
+def mix_batch(
+    images: npt.NDArray[Any],
+    labels: npt.ArrayLike,
+    soft: npt.NDArray[np.float32],
+    cutmix: bool,
+    lam: float,
+    box: Sequence[int],
+    lam_labels: float,
+    channels_first: bool,
+    threads: int,
+) -> None: ...
+def pixel_kernels(name: str) -> bool: ...
+def pixel_kernel_name() -> str: ...

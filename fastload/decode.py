@@ -47,6 +47,7 @@ from fastload.transforms import (
     sample_key,
     sample_params,
 )
+from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
 
 __all__ = [
     "DecodeStatus",
@@ -163,6 +164,12 @@ class BatchResult:
             handled instead.
         pillow: Images decoded by the Pillow path.
         backend: ``"libjpeg-turbo"`` or ``"pillow"``.
+        op_params: Per sample, each pixel op's drawn parameters (``op.sample``'s dicts; replay them
+            with ``op.apply_params``), None for a failed sample; ``None`` unless ``want_params`` and
+            the pipeline has pixel ops.
+        output_params: Per sample, the output stage's draws (:func:`fastload.transforms.erasing.apply_output_ops`'s
+            dict: the erased box, MXNet's normalization contrast and illumination); ``None`` unless
+            ``want_params`` and the pipeline has an output-stage op.
     """
 
     status: np.ndarray
@@ -175,6 +182,8 @@ class BatchResult:
     slice_fallbacks: int
     pillow: int
     backend: str
+    op_params: Optional[List[Optional[List[Dict[str, Any]]]]] = None
+    output_params: Optional[List[Optional[Dict[str, Any]]]] = None
 
     @property
     def ok(self) -> bool:
@@ -350,23 +359,32 @@ def _pillow_one(buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed:
         out_h, out_w = pipeline.size
         arr = resample(img, params, geometry)
         key = sample_key(seed, epoch, index)
+        op_params = []
         for position, op in enumerate(pipeline.ops):
-            arr = op.apply(arr, key, base=op_counter_base(position))
+            base = op_counter_base(position)
+            if hasattr(op, "sample") and hasattr(op, "apply_params"):  # the pixel ops: draws kept for want_params
+                drawn = op.sample(key, base, out_h, out_w)
+                arr = op.apply_params(arr, drawn)
+            else:  # any op with contract 3's apply(image, key, base=) reference
+                drawn = None
+                arr = op.apply(arr, key, base=base)
+            op_params.append(drawn)
         if pipeline.normalize is not None:
             arr = pipeline.normalize.apply(arr)
         channels_first = layout is Layout.NCHW
         slot[...] = arr.transpose(2, 0, 1) if channels_first else arr
-        if pipeline.erase is not None:
-            erase_params = pipeline.erase.sample(key, out_h, out_w)
-            pipeline.erase.apply_params(slot, erase_params, key, channels_first=channels_first)
-        return DecodeStatus.OK, "", params.box, params.flip, bool(getattr(params, "vflip", False))
+        # The output stage (MXNet's normalization jitter, RandomErasing) on the written sample.
+        output_params = apply_output_ops(slot, key=key, channels_first=channels_first, ops=pipeline.ops,
+                                         normalize=pipeline.normalize, erase=pipeline.erase)
+        return (DecodeStatus.OK, "", params.box, params.flip, bool(getattr(params, "vflip", False)), op_params,
+                output_params)
     except _Failure as exc:
         slot[...] = 0
-        return exc.status, str(exc), (np.nan,) * 4, False, False
+        return exc.status, str(exc), (np.nan,) * 4, False, False, None, None
 
 
 def _pillow_batch(images, positions, out, layout, pipeline, seed, epoch, idx, threads, options,
-                  status, errors, boxes, flips, vflips) -> None:
+                  status, errors, boxes, flips, vflips, op_params, output_params) -> None:
     def run(p):
         return p, _pillow_one(images[p], out[p], layout, pipeline, seed, epoch, int(idx[p]), options)
 
@@ -380,7 +398,9 @@ def _pillow_batch(images, positions, out, layout, pipeline, seed, epoch, idx, th
         with ThreadPoolExecutor(max_workers=min(threads, len(positions)),
                                 thread_name_prefix="fastload-pillow") as pool:
             results = list(pool.map(run, positions))
-    for p, (st, msg, box, flip, vflip) in results:
+    for p, (st, msg, box, flip, vflip, drawn_ops, drawn_output) in results:
+        op_params[p] = drawn_ops
+        output_params[p] = drawn_output
         status[p] = int(st)
         boxes[p] = box
         flips[p] = flip
@@ -464,7 +484,8 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Union[Pipeline, T
         indices: Global sample index of each image (int64 ``[B]``); keys the per-sample randomness.
         threads: Decode threads (default: :func:`default_threads`).
         layout: ``"NHWC"`` or ``"NCHW"``; inferred from ``out.shape`` when omitted.
-        want_params: Return the crop boxes and flips used.
+        want_params: Return the crop boxes and flips used, and each sample's pixel-op and output-stage
+            parameters.
         options: :class:`DecodeOptions`.
 
     Returns:
@@ -493,18 +514,32 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Union[Pipeline, T
         native = _engine.decode_batch(
             images if isinstance(images, (list, tuple)) else list(images), out, _native_geometry(pipeline.geometry),
             _native_output(pipeline, layout), pipeline.ops, pipeline.erase, seed & mask, epoch & mask, idx, threads,
-            _native_options(options))
+            _native_options(options), bool(want_params))
         status, errors, boxes = native["status"], dict(native["errors"]), native["boxes"]
         flips, vflips = native["flips"], native["vflips"]
         warnings_count, sliced, slice_fallbacks = native["warnings"], native["sliced"], native["slice_fallbacks"]
         pending = np.flatnonzero(status == DecodeStatus.NEEDS_PILLOW).tolist()
+    op_params: List[Any] = [None] * n
+    output_params: List[Any] = [None] * n
+    if backend != "pillow" and want_params:
+        ok = status == DecodeStatus.OK
+        if native.get("pixel_traces") is not None:
+            traces = native["pixel_traces"]
+            op_params = [[op.params_from_trace(traces[i, k]) for k, op in enumerate(pipeline.ops)] if ok[i] else None
+                         for i in range(n)]
+        if native.get("erase_traces") is not None:
+            traces = native["erase_traces"]
+            output_params = [output_params_from_trace(traces[i]) if ok[i] else None for i in range(n)]
     if pending:
         _pillow_batch(images, pending, out, layout, pipeline, seed, epoch, idx, threads, options,
-                      status, errors, boxes, flips, vflips)
+                      status, errors, boxes, flips, vflips, op_params, output_params)
+    has_output_ops = pipeline.erase is not None or any(getattr(op, "has_output_jitter", False) for op in pipeline.ops)
     return BatchResult(status=status, errors=errors, boxes=boxes if want_params else None,
                        flips=flips if want_params else None, vflips=vflips if want_params else None,
                        warnings=int(warnings_count), sliced=int(sliced), slice_fallbacks=int(slice_fallbacks),
-                       pillow=len(pending), backend=backend)
+                       pillow=len(pending), backend=backend,
+                       op_params=op_params if want_params and pipeline.ops else None,
+                       output_params=output_params if want_params and has_output_ops else None)
 
 
 def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads: int = 1,

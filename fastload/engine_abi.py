@@ -27,6 +27,9 @@ __all__ = [
     "PaddingMode",
     "DType",
     "EntropyDecoder",
+    "PixelPrim",
+    "PixelOpKind",
+    "WarpMode",
     "ENUMS",
     "STRUCTS",
     "Field",
@@ -99,6 +102,50 @@ class EntropyDecoder(enum.IntEnum):
     LIBJPEG = 1
 
 
+class PixelPrim(enum.IntEnum):
+    """Single-image primitives of the pixel ops (torchvision's op names, its PIL backend's arithmetic)."""
+
+    IDENTITY = 0
+    SHEAR_X = 1
+    SHEAR_Y = 2
+    TRANSLATE_X = 3
+    TRANSLATE_Y = 4
+    ROTATE = 5
+    BRIGHTNESS = 6
+    COLOR = 7
+    CONTRAST = 8
+    SHARPNESS = 9
+    POSTERIZE = 10
+    SOLARIZE = 11
+    AUTOCONTRAST = 12
+    EQUALIZE = 13
+    INVERT = 14
+    HUE = 15
+    GRAYSCALE = 16
+
+
+class PixelOpKind(enum.IntEnum):
+    """The pixel op specs of fastload.transforms that the engine runs on the output-sized image."""
+
+    COLOR_JITTER = 0
+    RANDOM_GRAYSCALE = 1
+    LIGHTING = 2
+    MXNET_COLOR = 3
+    AUTO_AUGMENT = 4
+    RAND_AUGMENT = 5
+    TRIVIAL_AUGMENT_WIDE = 6
+
+
+class WarpMode(enum.IntEnum):
+    """How a geometric pixel primitive maps pixels: Pillow's affine transform or one of its exact transposes."""
+
+    AFFINE = 0
+    IDENTITY = 1
+    ROTATE_90 = 2  # Pillow's Transpose.ROTATE_90 (counter-clockwise)
+    ROTATE_180 = 3
+    ROTATE_270 = 4
+
+
 #: Enum name -> class, in the order the C++ header declares them.
 ENUMS: Dict[str, Type[enum.IntEnum]] = {
     "Status": Status,
@@ -108,6 +155,9 @@ ENUMS: Dict[str, Type[enum.IntEnum]] = {
     "PaddingMode": PaddingMode,
     "DType": DType,
     "EntropyDecoder": EntropyDecoder,
+    "PixelPrim": PixelPrim,
+    "PixelOpKind": PixelOpKind,
+    "WarpMode": WarpMode,
 }
 
 #: One struct field: (type, name, default, doc). Types: ``bool``, ``int``, ``int64``, ``double``,
