@@ -24,6 +24,7 @@
 #include "fastload_abi.h"
 #include "record_framing.h"
 #include "restart_slice.h"
+#include "row_gather.h"
 #include "restart_transcode.h"
 #include "thread_pool.h"
 
@@ -349,6 +350,23 @@ py::list resize_encode_batch_py(const py::sequence& images, int shorter, int qua
 
 // Pass-through `fastload pack`: one GIL-free call reads, checks and frames a batch of files into
 // the caller's buffer (the pack reuses its buffers: fresh multi-megabyte allocations page-fault).
+py::tuple gather_rows_py(const py::array_t<int32_t, py::array::c_style>& fds,
+                        const py::array_t<int64_t, py::array::c_style>& offsets, size_t row_bytes,
+                        const py::buffer& out) {
+  const size_t n = static_cast<size_t>(fds.size());
+  if (static_cast<size_t>(offsets.size()) != n) throw py::value_error("fds and offsets must have one entry per row");
+  const BufferView outv(out.ptr(), PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS, "out");
+  if (row_bytes != 0 && static_cast<size_t>(outv->len) / row_bytes < n)
+    throw py::value_error("out holds " + std::to_string(outv->len) + " bytes, " + std::to_string(n) + " rows need " +
+                          std::to_string(n * row_bytes));
+  RowGatherFailure failure;
+  {
+    py::gil_scoped_release release;
+    failure = gather_rows(fds.data(), offsets.data(), n, row_bytes, static_cast<uint8_t*>(outv->buf));
+  }
+  return py::make_tuple(failure.row, failure.error);
+}
+
 py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, const py::sequence& heads,
                          const py::buffer& out) {
   const size_t n = static_cast<size_t>(py::len(paths));
@@ -832,6 +850,10 @@ PYBIND11_MODULE(_engine, m) {
         py::arg("threads"), py::arg("options"),
         "Decode, resize (shorter side to `shorter`, im2rec's arithmetic) and re-encode at `quality` each "
         "image, in one GIL-free call; returns [(status, message, jpeg_bytes or None)].");
+  m.def("gather_rows", &gather_rows_py, py::arg("fds"), py::arg("offsets"), py::arg("row_bytes"), py::arg("out"),
+        "Read row i (row_bytes bytes of file fds[i] at offsets[i]) into out[i] for every row, with pread, in one "
+        "GIL-free call (runs of consecutive rows are one read). Returns (row, errno): row = -1 when every row was "
+        "read, else the first row that was not (errno 0: the file ended early).");
   m.def("frame_files", &frame_files_py, py::arg("paths"), py::arg("sizes"), py::arg("heads"), py::arg("out"),
         "Read, check and frame a batch of files as RecordIO records (payload = head + file bytes) into out "
         "in one GIL-free call; out needs 1 + sum(8 + round_up_4(len(head) + size)) bytes. Returns "

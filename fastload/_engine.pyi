@@ -158,6 +158,9 @@ def decode_image(buf: Buffer, options: DecodeSettings) -> Tuple[Status, str, Opt
 def resize_encode_batch(
     images: Sequence[Buffer], shorter: int, quality: int, threads: int, options: DecodeSettings
 ) -> List[Tuple[Status, str, Optional[bytes]]]: ...
+def gather_rows(
+    fds: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64], row_bytes: int, out: Buffer
+) -> Tuple[int, int]: ...
 def frame_files(
     paths: Sequence[bytes], sizes: Sequence[int], heads: Sequence[Buffer], out: Buffer
 ) -> Tuple[npt.NDArray[np.int64], int]: ...

@@ -27,7 +27,6 @@ from __future__ import annotations
 import enum
 import io
 import os
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -311,17 +310,19 @@ def _pillow_open_rgb(buf, options: DecodeOptions):
     if view.nbytes == 0:
         raise _Failure(DecodeStatus.EMPTY, "empty record (0 bytes)")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            img = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
-            w, h = img.size
-            if w * h > options.max_pixels:
-                raise _Failure(DecodeStatus.TOO_LARGE, f"image is {w}x{h} = {w * h} pixels, above max_pixels={options.max_pixels}")
-            img.load()
-            if options.apply_exif:
-                img = ImageOps.exif_transpose(img)
-            if img.mode != "RGB":
-                img = img.convert("RGB")
+        # Pillow's warnings (a damaged EXIF block, its own decompression-bomb notice when max_pixels is
+        # raised above Image.MAX_IMAGE_PIXELS) reach the user as Pillow emits them: a
+        # warnings.catch_warnings() here would change the process-wide filters from a decode thread,
+        # which is not thread-safe and would hide or show other threads' warnings.
+        img = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
+        w, h = img.size
+        if w * h > options.max_pixels:
+            raise _Failure(DecodeStatus.TOO_LARGE, f"image is {w}x{h} = {w * h} pixels, above max_pixels={options.max_pixels}")
+        img.load()
+        if options.apply_exif:
+            img = ImageOps.exif_transpose(img)
+        if img.mode != "RGB":
+            img = img.convert("RGB")
         return img
     except _Failure:
         raise

@@ -37,6 +37,12 @@ if str(REPO_ROOT) not in sys.path:
 if str(REPO_ROOT) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
 
+# `make sanitize` runs the suite from a copy of the checkout with an ASan + UBSan engine: make sure
+# that engine is the one imported, or the job would pass while testing the optimized build.
+if os.environ.get("FASTLOAD_EXPECT_SANITIZED") == "1":
+    _engine = importlib.import_module("fastload._engine")
+    if not _engine.info().get("sanitized") or not _engine.__file__.startswith(str(REPO_ROOT)):
+        raise RuntimeError(f"FASTLOAD_EXPECT_SANITIZED=1 but the engine imported is {_engine.__file__}, not sanitized")
 
 from tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image  # noqa: E402
 

@@ -506,3 +506,38 @@ def test_read_checks_benchmark_smoke(packed):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "checksums on/off, cpu: median" in res.stdout and "xxh3_64 alone" in res.stdout
+
+
+def test_pillow_decode_threads_leave_the_warning_filters_alone(monkeypatch, tiny_folder):
+    """warnings.catch_warnings() is process-wide (not thread-safe before Python 3.14): decode threads must not use it."""
+    import warnings
+
+    from fastload import decode as decode_mod
+    from fastload.transforms import CenterCrop
+
+    import sys
+
+    callers = []
+    real_catch, real_simple = warnings.catch_warnings, warnings.simplefilter
+
+    def catch(*args, **kwargs):
+        callers.append(sys._getframe(1).f_globals.get("__name__"))
+        return real_catch(*args, **kwargs)
+
+    def simple(*args, **kwargs):
+        callers.append(sys._getframe(1).f_globals.get("__name__"))
+        return real_simple(*args, **kwargs)
+
+    monkeypatch.setattr(warnings, "catch_warnings", catch)
+    monkeypatch.setattr(warnings, "simplefilter", simple)
+    files = sorted(p for p in tiny_folder.rglob("*") if p.is_file())[:6]
+    images = [p.read_bytes() for p in files]
+    out = np.empty((len(images), 32, 32, 3), np.uint8)
+    before = list(warnings.filters)
+    monkeypatch.setattr(decode_mod, "active_backend", lambda: "pillow")
+    monkeypatch.setenv("FASTLOAD_DECODER", "pillow")
+    res = decode_mod.decode_batch(images, out, CenterCrop(size=32, resize=36), seed=0, epoch=0,
+                                 indices=np.arange(len(images)), threads=2)
+    assert list(warnings.filters) == before
+    assert not [c for c in callers if c and c.startswith("fastload")], callers
+    assert res is not None and out.any()
