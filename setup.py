@@ -27,7 +27,8 @@ def _say(msg):
 
 def _jpeg_version(include_dir):
     """LIBJPEG_TURBO_VERSION from jconfig.h, or None when the headers are not libjpeg-turbo's."""
-    candidates = [os.path.join(include_dir, "jconfig.h")] + glob.glob(os.path.join(include_dir, "*-linux-gnu", "jconfig.h"))
+    multiarch = glob.glob(os.path.join(include_dir, "*-linux-gnu", "jconfig.h"))
+    candidates = [os.path.join(include_dir, "jconfig.h"), *multiarch]
     for path in candidates:
         try:
             with open(path) as fh:
@@ -43,9 +44,15 @@ def _from_prefix(prefix):
     inc = os.path.join(prefix, "include")
     if not os.path.exists(os.path.join(inc, "jpeglib.h")):
         return None
-    libdirs = [d for d in (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64"))
-               + tuple(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu")))
-               if glob.glob(os.path.join(d, "libjpeg.*"))]
+    libdirs = [
+        d
+        for d in (
+            os.path.join(prefix, "lib"),
+            os.path.join(prefix, "lib64"),
+            *glob.glob(os.path.join(prefix, "lib", "*-linux-gnu")),
+        )
+        if glob.glob(os.path.join(d, "libjpeg.*"))
+    ]
     if not libdirs:
         return None
     return {"include_dirs": [inc], "library_dirs": libdirs, "libraries": ["jpeg"], "how": f"prefix {prefix}"}
@@ -55,23 +62,38 @@ def _from_pkg_config():
     if not shutil.which("pkg-config"):
         return None
     try:
-        cflags = subprocess.run(["pkg-config", "--cflags-only-I", "libjpeg"], capture_output=True, text=True, check=True).stdout.split()
-        libs = subprocess.run(["pkg-config", "--libs", "libjpeg"], capture_output=True, text=True, check=True).stdout.split()
+        cflags = subprocess.run(
+            ["pkg-config", "--cflags-only-I", "libjpeg"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        libs = subprocess.run(
+            ["pkg-config", "--libs", "libjpeg"], capture_output=True, text=True, check=True
+        ).stdout.split()
     except (subprocess.CalledProcessError, OSError):
         return None
     inc = [f[2:] for f in cflags if f.startswith("-I")] or ["/usr/include"]
-    return {"include_dirs": inc, "library_dirs": [f[2:] for f in libs if f.startswith("-L")],
-            "libraries": [f[2:] for f in libs if f.startswith("-l")] or ["jpeg"], "how": "pkg-config libjpeg"}
+    return {
+        "include_dirs": inc,
+        "library_dirs": [f[2:] for f in libs if f.startswith("-L")],
+        "libraries": [f[2:] for f in libs if f.startswith("-l")] or ["jpeg"],
+        "how": "pkg-config libjpeg",
+    }
 
 
 def find_libjpeg_turbo():
     """Locate libjpeg-turbo's headers and library; returns build settings or None."""
     tried = []
     env_root = os.environ.get("FASTLOAD_JPEG_ROOT")
-    searches = ([lambda: _from_prefix(env_root)] if env_root else []) + [_from_pkg_config] + [
-        (lambda p=p: _from_prefix(p)) for p in USUAL_PREFIXES]
-    labels = ([f"FASTLOAD_JPEG_ROOT={env_root}"] if env_root else []) + ["pkg-config libjpeg"] + [f"prefix {p}" for p in USUAL_PREFIXES]
-    for label, search in zip(labels, searches):
+    searches = (
+        ([lambda: _from_prefix(env_root)] if env_root else [])
+        + [_from_pkg_config]
+        + [(lambda p=p: _from_prefix(p)) for p in USUAL_PREFIXES]
+    )
+    labels = (
+        ([f"FASTLOAD_JPEG_ROOT={env_root}"] if env_root else [])
+        + ["pkg-config libjpeg"]
+        + [f"prefix {p}" for p in USUAL_PREFIXES]
+    )
+    for label, search in zip(labels, searches, strict=False):
         tried.append(label)
         found = search()
         if not found:
@@ -81,15 +103,22 @@ def find_libjpeg_turbo():
             _say(f"{label}: found a libjpeg that is not libjpeg-turbo; skipping it")
             continue
         found["version"] = version
-        _say(f"found libjpeg-turbo {version} via {found['how']} (include {found['include_dirs']}, lib {found['library_dirs'] or 'default'})")
+        _say(
+            f"found libjpeg-turbo {version} via {found['how']} "
+            f"(include {found['include_dirs']}, lib {found['library_dirs'] or 'default'})"
+        )
         # jpegint.h (libjpeg's module interfaces) lets restart-interval slices use fastload's own
         # Huffman decoder; without it they go through libjpeg's (same pixels, slower).
-        internal = next((d for d in found["include_dirs"] + ["/usr/include"] if os.path.exists(os.path.join(d, "jpegint.h"))), None)
+        internal = next(
+            (d for d in found["include_dirs"] + ["/usr/include"] if os.path.exists(os.path.join(d, "jpegint.h"))), None
+        )
         decoder = "fastload's interval Huffman decoder" if internal else "libjpeg's Huffman decoder"
         _say(f"jpegint.h {'found in ' + internal if internal else 'not found'}: restart-interval slices use {decoder}")
         return found
-    _say("libjpeg-turbo not found (looked at: " + ", ".join(tried) + "); installing without the C++ engine. "
-         "On Debian/Ubuntu: apt-get install libjpeg62-turbo-dev (or libjpeg-turbo8-dev), or set FASTLOAD_JPEG_ROOT.")
+    _say(
+        "libjpeg-turbo not found (looked at: " + ", ".join(tried) + "); installing without the C++ engine. "
+        "On Debian/Ubuntu: apt-get install libjpeg62-turbo-dev (or libjpeg-turbo8-dev), or set FASTLOAD_JPEG_ROOT."
+    )
     return None
 
 
@@ -129,22 +158,31 @@ def abi_header_text(source=ABI_SOURCE):
 
     abi = runpy.run_path(source)
     enums, structs = abi["ENUMS"], abi["STRUCTS"]
-    types = {"bool": "bool", "int": "int", "int64": "long long", "double": "double",
-             "double3": "std::array<double, 3>"}
-    lines = [f"// Generated by setup.py from {ABI_SOURCE}: edit that file, not this one.",
-             "#pragma once", "", "#include <array>", "", "namespace fastload {", ""]
+    types = {"bool": "bool", "int": "int", "int64": "long long", "double": "double", "double3": "std::array<double, 3>"}
+    lines = [
+        f"// Generated by setup.py from {ABI_SOURCE}: edit that file, not this one.",
+        "#pragma once",
+        "",
+        "#include <array>",
+        "",
+        "namespace fastload {",
+        "",
+    ]
     for name, cls in enums.items():
         members = list(cls)
-        lines.append(f"enum class {name} : int {{ "
-                     + ", ".join(f"{_camel(m.name)} = {int(m)}" for m in members) + " };")
+        lines.append(
+            f"enum class {name} : int {{ " + ", ".join(f"{_camel(m.name)} = {int(m)}" for m in members) + " };"
+        )
         lines.append(f"constexpr int k{name}Count = {len(members)};")
         lines.append(f"inline const char* abi_name({name} v) {{")
         lines.append("  switch (v) {")
         for m in members:
             lines.append(f'    case {name}::{_camel(m.name)}: return "{m.name.lower()}";')
         lines += ["  }", '  return "unknown";', "}"]
-        lines.append(f"#define FASTLOAD_ABI_ENUM_{name}(X) "
-                     + " ".join(f'X({name}, {_camel(m.name)}, "{m.name}")' for m in members))
+        lines.append(
+            f"#define FASTLOAD_ABI_ENUM_{name}(X) "
+            + " ".join(f'X({name}, {_camel(m.name)}, "{m.name}")' for m in members)
+        )
         lines.append("")
     for name, fields in structs.items():
         lines.append(f"struct {name} {{")
@@ -153,8 +191,10 @@ def abi_header_text(source=ABI_SOURCE):
                 raise ValueError(f"{ABI_SOURCE}: {name}.{field} has unknown type {ctype!r}")
             lines.append(f"  {types.get(ctype, ctype)} {field} = {_cpp_default(ctype, default, enums)};  // {doc}")
         lines.append("};")
-        lines.append(f"#define FASTLOAD_ABI_FIELDS_{name}(X) "
-                     + " ".join(f'X({name}, {f[1]}, "{_c_string(f[3])}")' for f in fields))
+        lines.append(
+            f"#define FASTLOAD_ABI_FIELDS_{name}(X) "
+            + " ".join(f'X({name}, {f[1]}, "{_c_string(f[3])}")' for f in fields)
+        )
         lines.append("")
     lines += ["}  // namespace fastload", ""]
     return "\n".join(lines)
@@ -196,20 +236,24 @@ def _sanitizer_flags():
     if os.environ.get("FASTLOAD_SANITIZE") != "1":
         return [], []
     _say("FASTLOAD_SANITIZE=1: building the engine with AddressSanitizer + UndefinedBehaviorSanitizer")
-    return (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g",
-             "-O1"], ["-fsanitize=address,undefined"])
+    return (
+        ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g", "-O1"],
+        ["-fsanitize=address,undefined"],
+    )
 
 
 class OptionalBuildExt(build_ext):
     """Builds the engine; a failed native build degrades to the Pillow path instead of failing the install."""
 
     def run(self):
+        """Build, reporting a failure instead of raising it."""
         try:
             super().run()
         except Exception as exc:  # the install must still succeed; the fallback is reported at runtime
             _say(f"C++ engine build failed ({exc}); fastload will use the Pillow decode path")
 
     def build_extension(self, ext):
+        """Generate the ABI header from fastload/engine_abi.py, then build ``ext``."""
         try:
             generated = os.path.join(self.build_temp, "fastload_abi")
             write_abi_header(generated)
@@ -224,6 +268,7 @@ class OptionalBuildExt(build_ext):
 
 
 def extensions():
+    """The engine extension, or none when FASTLOAD_NO_EXTENSION=1."""
     if os.environ.get("FASTLOAD_NO_EXTENSION") == "1":
         _say("FASTLOAD_NO_EXTENSION=1: building without the C++ engine")
         return []
@@ -239,20 +284,22 @@ def extensions():
         return []
     sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
     sanitize_compile, sanitize_link = _sanitizer_flags()
-    return [Pybind11Extension(
-        "fastload._engine",
-        sources,
-        # Headers and the ABI definition too: editing any of them rebuilds the engine.
-        depends=sorted(glob.glob(os.path.join("csrc", "*.h"))) + [ABI_SOURCE],
-        include_dirs=jpeg["include_dirs"] + ["csrc"],
-        library_dirs=jpeg["library_dirs"],
-        libraries=jpeg["libraries"],
-        define_macros=[("FASTLOAD_JPEG_TURBO_VERSION", f'"{jpeg["version"]}"')],
-        # The sanitizer build's -O1 comes after -O3 and wins.
-        extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall"] + sanitize_compile,
-        extra_link_args=sanitize_link,
-        cxx_std=17,
-    )]
+    return [
+        Pybind11Extension(
+            "fastload._engine",
+            sources,
+            # Headers and the ABI definition too: editing any of them rebuilds the engine.
+            depends=[*sorted(glob.glob(os.path.join("csrc", "*.h"))), ABI_SOURCE],
+            include_dirs=jpeg["include_dirs"] + ["csrc"],
+            library_dirs=jpeg["library_dirs"],
+            libraries=jpeg["libraries"],
+            define_macros=[("FASTLOAD_JPEG_TURBO_VERSION", f'"{jpeg["version"]}"')],
+            # The sanitizer build's -O1 comes after -O3 and wins.
+            extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall", *sanitize_compile],
+            extra_link_args=sanitize_link,
+            cxx_std=17,
+        )
+    ]
 
 
 setup(

@@ -29,18 +29,23 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from .paired import PairedRatio
 
-__all__ = ["PIPELINES", "TARGETS", "run", "main"]
+__all__ = ["PIPELINES", "TARGETS", "main", "run"]
 
 # The slowdown each pipeline may cost over RandomResizedCrop(224)+flip (the project's targets).
-TARGETS = {"ColorJitter(0.4, 0.4, 0.4)": 0.15, "TrivialAugmentWide()": 0.30, "RandAugment(2, 9)": 0.35,
-           "RandomErasing(p=0.25)": 0.05, "MixUp(0.2) / CutMix(1.0)": 0.05}
+TARGETS = {
+    "ColorJitter(0.4, 0.4, 0.4)": 0.15,
+    "TrivialAugmentWide()": 0.30,
+    "RandAugment(2, 9)": 0.35,
+    "RandomErasing(p=0.25)": 0.05,
+    "MixUp(0.2) / CutMix(1.0)": 0.05,
+}
 PIPELINES = tuple(TARGETS)
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -58,13 +63,19 @@ def _fastload_ops(name: str):
         return (T.RandAugment(num_ops=2, magnitude=9),), None, None
     if name.startswith("RandomErasing"):
         return (), T.RandomErasing(p=0.25), None
-    return (), None, T.RandomChoice(transforms=(T.MixUp(alpha=0.2, num_classes=1000), T.CutMix(alpha=1.0, num_classes=1000)))
+    return (
+        (),
+        None,
+        T.RandomChoice(transforms=(T.MixUp(alpha=0.2, num_classes=1000), T.CutMix(alpha=1.0, num_classes=1000))),
+    )
 
 
 Work = Callable[[int, int], None]
 
 
-def _fastload_work(images: Sequence[bytes], name: Optional[str], threads: int, batch: int, normalize: bool = False) -> Work:
+def _fastload_work(
+    images: Sequence[bytes], name: str | None, threads: int, batch: int, normalize: bool = False
+) -> Work:
     """Decode images[start:stop] in batches through RandomResizedCrop(224)+flip and, if ``name``, its op.
 
     Pixel ops and RandomErasing run inside the decode (a ``Pipeline``); MixUp / CutMix is one more
@@ -77,7 +88,7 @@ def _fastload_work(images: Sequence[bytes], name: Optional[str], threads: int, b
     ops, erase, mix = _fastload_ops(name) if name else ((), None, None)
     norm = T.Normalize(mean=MEAN, std=STD) if normalize else None
     transform = T.Pipeline(geometry=T.train(224), ops=ops, normalize=norm, erase=erase)
-    out = (np.empty((batch, 3, 224, 224), np.float32) if normalize else np.empty((batch, 224, 224, 3), np.uint8))
+    out = np.empty((batch, 3, 224, 224), np.float32) if normalize else np.empty((batch, 224, 224, 3), np.uint8)
     labels = np.arange(batch) % 1000
     epoch = [0]
 
@@ -134,8 +145,15 @@ def _torchvision_loader(images: Sequence[bytes], name: str, batch: int, workers:
             return _choice(*torch.utils.data.default_collate(items))
 
     ds = _BytesDataset(list(images), T.Compose(head + tail))
-    return torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, collate_fn=collate,
-                                       persistent_workers=workers > 0, prefetch_factor=2 if workers > 0 else None)
+    return torch.utils.data.DataLoader(
+        ds,
+        batch_size=batch,
+        shuffle=True,
+        num_workers=workers,
+        collate_fn=collate,
+        persistent_workers=workers > 0,
+        prefetch_factor=2 if workers > 0 else None,
+    )
 
 
 @dataclass
@@ -160,7 +178,7 @@ def _versus_torchvision(images: Sequence[bytes], name: str, batch: int, rounds: 
 
     def tv_epoch() -> float:
         t0 = time.perf_counter()
-        for _ in loader:
+        for _ in loader:  # noqa: F821 - deleted after the last pair, never called after
             pass
         return time.perf_counter() - t0
 
@@ -180,24 +198,30 @@ def _versus_torchvision(images: Sequence[bytes], name: str, batch: int, rounds: 
         tv_s += t[tv_epoch]
     del loader
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
-    return _EpochRatio(check=f"fastload 2t / torchvision num_workers=2, {name}", median=statistics.median(ratios),
-                       q1=q[0], q3=q[2], pairs=len(ratios), fastload_ips=len(ratios) * n / fl_s,
-                       torchvision_ips=len(ratios) * n / tv_s)
+    return _EpochRatio(
+        check=f"fastload 2t / torchvision num_workers=2, {name}",
+        median=statistics.median(ratios),
+        q1=q[0],
+        q3=q[2],
+        pairs=len(ratios),
+        fastload_ips=len(ratios) * n / fl_s,
+        torchvision_ips=len(ratios) * n / tv_s,
+    )
 
 
-def _paired(check: str, run_plain: Work, run_op: Work, *, images: int, chunk: int, rounds: int) -> List[PairedRatio]:
+def _paired(check: str, run_plain: Work, run_op: Work, *, images: int, chunk: int, rounds: int) -> list[PairedRatio]:
     """Alternate the two over chunks (A B, then B A); time ratios op / plain on the wall and CPU clocks.
 
     The first round is a warm-up. Returns the wall-clock ratio, then the CPU-time one.
     """
     chunk = min(chunk, images)
     starts = list(range(0, images - chunk + 1, chunk))
-    ratios: Dict[str, List[float]] = {"wall": [], "cpu": []}
+    ratios: dict[str, list[float]] = {"wall": [], "cpu": []}
     totals = {("wall", True): 0.0, ("wall", False): 0.0, ("cpu", True): 0.0, ("cpu", False): 0.0}
     for r in range(rounds + 1):
         for k, s in enumerate(starts):
             times = {}
-            for is_op in ((False, True) if (r + k) % 2 == 0 else (True, False)):
+            for is_op in (False, True) if (r + k) % 2 == 0 else (True, False):
                 fn = run_op if is_op else run_plain
                 w0, c0 = time.perf_counter(), time.process_time()
                 fn(s, s + chunk)
@@ -213,16 +237,28 @@ def _paired(check: str, run_plain: Work, run_op: Work, *, images: int, chunk: in
         rs = ratios[clock]
         q = statistics.quantiles(rs, n=4) if len(rs) >= 2 else [rs[0]] * 3
         done = len(rs) * chunk
-        out.append(PairedRatio(check=f"{check} [{clock}]", numerator="RRC+flip", denominator=check,
-                               median=statistics.median(rs), q1=q[0], q3=q[2],
-                               total=totals[(clock, True)] / max(totals[(clock, False)], 1e-9), pairs=len(rs),
-                               chunk=chunk, extra={"clock": clock,
-                                                   "plain_ips": done / max(totals[(clock, False)], 1e-9),
-                                                   "op_ips": done / max(totals[(clock, True)], 1e-9)}))
+        out.append(
+            PairedRatio(
+                check=f"{check} [{clock}]",
+                numerator="RRC+flip",
+                denominator=check,
+                median=statistics.median(rs),
+                q1=q[0],
+                q3=q[2],
+                total=totals[(clock, True)] / max(totals[(clock, False)], 1e-9),
+                pairs=len(rs),
+                chunk=chunk,
+                extra={
+                    "clock": clock,
+                    "plain_ips": done / max(totals[(clock, False)], 1e-9),
+                    "op_ips": done / max(totals[(clock, True)], 1e-9),
+                },
+            )
+        )
     return out
 
 
-def _dataset(count: int, directory: str) -> List[bytes]:
+def _dataset(count: int, directory: str) -> list[bytes]:
     from tools.make_dataset import make_dataset
 
     from .prepare import image_files
@@ -232,9 +268,19 @@ def _dataset(count: int, directory: str) -> List[bytes]:
     return [open(f, "rb").read() for f in files]
 
 
-def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[int] = (1, 2),
-        torchvision: bool = True, pairs: bool = True, tv_rounds: Optional[int] = None, normalize: bool = False,
-        pipelines: Sequence[str] = PIPELINES, quiet: bool = False, argv: Sequence[str] = ()) -> dict:
+def run(
+    *,
+    quick: bool = False,
+    images: int | None = None,
+    threads: Sequence[int] = (1, 2),
+    torchvision: bool = True,
+    pairs: bool = True,
+    tv_rounds: int | None = None,
+    normalize: bool = False,
+    pipelines: Sequence[str] = PIPELINES,
+    quiet: bool = False,
+    argv: Sequence[str] = (),
+) -> dict:
     """Measures every pipeline's cost; returns the JSON-able results (``argv``: recorded as the command)."""
     count = images or (48 if quick else 512)
     chunk = 16 if quick else 128
@@ -243,25 +289,35 @@ def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[
     batch = 16 if quick else 64
     with tempfile.TemporaryDirectory(prefix="fastload-pixel-bench-") as tmp:
         data = _dataset(count, os.path.join(tmp, "images"))
-        rows: List[PairedRatio] = []
-        for t in (threads if pairs else ()):
+        rows: list[PairedRatio] = []
+        for t in threads if pairs else ():
             plain = _fastload_work(data, None, t, batch, normalize)
             out_kind = "float32 NCHW" if normalize else "uint8"
             for name in pipelines:
                 with_op = _fastload_work(data, name, t, batch, normalize)
                 # The ratio of times op / plain: 1.10 = 10% slower.
-                for r in _paired(f"{name} + RRC+flip / RRC+flip, {out_kind}, {t}t", plain, with_op, images=len(data),
-                                 chunk=chunk, rounds=rounds):
+                for r in _paired(
+                    f"{name} + RRC+flip / RRC+flip, {out_kind}, {t}t",
+                    plain,
+                    with_op,
+                    images=len(data),
+                    chunk=chunk,
+                    rounds=rounds,
+                ):
                     r.extra["target_slowdown"] = TARGETS[name]
                     rows.append(r)
                     if not quiet:
-                        print(f"{r.check:<66} {r.median:6.3f}x  (quartiles {r.q1:.3f}-{r.q3:.3f}, of sums "
-                              f"{r.total:.3f}x, target <= {1 + TARGETS[name]:.2f}x)", file=sys.stderr, flush=True)
-        versus: List[_EpochRatio] = []
+                        print(
+                            f"{r.check:<66} {r.median:6.3f}x  (quartiles {r.q1:.3f}-{r.q3:.3f}, of sums "
+                            f"{r.total:.3f}x, target <= {1 + TARGETS[name]:.2f}x)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+        versus: list[_EpochRatio] = []
         skipped = ""
         if torchvision:
             try:
-                import torchvision  # noqa: F401
+                import torchvision
             except ImportError as exc:
                 skipped = f"torchvision is not installed: {exc}"
             else:
@@ -269,18 +325,30 @@ def run(*, quick: bool = False, images: Optional[int] = None, threads: Sequence[
                     v = _versus_torchvision(data, name, batch, rounds=tv_rounds)
                     versus.append(v)
                     if not quiet:
-                        print(f"{v.check:<60} {v.median:6.2f}x  ({v.fastload_ips:,.0f} vs {v.torchvision_ips:,.0f} "
-                              f"images/s, target >= 3x)", file=sys.stderr, flush=True)
+                        print(
+                            f"{v.check:<60} {v.median:6.2f}x  ({v.fastload_ips:,.0f} vs {v.torchvision_ips:,.0f} "
+                            f"images/s, target >= 3x)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     from fastload.decode import engine_info
 
-    return {"images": count, "chunk": chunk, "rounds": rounds, "batch": batch, "threads": list(threads),
-            "output": "float32 NCHW normalized" if normalize else "uint8 NHWC",
-            "engine": engine_info(), "command": " ".join(["python", "-m", "bench.pixel_ops"] + list(argv)),
-            "paired": [r.to_json() for r in rows], "versus_torchvision": [v.to_json() for v in versus],
-            "torchvision_skipped": skipped}
+    return {
+        "images": count,
+        "chunk": chunk,
+        "rounds": rounds,
+        "batch": batch,
+        "threads": list(threads),
+        "output": "float32 NCHW normalized" if normalize else "uint8 NHWC",
+        "engine": engine_info(),
+        "command": " ".join(["python", "-m", "bench.pixel_ops", *list(argv)]),
+        "paired": [r.to_json() for r in rows],
+        "versus_torchvision": [v.to_json() for v in versus],
+        "torchvision_skipped": skipped,
+    }
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.pixel_ops", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 48 images, one round")
     p.add_argument("--images", type=int, help="images to generate (default 512)")
@@ -289,14 +357,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--no-pairs", action="store_true", help="only the torchvision side-by-side")
     p.add_argument("--tv-rounds", type=int, help="epoch pairs against torchvision (default 5, 1 with --quick)")
     p.add_argument("--normalize", action="store_true", help="float32 NCHW normalized outputs instead of uint8")
-    p.add_argument("--pipelines", nargs="+", choices=range(len(PIPELINES)), type=int,
-                   help="indices of the pipelines to run: " + ", ".join(f"{i} {n}" for i, n in enumerate(PIPELINES)))
+    p.add_argument(
+        "--pipelines",
+        nargs="+",
+        choices=range(len(PIPELINES)),
+        type=int,
+        help="indices of the pipelines to run: " + ", ".join(f"{i} {n}" for i, n in enumerate(PIPELINES)),
+    )
     p.add_argument("--out", help="write results.json here")
     args = p.parse_args(argv)
-    res = run(quick=args.quick, images=args.images, threads=args.threads, torchvision=not args.no_torchvision,
-              pairs=not args.no_pairs, tv_rounds=args.tv_rounds, normalize=args.normalize,
-              pipelines=[PIPELINES[i] for i in args.pipelines] if args.pipelines else PIPELINES,
-              argv=list(argv if argv is not None else sys.argv[1:]))
+    res = run(
+        quick=args.quick,
+        images=args.images,
+        threads=args.threads,
+        torchvision=not args.no_torchvision,
+        pairs=not args.no_pairs,
+        tv_rounds=args.tv_rounds,
+        normalize=args.normalize,
+        pipelines=[PIPELINES[i] for i in args.pipelines] if args.pipelines else PIPELINES,
+        argv=list(argv if argv is not None else sys.argv[1:]),
+    )
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "pixel_ops.json"), "w") as fh:

@@ -1,18 +1,29 @@
-"""Exceptions shared by every stage, each naming the file, shard and record it is about, and the
-:class:`OnError` policy every stage applies to bad inputs."""
+"""Exceptions shared by every stage, and the :class:`OnError` policy every stage applies to bad inputs.
+
+Each exception names the file, shard and record it is about.
+"""
 
 from __future__ import annotations
 
 import enum
-from typing import Optional
 
-__all__ = ["FastloadError", "UserError", "CorruptRecordError", "CorruptDatasetError", "DecodeError", "OnError",
-           "LoaderClosed", "LoaderBusy", "KeptBatchesWarning"]
+__all__ = [
+    "CorruptDatasetError",
+    "CorruptRecordError",
+    "DecodeError",
+    "FastloadError",
+    "KeptBatchesWarning",
+    "LoaderBusy",
+    "LoaderClosed",
+    "OnError",
+    "UserError",
+]
 
 
 class OnError(str, enum.Enum):
-    """What a stage does with an input it cannot read or decode (a file in ``fastload pack``, a
-    record in the loader).
+    """What a stage does with an input it cannot read or decode.
+
+    The input is a file in ``fastload pack``, a record in the loader.
 
     ``"fail"`` (the spelling of ``fastload pack --on-error fail``) is accepted for :attr:`RAISE`.
     """
@@ -21,7 +32,7 @@ class OnError(str, enum.Enum):
     RAISE = "raise"
 
     @classmethod
-    def _missing_(cls, value: object) -> Optional["OnError"]:
+    def _missing_(cls, value: object) -> OnError | None:
         if isinstance(value, str) and value.lower() == "fail":
             return cls.RAISE
         return None
@@ -48,8 +59,9 @@ class CorruptRecordError(FastloadError):
         offset: Byte offset in the shard, when known.
     """
 
-    def __init__(self, message: str, *, shard: Optional[str] = None, record: Optional[int] = None,
-                 offset: Optional[int] = None) -> None:
+    def __init__(
+        self, message: str, *, shard: str | None = None, record: int | None = None, offset: int | None = None
+    ) -> None:
         where = []
         if shard is not None:
             where.append(f"shard {shard}")
@@ -74,7 +86,7 @@ class CorruptDatasetError(FastloadError, ValueError):
         field: The field, line or entry at fault, when there is one.
     """
 
-    def __init__(self, message: str, *, file: str, field: Optional[str] = None) -> None:
+    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
         where = f"{file}: {field}" if field else file
         super().__init__(f"{where}: {message}")
         self.file, self.field = file, field
@@ -89,15 +101,17 @@ class DecodeError(FastloadError):
         source: Human-readable location (file path, or shard and record).
     """
 
-    def __init__(self, message: str, *, index: Optional[int] = None, source: Optional[str] = None) -> None:
+    def __init__(self, message: str, *, index: int | None = None, source: str | None = None) -> None:
         where = ", ".join(x for x in (f"sample {index}" if index is not None else None, source) if x)
         super().__init__(f"{message} ({where})" if where else message)
         self.index, self.source = index, source
 
 
 class LoaderClosed(FastloadError, ValueError):
-    """The loader was closed: raised by ``next()`` in a consumer waiting for a batch when ``close()`` is
-    called from another thread, and by ``next()`` / ``iter()`` after ``close()``.
+    """The loader was closed.
+
+    Raised by ``next()`` in a consumer waiting for a batch when ``close()`` is called from another
+    thread, and by ``next()`` / ``iter()`` after ``close()``.
 
     Also a ``ValueError``, as Python's own operations on a closed file are.
     """

@@ -40,25 +40,26 @@ reads a few whole shards at a time, so a node fetches and caches only its own sh
 from __future__ import annotations
 
 import enum
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 __all__ = [
-    "Shuffle",
+    "EpochOrder",
     "Even",
     "OrderSpec",
-    "EpochOrder",
-    "epoch_permutation",
-    "rank_share",
+    "Shuffle",
     "batch_bounds",
-    "num_batches",
-    "coerce_enum",
-    "shard_sequence",
-    "window_shuffle",
-    "shards_read",
     "check_shard_starts",
+    "coerce_enum",
+    "epoch_permutation",
+    "num_batches",
+    "rank_share",
+    "shard_sequence",
+    "shards_read",
+    "window_shuffle",
 ]
 
 
@@ -117,15 +118,15 @@ class OrderSpec:
 
     num_records: int
     batch_size: int
-    shuffle: Union[Shuffle, str] = Shuffle.GLOBAL
+    shuffle: Shuffle | str = Shuffle.GLOBAL
     seed: int = 0
     rank: int = 0
     world_size: int = 1
-    even: Union[Even, str] = Even.PAD
+    even: Even | str = Even.PAD
     drop_last: bool = False
     block_size: int = 256
     window: int = 8
-    shard_starts: Optional[Tuple[int, ...]] = None
+    shard_starts: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.num_records, "num_records", 1)
@@ -134,7 +135,11 @@ class OrderSpec:
         _check_int(self.world_size, "world_size", 1)
         _check_int(self.block_size, "block_size", 1)
         _check_int(self.window, "window", 1)
-        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.world_size:
+        if (
+            isinstance(self.rank, bool)
+            or not isinstance(self.rank, (int, np.integer))
+            or not 0 <= self.rank < self.world_size
+        ):
             raise ValueError(f"rank={self.rank!r} must be an int in [0, world_size={self.world_size})")
         if not isinstance(self.drop_last, bool):
             raise ValueError(f"drop_last={self.drop_last!r} must be a bool")
@@ -143,22 +148,25 @@ class OrderSpec:
         if self.shard_starts is not None:
             object.__setattr__(self, "shard_starts", check_shard_starts(self.shard_starts, self.num_records))
         if self.shuffle is Shuffle.SHARD and self.shard_starts is None:
-            raise ValueError("shuffle='shard' needs the dataset's shard layout (shard_starts); "
-                             "this dataset has no shards")
+            raise ValueError(
+                "shuffle='shard' needs the dataset's shard layout (shard_starts); this dataset has no shards"
+            )
         if self.even is Even.DROP and self.num_records < self.world_size:
-            raise ValueError(f"even='drop' with {self.num_records} records and world_size={self.world_size} "
-                             "leaves no record for some ranks; use even='pad'")
+            raise ValueError(
+                f"even='drop' with {self.num_records} records and world_size={self.world_size} "
+                "leaves no record for some ranks; use even='pad'"
+            )
 
 
-def check_shard_starts(starts: Iterable[int], num_records: int) -> Tuple[int, ...]:
+def check_shard_starts(starts: Iterable[int], num_records: int) -> tuple[int, ...]:
     """``starts`` as a tuple after checking it: begins at 0, never decreases, ends at ``num_records``.
 
     Raises:
         ValueError: Otherwise.
     """
     out = tuple(int(x) for x in (starts.tolist() if isinstance(starts, np.ndarray) else starts))
-    if len(out) < 2 or out[0] != 0 or out[-1] != num_records or any(b < a for a, b in zip(out, out[1:])):
-        shown = out if len(out) <= 8 else out[:4] + ("...",) + out[-2:]
+    if len(out) < 2 or out[0] != 0 or out[-1] != num_records or any(b < a for a, b in itertools.pairwise(out)):
+        shown = out if len(out) <= 8 else (*out[:4], "...", *out[-2:])
         raise ValueError(f"shard_starts={shown} must start at 0, never decrease and end at num_records={num_records}")
     return out
 
@@ -169,8 +177,10 @@ def _generator(seed: int, epoch: int, *more: int) -> np.random.Generator:
 
 
 def shard_sequence(shard_starts: Sequence[int], *, seed: int, epoch: int) -> np.ndarray:
-    """The shard-aware epoch sequence: shards permuted from ``(seed, epoch)``, each shard's records in
-    stored order (int64 record indices, a permutation of ``range(shard_starts[-1])``)."""
+    """The shard-aware epoch sequence: shards permuted from ``(seed, epoch)``, records in stored order.
+
+    Returns int64 record indices, a permutation of ``range(shard_starts[-1])``.
+    """
     starts = np.asarray(shard_starts, dtype=np.int64)
     _check_int(epoch, "epoch", 0)
     lengths = np.diff(starts)
@@ -182,7 +192,7 @@ def shard_sequence(shard_starts: Sequence[int], *, seed: int, epoch: int) -> np.
     return np.arange(int(starts[-1]), dtype=np.int64) + offsets
 
 
-def _shard_share(spec: "OrderSpec", epoch: int) -> np.ndarray:
+def _shard_share(spec: OrderSpec, epoch: int) -> np.ndarray:
     """This rank's contiguous share of the shard-aware sequence (padding from the tail)."""
     assert spec.shard_starts is not None  # OrderSpec checks it for Shuffle.SHARD
     seq = shard_sequence(spec.shard_starts, seed=spec.seed, epoch=epoch)
@@ -195,7 +205,7 @@ def _shard_share(spec: "OrderSpec", epoch: int) -> np.ndarray:
             seq = np.concatenate([seq, np.resize(seq[::-1], extra)[::-1]])
     else:
         per_rank = n // w
-    return seq[spec.rank * per_rank:(spec.rank + 1) * per_rank]
+    return seq[spec.rank * per_rank : (spec.rank + 1) * per_rank]
 
 
 def window_shuffle(share: np.ndarray, shard_of: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
@@ -215,16 +225,16 @@ def window_shuffle(share: np.ndarray, shard_of: np.ndarray, window: int, rng: np
         return out
     run_starts = np.flatnonzero(np.concatenate(([True], shard_of[1:] != shard_of[:-1])))
     bounds = np.append(run_starts[::window], len(out))
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
         rng.shuffle(out[lo:hi])
     return out
 
 
-def _shard_of(spec: "OrderSpec", records: np.ndarray) -> np.ndarray:
+def _shard_of(spec: OrderSpec, records: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.asarray(spec.shard_starts, dtype=np.int64), records, side="right") - 1
 
 
-def shards_read(spec: "OrderSpec", epochs: Iterable[int], ranks: Iterable[int]) -> List[int]:
+def shards_read(spec: OrderSpec, epochs: Iterable[int], ranks: Iterable[int]) -> list[int]:
     """The shards that ``ranks`` read in ``epochs`` under ``spec`` (sorted shard numbers).
 
     What ``fastload stage --node-rank`` copies for one node: its ranks are ``range(node_rank *
@@ -238,14 +248,15 @@ def shards_read(spec: "OrderSpec", epochs: Iterable[int], ranks: Iterable[int]) 
     return sorted(shards)
 
 
-def _replace_rank(spec: "OrderSpec", rank: int) -> "OrderSpec":
+def _replace_rank(spec: OrderSpec, rank: int) -> OrderSpec:
     import dataclasses
 
     return dataclasses.replace(spec, rank=rank)
 
 
-def epoch_permutation(num_records: int, shuffle: Union[Shuffle, str], *, seed: int, epoch: int,
-                      block_size: int = 256, window: int = 8) -> np.ndarray:
+def epoch_permutation(
+    num_records: int, shuffle: Shuffle | str, *, seed: int, epoch: int, block_size: int = 256, window: int = 8
+) -> np.ndarray:
     """The order of all records for one epoch, identical on every rank.
 
     Args:
@@ -279,15 +290,15 @@ def epoch_permutation(num_records: int, shuffle: Union[Shuffle, str], *, seed: i
     offsets = np.repeat(starts - (ends - lengths), lengths)
     order = np.arange(num_records, dtype=np.int64) + offsets
     # Windows are whole groups of `window` blocks (the short last block may sit anywhere).
-    bounds = np.concatenate(([0], ends[window - 1::window]))
+    bounds = np.concatenate(([0], ends[window - 1 :: window]))
     if bounds[-1] != num_records:
         bounds = np.append(bounds, num_records)
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
         rng.shuffle(order[lo:hi])
     return order
 
 
-def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Union[Even, str]) -> np.ndarray:
+def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Even | str) -> np.ndarray:
     """This rank's contiguous, equal-length share of an epoch permutation.
 
     Args:
@@ -310,7 +321,7 @@ def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Uni
             permutation = np.resize(permutation, total)
     else:
         per_rank = n // world_size
-    return permutation[rank * per_rank:(rank + 1) * per_rank]
+    return permutation[rank * per_rank : (rank + 1) * per_rank]
 
 
 def num_batches(share_len: int, batch_size: int, drop_last: bool) -> int:
@@ -318,7 +329,7 @@ def num_batches(share_len: int, batch_size: int, drop_last: bool) -> int:
     return share_len // batch_size if drop_last else -(-share_len // batch_size)
 
 
-def batch_bounds(share_len: int, batch_size: int, drop_last: bool, batch: int) -> Tuple[int, int]:
+def batch_bounds(share_len: int, batch_size: int, drop_last: bool, batch: int) -> tuple[int, int]:
     """``(start, stop)`` positions of batch number ``batch`` inside a share."""
     total = num_batches(share_len, batch_size, drop_last)
     if not 0 <= batch < total:
@@ -348,8 +359,14 @@ class EpochOrder:
             rng = _generator(spec.seed, epoch, spec.rank, spec.world_size)
             self.share = window_shuffle(share, _shard_of(spec, share), spec.window, rng)
         else:
-            perm = epoch_permutation(spec.num_records, spec.shuffle, seed=spec.seed, epoch=epoch,
-                                     block_size=spec.block_size, window=spec.window)
+            perm = epoch_permutation(
+                spec.num_records,
+                spec.shuffle,
+                seed=spec.seed,
+                epoch=epoch,
+                block_size=spec.block_size,
+                window=spec.window,
+            )
             self.share = rank_share(perm, rank=spec.rank, world_size=spec.world_size, even=spec.even)
         self._len = num_batches(len(self.share), spec.batch_size, spec.drop_last)
 

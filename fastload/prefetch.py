@@ -21,7 +21,8 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Producer", "ProducerStopped"]
 
@@ -41,8 +42,9 @@ class _Failure:
         self.exc = exc
 
 
-def _run(produce: Callable[[threading.Event], Iterator[Any]], q: "queue.Queue", stop: threading.Event,
-         poll: float) -> None:
+def _run(
+    produce: Callable[[threading.Event], Iterator[Any]], q: queue.Queue, stop: threading.Event, poll: float
+) -> None:
     def put(item) -> bool:
         while not stop.is_set():
             try:
@@ -61,7 +63,7 @@ def _run(produce: Callable[[threading.Event], Iterator[Any]], q: "queue.Queue", 
             if not handed:
                 return
         put(_DONE)
-    except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
+    except BaseException as exc:
         exc.add_note(f"(raised in fastload producer thread {threading.current_thread().name!r})")
         put(_Failure(exc))
 
@@ -79,17 +81,25 @@ class Producer(Generic[T]):
             ``produce`` that is not on the queue (the ring's wait for a free slot).
     """
 
-    def __init__(self, produce: Callable[[threading.Event], Iterator[T]], *, maxsize: int, name: str = "fastload-producer",
-                 poll: float = 0.05, wake: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self,
+        produce: Callable[[threading.Event], Iterator[T]],
+        *,
+        maxsize: int,
+        name: str = "fastload-producer",
+        poll: float = 0.05,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         if maxsize < 1:
             raise ValueError(f"maxsize={maxsize} must be >= 1")
-        self._queue: "queue.Queue" = queue.Queue(maxsize=maxsize)
+        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
         self._stop = threading.Event()
         self._poll = poll
         self._finished = False
         self._wake = wake
-        self._thread = threading.Thread(target=_run, args=(produce, self._queue, self._stop, poll), name=name,
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=_run, args=(produce, self._queue, self._stop, poll), name=name, daemon=True
+        )
         self._thread.start()
         # If the consumer drops the producer without closing it, stop the thread anyway. The
         # finalizer holds only the event, queue and thread, never self.
@@ -103,7 +113,7 @@ class Producer(Generic[T]):
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def get(self, timeout: Optional[float] = None) -> T:
+    def get(self, timeout: float | None = None) -> T:
         """The next item; raises StopIteration at the end, or the producer's exception.
 
         Args:
@@ -155,15 +165,20 @@ class Producer(Generic[T]):
         self._finalizer.detach()
         _shutdown(self._stop, self._queue, self._thread, self._wake, timeout)
 
-    def __enter__(self) -> "Producer[T]":
+    def __enter__(self) -> Producer[T]:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def _shutdown(stop: threading.Event, q: "queue.Queue", thread: threading.Thread,
-              wake: Optional[Callable[[], None]] = None, timeout: float = 10.0) -> None:
+def _shutdown(
+    stop: threading.Event,
+    q: queue.Queue,
+    thread: threading.Thread,
+    wake: Callable[[], None] | None = None,
+    timeout: float = 10.0,
+) -> None:
     stop.set()
     if wake is not None:
         wake()

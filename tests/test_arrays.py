@@ -18,7 +18,7 @@ from fastload.pack.arrays import ArraysPackConfig, pack_arrays  # noqa: E402
 from fastload.records.arrays import ARRAYS_MANIFEST, open_arrays  # noqa: E402
 
 
-@pytest.fixture()
+@pytest.fixture
 def inputs(tmp_path):
     x = sp.random(97, 300, density=0.05, format="csr", dtype=np.float32, random_state=0)
     dense = np.random.default_rng(0).random((97, 3, 2)).astype(np.float32)
@@ -37,10 +37,26 @@ def _cli(argv):
 
 
 def test_pack_and_read_back_every_row(inputs):
-    tmp, x, dense, y = inputs
+    tmp, x, dense, _y = inputs
     out = tmp / "packed"
-    assert _cli(["pack-arrays", str(out), "--data", f"x={tmp / 'x.npz'}", "--data", f"dense={tmp / 'dense.npy'}",
-                 "--label", str(tmp / "y.npy"), "--shard-size", "3KB", "--quiet"]) == 0
+    assert (
+        _cli(
+            [
+                "pack-arrays",
+                str(out),
+                "--data",
+                f"x={tmp / 'x.npz'}",
+                "--data",
+                f"dense={tmp / 'dense.npy'}",
+                "--label",
+                str(tmp / "y.npy"),
+                "--shard-size",
+                "3KB",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / ARRAYS_MANIFEST).read_text())
     assert len(manifest["row_starts"]) - 1 > 3  # really sharded
     with open_arrays(str(out)) as arrays:
@@ -102,10 +118,16 @@ def test_ndarrayiter_streams_shards_with_order_parts_and_resume(inputs):
     mx = pytest.importorskip("mxnet")
     import fastload.mxnet as fm
 
-    tmp, x, dense, y = inputs
+    tmp, x, dense, _y = inputs
     out = tmp / "packed"
-    pack_arrays(ArraysPackConfig(data={"x": str(tmp / "x.npz"), "dense": str(tmp / "dense.npy")},
-                                 labels={"softmax_label": str(tmp / "y.npy")}, out=str(out), shard_bytes=2048))
+    pack_arrays(
+        ArraysPackConfig(
+            data={"x": str(tmp / "x.npz"), "dense": str(tmp / "dense.npy")},
+            labels={"softmax_label": str(tmp / "y.npy")},
+            out=str(out),
+            shard_bytes=2048,
+        )
+    )
     seen, counts = [], []
     for part in range(2):
         it = fm.NDArrayIter(str(out), batch_size=8, shuffle=True, seed=4, part_index=part, num_parts=2)
@@ -132,7 +154,7 @@ def test_ndarrayiter_streams_shards_with_order_parts_and_resume(inputs):
     c_it.load_state_dict(state)
     got += [b.label[0].asnumpy().copy() for b in c_it]
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=False):
         np.testing.assert_array_equal(g, e)
 
 
@@ -156,8 +178,11 @@ def test_every_gather_path_reads_the_same_rows(inputs, monkeypatch, engine):
         pytest.skip("the C++ extension is not built")
     tmp, x, dense, _ = inputs
     out = tmp / "packed"
-    pack_arrays(ArraysPackConfig(data={"x": str(tmp / "x.npz"), "dense": str(tmp / "dense.npy")}, out=str(out),
-                                 shard_bytes=parse_size("2KB")))
+    pack_arrays(
+        ArraysPackConfig(
+            data={"x": str(tmp / "x.npz"), "dense": str(tmp / "dense.npy")}, out=str(out), shard_bytes=parse_size("2KB")
+        )
+    )
     rng = np.random.default_rng(5)
     with open_arrays(str(out)) as arrays:
         d, c = arrays.array("dense"), arrays.array("x")
@@ -170,8 +195,9 @@ def test_every_gather_path_reads_the_same_rows(inputs, monkeypatch, engine):
             from fastload.mxnet.array_iter import csr_take_rows
 
             vals, idx, ptr = csr_take_rows(c.indptr, c.indices, c.data, rows)
-            np.testing.assert_array_equal(sp.csr_matrix((vals, idx, ptr), shape=(len(rows), 300)).toarray(),
-                                          x[rows].toarray())
+            np.testing.assert_array_equal(
+                sp.csr_matrix((vals, idx, ptr), shape=(len(rows), 300)).toarray(), x[rows].toarray()
+            )
         with pytest.raises(IndexError):
             d.take_into(np.array([97]), np.empty((1, 3, 2), np.float32))
 
@@ -211,9 +237,16 @@ def test_a_shard_truncated_under_ndarrayiter_is_an_error_not_sigbus(tmp_path, ga
     pack_arrays(ArraysPackConfig(data={"big": str(tmp_path / "big.npy")}, out=str(out), shard_bytes=parse_size("1MB")))
     shard = sorted(out.glob("big-*.npy"))[-1]
     script = tmp_path / "reader.py"
-    script.write_text(_TRUNCATE_WHILE_READING if gather == "engine" else _TRUNCATE_WHILE_READING.replace(
-        "import fastload.mxnet as fm", "import fastload.records.arrays as a; a._GATHER = None\nimport fastload.mxnet as fm"))
-    proc = subprocess.run([sys.executable, str(script), str(out), str(shard)], capture_output=True, text=True,
-                          timeout=120)
+    script.write_text(
+        _TRUNCATE_WHILE_READING
+        if gather == "engine"
+        else _TRUNCATE_WHILE_READING.replace(
+            "import fastload.mxnet as fm",
+            "import fastload.records.arrays as a; a._GATHER = None\nimport fastload.mxnet as fm",
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out), str(shard)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]  # a mapped read dies here with SIGBUS (-7)
     assert "REPORTED" in proc.stdout and shard.name in proc.stdout and "short read" in proc.stdout

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("torch")
-import torch.distributed  # noqa: E402
+import torch.distributed
 
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
@@ -68,12 +68,20 @@ def _free_port():
 def _run(tmp_path, n, even):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1"
+    )
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), str(n), even,
-                               str(tmp_path / f"rank{r}.json")], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), "2", str(port), str(n), even, str(tmp_path / f"rank{r}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outputs = []
     try:
         for p in procs:
@@ -84,16 +92,16 @@ def _run(tmp_path, n, even):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    for p, out in zip(procs, outputs):
+    for p, out in zip(procs, outputs, strict=False):
         assert p.returncode == 0, f"rank failed or hung:\n{out}"
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.parametrize("n,even", [(101, "pad"), (101, "drop")])
+@pytest.mark.parametrize(("n", "even"), [(101, "pad"), (101, "drop")])
 def test_ddp_equal_batches_disjoint_shares(tmp_path, n, even):
     r0, r1 = _run(tmp_path, n, even)
     assert r0["len"] == r1["len"]
-    for e0, e1 in zip(r0["epochs"], r1["epochs"]):
+    for e0, e1 in zip(r0["epochs"], r1["epochs"], strict=False):
         assert e0["batches"] == e1["batches"] == r0["len"]
         a, b = e0["indices"], e1["indices"]
         assert len(a) == len(b)

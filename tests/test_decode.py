@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import HAVE_ENGINE, make_jpeg, requires_engine
 from fastload import decode
 from fastload import transforms as T
 from fastload.decode import BatchResult, DecodeOptions, DecodeStatus
 from fastload.errors import DecodeError
+
+from conftest import HAVE_ENGINE, make_jpeg, requires_engine
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -24,7 +25,7 @@ def _pillow_reference(images, transform, *, seed, epoch, indices, layout="NHWC")
     """The geometry contract written out with Pillow alone (independent of decode.py's Pillow path)."""
     oh, ow = transform.size
     out = np.zeros((len(images), oh, ow, 3), np.uint8)
-    for p, (buf, idx) in enumerate(zip(images, indices)):
+    for p, (buf, idx) in enumerate(zip(images, indices, strict=False)):
         img = Image.open(io.BytesIO(bytes(buf))).convert("RGB")
         params = T.sample_params(img.width, img.height, transform, seed=seed, epoch=epoch, index=int(idx))
         if transform.kind == T.OpKind.RANDOM_RESIZED_CROP:  # torchvision crops, then resizes the crop
@@ -32,9 +33,12 @@ def _pillow_reference(images, transform, *, seed, epoch, indices, layout="NHWC")
         elif transform.kind == T.OpKind.RESIZE_CENTER_CROP and transform.resize is not None:
             # torchvision's Resize(int) (shorter side, the longer one truncated) then CenterCrop
             w, h = img.size
-            nw, nh = ((transform.resize, int(transform.resize * h / w)) if w <= h
-                      else (int(transform.resize * w / h), transform.resize))
-            left, top = int(round((nw - ow) / 2.0)), int(round((nh - oh) / 2.0))
+            nw, nh = (
+                (transform.resize, int(transform.resize * h / w))
+                if w <= h
+                else (int(transform.resize * w / h), transform.resize)
+            )
+            left, top = round((nw - ow) / 2.0), round((nh - oh) / 2.0)
             img = img.resize((nw, nh), Image.BILINEAR).crop((left, top, left + ow, top + oh))
         else:  # Resize, or the largest centred box: the box resampled
             img = img.resize((ow, oh), Image.BILINEAR, box=params.box)
@@ -74,7 +78,10 @@ def photos():
     """Realistic JPEGs of odd sizes and every chroma subsampling, plus one progressive."""
     sizes = [(403, 351), (257, 300), (500, 375), (120, 97), (333, 222), (640, 480), (99, 401), (260, 260)]
     subs = ["4:2:0", "4:4:4", "4:2:2", "4:2:0", "4:2:0", "4:2:0", "4:2:2", "4:4:4"]
-    out = [make_jpeg(w, h, subsampling=s, quality=88, seed=i) for i, ((w, h), s) in enumerate(zip(sizes, subs))]
+    out = [
+        make_jpeg(w, h, subsampling=s, quality=88, seed=i)
+        for i, ((w, h), s) in enumerate(zip(sizes, subs, strict=False))
+    ]
     out.append(make_jpeg(301, 211, progressive=True, seed=20))
     return out
 
@@ -281,12 +288,19 @@ def test_every_kernel_set_gives_the_same_bytes(photos, monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     # Horizontal factors from about 0.3 to 9 across these: the AVX-512 kernel's one-, two- and
     # four-pair plans, and the downscales too wide for a plan, which go to the per-pixel kernels.
-    transforms = (T.train(72), T.train(224), T.Resize(size=(37, 300)), T.Resize(size=(150, 130), flip=1.0),
-                  T.CenterCrop(size=(16, 90), resize=None, flip=1.0),
-                  # wider (bicubic: up to 12 taps) and narrower (nearest, plain: 1-4 taps) tables
-                  T.train(72, interpolation="bicubic"), T.Resize(size=(150, 61), interpolation="bicubic", flip=1.0),
-                  T.train(72, interpolation="nearest"), T.train(72, interpolation="bicubic", antialias=False),
-                  T.Resize(size=(37, 300), interpolation="bilinear", antialias=False))
+    transforms = (
+        T.train(72),
+        T.train(224),
+        T.Resize(size=(37, 300)),
+        T.Resize(size=(150, 130), flip=1.0),
+        T.CenterCrop(size=(16, 90), resize=None, flip=1.0),
+        # wider (bicubic: up to 12 taps) and narrower (nearest, plain: 1-4 taps) tables
+        T.train(72, interpolation="bicubic"),
+        T.Resize(size=(150, 61), interpolation="bicubic", flip=1.0),
+        T.train(72, interpolation="nearest"),
+        T.train(72, interpolation="bicubic", antialias=False),
+        T.Resize(size=(37, 300), interpolation="bilinear", antialias=False),
+    )
     for t in transforms:
         for layout in ("NHWC", "NCHW"):
             for epoch in (3, 4):
@@ -302,8 +316,14 @@ def test_every_kernel_set_gives_the_same_bytes(photos, monkeypatch):
 
 
 @requires_engine
-@pytest.mark.parametrize("opts", [DecodeOptions(fast_idct=True), DecodeOptions(fancy_upsampling=False),
-                                  DecodeOptions(fast_idct=True, fancy_upsampling=False)])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        DecodeOptions(fast_idct=True),
+        DecodeOptions(fancy_upsampling=False),
+        DecodeOptions(fast_idct=True, fancy_upsampling=False),
+    ],
+)
 def test_speed_options_stay_close(photos, opts, monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     base, _ = _run(photos, T.train(96))
@@ -375,8 +395,12 @@ def test_max_pixels_option(backend, photos):
 
 
 def test_non_jpeg_and_odd_jpegs_follow_the_same_contract(backend):
-    imgs = [_png(), make_jpeg(150, 110, mode="L"), make_jpeg(150, 110, mode="CMYK", subsampling="4:4:4"),
-            make_jpeg(150, 110, progressive=True)]
+    imgs = [
+        _png(),
+        make_jpeg(150, 110, mode="L"),
+        make_jpeg(150, 110, mode="CMYK", subsampling="4:4:4"),
+        make_jpeg(150, 110, progressive=True),
+    ]
     buf = io.BytesIO()
     Image.open(io.BytesIO(make_jpeg(150, 110))).save(buf, "JPEG", quality=90, restart_marker_blocks=2)
     imgs.append(buf.getvalue())
@@ -421,8 +445,8 @@ def test_exif_orientation_is_an_option(backend):
 def test_odd_files_from_the_dataset_tool(backend, odd_files):
     kinds = sorted(odd_files)
     imgs = [odd_files[k].read_bytes() for k in kinds]
-    out, res = _run(imgs, T.train(32), indices=np.arange(len(imgs)))
-    for k, s in zip(kinds, res.status):
+    _out, res = _run(imgs, T.train(32), indices=np.arange(len(imgs)))
+    for k, s in zip(kinds, res.status, strict=False):
         if k in ("truncated",):
             assert s == DecodeStatus.TRUNCATED
         elif k in ("empty",):
@@ -458,7 +482,7 @@ def test_concurrent_callers_without_memory_growth(photos, monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     proc = psutil.Process()
     t = T.train(64)
-    imgs = photos + [b"", photos[0][:500], _png()]
+    imgs = [*photos, b"", photos[0][:500], _png()]
     errors = []
 
     def loop(seed, rounds):
@@ -571,7 +595,11 @@ def test_decoding_in_a_forked_child(backend, photos):
 def test_mutated_jpegs_never_crash(monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     rng = np.random.default_rng(11)
-    seeds = [make_jpeg(97, 75, seed=1), make_jpeg(64, 80, progressive=True, seed=2), make_jpeg(50, 40, mode="L", seed=3)]
+    seeds = [
+        make_jpeg(97, 75, seed=1),
+        make_jpeg(64, 80, progressive=True, seed=2),
+        make_jpeg(50, 40, mode="L", seed=3),
+    ]
     imgs = []
     for i in range(240):
         data = bytearray(seeds[i % len(seeds)])
@@ -613,10 +641,12 @@ def test_importing_decode_changes_no_engine_state():
     import subprocess
     import sys
 
-    code = ("import os\n"
-            "from fastload import decode\n"
-            "del os.environ['FASTLOAD_SLICE_ENTROPY']\n"
-            "print(decode.engine_info()['slice_entropy'])\n")
+    code = (
+        "import os\n"
+        "from fastload import decode\n"
+        "del os.environ['FASTLOAD_SLICE_ENTROPY']\n"
+        "print(decode.engine_info()['slice_entropy'])\n"
+    )
     env = {**os.environ, "FASTLOAD_SLICE_ENTROPY": "libjpeg"}
     env.pop("FASTLOAD_DECODER", None)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

@@ -82,8 +82,13 @@ def test_stub_matches_the_engine(tmp_path):
     config = tmp_path / "mypy.ini"
     # Only the stub is under test: imported project modules are analysed silently.
     config.write_text("[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n")
-    proc = subprocess.run([sys.executable, "-m", "mypy.stubtest", "fastload._engine", "--mypy-config-file",
-                           str(config)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "fastload._engine", "--mypy-config-file", str(config)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -98,8 +103,13 @@ def test_python_enums_need_no_extension():
         assert transforms.OpKind is decode.engine_abi.GeometryKind
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 

@@ -20,8 +20,11 @@ F1 = pytest.importorskip("torchvision.transforms.functional")
 F2 = pytest.importorskip("torchvision.transforms.v2.functional")
 from torchvision.transforms import InterpolationMode  # noqa: E402
 
-MODES = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
-         "nearest": InterpolationMode.NEAREST}
+MODES = {
+    "bilinear": InterpolationMode.BILINEAR,
+    "bicubic": InterpolationMode.BICUBIC,
+    "nearest": InterpolationMode.NEAREST,
+}
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +55,13 @@ def _torchvision_train(pil, box, flip, mode, antialias, size):
     if antialias:
         out = np.asarray(F1.resized_crop(pil, y0, x0, y1 - y0, x1 - x0, [size, size], MODES[mode]))
     else:
-        out = F2.resized_crop(_tensor(pil), y0, x0, y1 - y0, x1 - x0, [size, size], interpolation=MODES[mode],
-                              antialias=False).permute(1, 2, 0).numpy()
+        out = (
+            F2.resized_crop(
+                _tensor(pil), y0, x0, y1 - y0, x1 - x0, [size, size], interpolation=MODES[mode], antialias=False
+            )
+            .permute(1, 2, 0)
+            .numpy()
+        )
     return out[:, ::-1] if flip else out
 
 
@@ -68,8 +76,14 @@ def _torchvision_eval(pil, mode, antialias, size, resize):
 # and Pillow path; measured on 100 generated ImageNet-like images: antialias bilinear 0.025 / 0.003
 # (train / eval), bicubic 0.031 / 0.007, nearest 0 / 0; plain bilinear 0.002 / 0.001, bicubic
 # 0.002 / 0.003, nearest 0 / 0 (Pillow path: 0 for every antialiased mode, <= 0.005 plain).
-LIMITS = {("bilinear", True): 0.06, ("bicubic", True): 0.08, ("nearest", True): 0.0,
-          ("bilinear", False): 0.02, ("bicubic", False): 0.03, ("nearest", False): 0.0}
+LIMITS = {
+    ("bilinear", True): 0.06,
+    ("bicubic", True): 0.08,
+    ("nearest", True): 0.0,
+    ("bilinear", False): 0.02,
+    ("bicubic", False): 0.03,
+    ("nearest", False): 0.0,
+}
 
 
 @pytest.mark.parametrize("antialias", [True, False])
@@ -78,11 +92,21 @@ def test_train_matches_torchvision(backend, photos, mode, antialias):
     data, pils = photos
     t = T.train(96, interpolation=mode, antialias=antialias)
     out = np.empty((len(data), 96, 96, 3), np.uint8)
-    res = decode.decode_batch(data, out, t, seed=4, epoch=2, indices=np.arange(len(data)), want_params=True,
-                              options=decode.DecodeOptions(dct_scaling=False))
+    res = decode.decode_batch(
+        data,
+        out,
+        t,
+        seed=4,
+        epoch=2,
+        indices=np.arange(len(data)),
+        want_params=True,
+        options=decode.DecodeOptions(dct_scaling=False),
+    )
     assert res.ok
-    diffs = [np.abs(out[i].astype(int) - _torchvision_train(pils[i], res.boxes[i], res.flips[i], mode, antialias, 96))
-             for i in range(len(data))]
+    diffs = [
+        np.abs(out[i].astype(int) - _torchvision_train(pils[i], res.boxes[i], res.flips[i], mode, antialias, 96))
+        for i in range(len(data))
+    ]
     mad = float(np.mean([d.mean() for d in diffs]))
     assert mad <= LIMITS[(mode, antialias)], (mode, antialias, mad)
     # Pillow 13 runs the vertical pass first when the height shrinks and the width does not (a speed
@@ -97,11 +121,13 @@ def test_eval_matches_torchvision(backend, photos, mode, antialias):
     data, pils = photos
     t = T.eval_transform(112, resize=128, interpolation=mode, antialias=antialias)
     out = np.empty((len(data), 112, 112, 3), np.uint8)
-    res = decode.decode_batch(data, out, t, seed=0, epoch=0, indices=np.arange(len(data)),
-                              options=decode.DecodeOptions(dct_scaling=False))
+    res = decode.decode_batch(
+        data, out, t, seed=0, epoch=0, indices=np.arange(len(data)), options=decode.DecodeOptions(dct_scaling=False)
+    )
     assert res.ok
-    diffs = [np.abs(out[i].astype(int) - _torchvision_eval(pils[i], mode, antialias, 112, 128))
-             for i in range(len(data))]
+    diffs = [
+        np.abs(out[i].astype(int) - _torchvision_eval(pils[i], mode, antialias, 112, 128)) for i in range(len(data))
+    ]
     mad = float(np.mean([d.mean() for d in diffs]))
     assert mad <= LIMITS[(mode, antialias)], (mode, antialias, mad)
 
@@ -117,8 +143,12 @@ def test_dct_scaling_stays_close_to_torchvision(photos, monkeypatch):
         t = T.eval_transform(56, resize=64, interpolation=mode)  # 1/2 and 1/4 DCT scaling apply
         out = np.empty((len(data), 56, 56, 3), np.uint8)
         assert decode.decode_batch(data, out, t, seed=0, epoch=0, indices=np.arange(len(data))).ok
-        mad = np.mean([np.abs(out[i].astype(int) - _torchvision_eval(pils[i], mode, True, 56, 64)).mean()
-                       for i in range(len(data))])
+        mad = np.mean(
+            [
+                np.abs(out[i].astype(int) - _torchvision_eval(pils[i], mode, True, 56, 64)).mean()
+                for i in range(len(data))
+            ]
+        )
         assert mad < 1.5, (mode, mad)
 
 
@@ -128,14 +158,23 @@ def test_engine_and_pillow_path_agree_for_every_mode(photos, mode, monkeypatch):
         pytest.skip("the C++ engine is not built")
     data, _ = photos
     for antialias in (True, False):
-        for t in (T.train(64, interpolation=mode, antialias=antialias),
-                  T.Resize(size=(50, 70), flip=0.5, interpolation=mode, antialias=antialias)):
+        for t in (
+            T.train(64, interpolation=mode, antialias=antialias),
+            T.Resize(size=(50, 70), flip=0.5, interpolation=mode, antialias=antialias),
+        ):
             outs = []
             for forced in ("", "pillow"):
                 monkeypatch.setenv("FASTLOAD_DECODER", forced)
                 out = np.empty((len(data), *t.size, 3), np.uint8)
-                assert decode.decode_batch(data, out, t, seed=1, epoch=0, indices=np.arange(len(data)),
-                                           options=decode.DecodeOptions(dct_scaling=False)).ok
+                assert decode.decode_batch(
+                    data,
+                    out,
+                    t,
+                    seed=1,
+                    epoch=0,
+                    indices=np.arange(len(data)),
+                    options=decode.DecodeOptions(dct_scaling=False),
+                ).ok
                 outs.append(out)
             diff = np.abs(outs[0].astype(int) - outs[1])
             assert diff.mean() <= (0.0 if mode == "nearest" else 0.08), (t, diff.mean())

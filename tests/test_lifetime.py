@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from fake_dataset import FakeDataset
 
 import fastload.batch as batch_mod
 import fastload.errors as errors
@@ -20,7 +21,6 @@ from fastload.loader import Loader, LoaderConfig
 from fastload.transforms import train
 
 from conftest import requires_mxnet, requires_torch
-from fake_dataset import FakeDataset
 
 SIZE = 16
 
@@ -75,14 +75,17 @@ def _numpy_derivatives(v):
     return [v[1:], v[:, 1:][0], np.asarray(v), v.view(np.uint8), v.reshape(-1), v.T]
 
 
-@pytest.mark.parametrize("make", [
-    pytest.param(lambda v: v[1:], id="slice"),
-    pytest.param(lambda v: v[:, 1:][0], id="slice-of-slice"),
-    pytest.param(lambda v: np.asarray(v), id="asarray"),
-    pytest.param(lambda v: v.view(np.uint8), id="view-dtype"),
-    pytest.param(lambda v: v.reshape(-1), id="reshape"),
-    pytest.param(lambda v: v.T, id="transpose"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda v: v[1:], id="slice"),
+        pytest.param(lambda v: v[:, 1:][0], id="slice-of-slice"),
+        pytest.param(lambda v: np.asarray(v), id="asarray"),
+        pytest.param(lambda v: v.view(np.uint8), id="view-dtype"),
+        pytest.param(lambda v: v.reshape(-1), id="reshape"),
+        pytest.param(lambda v: v.T, id="transpose"),
+    ],
+)
 def test_numpy_views_keep_the_lease(make):
     ring = small_ring()
     batch = fill_and_lease(ring)
@@ -106,13 +109,16 @@ def test_copies_do_not_keep_the_lease():
 
 
 @requires_torch
-@pytest.mark.parametrize("make", [
-    pytest.param(lambda t, v: t.from_numpy(v), id="from_numpy"),
-    pytest.param(lambda t, v: t.from_numpy(v)[1:].permute(0, 3, 1, 2), id="slice-permute"),
-    pytest.param(lambda t, v: t.from_numpy(v).numpy(), id="numpy-round-trip"),
-    pytest.param(lambda t, v: t.as_tensor(v), id="as_tensor"),
-    pytest.param(lambda t, v: t.from_numpy(v).untyped_storage(), id="storage"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda t, v: t.from_numpy(v), id="from_numpy"),
+        pytest.param(lambda t, v: t.from_numpy(v)[1:].permute(0, 3, 1, 2), id="slice-permute"),
+        pytest.param(lambda t, v: t.from_numpy(v).numpy(), id="numpy-round-trip"),
+        pytest.param(lambda t, v: t.as_tensor(v), id="as_tensor"),
+        pytest.param(lambda t, v: t.from_numpy(v).untyped_storage(), id="storage"),
+    ],
+)
 def test_torch_zero_copy_tensors_keep_the_lease(make):
     torch = pytest.importorskip("torch")
     ring = small_ring()
@@ -127,11 +133,14 @@ def test_torch_zero_copy_tensors_keep_the_lease(make):
 
 
 @requires_mxnet
-@pytest.mark.parametrize("make", [
-    pytest.param(lambda mx, v: mx.nd.from_numpy(v, zero_copy=True), id="from_numpy"),
-    pytest.param(lambda mx, v: mx.nd.from_numpy(v, zero_copy=True)[1:2], id="slice"),
-    pytest.param(lambda mx, v: mx.nd.from_numpy(v, zero_copy=True).reshape((-1,)), id="reshape"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda mx, v: mx.nd.from_numpy(v, zero_copy=True), id="from_numpy"),
+        pytest.param(lambda mx, v: mx.nd.from_numpy(v, zero_copy=True)[1:2], id="slice"),
+        pytest.param(lambda mx, v: mx.nd.from_numpy(v, zero_copy=True).reshape((-1,)), id="reshape"),
+    ],
+)
 def test_mxnet_zero_copy_ndarrays_keep_the_lease(make):
     mx = pytest.importorskip("mxnet")
     ring = small_ring()
@@ -320,7 +329,7 @@ def test_list_of_loader_keeps_every_batch_intact_with_one_warning():
         time.sleep(0.05)  # the producer runs ahead: it must not touch any kept batch
         s = loader.stats()
     assert len(kept) == 18 >= 16
-    for b, (images, labels, indices) in zip(kept, reference):
+    for b, (images, labels, indices) in zip(kept, reference, strict=False):
         np.testing.assert_array_equal(b.images, images)
         np.testing.assert_array_equal(b.labels, labels)
         np.testing.assert_array_equal(b.indices, indices)
@@ -356,7 +365,7 @@ def test_keeping_a_few_batches_grows_the_ring_once_without_warning():
             first = None
             for b in loader:
                 first = first if first is not None else (b, b.images.copy())
-                recent = recent[-1:] + [b]
+                recent = [*recent[-1:], b]
                 time.sleep(0.002)
             s = loader.stats()
     # Held at most: the first batch, the previous two and the one being taken (4), plus `prefetch`
@@ -502,8 +511,14 @@ def test_float_images_come_from_the_config_and_a_float_decoder():
         assert out.dtype in (np.float32, np.float16)
         for pos, i in enumerate(kw["indices"]):
             out[pos] = float(i) + 0.5
-        return decode_batch([], np.empty((0,) + out.shape[1:], np.uint8), transform, seed=kw["seed"],
-                            epoch=kw["epoch"], indices=np.empty(0, np.int64))
+        return decode_batch(
+            [],
+            np.empty((0, *out.shape[1:]), np.uint8),
+            transform,
+            seed=kw["seed"],
+            epoch=kw["epoch"],
+            indices=np.empty(0, np.int64),
+        )
 
     with Loader(ds, cfg(image_dtype="float32"), decode=float_decode) as loader:
         assert loader.config.image_dtype == np.float32
@@ -537,8 +552,9 @@ def test_image_dtype_validation_and_transform_declaration():
 
 
 def test_generic_fields():
-    ring = BatchRing({"dense": ((3, 5), np.float32), "csr_data": ((40,), np.float64), "row": ((3,), np.int32)},
-                     num_slots=3)
+    ring = BatchRing(
+        {"dense": ((3, 5), np.float32), "csr_data": ((40,), np.float64), "row": ((3,), np.int32)}, num_slots=3
+    )
     slot = ring.acquire(threading.Event())
     slot.arrays["dense"][...] = 1
     batch = ring.lease(slot, rows=2, sizes={"csr_data": 7})
@@ -571,7 +587,9 @@ def test_torch_dataloader_list_returns_intact_batches():
             kept = list(loader)
         time.sleep(0.05)
     assert len(kept) == len(reference) == 18
-    differing = sum(not (torch.equal(x, rx) and torch.equal(y, ry)) for (x, y), (rx, ry) in zip(kept, reference))
+    differing = sum(
+        not (torch.equal(x, rx) and torch.equal(y, ry)) for (x, y), (rx, ry) in zip(kept, reference, strict=False)
+    )
     assert differing == 0, f"{differing} of {len(kept)} kept batches were overwritten"
 
 
@@ -593,8 +611,17 @@ def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
         Image.fromarray(pixels).save(buf, "JPEG", quality=90)
         writer.write_idx(i, mx.recordio.pack(mx.recordio.IRHeader(0, float(i % 5), i, 0), buf.getvalue()))
     writer.close()
-    common = dict(path_imgrec=rec, data_shape=(3, 8, 8), batch_size=4, shuffle=True, seed=2, dtype=dtype,
-                  rand_mirror=True, preprocess_threads=2, prefetch_buffer=2)
+    common = dict(
+        path_imgrec=rec,
+        data_shape=(3, 8, 8),
+        batch_size=4,
+        shuffle=True,
+        seed=2,
+        dtype=dtype,
+        rand_mirror=True,
+        preprocess_threads=2,
+        prefetch_buffer=2,
+    )
     ref_it = fm.ImageRecordIter(**common)
     reference = [(b.data[0].asnumpy(), b.label[0].asnumpy(), list(b.index)) for b in ref_it]
     ref_it.close()
@@ -605,9 +632,12 @@ def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
     time.sleep(0.05)
     assert len(kept) == len(reference) == 18
     differing = 0
-    for b, (data, label, index) in zip(kept, reference):
-        same = (np.array_equal(b.data[0].asnumpy(), data) and np.array_equal(b.label[0].asnumpy(), label)
-                and list(b.index) == index)
+    for b, (data, label, index) in zip(kept, reference, strict=False):
+        same = (
+            np.array_equal(b.data[0].asnumpy(), data)
+            and np.array_equal(b.label[0].asnumpy(), label)
+            and list(b.index) == index
+        )
         differing += not same
     assert differing == 0, f"{differing} of {len(kept)} kept batches were overwritten"
     it.close()
@@ -617,7 +647,7 @@ def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
         warnings.simplefilter("ignore")
         datas = [b.data[0] for b in it]
     time.sleep(0.05)
-    assert all(np.array_equal(d.asnumpy(), ref[0]) for d, ref in zip(datas, reference))
+    assert all(np.array_equal(d.asnumpy(), ref[0]) for d, ref in zip(datas, reference, strict=False))
     it.close()
 
 
@@ -643,12 +673,16 @@ print("done", len(kept))
 
 _EXTRA = {
     "core": "",
-    "torch": ("import torch\nfrom fastload.torch import DataLoader\n"
-              "tl = DataLoader(ds, batch_size=4, transform=train(8), num_threads=2)\n"
-              "tensors = [x for x, y in tl]\ntl_it = iter(tl)\nnext(tl_it)"),
-    "mxnet": ("import mxnet as mx\n"
-              "views = [mx.nd.from_numpy(b.slot_view('images'), zero_copy=True) for b in kept if b.slot >= 0]\n"
-              "pending = [v.astype('float32') * 2 for v in views]"),
+    "torch": (
+        "import torch\nfrom fastload.torch import DataLoader\n"
+        "tl = DataLoader(ds, batch_size=4, transform=train(8), num_threads=2)\n"
+        "tensors = [x for x, y in tl]\ntl_it = iter(tl)\nnext(tl_it)"
+    ),
+    "mxnet": (
+        "import mxnet as mx\n"
+        "views = [mx.nd.from_numpy(b.slot_view('images'), zero_copy=True) for b in kept if b.slot >= 0]\n"
+        "pending = [v.astype('float32') * 2 for v in views]"
+    ),
 }
 
 
@@ -662,8 +696,7 @@ def test_batches_alive_at_interpreter_exit_end_quietly(kind, repo_root):
     if kind != "core" and importlib.util.find_spec(kind) is None:
         pytest.skip(f"{kind} is not installed")
     script = _EXIT_SCRIPT.format(tests=os.path.join(str(repo_root), "tests"), extra=_EXTRA[kind])
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "done 10" in proc.stdout
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr[-3000:]

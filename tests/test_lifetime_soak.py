@@ -55,7 +55,7 @@ def earlier_threads():
     """fastload threads that exist before the test (a shared Pillow pool, other tests' leftovers)."""
     global _EARLIER
     _EARLIER = fastload_threads()
-    yield
+    return
 
 
 _EARLIER = set()
@@ -134,7 +134,7 @@ def test_torch_dataloader_create_iterate_close_cycles(packed):
 
     def iterate(loader):
         n = 0
-        for x, y in loader:
+        for x, _y in loader:
             n += x.shape[0]
         assert n == 40
 
@@ -148,13 +148,13 @@ def test_ten_epochs_keep_one_thread_and_flat_memory(packed):
     from fastload.torch import DataLoader
 
     with DataLoader(packed, batch_size=BATCH, transform=train(SIZE), num_threads=2, shuffle=True) as loader:
-        for x, y in loader:  # epoch 0 warms up
+        for x, _y in loader:  # epoch 0 warms up
             pass
         before = (open_fds(), rss_mb())
         for epoch in range(1, 11):
             loader.set_epoch(epoch)
             n = 0
-            for x, y in loader:
+            for x, _y in loader:
                 n += x.shape[0]
             assert n == 40
             assert len(fastload_threads() - _EARLIER) <= 1, "one producer thread per loader"

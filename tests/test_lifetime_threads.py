@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from fake_dataset import FakeDataset
 
 import fastload.errors as errors
 from fastload.decode import decode_batch
@@ -14,7 +15,6 @@ from fastload.loader import Loader, LoaderConfig
 from fastload.transforms import train
 
 from conftest import HAVE_ENGINE, requires_torch
-from fake_dataset import FakeDataset
 
 SIZE = 16
 
@@ -54,7 +54,7 @@ def raised(fn):
     """The exception ``fn()`` raises (None if it returns)."""
     try:
         fn()
-    except BaseException as exc:  # noqa: BLE001 - the test inspects it
+    except BaseException as exc:
         return exc
     return None
 
@@ -195,7 +195,7 @@ def test_a_second_thread_is_refused_while_a_pass_is_open(backend):
                     if len(a_batches) == 1:
                         a_has_started.set()
                         b_has_checked.wait(10)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 a_errors.append(exc)
 
         a = threading.Thread(target=consumer_a, name="consumer-A")

@@ -11,6 +11,7 @@ import traceback
 
 import numpy as np
 import pytest
+from fake_dataset import FakeDataset, jpeg_bytes
 
 from fastload.batch import BatchRing, Layout, image_fields
 from fastload.decode import decode_batch
@@ -19,8 +20,6 @@ from fastload.loader import Loader, LoaderConfig
 from fastload.order import EpochOrder
 from fastload.prefetch import Producer
 from fastload.transforms import eval_transform, train
-
-from fake_dataset import FakeDataset, jpeg_bytes
 
 SIZE = 16
 
@@ -42,7 +41,7 @@ def run_epoch(loader):
 
 def assert_same_batches(a, b):
     assert len(a) == len(b)
-    for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+    for (ia, la, xa), (ib, lb, xb) in zip(a, b, strict=False):
         np.testing.assert_array_equal(ia, ib)
         np.testing.assert_array_equal(la, lb)
         np.testing.assert_array_equal(xa, xb)
@@ -91,7 +90,7 @@ def test_read_ahead_hints_follow_the_order(ds):
         assert loader._stream is stream, "the next pass continues the running producer"
         np.testing.assert_array_equal(first.indices, next_epoch[0])
     hinted = [h.tolist() for h in ds.will_need_calls]
-    assert hinted[:len(batches)] == [b.tolist() for b in batches], "each batch hinted once, in decode order"
+    assert hinted[: len(batches)] == [b.tolist() for b in batches], "each batch hinted once, in decode order"
     assert hinted[len(batches)] == next_epoch[0].tolist()
 
 
@@ -109,7 +108,7 @@ def test_break_then_iterate_replays_the_epoch_and_stops_thread(ds):
     with Loader(ds, cfg(shuffle="global")) as loader:
         full = run_epoch(loader)
         loader.set_epoch(0)
-        for k, b in enumerate(loader):
+        for k, _b in enumerate(loader):
             if k == 2:
                 break
         again = run_epoch(loader)
@@ -129,7 +128,7 @@ def test_resume_equals_uninterrupted_run(ds, stop_after):
     with Loader(ds, config) as first:
         taken = 0
         while taken < stop_after:
-            for b in first:
+            for _b in first:
                 taken += 1
                 if taken == stop_after:
                     break
@@ -181,7 +180,7 @@ def test_held_batch_is_never_overwritten_within_its_lifetime():
     with Loader(ds, cfg(prefetch=2, shuffle="global", max_extra_slots=2), decode=pattern_decode) as loader:
         held = []  # (batch, saved copy)
         with pytest.warns(KeptBatchesWarning) as warned:
-            for epoch in range(2):  # kept across the epoch boundary too
+            for _epoch in range(2):  # kept across the epoch boundary too
                 for b in loader:
                     held.append((b, b.images.copy(), b.indices.copy()))
                     # Give the producer every chance to run ahead and refill whatever it may.
@@ -203,7 +202,7 @@ def test_dropped_batches_are_recycled_without_growth():
     ds = FakeDataset(60)
     with Loader(ds, cfg(prefetch=2, shuffle="global")) as loader:
         slots = set()
-        for epoch in range(3):
+        for _epoch in range(3):
             for b in loader:
                 slots.add(b.slot)
                 time.sleep(0.005)
@@ -380,12 +379,11 @@ def test_producer_unit_bounded_and_stoppable():
 def test_skip_fills_batches_deterministically_and_logs_once(caplog):
     ds = FakeDataset(50, bad={3, 4, 20}, unreadable={33})
     config = cfg(shuffle="global", batch_size=8)
-    with caplog.at_level(logging.WARNING, logger="fastload.loader"):
-        with Loader(ds, config) as loader:
-            e0 = run_epoch(loader)
-            loader.set_epoch(0)
-            e0_again = run_epoch(loader)
-            stats = loader.stats()
+    with caplog.at_level(logging.WARNING, logger="fastload.loader"), Loader(ds, config) as loader:
+        e0 = run_epoch(loader)
+        loader.set_epoch(0)
+        e0_again = run_epoch(loader)
+        stats = loader.stats()
     assert_same_batches(e0, e0_again)
     assert [len(i) for i, _, _ in e0] == [8] * 6 + [2]
     used = np.concatenate([i for i, _, _ in e0])
@@ -430,7 +428,7 @@ def test_a_run_of_bad_records_is_an_error():
 def test_stats_and_chrome_trace(ds, tmp_path):
     path = tmp_path / "trace.json"
     with Loader(ds, cfg(trace_path=str(path))) as loader:
-        for b in loader:
+        for _b in loader:
             time.sleep(0.01)  # a "training step"
         s = loader.stats()
     assert s.batches == 8 and s.images == 61 and s.wall > 0.07
@@ -460,18 +458,21 @@ def test_input_bound_fraction_tracks_who_is_slower(ds):
 # --- configuration -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(batch_size=0), "batch_size"),
-    (dict(prefetch=0), "prefetch"),
-    (dict(shuffle="yes"), "shuffle"),
-    (dict(layout="CHW"), "layout"),
-    (dict(on_error="ignore"), "on_error"),
-    (dict(transform="train"), "transform"),
-    (dict(rank=1, world_size=1), "rank"),
-    (dict(num_threads=0), "num_threads"),
-    (dict(copy="no"), "copy"),
-    (dict(decode_options={"max_pixels": 1}), "decode_options"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(batch_size=0), "batch_size"),
+        (dict(prefetch=0), "prefetch"),
+        (dict(shuffle="yes"), "shuffle"),
+        (dict(layout="CHW"), "layout"),
+        (dict(on_error="ignore"), "on_error"),
+        (dict(transform="train"), "transform"),
+        (dict(rank=1, world_size=1), "rank"),
+        (dict(num_threads=0), "num_threads"),
+        (dict(copy="no"), "copy"),
+        (dict(decode_options={"max_pixels": 1}), "decode_options"),
+    ],
+)
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LoaderConfig(**kwargs)
@@ -519,7 +520,7 @@ def test_memory_does_not_grow_over_epochs():
         gc.collect()
         base = proc.memory_info().rss
         for _ in range(5):
-            for b in loader:
+            for _b in loader:
                 pass
         gc.collect()
         grown = proc.memory_info().rss - base

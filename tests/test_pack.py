@@ -14,7 +14,6 @@ import time
 
 import numpy as np
 import pytest
-from conftest import make_jpeg, requires_engine
 from PIL import Image
 from test_records_data import REPO, odd_folder, tiny_folder  # noqa: F401  (fixtures)
 
@@ -28,11 +27,14 @@ from fastload.records.dataset import open_dataset
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.records.verify import verify_dataset
 
+from conftest import make_jpeg, requires_engine
+
 
 def run_cli(*args, check=None):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, "-m", "fastload", *args], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "fastload", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     if check is not None:
         assert res.returncode == check, (res.returncode, res.stdout, res.stderr)
     return res
@@ -109,12 +111,17 @@ def test_engine_resize_encode_matches_the_decode_path(monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     from fastload import decode
     from fastload.transforms import Resize
-    images = [make_jpeg(403, 351, seed=1), make_jpeg(257, 300, subsampling="4:4:4", seed=2),
-              make_jpeg(640, 480, seed=3), make_jpeg(301, 211, progressive=True, seed=4)]
+
+    images = [
+        make_jpeg(403, 351, seed=1),
+        make_jpeg(257, 300, subsampling="4:4:4", seed=2),
+        make_jpeg(640, 480, seed=3),
+        make_jpeg(301, 211, progressive=True, seed=4),
+    ]
     fn = convert._engine_resize_encode()
     assert fn is not None
     encoded = fn(images, 128, 95)
-    for data, jpeg in zip(images, encoded):
+    for data, jpeg in zip(images, encoded, strict=False):
         info = convert.inspect_jpeg(data)
         w, h = convert._resized_size(info.width, info.height, 128)
         got = np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
@@ -136,6 +143,7 @@ def test_engine_resize_encode_matches_the_decode_path(monkeypatch):
 def test_engine_resize_encode_reports_bad_images_without_crashing(monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     from fastload import decode
+
     good = make_jpeg(200, 150, seed=5)
     png = io.BytesIO()
     Image.new("RGB", (20, 10)).save(png, "PNG")
@@ -195,8 +203,10 @@ def test_shard_count_and_size(tiny_folder, tmp_path):  # noqa: F811
 def test_lst_source_with_root_and_bad_lines(tiny_folder, tmp_path):  # noqa: F811
     files = sorted(glob.glob(os.path.join(tiny_folder, "*", "*.JPEG")))[:5]
     lst = tmp_path / "x.lst"
-    lst.write_text("".join(f"{50 + i}\t{i}\t{i * 2}\t{os.path.relpath(f, tiny_folder)}\n" for i, f in enumerate(files))
-                   + "\n99\t1\t2\tmissing/file.JPEG\n")
+    lst.write_text(
+        "".join(f"{50 + i}\t{i}\t{i * 2}\t{os.path.relpath(f, tiny_folder)}\n" for i, f in enumerate(files))
+        + "\n99\t1\t2\tmissing/file.JPEG\n"
+    )
     res = pack_folder(str(lst), str(tmp_path / "out"), root=tiny_folder, format="lmdb", progress=False)
     assert res.written == 5 and res.skipped[0][1].startswith("cannot read")
     with open_dataset(str(tmp_path / "out")) as ds:
@@ -259,8 +269,9 @@ def test_existing_dataset_refused_then_overwritten(tiny_folder, tmp_path):  # no
     assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
     res = pack_folder(tiny_folder, out, shards=2, name="new", overwrite=True, progress=False)
     names = sorted(os.listdir(out))
-    assert names == sorted([MANIFEST_NAME, INDEX_NAME, "new-00000.rec", "new-00000.idx", "new-00001.rec",
-                            "new-00001.idx"])
+    assert names == sorted(
+        [MANIFEST_NAME, INDEX_NAME, "new-00000.rec", "new-00000.idx", "new-00001.rec", "new-00001.idx"]
+    )
     assert res.manifest["name"] == "new" and verify_dataset(out).ok
 
 
@@ -293,6 +304,7 @@ def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp
 
 def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
     from fastload.pack import shard_writer
+
     ref = pack_folder(tiny_folder, str(tmp_path / "ref"), shards=2, progress=False)
     real_writev = os.writev
     calls = {"n": 0}
@@ -318,6 +330,7 @@ def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_pat
 def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
     try:
         from fastload import _engine
+
         if hasattr(_engine, "add_restart_markers"):
             monkeypatch.delattr(_engine, "add_restart_markers")
     except ImportError:
@@ -361,8 +374,14 @@ def test_pack_options_are_validated():
 
 def _start_pack(src, out, *extra):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "fastload", "pack", src, out, "--quiet", *extra],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fastload", "pack", src, out, "--quiet", *extra],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _kill_after(proc, staging, done_files):
@@ -395,8 +414,10 @@ def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):  # no
             with pytest.raises(UserError, match="unfinished pack"):
                 open_dataset(out)
     assert killed >= 1, "pack finished before it could be killed"
-    kept = {os.path.basename(p)[: -len(".done.json")]: os.stat(p[: -len(".done.json")]).st_ino
-            for p in glob.glob(os.path.join(staging, "*.done.json"))}
+    kept = {
+        os.path.basename(p)[: -len(".done.json")]: os.stat(p[: -len(".done.json")]).st_ino
+        for p in glob.glob(os.path.join(staging, "*.done.json"))
+    }
     res = run_cli("pack", tiny_folder, out, "--quiet", *args, check=0)
     assert f"resumed: {len(kept)} shard(s) kept" in res.stdout
     for name, inode in kept.items():  # completed shards were not rewritten
@@ -464,6 +485,7 @@ def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):  # noqa: F811
 
 def test_two_packs_never_write_the_same_folder(tiny_folder, tmp_path):  # noqa: F811
     import fcntl
+
     out = tmp_path / "out"
     out.mkdir()
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)

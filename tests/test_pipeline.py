@@ -22,8 +22,10 @@ IMAGENET = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 def photos():
     sizes = [(403, 351), (257, 300), (500, 375), (120, 97), (333, 222), (99, 401), (260, 260)]
     subs = ["4:2:0", "4:4:4", "4:2:2", "4:2:0", "4:2:0", "4:2:2", "4:4:4"]
-    return [make_jpeg(w, h, subsampling=s, quality=88, seed=i)
-            for i, ((w, h), s) in enumerate(zip(sizes, subs, strict=True))]
+    return [
+        make_jpeg(w, h, subsampling=s, quality=88, seed=i)
+        for i, ((w, h), s) in enumerate(zip(sizes, subs, strict=True))
+    ]
 
 
 @pytest.fixture(params=["engine", "pillow"])
@@ -99,18 +101,32 @@ def test_pipeline_is_validated():
 
 def test_out_dtype_must_match_the_pipeline(backend, photos):
     with pytest.raises(ValueError, match="float32"):
-        decode.decode_batch(photos[:1], np.zeros((1, 8, 8, 3), np.uint8),
-                            T.Pipeline(geometry=T.train(8), normalize=IMAGENET), seed=0, epoch=0, indices=[0])
+        decode.decode_batch(
+            photos[:1],
+            np.zeros((1, 8, 8, 3), np.uint8),
+            T.Pipeline(geometry=T.train(8), normalize=IMAGENET),
+            seed=0,
+            epoch=0,
+            indices=[0],
+        )
     with pytest.raises(ValueError, match="float16"):
-        decode.decode_batch(photos[:1], np.zeros((1, 8, 8, 3), np.float32),
-                            T.Pipeline(geometry=T.train(8), normalize=T.Normalize(dtype="float16")),
-                            seed=0, epoch=0, indices=[0])
+        decode.decode_batch(
+            photos[:1],
+            np.zeros((1, 8, 8, 3), np.float32),
+            T.Pipeline(geometry=T.train(8), normalize=T.Normalize(dtype="float16")),
+            seed=0,
+            epoch=0,
+            indices=[0],
+        )
 
 
 # --- the engine's output stage ------------------------------------------------------------------------
 
-GEOMETRIES = {"train": T.train(64), "eval": T.eval_transform(48, resize=56),
-              "resize": T.Resize(size=(37, 53), flip=0.5)}
+GEOMETRIES = {
+    "train": T.train(64),
+    "eval": T.eval_transform(48, resize=56),
+    "resize": T.Resize(size=(37, 53), flip=0.5),
+}
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
@@ -126,8 +142,11 @@ def test_normalized_output_is_the_uint8_output_normalized(backend, photos, name,
     assert res.ok and f32.dtype == np.float32
     # One fused multiply-add with constants rounded to float: within 2 float32 ulps of the formula.
     np.testing.assert_allclose(_hwc(f32, layout), want, rtol=0, atol=2e-6)
-    f16, _ = _run(photos, T.Pipeline(geometry=geometry, normalize=T.Normalize(mean=IMAGENET.mean, std=IMAGENET.std,
-                                                                               dtype="float16")), layout=layout)
+    f16, _ = _run(
+        photos,
+        T.Pipeline(geometry=geometry, normalize=T.Normalize(mean=IMAGENET.mean, std=IMAGENET.std, dtype="float16")),
+        layout=layout,
+    )
     assert f16.dtype == np.float16
     # float16 is the float32 result rounded to nearest even, bit for bit.
     np.testing.assert_array_equal(f16.view(np.uint16), f32.astype(np.float16).view(np.uint16))
@@ -204,8 +223,9 @@ def test_eval_pipeline_matches_torchvision_to_tensor_normalize(backend, photos):
     """Resize(256) + CenterCrop(224) + ToTensor() + Normalize(mean, std) (torchvision, PIL backend)."""
     torch = pytest.importorskip("torch")
     tv = pytest.importorskip("torchvision.transforms")
-    reference = tv.Compose([tv.Resize(256), tv.CenterCrop(224), tv.ToTensor(),
-                            tv.Normalize(IMAGENET.mean, IMAGENET.std)])
+    reference = tv.Compose(
+        [tv.Resize(256), tv.CenterCrop(224), tv.ToTensor(), tv.Normalize(IMAGENET.mean, IMAGENET.std)]
+    )
     imgs = [p for p in photos if min(Image.open(io.BytesIO(p)).size) >= 224]
     out, res = _run(imgs, T.Pipeline(geometry=T.eval_transform(224, resize=256), normalize=IMAGENET), layout="NCHW")
     assert res.ok
@@ -246,8 +266,9 @@ def test_pillow_path_runs_ops_then_normalize_then_erase(photos, monkeypatch):
     plain, _ = _run(photos, geometry, layout="NHWC")
     ops = (_AddOffset(), _AddOffset())
     for layout in ("NHWC", "NCHW"):
-        out, res = _run(photos, T.Pipeline(geometry=geometry, ops=ops, normalize=IMAGENET, erase=_EraseCorner()),
-                        layout=layout)
+        out, res = _run(
+            photos, T.Pipeline(geometry=geometry, ops=ops, normalize=IMAGENET, erase=_EraseCorner()), layout=layout
+        )
         assert res.ok
         out = _hwc(out, layout)
         for i, idx in enumerate(range(10, 10 + len(photos))):

@@ -14,13 +14,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HAVE_ENGINE, HAVE_TORCH, requires_engine, requires_torch
 
-from fastload.transforms import (AutoAugment, ColorJitter, Grayscale, Lighting, MXNetColorAugment, RandAugment,
-                                 RandomGrayscale, TrivialAugmentWide, sample_key)
+from fastload.transforms import (
+    AutoAugment,
+    ColorJitter,
+    Grayscale,
+    Lighting,
+    MXNetColorAugment,
+    RandAugment,
+    RandomGrayscale,
+    TrivialAugmentWide,
+    sample_key,
+)
 from fastload.transforms import primitives as P
 from fastload.transforms.pixel import apply_pixel_ops, engine_specs, op_counter_base, permutation
 from fastload.transforms.policy import _posterize_bits, torch_linspace
+
+from conftest import HAVE_ENGINE, requires_engine, requires_torch
 
 Prim = P.Prim
 GEOMETRIC = sorted(P.GEOMETRIC_PRIMS)
@@ -45,7 +55,7 @@ def images(realistic_folder):
         h, w = img.shape[:2]
         size = [(224, 224), (131, 97), (64, 200)][i % 3]
         y, x = (h - size[0]) // 2, (w - size[1]) // 2
-        out.append(np.ascontiguousarray(img[y:y + size[0], x:x + size[1]]))
+        out.append(np.ascontiguousarray(img[y : y + size[0], x : x + size[1]]))
     return out
 
 
@@ -80,11 +90,23 @@ PRIM_CASES = {
     Prim.INVERT: [0.0],
 }
 
-_TV_NAMES = {Prim.IDENTITY: "Identity", Prim.SHEAR_X: "ShearX", Prim.SHEAR_Y: "ShearY", Prim.TRANSLATE_X: "TranslateX",
-             Prim.TRANSLATE_Y: "TranslateY", Prim.ROTATE: "Rotate", Prim.BRIGHTNESS: "Brightness", Prim.COLOR: "Color",
-             Prim.CONTRAST: "Contrast", Prim.SHARPNESS: "Sharpness", Prim.POSTERIZE: "Posterize",
-             Prim.SOLARIZE: "Solarize", Prim.AUTOCONTRAST: "AutoContrast", Prim.EQUALIZE: "Equalize",
-             Prim.INVERT: "Invert"}
+_TV_NAMES = {
+    Prim.IDENTITY: "Identity",
+    Prim.SHEAR_X: "ShearX",
+    Prim.SHEAR_Y: "ShearY",
+    Prim.TRANSLATE_X: "TranslateX",
+    Prim.TRANSLATE_Y: "TranslateY",
+    Prim.ROTATE: "Rotate",
+    Prim.BRIGHTNESS: "Brightness",
+    Prim.COLOR: "Color",
+    Prim.CONTRAST: "Contrast",
+    Prim.SHARPNESS: "Sharpness",
+    Prim.POSTERIZE: "Posterize",
+    Prim.SOLARIZE: "Solarize",
+    Prim.AUTOCONTRAST: "AutoContrast",
+    Prim.EQUALIZE: "Equalize",
+    Prim.INVERT: "Invert",
+}
 
 
 # --- references against torchvision -----------------------------------------------------------
@@ -103,8 +125,9 @@ def test_reference_prims_equal_torchvision_pil(images, prim):
             for interp in (InterpolationMode.NEAREST, InterpolationMode.BILINEAR):
                 for fill in (None, [10, 200, 30]):
                     want = np.asarray(_apply_op(pil, _TV_NAMES[prim], m, interpolation=interp, fill=fill))
-                    got = P.apply_prim(img, prim, m, bilinear=interp == InterpolationMode.BILINEAR,
-                                       fill=tuple(fill or (0, 0, 0)))
+                    got = P.apply_prim(
+                        img, prim, m, bilinear=interp == InterpolationMode.BILINEAR, fill=tuple(fill or (0, 0, 0))
+                    )
                     np.testing.assert_array_equal(got, want, err_msg=f"{prim.name} {m} {interp} {fill} {img.shape}")
 
 
@@ -125,8 +148,17 @@ def test_magnitude_tables_equal_torchvision():
     import torch
 
     for n in (2, 5, 10, 31, 100):
-        for a, b in [(0.0, 0.3), (0.0, 150.0 / 331.0 * 224), (0.0, 150.0 / 331.0 * 97), (255.0, 0.0), (0.0, 0.99),
-                     (0.0, 32.0), (0.0, 135.0), (0.0, 30.0), (0.0, 0.9)]:
+        for a, b in [
+            (0.0, 0.3),
+            (0.0, 150.0 / 331.0 * 224),
+            (0.0, 150.0 / 331.0 * 97),
+            (255.0, 0.0),
+            (0.0, 0.99),
+            (0.0, 32.0),
+            (0.0, 135.0),
+            (0.0, 30.0),
+            (0.0, 0.9),
+        ]:
             np.testing.assert_array_equal(torch_linspace(a, b, n), torch.linspace(a, b, n).numpy())
         for top, span in ((8, 4), (8, 6), (4, 4)):
             want = (top - (torch.arange(n) / ((n - 1) / span)).round().int()).numpy()
@@ -134,20 +166,32 @@ def test_magnitude_tables_equal_torchvision():
 
 
 @requires_torch
-@pytest.mark.parametrize("op", [ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2),
-                                ColorJitter(brightness=(0.2, 1.8), hue=(-0.1, 0.3))])
+@pytest.mark.parametrize(
+    "op",
+    [
+        ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2),
+        ColorJitter(brightness=(0.2, 1.8), hue=(-0.1, 0.3)),
+    ],
+)
 def test_colorjitter_reference_equals_torchvision_with_same_params(images, op):
     # torchvision's forward with get_params forced to our draws: the same bytes.
     import torch
     import torchvision.transforms as T
     from PIL import Image
 
-    tv = T.ColorJitter(brightness=op.brightness or 0, contrast=op.contrast or 0, saturation=op.saturation or 0,
-                       hue=op.hue or 0)
+    tv = T.ColorJitter(
+        brightness=op.brightness or 0, contrast=op.contrast or 0, saturation=op.saturation or 0, hue=op.hue or 0
+    )
     for i, img in enumerate(images):
         key = sample_key(0, 0, i)
         params = op.sample(key, op_counter_base(0), *img.shape[:2])
-        forced = (torch.tensor(params["order"]), params["brightness"], params["contrast"], params["saturation"], params["hue"])
+        forced = (
+            torch.tensor(params["order"]),
+            params["brightness"],
+            params["contrast"],
+            params["saturation"],
+            params["hue"],
+        )
         tv.get_params = lambda *a, _f=forced: _f
         want = np.asarray(tv(Image.fromarray(img)))
         np.testing.assert_array_equal(op.apply_params(img, params), want)
@@ -182,8 +226,9 @@ def test_engine_prims_on_tiny_images(kernels):
         for prim, ms in PRIM_CASES.items():
             for m in ms[:2]:
                 want = P.apply_prim(img, prim, m, bilinear=True, fill=(1, 2, 3))
-                np.testing.assert_array_equal(_engine_prim(img, prim, m, True, (1, 2, 3)), want,
-                                              err_msg=f"{prim.name} {m} {h}x{w}")
+                np.testing.assert_array_equal(
+                    _engine_prim(img, prim, m, True, (1, 2, 3)), want, err_msg=f"{prim.name} {m} {h}x{w}"
+                )
 
 
 def _assert_same(got, want, msg):
@@ -249,8 +294,9 @@ def _ops_cases():
 def _run_engine(batch, ops, seed, epoch, indices, threads, trace=True):
     out = batch.copy()
     h, w = out.shape[1:3]
-    traces = _engine().pixel_ops_batch(out, engine_specs(ops, h, w, _engine()), seed, epoch,
-                                       np.asarray(indices, np.int64), threads, trace)
+    traces = _engine().pixel_ops_batch(
+        out, engine_specs(ops, h, w, _engine()), seed, epoch, np.asarray(indices, np.int64), threads, trace
+    )
     return out, traces
 
 
@@ -274,7 +320,7 @@ def _same_params(a, b):
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same_params(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same_params(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same_params(x, y) for x, y in zip(a, b, strict=False))
     if a is None or b is None:
         return a is b
     return math.isclose(float(a), float(b), rel_tol=0, abs_tol=0) or float(a) == float(b)
@@ -283,8 +329,11 @@ def _same_params(a, b):
 def test_engine_independent_of_threads_and_batch_boundaries(images):
     if not HAVE_ENGINE:
         pytest.skip("the C++ engine is not built")
-    ops = [ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1), RandAugment(num_ops=2, magnitude=9),
-           RandomGrayscale(p=0.2)]
+    ops = [
+        ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1),
+        RandAugment(num_ops=2, magnitude=9),
+        RandomGrayscale(p=0.2),
+    ]
     img = images[0]
     batch = np.stack([img] * 20)
     indices = np.arange(1000, 1020)
@@ -408,4 +457,4 @@ def test_pillow_path_equals_engine(images, monkeypatch):
     b = batch.copy()
     pb = run_pixel_ops_batch(b, ops, seed=2, epoch=5, indices=np.arange(6), threads=2, want_params=True)
     np.testing.assert_array_equal(a, b)
-    assert all(_same_params(x, y) for x, y in zip(pa, pb))
+    assert all(_same_params(x, y) for x, y in zip(pa, pb, strict=False))

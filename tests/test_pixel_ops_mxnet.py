@@ -17,12 +17,13 @@ import io
 
 import numpy as np
 import pytest
-from conftest import HAVE_ENGINE, requires_engine, requires_mxnet
 
 from fastload.transforms import MXNetColorAugment, sample_key
 from fastload.transforms.erasing import apply_output_ops
 from fastload.transforms.mxnet_color import mx_gray, mx_hls_to_rgb, mx_rgb_to_hls
 from fastload.transforms.pixel import run_pixel_ops_batch
+
+from conftest import HAVE_ENGINE, requires_engine, requires_mxnet
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -53,8 +54,15 @@ def colour_rec(tmp_path_factory):
 def _mx_run(d, **kwargs):
     import mxnet as mx
 
-    it = mx.io.ImageRecordIter(path_imgrec=str(d / "c.rec"), path_imgidx=str(d / "c.idx"), data_shape=(3, SIZE, SIZE),
-                               batch_size=500, preprocess_threads=2, shuffle=False, **kwargs)
+    it = mx.io.ImageRecordIter(
+        path_imgrec=str(d / "c.rec"),
+        path_imgidx=str(d / "c.idx"),
+        data_shape=(3, SIZE, SIZE),
+        batch_size=500,
+        preprocess_threads=2,
+        shuffle=False,
+        **kwargs,
+    )
     data, labels = [], []
     for batch in it:
         data.append(batch.data[0].asnumpy())

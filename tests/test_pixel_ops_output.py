@@ -12,13 +12,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import HAVE_ENGINE, requires_engine, requires_torch
 
-from fastload.transforms import (CutMix, MixUp, MXNetColorAugment, RandomChoice, RandomErasing, mix_batch,
-                                 sample_key)
+from fastload.transforms import CutMix, MixUp, MXNetColorAugment, RandomChoice, RandomErasing, mix_batch, sample_key
 from fastload.transforms.erasing import apply_output_ops, engine_output_spec
 from fastload.transforms.mixing import _one_hot, _reference, sample_mix
-from fastload.transforms.pixel import op_counter_base
+
+from conftest import HAVE_ENGINE, requires_engine, requires_torch
 
 DTYPES = (np.uint8, np.float32, np.float16)
 
@@ -41,8 +40,12 @@ def _erasing_spec(ops, normalize, erase):
     return engine_output_spec(ops, normalize, erase)
 
 
-ERASES = [RandomErasing(p=1.0), RandomErasing(p=0.5, value=(0.5, -1.0, 2.0)), RandomErasing(p=1.0, value="random"),
-          RandomErasing(p=1.0, scale=(0.3, 0.9), ratio=(0.1, 10.0), value=200)]
+ERASES = [
+    RandomErasing(p=1.0),
+    RandomErasing(p=0.5, value=(0.5, -1.0, 2.0)),
+    RandomErasing(p=1.0, value="random"),
+    RandomErasing(p=1.0, scale=(0.3, 0.9), ratio=(0.1, 10.0), value=200),
+]
 
 
 @requires_engine
@@ -60,7 +63,12 @@ def test_engine_erasing_equals_reference(dtype, nchw, erase):
         np.testing.assert_array_equal(got[i], want, err_msg=f"sample {i} {params}")
         assert bool(traces[i, 0]) == params["applied"]
         if params["applied"]:
-            assert tuple(traces[i, 1:5].astype(int)) == (params["top"], params["left"], params["height"], params["width"])
+            assert tuple(traces[i, 1:5].astype(int)) == (
+                params["top"],
+                params["left"],
+                params["height"],
+                params["width"],
+            )
     changed = [not np.array_equal(got[i], batch[i]) for i in range(12)]
     assert any(changed)
 
@@ -79,7 +87,9 @@ def test_reference_erasing_equals_torchvision_erase():
         erase.apply_params(ours, params, key, channels_first=True)
         if params["applied"]:
             v = torch.tensor(erase.channel_values())[:, None, None]
-            want = F.erase(torch.from_numpy(chw.copy()), params["top"], params["left"], params["height"], params["width"], v)
+            want = F.erase(
+                torch.from_numpy(chw.copy()), params["top"], params["left"], params["height"], params["width"], v
+            )
             np.testing.assert_array_equal(ours, want.numpy())
 
 
@@ -89,16 +99,16 @@ def test_erasing_random_values():
     key = sample_key(0, 0, 3)
     params = erase.sample(key, 64, 64)
     erase.apply_params(f, params, key, channels_first=True)
-    box = f[:, params["top"]:params["top"] + params["height"], params["left"]:params["left"] + params["width"]]
+    box = f[:, params["top"] : params["top"] + params["height"], params["left"] : params["left"] + params["width"]]
     assert abs(float(box.mean())) < 0.1 and 0.9 < float(box.std()) < 1.1  # N(0, 1), as torch's normal_()
     u = np.zeros((64, 64, 3), np.uint8)
     erase.apply_params(u, params, key, channels_first=False)
-    boxu = u[params["top"]:params["top"] + params["height"], params["left"]:params["left"] + params["width"]]
+    boxu = u[params["top"] : params["top"] + params["height"], params["left"] : params["left"] + params["width"]]
     assert boxu.min() < 20 and boxu.max() > 235 and 100 < boxu.mean() < 155  # uniform over 0..255
 
 
 @requires_engine
-@pytest.mark.parametrize("dtype", (np.float32, np.float16))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("nchw", [False, True])
 def test_engine_mxnet_output_jitter_equals_reference(dtype, nchw):
     ops = (MXNetColorAugment(brightness=0.2), MXNetColorAugment(max_random_contrast=0.3, max_random_illumination=20))
@@ -127,15 +137,18 @@ def _labels(n, classes=7, seed=0):
     return np.random.default_rng(seed).integers(0, classes, n).astype(np.float32)
 
 
-MIXES = [MixUp(alpha=0.8, num_classes=7), CutMix(alpha=1.0, num_classes=7),
-         RandomChoice(transforms=(MixUp(alpha=0.2, num_classes=7), CutMix(alpha=1.0, num_classes=7)))]
+MIXES = [
+    MixUp(alpha=0.8, num_classes=7),
+    CutMix(alpha=1.0, num_classes=7),
+    RandomChoice(transforms=(MixUp(alpha=0.2, num_classes=7), CutMix(alpha=1.0, num_classes=7))),
+]
 
 
 @requires_engine
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nchw", [False, True])
 @pytest.mark.parametrize("mix", MIXES)
-@pytest.mark.parametrize("n,threads", [(1, 1), (5, 2), (16, 3), (16, 1)])
+@pytest.mark.parametrize(("n", "threads"), [(1, 1), (5, 2), (16, 3), (16, 1)])
 def test_engine_mix_equals_reference(dtype, nchw, mix, n, threads):
     batch = _batch(dtype, nchw, n=n)
     labels = _labels(n)
@@ -153,7 +166,7 @@ def test_engine_mix_equals_reference(dtype, nchw, mix, n, threads):
 
 
 @requires_torch
-@pytest.mark.parametrize("dtype", (np.float32, np.float16))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_reference_mix_equals_torchvision_v2(dtype):
     import torch
     from torchvision.transforms import v2
@@ -161,12 +174,18 @@ def test_reference_mix_equals_torchvision_v2(dtype):
     n, classes = 8, 10
     batch = _batch(dtype, True, n=n, h=32, w=48)
     labels = _labels(n, classes)
-    for mix, tv_cls in ((MixUp(alpha=1.0, num_classes=classes), v2.MixUp), (CutMix(alpha=1.0, num_classes=classes), v2.CutMix)):
+    for mix, tv_cls in (
+        (MixUp(alpha=1.0, num_classes=classes), v2.MixUp),
+        (CutMix(alpha=1.0, num_classes=classes), v2.CutMix),
+    ):
         for first in range(5):
             params = sample_mix(mix, sample_key(0, 0, first), 32, 48)
             tv = tv_cls(alpha=1.0, num_classes=classes)
-            forced = ({"lam": params["lam"]} if params["op"] == "mixup"
-                      else {"box": params["box"], "lam_adjusted": params["lam_labels"]})
+            forced = (
+                {"lam": params["lam"]}
+                if params["op"] == "mixup"
+                else {"box": params["box"], "lam_adjusted": params["lam_labels"]}
+            )
             tv.make_params = lambda flat, _f=forced: dict(_f)
             imgs, soft = tv(torch.from_numpy(batch.copy()), torch.from_numpy(labels.astype(np.int64)))
             ours = batch.copy()
@@ -182,7 +201,9 @@ def test_mix_batch_probability_labels_and_errors():
     res = mix_batch(batch.copy(), probs, MixUp(num_classes=3), seed=0, epoch=0, first_index=0)
     np.testing.assert_allclose(res.labels, 1 / 3, rtol=1e-6)
     with pytest.raises(ValueError, match=r"labels\[2\]"):
-        mix_batch(batch.copy(), np.array([0, 1, 7, 2], np.float32), MixUp(num_classes=3), seed=0, epoch=0, first_index=0)
+        mix_batch(
+            batch.copy(), np.array([0, 1, 7, 2], np.float32), MixUp(num_classes=3), seed=0, epoch=0, first_index=0
+        )
     with pytest.raises(ValueError, match="class index"):
         mix_batch(batch.copy(), np.array([0, 1, 0.5, 2]), MixUp(num_classes=3), seed=0, epoch=0, first_index=0)
     with pytest.raises(ValueError, match="C-contiguous"):
@@ -202,8 +223,15 @@ def test_mix_batch_writes_caller_owned_labels():
     assert res.labels is out and np.all(out >= 0)
     np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-6)
     with pytest.raises(ValueError, match="out must be"):
-        mix_batch(batch.copy(), _labels(5), CutMix(num_classes=7), seed=0, epoch=0, first_index=0,
-                  out=np.zeros((5, 6), np.float32))
+        mix_batch(
+            batch.copy(),
+            _labels(5),
+            CutMix(num_classes=7),
+            seed=0,
+            epoch=0,
+            first_index=0,
+            out=np.zeros((5, 6), np.float32),
+        )
 
 
 def test_mix_batch_is_in_place_and_keyed_by_first_index():

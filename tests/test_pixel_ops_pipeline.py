@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import requires_engine
 
 from fastload import decode
 from fastload import transforms as T
 from fastload.transforms.pixel import run_pixel_ops_batch
+
+from conftest import requires_engine
 
 IMAGENET = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 SIZE = 64
@@ -32,14 +33,19 @@ def _decode(jpegs, transform, *, seed=3, epoch=1, indices=None, threads=2, layou
     indices = np.arange(100, 100 + n) if indices is None else np.asarray(indices)
     shape = (n, SIZE, SIZE, 3) if layout == "NHWC" else (n, 3, SIZE, SIZE)
     out = np.zeros(shape, dtype)
-    res = decode.decode_batch(jpegs, out, transform, seed=seed, epoch=epoch, indices=indices, threads=threads,
-                              layout=layout, want_params=True)
+    res = decode.decode_batch(
+        jpegs, out, transform, seed=seed, epoch=epoch, indices=indices, threads=threads, layout=layout, want_params=True
+    )
     assert res.ok, res.errors
     return out, res
 
 
-OPS = (T.TrivialAugmentWide(interpolation="bilinear"), T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1),
-       T.RandomGrayscale(p=0.2), T.Lighting(alphastd=0.1))
+OPS = (
+    T.TrivialAugmentWide(interpolation="bilinear"),
+    T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1),
+    T.RandomGrayscale(p=0.2),
+    T.Lighting(alphastd=0.1),
+)
 GEOMETRY = T.RandomResizedCrop(size=SIZE)
 
 
@@ -49,8 +55,9 @@ def test_fused_pixel_ops_equal_separate_steps(jpegs, monkeypatch):
     plain, _ = _decode(jpegs, GEOMETRY)
     fused, res = _decode(jpegs, T.Pipeline(geometry=GEOMETRY, ops=OPS))
     separate = plain.copy()
-    params = run_pixel_ops_batch(separate, OPS, seed=3, epoch=1, indices=np.arange(100, 100 + len(jpegs)), threads=2,
-                                 want_params=True)
+    params = run_pixel_ops_batch(
+        separate, OPS, seed=3, epoch=1, indices=np.arange(100, 100 + len(jpegs)), threads=2, want_params=True
+    )
     np.testing.assert_array_equal(fused, separate)
     # The reported draws are the ones the ops used: the references replay them to the same bytes.
     assert res.op_params is not None and res.output_params is None
@@ -69,15 +76,19 @@ def test_fused_normalize_and_erasing(jpegs, monkeypatch, layout, dtype):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     norm = T.Normalize(mean=IMAGENET.mean, std=IMAGENET.std, dtype=dtype)
     erase = T.RandomErasing(p=1.0, value=(1.5, -2.0, 0.25))
-    with_ops, _ = _decode(jpegs, T.Pipeline(geometry=GEOMETRY, ops=OPS, normalize=norm), layout=layout,
-                          dtype=np.dtype(dtype))
-    erased, res = _decode(jpegs, T.Pipeline(geometry=GEOMETRY, ops=OPS, normalize=norm, erase=erase), layout=layout,
-                          dtype=np.dtype(dtype))
+    with_ops, _ = _decode(
+        jpegs, T.Pipeline(geometry=GEOMETRY, ops=OPS, normalize=norm), layout=layout, dtype=np.dtype(dtype)
+    )
+    erased, res = _decode(
+        jpegs, T.Pipeline(geometry=GEOMETRY, ops=OPS, normalize=norm, erase=erase), layout=layout, dtype=np.dtype(dtype)
+    )
     # Pixels before erasing: the ops then the Normalize (the engine's and the reference's float arithmetic).
     uint8, _ = _decode(jpegs, T.Pipeline(geometry=GEOMETRY, ops=OPS))
     want = norm.apply(uint8)
     got = with_ops if layout == "NHWC" else with_ops.transpose(0, 2, 3, 1)
-    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=2e-3 if dtype == "float16" else 1e-5)
+    np.testing.assert_allclose(
+        got.astype(np.float32), want.astype(np.float32), atol=2e-3 if dtype == "float16" else 1e-5
+    )
     assert res.output_params is not None
     for i, p in enumerate(res.output_params):
         e = p["erase"]
@@ -122,13 +133,17 @@ def test_fused_path_independent_of_threads_and_batches(jpegs, monkeypatch):
 
 
 def test_pillow_path_draws_the_engine_parameters(jpegs, monkeypatch):
-    pipe = T.Pipeline(geometry=GEOMETRY, ops=OPS + (T.MXNetColorAugment(brightness=0.3, random_h=20),),
-                      normalize=IMAGENET, erase=T.RandomErasing(p=0.5, value="random"))
+    pipe = T.Pipeline(
+        geometry=GEOMETRY,
+        ops=(*OPS, T.MXNetColorAugment(brightness=0.3, random_h=20)),
+        normalize=IMAGENET,
+        erase=T.RandomErasing(p=0.5, value="random"),
+    )
     monkeypatch.setenv("FASTLOAD_DECODER", "pillow")
     pil, rp = _decode(jpegs, pipe, dtype=np.float32)
     assert rp.backend == "pillow"
     for i in range(len(jpegs)):
-        for k, op in enumerate(pipe.ops):
+        for k, _op in enumerate(pipe.ops):
             # The Pillow path's draws are the documented counters: replaying them gives its bytes.
             assert rp.op_params[i][k] is not None
     monkeypatch.delenv("FASTLOAD_DECODER")
@@ -152,7 +167,7 @@ def _close(a, b):
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=False))
     if a is None or b is None:
         return a is b
     if isinstance(a, float) and math.isnan(a):

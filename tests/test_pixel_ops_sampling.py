@@ -15,24 +15,48 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import requires_torch
 
-from fastload.transforms import (AutoAugment, ColorJitter, CutMix, Lighting, MixUp, RandAugment, RandomChoice,
-                                 RandomErasing, RandomGrayscale, TrivialAugmentWide, sample_key)
+from fastload.transforms import (
+    AutoAugment,
+    ColorJitter,
+    CutMix,
+    Lighting,
+    MixUp,
+    RandAugment,
+    RandomChoice,
+    RandomErasing,
+    RandomGrayscale,
+    TrivialAugmentWide,
+    sample_key,
+)
 from fastload.transforms import primitives as P
 from fastload.transforms.mixing import sample_beta, sample_mix
 from fastload.transforms.pixel import op_counter_base
+
+from conftest import requires_torch
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
 N = 10_000
 ALPHA = 1e-4
 BASE = op_counter_base(0)
-_NAMES = {P.Prim.IDENTITY: "Identity", P.Prim.SHEAR_X: "ShearX", P.Prim.SHEAR_Y: "ShearY",
-          P.Prim.TRANSLATE_X: "TranslateX", P.Prim.TRANSLATE_Y: "TranslateY", P.Prim.ROTATE: "Rotate",
-          P.Prim.BRIGHTNESS: "Brightness", P.Prim.COLOR: "Color", P.Prim.CONTRAST: "Contrast",
-          P.Prim.SHARPNESS: "Sharpness", P.Prim.POSTERIZE: "Posterize", P.Prim.SOLARIZE: "Solarize",
-          P.Prim.AUTOCONTRAST: "AutoContrast", P.Prim.EQUALIZE: "Equalize", P.Prim.INVERT: "Invert"}
+_NAMES = {
+    P.Prim.IDENTITY: "Identity",
+    P.Prim.SHEAR_X: "ShearX",
+    P.Prim.SHEAR_Y: "ShearY",
+    P.Prim.TRANSLATE_X: "TranslateX",
+    P.Prim.TRANSLATE_Y: "TranslateY",
+    P.Prim.ROTATE: "Rotate",
+    P.Prim.BRIGHTNESS: "Brightness",
+    P.Prim.COLOR: "Color",
+    P.Prim.CONTRAST: "Contrast",
+    P.Prim.SHARPNESS: "Sharpness",
+    P.Prim.POSTERIZE: "Posterize",
+    P.Prim.SOLARIZE: "Solarize",
+    P.Prim.AUTOCONTRAST: "AutoContrast",
+    P.Prim.EQUALIZE: "Equalize",
+    P.Prim.INVERT: "Invert",
+}
 
 
 def _keys(n=N, seed=123):
@@ -52,7 +76,9 @@ def _same_categorical(ours, theirs, what):
         table[0].append(rare_a)
         table[1].append(rare_b)
     p = scipy_stats.chi2_contingency(table).pvalue
-    assert p > ALPHA, f"{what}: chi-square p={p:.2e}\nours {sorted(a.items(), key=repr)[:20]}\ntheirs {sorted(b.items(), key=repr)[:20]}"
+    assert p > ALPHA, (
+        f"{what}: chi-square p={p:.2e}\nours {sorted(a.items(), key=repr)[:20]}\ntheirs {sorted(b.items(), key=repr)[:20]}"
+    )
     return p
 
 
@@ -95,7 +121,7 @@ def test_trivialaugment_matches_torchvision(record_apply_op):
     op = TrivialAugmentWide()
     ours = []
     for key in _keys():
-        (prim, m), = op.sample(key, BASE, 224, 224)["ops"]
+        ((prim, m),) = op.sample(key, BASE, 224, 224)["ops"]
         ours.append((_NAMES[P.Prim(prim)], m))
     theirs = list(record_apply_op)
     assert {m for _, m in ours} == {m for _, m in theirs}  # the same magnitude values, bit for bit
@@ -140,7 +166,7 @@ def test_autoaugment_matches_torchvision(record_apply_op):
     ours = []
     for key in _keys():
         s = op.sample(key, BASE, 224, 224)
-        ours.append(tuple((_NAMES[P.Prim(p)], m) for (p, m), hit in zip(s["ops"], s["applied"]) if hit))
+        ours.append(tuple((_NAMES[P.Prim(p)], m) for (p, m), hit in zip(s["ops"], s["applied"], strict=False) if hit))
     _same_categorical([len(c) for c in ours], [len(c) for c in per_call], "AutoAugment ops applied per image")
     _same_categorical([x for c in ours for x in c], [x for c in per_call for x in c], "AutoAugment (op, magnitude)")
 
@@ -245,5 +271,5 @@ def test_draws_differ_between_samples_and_epochs():
     a = [op.sample(sample_key(0, 0, i), BASE, 224, 224)["ops"] for i in range(200)]
     b = [op.sample(sample_key(0, 1, i), BASE, 224, 224)["ops"] for i in range(200)]
     assert len({tuple(x) for x in a}) > 100
-    assert sum(x == y for x, y in zip(a, b)) < 30
+    assert sum(x == y for x, y in zip(a, b, strict=False)) < 30
     assert math.isfinite(sample_beta(sample_key(0, 0, 0), 1e-3))

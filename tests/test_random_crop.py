@@ -39,8 +39,9 @@ def _run(images, transform, *, layout="NHWC", seed=1, epoch=0, **kw):
     h, w = pipe.size
     shape = (len(images), h, w, 3) if layout == "NHWC" else (len(images), 3, h, w)
     out = np.full(shape, 99, pipe.output_dtype)
-    res = decode.decode_batch(images, out, transform, seed=seed, epoch=epoch, indices=np.arange(len(images)),
-                              want_params=True, **kw)
+    res = decode.decode_batch(
+        images, out, transform, seed=seed, epoch=epoch, indices=np.arange(len(images)), want_params=True, **kw
+    )
     return out, res
 
 
@@ -122,8 +123,16 @@ def test_too_small_without_padding_is_a_status_not_an_exception(backend, images)
 def test_random_crop_is_validated():
     assert T.RandomCrop(size=8, padding=(1, 2)).padding == (1, 2, 1, 2)
     assert T.RandomCrop(size=8, fill=5).fill == (5, 5, 5)
-    for bad in (dict(padding=-1), dict(padding=(1, 2, 3)), dict(fill=256), dict(fill=(1, 2)),
-                dict(padding_mode="wrap"), dict(pad_if_needed=1), dict(flip=2.0), dict(vflip=-0.1)):
+    for bad in (
+        dict(padding=-1),
+        dict(padding=(1, 2, 3)),
+        dict(fill=256),
+        dict(fill=(1, 2)),
+        dict(padding_mode="wrap"),
+        dict(pad_if_needed=1),
+        dict(flip=2.0),
+        dict(vflip=-0.1),
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             T.RandomCrop(size=8, **bad)
 

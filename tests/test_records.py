@@ -50,7 +50,7 @@ def test_round_trip_bytes_and_labels(packed, tiny_folder):  # noqa: F811
             assert ds.labels[i, 0] == label and ds.ids[i] == i
             head = recordio.unpack_header(ds.payload(i))
             assert head.labels == (float(label),) and head.id == i
-            assert bytes(ds.payload(i))[head.image_offset:] == bytes(ds.image(i))
+            assert bytes(ds.payload(i))[head.image_offset :] == bytes(ds.image(i))
         assert ds.locate(5).startswith("shard tiny-00000.") and ds.locate(39).endswith("record 13")
         assert ds.manifest["classes"] == {f"class_{k:03d}": k for k in range(4)}
         assert not ds.restart_indexed
@@ -59,7 +59,7 @@ def test_round_trip_bytes_and_labels(packed, tiny_folder):  # noqa: F811
 
 
 def test_records_are_read_into_memory_the_caller_owns(packed):
-    fmt, out = packed
+    _fmt, out = packed
     with open_dataset(out) as ds:
         view = ds.image(3)
         assert isinstance(view, memoryview) and view.readonly
@@ -78,7 +78,7 @@ def test_concurrent_reads(packed):
                 rng = np.random.default_rng(seed)
                 for i in rng.integers(0, len(ds), 400):
                     assert bytes(ds.image(int(i))) == want[i]
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
@@ -163,7 +163,7 @@ def test_truncated_and_corrupted_shards_name_the_record(tiny_folder, tmp_path): 
     assert any("shard ds-00001.rec record 19" in p for p in report.problems)
     # Bad magic at an indexed offset.
     open(shard, "wb").write(data)
-    keys, offsets = recordio.read_idx(os.path.join(out, manifest["shards"][1]["index_file"]))
+    _keys, offsets = recordio.read_idx(os.path.join(out, manifest["shards"][1]["index_file"]))
     with open(shard, "r+b") as f:
         f.seek(int(offsets[4]))
         f.write(b"XXXX")
@@ -194,9 +194,19 @@ def test_open_reads_only_manifest_and_index(tmp_path, monkeypatch):
         with open(path, "wb") as f:
             f.truncate(per * 1024)  # sparse: all zeros, never read
         entries.append({"file": path.name, "records": per, "bytes": per * 1024, "sha256": "0" * 64})
-    write_json_atomic(str(tmp_path / MANIFEST_NAME), {
-        "format_version": 1, "format": "recordio", "name": "big", "records": n, "label_width": 1,
-        "shards": entries, "index": {"file": INDEX_NAME}, "restart_index": None})
+    write_json_atomic(
+        str(tmp_path / MANIFEST_NAME),
+        {
+            "format_version": 1,
+            "format": "recordio",
+            "name": "big",
+            "records": n,
+            "label_width": 1,
+            "shards": entries,
+            "index": {"file": INDEX_NAME},
+            "restart_index": None,
+        },
+    )
     opened = []
     real_open, real_os_open = builtins.open, os.open
 
@@ -229,7 +239,7 @@ def test_lmdb_layout():
     assert decode_key(encode_key(123456789)) == 123456789
     value = pack_value([1.5, 2.0], 77, b"jpeg")
     head = unpack_value_header(value)
-    assert head.labels == (1.5, 2.0) and head.id == 77 and value[head.image_offset:] == b"jpeg"
+    assert head.labels == (1.5, 2.0) and head.id == 77 and value[head.image_offset :] == b"jpeg"
     assert value[:4] == b"FLDB" and len(value) == 16 + 8 + 4
     with pytest.raises(ValueError, match="magic"):
         unpack_value_header(b"XXXX" + value[4:])
@@ -267,7 +277,7 @@ def test_bare_rec_with_damaged_header_is_named(tmp_path):
             w.write(recordio.pack_header(float(k), k) + b"x" * 40, k)
     (tmp_path / "d.idx").write_bytes(w.idx_bytes())
     data = bytearray((tmp_path / "d.rec").read_bytes())
-    data[w.offsets[1] + 8: w.offsets[1] + 12] = b"\xff\xff\xff\xff"  # flag: 4 billion labels
+    data[w.offsets[1] + 8 : w.offsets[1] + 12] = b"\xff\xff\xff\xff"  # flag: 4 billion labels
     (tmp_path / "d.rec").write_bytes(bytes(data))
     # The damaged record is a bad record (named when read); the others still read.
     with open_dataset(str(tmp_path / "d.rec")) as ds:

@@ -54,8 +54,9 @@ def _manifest(folder):
 
 
 def _run(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -105,13 +106,16 @@ _LOADER_SCRIPT = """
 """
 
 
-@pytest.mark.parametrize(("how", "policy", "expect"), [
-    ("truncate", "raise", "ERROR"),
-    ("truncate", "skip", "DONE"),
-    ("rewrite", "raise", "ERROR"),
-    ("replace", "raise", "DONE"),  # the reader keeps the file it opened: the old bytes, intact
-    ("remove", "raise", "DONE"),
-])
+@pytest.mark.parametrize(
+    ("how", "policy", "expect"),
+    [
+        ("truncate", "raise", "ERROR"),
+        ("truncate", "skip", "DONE"),
+        ("rewrite", "raise", "ERROR"),
+        ("replace", "raise", "DONE"),  # the reader keeps the file it opened: the old bytes, intact
+        ("remove", "raise", "DONE"),
+    ],
+)
 def test_shard_changed_under_a_loader_is_an_error_not_sigbus(packed, how, policy, expect):
     res = _run(_LOADER_SCRIPT, str(packed), how, policy)
     assert res.returncode == 0, _died(res) + res.stderr[-2000:]
@@ -170,6 +174,7 @@ def test_verify_reports_truncated_shards_without_dying(packed, packed_lmdb, fmt)
 
 
 # --- containment: nothing a manifest names leaves the dataset folder -------------------------------
+
 
 def _point_shard_at(folder, name, field="file"):
     manifest = _manifest(folder)
@@ -233,6 +238,7 @@ def test_error_messages_never_quote_file_bytes(tmp_path):
 
 # --- damaged metadata: one CorruptDatasetError naming the file and the field -----------------------
 
+
 def _damage_manifest(folder, edit):
     manifest = _manifest(folder)
     edit(manifest)
@@ -241,8 +247,8 @@ def _damage_manifest(folder, edit):
 
 _MANIFEST_DAMAGE = {
     "records_string": (lambda m: m.update(records="40"), "records"),
-    "records_huge": (lambda m: m.update(records=10 ** 30), "records"),
-    "label_width_huge": (lambda m: m.update(label_width=10 ** 9), "label_width"),
+    "records_huge": (lambda m: m.update(records=10**30), "records"),
+    "label_width_huge": (lambda m: m.update(label_width=10**9), "label_width"),
     "shards_not_list": (lambda m: m.update(shards="tiny-00000.rec"), "shards"),
     "shard_file_int": (lambda m: m["shards"][0].update(file=3), r"shards\[0\]\.file"),
     "shard_bytes_negative": (lambda m: m["shards"][0].update(bytes=-1), r"shards\[0\]\.bytes"),
@@ -267,12 +273,15 @@ def test_damaged_manifest_fields_are_one_clear_error(packed, case):
     assert len(report.problems) == 1 and "fastload.json" in report.problems[0]
 
 
-@pytest.mark.parametrize("text", [
-    '{"format_version": 3, "records": 1' + "0" * 5000 + "}",  # past Python's int digit limit
-    "[" * 100_000 + "]" * 100_000,  # nested past the recursion limit
-    "{not json",
-    "[1, 2]",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"format_version": 3, "records": 1' + "0" * 5000 + "}",  # past Python's int digit limit
+        "[" * 100_000 + "]" * 100_000,  # nested past the recursion limit
+        "{not json",
+        "[1, 2]",
+    ],
+)
 def test_unparseable_manifest_is_one_clear_error(packed, text):
     (packed / MANIFEST_NAME).write_text(text)
     with pytest.raises(CorruptDatasetError, match=r"fastload\.json: "):
@@ -313,8 +322,8 @@ def test_index_that_disagrees_with_the_manifest_is_one_clear_error(packed):
     index = load_index(str(packed / INDEX_NAME), 1, 40)
     cases = {
         "shard": ("shard", 7),
-        "offset": ("offset", 2 ** 64 - 1),
-        "data_offset": ("data_offset", 2 ** 31),
+        "offset": ("offset", 2**64 - 1),
+        "data_offset": ("data_offset", 2**31),
         "parts": ("parts", 1),
     }
     for column, (field, value) in cases.items():
@@ -335,16 +344,19 @@ def _bare(packed, tmp_path):
     return rec, idx, idx.read_text().splitlines()
 
 
-@pytest.mark.parametrize(("case", "message"), [
-    ("forty_digit_offset", r"line 3: offset is not a decimal integer"),
-    ("negative_offset", r"line 3: offset is not a decimal integer"),
-    ("out_of_order", r"entry 3: offset \d+ is before the offset before it"),
-    ("duplicate", r"entry 4: offset \d+ repeats the offset before it"),
-    ("short", r"lists records up to byte \d+ of the \d+-byte \.rec: it does not cover the whole file"),
-    ("skips_records", r"entry 3: offset \d+ is not where the record before it ends"),
-    ("past_the_end", r"entry 40: offset \d+ is past the end"),
-    ("not_two_fields", r"line 2: expected key<TAB>offset"),
-])
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("forty_digit_offset", r"line 3: offset is not a decimal integer"),
+        ("negative_offset", r"line 3: offset is not a decimal integer"),
+        ("out_of_order", r"entry 3: offset \d+ is before the offset before it"),
+        ("duplicate", r"entry 4: offset \d+ repeats the offset before it"),
+        ("short", r"lists records up to byte \d+ of the \d+-byte \.rec: it does not cover the whole file"),
+        ("skips_records", r"entry 3: offset \d+ is not where the record before it ends"),
+        ("past_the_end", r"entry 40: offset \d+ is past the end"),
+        ("not_two_fields", r"line 2: expected key<TAB>offset"),
+    ],
+)
 def test_damaged_idx_is_one_clear_error(packed, tmp_path, case, message):
     rec, idx, lines = _bare(packed, tmp_path)
     key = lambda k: lines[k].split("\t")[0]  # noqa: E731
@@ -376,6 +388,7 @@ def test_damaged_idx_is_one_clear_error(packed, tmp_path, case, message):
 
 # --- integrity at load: checksums and labels ----------------------------------------------------------
 
+
 def _flip_image_byte(folder, record: int, fmt: str = "recordio") -> None:
     with open_dataset(str(folder)) as ds:
         image_len = len(ds.image(record))
@@ -403,10 +416,16 @@ def test_flipped_byte_is_a_bad_record_at_load(packed, packed_lmdb, fmt):
     with Loader(str(folder), config) as loader:
         seen = np.concatenate([b.indices.copy() for b in loader])
         assert 17 not in seen.tolist() and loader.stats().skipped == 1
-    with Loader(str(folder), LoaderConfig(batch_size=8, shuffle="none", num_threads=1, on_error="raise",
-                                          transform=Resize(size=(16, 16)))) as loader:
-        with pytest.raises(DecodeError, match=r"checksum mismatch.*record 17"):
-            list(loader)
+    with (
+        Loader(
+            str(folder),
+            LoaderConfig(
+                batch_size=8, shuffle="none", num_threads=1, on_error="raise", transform=Resize(size=(16, 16))
+            ),
+        ) as loader,
+        pytest.raises(DecodeError, match=r"checksum mismatch.*record 17"),
+    ):
+        list(loader)
     report = verify_dataset(str(folder))
     assert any("record 17" in p and "checksum mismatch" in p for p in report.problems)
 
@@ -502,20 +521,23 @@ def test_signal_module_untouched_by_readers(packed):
 
 
 def test_read_checks_benchmark_smoke(packed):
-    res = subprocess.run([sys.executable, "-m", "bench.read_checks", "checksums", str(packed), "--pairs", "1"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "bench.read_checks", "checksums", str(packed), "--pairs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "checksums on/off, cpu: median" in res.stdout and "xxh3_64 alone" in res.stdout
 
 
 def test_pillow_decode_threads_leave_the_warning_filters_alone(monkeypatch, tiny_folder):
     """warnings.catch_warnings() is process-wide (not thread-safe before Python 3.14): decode threads must not use it."""
+    import sys
     import warnings
 
     from fastload import decode as decode_mod
     from fastload.transforms import CenterCrop
-
-    import sys
 
     callers = []
     real_catch, real_simple = warnings.catch_warnings, warnings.simplefilter
@@ -536,8 +558,9 @@ def test_pillow_decode_threads_leave_the_warning_filters_alone(monkeypatch, tiny
     before = list(warnings.filters)
     monkeypatch.setattr(decode_mod, "active_backend", lambda: "pillow")
     monkeypatch.setenv("FASTLOAD_DECODER", "pillow")
-    res = decode_mod.decode_batch(images, out, CenterCrop(size=32, resize=36), seed=0, epoch=0,
-                                 indices=np.arange(len(images)), threads=2)
+    res = decode_mod.decode_batch(
+        images, out, CenterCrop(size=32, resize=36), seed=0, epoch=0, indices=np.arange(len(images)), threads=2
+    )
     assert list(warnings.filters) == before
     assert not [c for c in callers if c and c.startswith("fastload")], callers
     assert res is not None and out.any()

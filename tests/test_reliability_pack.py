@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HAVE_ENGINE, make_jpeg
 
 from fastload.errors import CorruptDatasetError, UserError
 from fastload.pack.packer import pack_folder
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 from fastload.records.verify import verify_dataset
+
+from conftest import HAVE_ENGINE, make_jpeg
 
 BOMB_SIDE = 60000
 
@@ -36,9 +37,9 @@ def _bomb() -> bytes:
     data = bytearray(make_jpeg(48, 32, seed=3))
     pos = 2
     while True:
-        marker, seglen = data[pos + 1], struct.unpack(">H", data[pos + 2:pos + 4])[0]
+        marker, seglen = data[pos + 1], struct.unpack(">H", data[pos + 2 : pos + 4])[0]
         if marker == 0xC0:
-            data[pos + 5:pos + 9] = struct.pack(">HH", BOMB_SIDE, BOMB_SIDE)
+            data[pos + 5 : pos + 9] = struct.pack(">HH", BOMB_SIDE, BOMB_SIDE)
             return bytes(data)
         pos += 2 + seglen
 
@@ -102,8 +103,12 @@ def test_every_bad_source_file_goes_through_on_error_in_every_mode(tiny_folder, 
 def test_cli_pack_of_a_hostile_tree_finishes(tiny_folder, tmp_path):
     """The scenario that hung forever (a FIFO named x.jpg), end to end, under a timeout."""
     src = _hostile_tree(tiny_folder, tmp_path)
-    res = subprocess.run([sys.executable, "-m", "fastload", "pack", str(src), str(tmp_path / "out"), "--quiet"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "fastload", "pack", str(src), str(tmp_path / "out"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "skipped 6" in res.stdout and "Traceback" not in res.stderr
 
@@ -139,9 +144,15 @@ def _partial_written(out: Path) -> bool:
 def test_ctrl_c_stops_a_pack_at_any_stage(tiny_folder, tmp_path, moment):
     src = _hostile_tree(tiny_folder, tmp_path, big=False)
     # Enough work to interrupt (a few seconds): 6,000 more names (hard links) for the tiny images, resized.
-    files = sorted(Path(d) / f for d, _, names in os.walk(src) for f in names
-                   if f.lower().endswith((".jpg", ".jpeg")) and f != "bomb.jpg" and (Path(d) / f).is_file()
-                   and not (Path(d) / f).is_symlink())
+    files = sorted(
+        Path(d) / f
+        for d, _, names in os.walk(src)
+        for f in names
+        if f.lower().endswith((".jpg", ".jpeg"))
+        and f != "bomb.jpg"
+        and (Path(d) / f).is_file()
+        and not (Path(d) / f).is_symlink()
+    )
     for k in range(6000):
         os.link(files[k % len(files)], src / f"class_00{k % 3}" / f"copy{k:05d}.jpg")
     out = tmp_path / "out"
@@ -196,10 +207,11 @@ def test_engine_framing_never_blocks_on_a_fifo(tmp_path):
     paths = [os.fsencode(str(tmp_path / n)) for n in ("a.jpg", "b.jpg")]
     heads = [recordio.pack_header(0.0, k) for k in range(2)]
     sizes = [len(good), len(good)]  # what a stat before the swap said
-    buffer = np.empty(1 + sum(recordio.framed_size(len(h) + s) for h, s in zip(heads, sizes)), np.uint8)
+    buffer = np.empty(1 + sum(recordio.framed_size(len(h) + s) for h, s in zip(heads, sizes, strict=False)), np.uint8)
     result = {}
-    worker = threading.Thread(target=lambda: result.update(out=_engine.frame_files(paths, sizes, heads, buffer)),
-                              daemon=True)
+    worker = threading.Thread(
+        target=lambda: result.update(out=_engine.frame_files(paths, sizes, heads, buffer)), daemon=True
+    )
     worker.start()
     worker.join(timeout=30)
     if worker.is_alive():  # unblock the engine's open so the thread can end, then fail
@@ -239,8 +251,12 @@ def test_damaged_staged_manifest_is_one_clear_error(tiny_folder, tmp_path):
     with pytest.raises(CorruptDatasetError, match=r"\.fastload-staging/fastload\.json: shards"):
         pack_folder(str(tiny_folder), str(out), progress=False, workers=1, overwrite=True, name="again")
     (staging / MANIFEST_NAME).write_text("{damaged")
-    res = subprocess.run([sys.executable, "-m", "fastload", "pack", str(tiny_folder), str(out), "--overwrite",
-                          "--quiet"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "fastload", "pack", str(tiny_folder), str(out), "--overwrite", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr and "staged manifest" in res.stderr, res.stderr
 
 

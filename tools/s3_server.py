@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -132,7 +133,7 @@ class LocalS3Server:
         for attempt in range(attempts):
             if not self.ports or attempt:
                 ports = _free_ports(len(_PAIRED), len(_SINGLE))
-                self.ports = dict(zip(_PAIRED + _SINGLE, ports))
+                self.ports = dict(zip(_PAIRED + _SINGLE, ports, strict=False))
             try:
                 self._launch()
                 break
@@ -200,17 +201,13 @@ class LocalS3Server:
         """Stop the server (SIGTERM, then SIGKILL after ``timeout``); the data stays. Idempotent."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 proc.wait(timeout)
         if proc is not None and self.ports:
             # The ports must be free again before a restart on the same numbers.

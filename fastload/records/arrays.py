@@ -35,8 +35,8 @@ __all__ = [
     "ARRAYS_MANIFEST",
     "ArrayShards",
     "CSRArray",
-    "NpyShard",
     "DenseArray",
+    "NpyShard",
     "ShardedVector",
     "open_arrays",
 ]
@@ -63,9 +63,12 @@ class NpyShard:
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             with os.fdopen(os.dup(self._fd), "rb") as f:
-                version = np.lib.format.read_magic(f)
-                read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                               (2, 0): np.lib.format.read_array_header_2_0}[version]
+                # numpy's own header parser (untyped in numpy 1.23), for the two versions np.save writes.
+                version = np.lib.format.read_magic(f)  # type: ignore[no-untyped-call]
+                read_header: Any = {
+                    (1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0,
+                }[version]
                 shape, fortran, dtype = read_header(f)
                 self._offset = f.tell()
             size = os.fstat(self._fd).st_size
@@ -79,8 +82,10 @@ class NpyShard:
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * dtype.itemsize
         if size < self._offset + self.shape[0] * self._row_bytes:
             self.close()
-            raise CorruptRecordError(f"array shard is {size} bytes, its header needs "
-                                     f"{self._offset + self.shape[0] * self._row_bytes}", shard=show)
+            raise CorruptRecordError(
+                f"array shard is {size} bytes, its header needs {self._offset + self.shape[0] * self._row_bytes}",
+                shard=show,
+            )
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -119,7 +124,7 @@ class NpyShard:
         want = len(out) * self._row_bytes
         if want == 0:
             return
-        view = memoryview(out.reshape(-1).view(np.uint8))
+        view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy 1.23 lacks Buffer
         got = 0
         while got < want:  # pread may return less than asked on some filesystems: go on until EOF
             n = os.preadv(self.fileno(), [view[got:]], self._offset + start * self._row_bytes + got)
@@ -197,7 +202,7 @@ class ShardedVector:
         parts: The pieces, in order; all share dtype and trailing shape.
     """
 
-    def __init__(self, parts: Sequence[np.ndarray]) -> None:
+    def __init__(self, parts: Sequence[NpyShard]) -> None:
         if not parts:
             raise ValueError("ShardedVector needs at least one part")
         self.parts = list(parts)
