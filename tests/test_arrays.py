@@ -250,3 +250,19 @@ def test_a_shard_truncated_under_ndarrayiter_is_an_error_not_sigbus(tmp_path, ga
     )
     assert proc.returncode == 0, proc.stderr[-2000:]  # a mapped read dies here with SIGBUS (-7)
     assert "REPORTED" in proc.stdout and shard.name in proc.stdout and "short read" in proc.stdout
+
+
+def test_pack_arrays_reads_fortran_order_and_refuses_damage(tmp_path):
+    x = np.asfortranarray(np.arange(60, dtype=np.float32).reshape(12, 5))
+    np.save(tmp_path / "f.npy", x)  # np.save keeps Fortran order in the header
+    out = tmp_path / "packed"
+    pack_arrays(ArraysPackConfig(data={"f": str(tmp_path / "f.npy")}, out=str(out)))
+    with open_arrays(str(out)) as arrays:
+        got = np.empty((12, 5), np.float32)
+        np.testing.assert_array_equal(arrays.array("f").take_into(np.arange(12), got), x)
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY\x01\x00" + b"garbage")
+    with pytest.raises(UserError, match="bad.npy: not a readable .npy array"):
+        pack_arrays(ArraysPackConfig(data={"b": str(tmp_path / "bad.npy")}, out=str(tmp_path / "o2")))
+    np.save(tmp_path / "zero.npy", np.float32(3))
+    with pytest.raises(UserError, match="0-d array has no rows"):
+        pack_arrays(ArraysPackConfig(data={"z": str(tmp_path / "zero.npy")}, out=str(tmp_path / "o3")))

@@ -527,7 +527,7 @@ def test_set_threads_resizes_the_pool(photos, monkeypatch):
         _engine.set_threads(max(before, 1))
 
 
-# --- restart-interval slices (issue 7 integration) ---------------------------------------------
+# --- restart-interval slices: decode through the loader ---------------------------------------------
 
 
 @requires_engine

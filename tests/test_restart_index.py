@@ -1,4 +1,4 @@
-"""Restart-indexed JPEGs (issue 7): lossless transcode, interval slicing, robustness, MXNet compatibility."""
+"""Restart-indexed JPEGs: lossless transcode, interval slicing, robustness, MXNet compatibility."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastload.errors import UserError
-from fastload.records.arrays import ARRAYS_FORMAT, ARRAYS_MANIFEST
+from fastload.errors import CorruptRecordError, UserError
+from fastload.records.arrays import ARRAYS_FORMAT, ARRAYS_MANIFEST, NpyShard
 from fastload.records.durable import fsync_dir, make_temp_dir, write_json_atomic
 
 __all__ = ["ArraysPackConfig", "pack_arrays"]
@@ -58,19 +58,29 @@ class ArraysPackConfig:
 
 
 class _Input:
-    """One input array, dense (memory-mapped) or CSR."""
+    """One input array, dense (read by rows with ``pread``) or CSR (loaded).
+
+    A dense input is never memory-mapped: a file truncated while it is packed then fails the pack
+    with a clear error instead of killing the process with SIGBUS.
+    """
 
     def __init__(self, name: str, path: str) -> None:
         self.name, self.path = name, path
         if not os.path.isfile(path):
             raise UserError(f"{path}: no such file (input array {name!r})")
         if path.endswith(".npy"):
+            self.array: NpyShard | np.ndarray
             try:
-                self.array = np.load(path, mmap_mode="r", allow_pickle=False)
-            except ValueError as exc:
-                raise UserError(f"{path}: not a readable .npy file ({exc})") from None
-            if self.array.ndim < 1:
-                raise UserError(f"{path}: a 0-d array has no rows")
+                self.array = NpyShard(path, path)
+            except CorruptRecordError as exc:
+                # A Fortran-order array (np.save of a transposed array) cannot be read by rows: load it.
+                try:
+                    loaded = np.load(path, allow_pickle=False)
+                except Exception:  # numpy's messages quote header bytes: report NpyShard's reason
+                    raise UserError(f"{path}: not a readable .npy array ({exc.message})") from None
+                if loaded.ndim < 1:
+                    raise UserError(f"{path}: a 0-d array has no rows") from None
+                self.array = loaded
             self.stype, self.shape, self.dtype = "default", tuple(self.array.shape), self.array.dtype
             self.row_bytes = float(np.prod(self.shape[1:], dtype=np.int64) * self.dtype.itemsize)
         elif path.endswith(".npz"):
@@ -110,7 +120,12 @@ class _Input:
 
     def write_shard(self, folder: str, base: str, lo: int, hi: int) -> None:
         if self.stype == "default":
-            np.save(os.path.join(folder, base + ".npy"), np.ascontiguousarray(self.array[lo:hi]))
+            if isinstance(self.array, NpyShard):
+                rows = np.empty((hi - lo, *self.shape[1:]), dtype=self.dtype)
+                self.array.read_rows(lo, rows)
+            else:
+                rows = np.ascontiguousarray(self.array[lo:hi])
+            np.save(os.path.join(folder, base + ".npy"), rows)
             return
         a, b = int(self.indptr[lo]), int(self.indptr[hi])
         ind = self.indices[a:b].copy()
