@@ -273,7 +273,7 @@ def _engine_resize_encode() -> Callable[[Sequence[bytes], int, int], list[bytes 
     Asked per call, not cached: ``FASTLOAD_DECODER=pillow`` may be set at any time.
     """
     try:
-        from fastload import decode
+        import fastload.decode as decode
     except ImportError:
         return None
     if decode.active_backend() != "libjpeg-turbo":

@@ -77,7 +77,7 @@ def engine_framing() -> Any | None:
     if os.environ.get("FASTLOAD_PACK_FRAMING", "").lower() == "python":
         return None
     try:
-        from fastload import _engine
+        import fastload._engine as _engine
     except ImportError:
         return None
     return getattr(_engine, "frame_files", None)

@@ -88,7 +88,7 @@ class RestartIndexConfig:
 
 def _engine() -> Any:
     try:
-        from fastload import _engine
+        import fastload._engine as _engine
     except ImportError as exc:
         raise RestartIndexError(
             "restart indexing needs the C++ engine (fastload._engine), which is not built: "

@@ -156,7 +156,7 @@ class NpyShard:
 def _engine_gather() -> Any | None:
     """The engine's ``gather_rows`` (one GIL-free call per batch) when the C++ extension is built."""
     try:
-        from fastload import _engine
+        import fastload._engine as _engine
     except ImportError:
         return None
     return getattr(_engine, "gather_rows", None)
