@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,28 +24,35 @@ from fastload.transforms.pixel import PixelOp, normal, permutation
 from fastload.transforms.rng import uniform
 
 __all__ = [
-    "ColorJitter",
-    "RandomGrayscale",
-    "Grayscale",
-    "Lighting",
     "IMAGENET_EIGVAL",
     "IMAGENET_EIGVEC",
+    "ColorJitter",
+    "Grayscale",
+    "Lighting",
+    "RandomGrayscale",
 ]
 
-Range = Optional[Tuple[float, float]]
+Range = tuple[float, float] | None
 _NAN = float("nan")
 
 
-def _jitter_range(value: Union[float, Sequence[float], None], name: str, *, center: float,
-                  bound: Tuple[float, float], clip_first_on_zero: bool) -> Range:
+def _jitter_range(
+    value: float | Sequence[float] | None,
+    name: str,
+    *,
+    center: float,
+    bound: tuple[float, float],
+    clip_first_on_zero: bool,
+) -> Range:
     # torchvision's ColorJitter._check_input: a number v means [center - v, center + v] (clipped at
     # 0 for the factors), a pair is taken as is; (center, center) means "off" (None).
     if value is None:
         return None
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
-        if value < 0:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        v = float(value)
+        if v < 0:
             raise ValueError(f"{name}={value!r}: a single number must be non negative")
-        lo, hi = center - float(value), center + float(value)
+        lo, hi = center - v, center + v
         if clip_first_on_zero:
             lo = max(lo, 0.0)
     elif isinstance(value, (tuple, list)) and len(value) == 2:
@@ -58,23 +66,23 @@ def _jitter_range(value: Union[float, Sequence[float], None], name: str, *, cent
     return (lo, hi)
 
 
-def _factor(key: int, counter: int, r: Range) -> Optional[float]:
+def _factor(key: int, counter: int, r: Range) -> float | None:
     if r is None:
         return None
     return r[0] + (r[1] - r[0]) * uniform(key, counter)
 
 
-def _nan_or(v: Optional[float]) -> float:
+def _nan_or(v: float | None) -> float:
     return _NAN if v is None else float(v)
 
 
-def _none_if_nan(v: float) -> Optional[float]:
+def _none_if_nan(v: float) -> float | None:
     return None if math.isnan(v) else float(v)
 
 
 def _trace(values: Sequence[float]) -> np.ndarray:
     out = np.full(64, np.nan)
-    out[:len(values)] = values
+    out[: len(values)] = values
     return out
 
 
@@ -91,47 +99,67 @@ class ColorJitter(PixelOp):
     A zero (or the neutral range) switches that adjustment off, as torchvision's ``None``.
     """
 
-    brightness: Union[float, Tuple[float, float], None] = 0
-    contrast: Union[float, Tuple[float, float], None] = 0
-    saturation: Union[float, Tuple[float, float], None] = 0
-    hue: Union[float, Tuple[float, float], None] = 0
+    brightness: float | tuple[float, float] | None = 0
+    contrast: float | tuple[float, float] | None = 0
+    saturation: float | tuple[float, float] | None = 0
+    hue: float | tuple[float, float] | None = 0
 
     def __post_init__(self) -> None:
         for name in ("brightness", "contrast", "saturation"):
-            object.__setattr__(self, name, _jitter_range(getattr(self, name), name, center=1.0,
-                                                         bound=(0.0, math.inf), clip_first_on_zero=True))
-        object.__setattr__(self, "hue", _jitter_range(self.hue, "hue", center=0.0, bound=(-0.5, 0.5),
-                                                      clip_first_on_zero=False))
+            object.__setattr__(
+                self,
+                name,
+                _jitter_range(getattr(self, name), name, center=1.0, bound=(0.0, math.inf), clip_first_on_zero=True),
+            )
+        object.__setattr__(
+            self, "hue", _jitter_range(self.hue, "hue", center=0.0, bound=(-0.5, 0.5), clip_first_on_zero=False)
+        )
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         return {
             "order": permutation(key, base, 4),
-            "brightness": _factor(key, base + 3, self.brightness),
-            "contrast": _factor(key, base + 4, self.contrast),
-            "saturation": _factor(key, base + 5, self.saturation),
-            "hue": _factor(key, base + 6, self.hue),
+            # __post_init__ turned every field into a range (or None).
+            "brightness": _factor(key, base + 3, cast(Range, self.brightness)),
+            "contrast": _factor(key, base + 4, cast(Range, self.contrast)),
+            "saturation": _factor(key, base + 5, cast(Range, self.saturation)),
+            "hue": _factor(key, base + 6, cast(Range, self.hue)),
         }
 
-    def apply_params(self, image: np.ndarray, params: Dict[str, Any]) -> np.ndarray:
-        steps = {0: ("brightness", P.brightness), 1: ("contrast", P.contrast),
-                 2: ("saturation", P.saturation), 3: ("hue", P.hue)}
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+        steps = {
+            0: ("brightness", P.brightness),
+            1: ("contrast", P.contrast),
+            2: ("saturation", P.saturation),
+            3: ("hue", P.hue),
+        }
         for fn in params["order"]:
             name, op = steps[fn]
             if params[name] is not None:
                 image = op(image, params[name])
         return image
 
-    def trace(self, params: Dict[str, Any]) -> np.ndarray:
-        return _trace(list(params["order"]) + [_nan_or(params[n]) for n in ("brightness", "contrast", "saturation", "hue")])
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
+        return _trace(
+            list(params["order"]) + [_nan_or(params[n]) for n in ("brightness", "contrast", "saturation", "hue")]
+        )
 
-    def params_from_trace(self, values: Sequence[float]) -> Dict[str, Any]:
-        return {"order": [int(v) for v in values[:4]], "brightness": _none_if_nan(values[4]),
-                "contrast": _none_if_nan(values[5]), "saturation": _none_if_nan(values[6]),
-                "hue": _none_if_nan(values[7])}
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
+        return {
+            "order": [int(v) for v in values[:4]],
+            "brightness": _none_if_nan(values[4]),
+            "contrast": _none_if_nan(values[5]),
+            "saturation": _none_if_nan(values[6]),
+            "hue": _none_if_nan(values[7]),
+        }
 
-    def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "COLOR_JITTER", "brightness": self.brightness, "contrast": self.contrast,
-                "saturation": self.saturation, "hue": self.hue}
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
+        return {
+            "kind": "COLOR_JITTER",
+            "brightness": self.brightness,
+            "contrast": self.contrast,
+            "saturation": self.saturation,
+            "hue": self.hue,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,19 +177,19 @@ class RandomGrayscale(PixelOp):
             raise ValueError(f"p={self.p!r} must be a probability in [0, 1]")
         object.__setattr__(self, "p", float(self.p))
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         return {"applied": uniform(key, base) < self.p}
 
-    def apply_params(self, image: np.ndarray, params: Dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
         return P.grayscale(image) if params["applied"] else image
 
-    def trace(self, params: Dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
         return _trace([float(params["applied"])])
 
-    def params_from_trace(self, values: Sequence[float]) -> Dict[str, Any]:
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
         return {"applied": bool(values[0])}
 
-    def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
         return {"kind": "RANDOM_GRAYSCALE", "p": self.p}
 
 
@@ -178,20 +206,20 @@ class Grayscale(RandomGrayscale):
 
     def __post_init__(self) -> None:
         if self.num_output_channels != 3:
-            raise ValueError(f"num_output_channels={self.num_output_channels!r}: fastload writes 3-channel outputs; "
-                             "use num_output_channels=3 (the gray value in every channel)")
+            raise ValueError(
+                f"num_output_channels={self.num_output_channels!r}: fastload writes 3-channel outputs; "
+                "use num_output_channels=3 (the gray value in every channel)"
+            )
         super().__post_init__()
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         return {"applied": True}
 
 
 #: ImageNet RGB eigenvalues in [0, 1] pixel units (AlexNet / fb.resnet.torch; MXNet's are 255 times these).
 IMAGENET_EIGVAL = (0.2175, 0.0188, 0.0045)
 #: ImageNet RGB eigenvectors, one row per channel (R, G, B), one column per component.
-IMAGENET_EIGVEC = ((-0.5675, 0.7192, 0.4009),
-                   (-0.5808, -0.0045, -0.8140),
-                   (-0.5836, -0.6948, 0.4203))
+IMAGENET_EIGVEC = ((-0.5675, 0.7192, 0.4009), (-0.5808, -0.0045, -0.8140), (-0.5836, -0.6948, 0.4203))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,12 +239,15 @@ class Lighting(PixelOp):
     """
 
     alphastd: float = 0.1
-    eigval: Tuple[float, float, float] = IMAGENET_EIGVAL
-    eigvec: Tuple[Tuple[float, float, float], ...] = IMAGENET_EIGVEC
+    eigval: tuple[float, float, float] = IMAGENET_EIGVAL
+    eigvec: tuple[tuple[float, float, float], ...] = IMAGENET_EIGVEC
 
     def __post_init__(self) -> None:
-        if isinstance(self.alphastd, bool) or not isinstance(self.alphastd, numbers.Real) or not (
-                self.alphastd >= 0 and math.isfinite(self.alphastd)):
+        if (
+            isinstance(self.alphastd, bool)
+            or not isinstance(self.alphastd, numbers.Real)
+            or not (self.alphastd >= 0 and math.isfinite(self.alphastd))
+        ):
             raise ValueError(f"alphastd={self.alphastd!r} must be a finite number >= 0")
         eigval = np.asarray(self.eigval, dtype=np.float64)
         eigvec = np.asarray(self.eigvec, dtype=np.float64)
@@ -228,7 +259,7 @@ class Lighting(PixelOp):
         object.__setattr__(self, "eigval", tuple(float(v) for v in eigval))
         object.__setattr__(self, "eigvec", tuple(tuple(float(v) for v in row) for row in eigvec))
 
-    def shift(self, alpha: Sequence[float]) -> Tuple[float, float, float]:
+    def shift(self, alpha: Sequence[float]) -> tuple[float, float, float]:
         """Per-channel shift in grey levels (0..255 units) for component weights ``alpha``."""
         out = []
         for c in range(3):
@@ -236,12 +267,12 @@ class Lighting(PixelOp):
             for j in range(3):
                 s += self.eigvec[c][j] * alpha[j] * self.eigval[j]
             out.append(255.0 * s)
-        return tuple(out)
+        return (out[0], out[1], out[2])
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         return {"alpha": [self.alphastd * normal(key, base + 2 * j) for j in range(3)]}
 
-    def apply_params(self, image: np.ndarray, params: Dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
         shift = self.shift(params["alpha"])
         levels = np.arange(256, dtype=np.float64)
         luts = [np.clip(np.rint(levels + s), 0, 255).astype(np.uint8) for s in shift]
@@ -250,12 +281,16 @@ class Lighting(PixelOp):
             out[:, :, c] = luts[c][image[:, :, c]]
         return out
 
-    def trace(self, params: Dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
         return _trace(list(params["alpha"]))
 
-    def params_from_trace(self, values: Sequence[float]) -> Dict[str, Any]:
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
         return {"alpha": [float(v) for v in values[:3]]}
 
-    def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "LIGHTING", "alphastd": self.alphastd, "eigval": self.eigval,
-                "eigvec": [v for row in self.eigvec for v in row]}
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
+        return {
+            "kind": "LIGHTING",
+            "alphastd": self.alphastd,
+            "eigval": self.eigval,
+            "eigvec": [v for row in self.eigvec for v in row],
+        }

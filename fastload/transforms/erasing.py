@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ _ATTEMPTS = 10
 _NOISE = 64
 
 
-def _pair(value: Any, name: str) -> Tuple[float, float]:
+def _pair(value: Any, name: str) -> tuple[float, float]:
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise ValueError(f"{name}={value!r} must be a (min, max) pair")
     lo, hi = float(value[0]), float(value[1])
@@ -60,9 +61,9 @@ class RandomErasing:
     """
 
     p: float = 0.5
-    scale: Tuple[float, float] = (0.02, 0.33)
-    ratio: Tuple[float, float] = (0.3, 3.3)
-    value: Union[float, str, Tuple[float, ...]] = 0
+    scale: tuple[float, float] = (0.02, 0.33)
+    ratio: tuple[float, float] = (0.3, 3.3)
+    value: float | str | tuple[float, ...] = 0
     inplace: bool = False
 
     def __post_init__(self) -> None:
@@ -80,8 +81,11 @@ class RandomErasing:
                 raise ValueError(f"value={value!r}: the only string accepted is 'random'")
         elif isinstance(value, numbers.Real) and not isinstance(value, bool):
             value = (float(value),)
-        elif isinstance(value, (tuple, list)) and len(value) in (1, 3) and all(
-                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+        elif (
+            isinstance(value, (tuple, list))
+            and len(value) in (1, 3)
+            and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
+        ):
             value = tuple(float(v) for v in value)
         else:
             raise ValueError(f"value={value!r} must be a number, 1 or 3 numbers (one per channel) or 'random'")
@@ -97,13 +101,16 @@ class RandomErasing:
     def random_value(self) -> bool:
         return self.value == "random"
 
-    def channel_values(self) -> Tuple[float, float, float]:
+    def channel_values(self) -> tuple[float, float, float]:
         """The constant fill per channel (undefined for ``"random"``)."""
         if self.random_value:
             return (0.0, 0.0, 0.0)
-        return self.value * 3 if len(self.value) == 1 else tuple(self.value)
+        value: Any = self.value  # a number tuple once __post_init__ has checked it
+        if len(value) == 1:
+            value = tuple(value) * 3
+        return (float(value[0]), float(value[1]), float(value[2]))
 
-    def sample(self, key: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, height: int, width: int) -> dict[str, Any]:
         """The box for one sample: ``{"applied", "top", "left", "height", "width"}``."""
         if not uniform(key, _E) < self.p:
             return {"applied": False}
@@ -113,8 +120,8 @@ class RandomErasing:
             c = _E + 1 + 4 * a
             erase_area = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * uniform(key, c))
             aspect = math.exp(log_lo + (log_hi - log_lo) * uniform(key, c + 1))
-            eh = int(round(math.sqrt(erase_area * aspect)))
-            ew = int(round(math.sqrt(erase_area / aspect)))
+            eh = round(math.sqrt(erase_area * aspect))
+            ew = round(math.sqrt(erase_area / aspect))
             if not (eh < height and ew < width):
                 continue
             top = randint(key, c + 2, height - eh + 1)
@@ -122,31 +129,32 @@ class RandomErasing:
             return {"applied": True, "top": top, "left": left, "height": eh, "width": ew}
         return {"applied": False}
 
-    def fill_values(self, key: int, params: Dict[str, Any], dtype: np.dtype) -> np.ndarray:
+    def fill_values(self, key: int, params: dict[str, Any], dtype: np.dtype) -> np.ndarray:
         """The ``[3, h, w]`` float64 fill of the box (channel-major, as torch's noise)."""
         eh, ew = params["height"], params["width"]
         if not self.random_value:
             return np.broadcast_to(np.asarray(self.channel_values(), np.float64)[:, None, None], (3, eh, ew))
         n = 3 * eh * ew
+        vals: list[float]
         if np.dtype(dtype) == np.uint8:
-            vals = [randint(key, _E + _NOISE + 2 * k, 256) for k in range(n)]
+            vals = [float(randint(key, _E + _NOISE + 2 * k, 256)) for k in range(n)]
         else:
             vals = [normal(key, _E + _NOISE + 2 * k) for k in range(n)]
         return np.asarray(vals, np.float64).reshape(3, eh, ew)
 
-    def apply_params(self, sample: np.ndarray, params: Dict[str, Any], key: int, *, channels_first: bool) -> None:
+    def apply_params(self, sample: np.ndarray, params: dict[str, Any], key: int, *, channels_first: bool) -> None:
         """Erases ``sample`` (one output image, ``[3, H, W]`` or ``[H, W, 3]``) in place."""
         if not params["applied"]:
             return
-        t, l, eh, ew = params["top"], params["left"], params["height"], params["width"]
+        top, left, eh, ew = params["top"], params["left"], params["height"], params["width"]
         fill = self.fill_values(key, params, sample.dtype)
         if sample.dtype == np.uint8:
             fill = np.clip(np.rint(fill), 0, 255)
         fill = fill.astype(sample.dtype)
         if channels_first:
-            sample[:, t:t + eh, l:l + ew] = fill
+            sample[:, top : top + eh, left : left + ew] = fill
         else:
-            sample[t:t + eh, l:l + ew, :] = fill.transpose(1, 2, 0)
+            sample[top : top + eh, left : left + ew, :] = fill.transpose(1, 2, 0)
 
 
 def _mx_jitter(ops: Sequence[Any]):
@@ -160,8 +168,15 @@ def _mx_jitter(ops: Sequence[Any]):
     return found
 
 
-def apply_output_ops(sample: np.ndarray, *, key: int, channels_first: bool, ops: Sequence[Any] = (),
-                     normalize: Any = None, erase: Optional[RandomErasing] = None) -> Dict[str, Any]:
+def apply_output_ops(
+    sample: np.ndarray,
+    *,
+    key: int,
+    channels_first: bool,
+    ops: Sequence[Any] = (),
+    normalize: Any = None,
+    erase: RandomErasing | None = None,
+) -> dict[str, Any]:
     """The Pillow path's output stage for one sample, in place: MXNet's jitter, then RandomErasing.
 
     Args:
@@ -176,17 +191,16 @@ def apply_output_ops(sample: np.ndarray, *, key: int, channels_first: bool, ops:
     Returns:
         What was drawn: ``{"erase": {...}, "mx_contrast": c, "mx_illumination": l}`` (NaN when not drawn).
     """
-    out: Dict[str, Any] = {"erase": {"applied": False}, "mx_contrast": float("nan"),
-                           "mx_illumination": float("nan")}
+    out: dict[str, Any] = {"erase": {"applied": False}, "mx_contrast": float("nan"), "mx_illumination": float("nan")}
     jitter = _mx_jitter(ops)
     if jitter is not None and sample.dtype != np.uint8:
         op, base = jitter
-        c, l = op.output_jitter(key, base)
-        out["mx_contrast"], out["mx_illumination"] = c, l
+        c, illum = op.output_jitter(key, base)
+        out["mx_contrast"], out["mx_illumination"] = c, illum
         scale = np.asarray(op.illumination_scale(normalize), np.float32)
         shape = (3, 1, 1) if channels_first else (1, 1, 3)
         work = sample.astype(np.float32)
-        work = work * np.float32(c) + (np.float32(l) * scale).reshape(shape)
+        work = work * np.float32(c) + (np.float32(illum) * scale).reshape(shape)
         sample[...] = work.astype(sample.dtype)
     if erase is not None:
         h, w = (sample.shape[1], sample.shape[2]) if channels_first else (sample.shape[0], sample.shape[1])
@@ -196,7 +210,9 @@ def apply_output_ops(sample: np.ndarray, *, key: int, channels_first: bool, ops:
     return out
 
 
-def engine_output_spec(ops: Sequence[Any] = (), normalize: Any = None, erase: Optional[RandomErasing] = None) -> Dict[str, Any]:
+def engine_output_spec(
+    ops: Sequence[Any] = (), normalize: Any = None, erase: RandomErasing | None = None
+) -> dict[str, Any]:
     """The engine's description of the output stage (``ErasingSpec`` in csrc/pixel_ops.h), as plain numbers.
 
     Args:
@@ -204,23 +220,32 @@ def engine_output_spec(ops: Sequence[Any] = (), normalize: Any = None, erase: Op
         normalize: The Pipeline's Normalize (``scale`` and ``std`` scale the illumination), or None.
         erase: The Pipeline's RandomErasing, or None.
     """
-    spec: Dict[str, Any] = {"mx_jitter": False, "erase": erase is not None}
+    spec: dict[str, Any] = {"mx_jitter": False, "erase": erase is not None}
     jitter = _mx_jitter(ops)
     if jitter is not None:
         op, base = jitter
-        spec.update(mx_jitter=True, max_random_contrast=op.max_random_contrast,
-                    max_random_illumination=op.max_random_illumination, mx_counter_base=base,
-                    illumination_scale=op.illumination_scale(normalize))
+        spec.update(
+            mx_jitter=True,
+            max_random_contrast=op.max_random_contrast,
+            max_random_illumination=op.max_random_illumination,
+            mx_counter_base=base,
+            illumination_scale=op.illumination_scale(normalize),
+        )
     if erase is not None:
-        spec.update(p=erase.p, scale=erase.scale, log_ratio=(math.log(erase.ratio[0]), math.log(erase.ratio[1])),
-                    random_value=erase.random_value, value=erase.channel_values())
+        spec.update(
+            p=erase.p,
+            scale=erase.scale,
+            log_ratio=(math.log(erase.ratio[0]), math.log(erase.ratio[1])),
+            random_value=erase.random_value,
+            value=erase.channel_values(),
+        )
     return spec
 
 
-def output_params_from_trace(values: Sequence[float]) -> Dict[str, Any]:
+def output_params_from_trace(values: Sequence[float]) -> dict[str, Any]:
     """The engine's output-stage trace of one sample as :func:`apply_output_ops` reports it."""
     v = [float(x) for x in values]
-    erase: Dict[str, Any] = {"applied": bool(v[0] == 1.0)}
+    erase: dict[str, Any] = {"applied": bool(v[0] == 1.0)}
     if erase["applied"]:
         erase.update(top=int(v[1]), left=int(v[2]), height=int(v[3]), width=int(v[4]))
     return {"erase": erase, "mx_contrast": v[5], "mx_illumination": v[6]}

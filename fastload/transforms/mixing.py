@@ -28,14 +28,14 @@ import math
 import numbers
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 
 from fastload.transforms.pixel import BATCH_OPS_COUNTER_BASE, normal, randint
 from fastload.transforms.rng import sample_key, uniform
 
-__all__ = ["MixUp", "CutMix", "RandomChoice", "MixResult", "sample_mix", "mix_batch", "sample_beta"]
+__all__ = ["CutMix", "MixResult", "MixUp", "RandomChoice", "mix_batch", "sample_beta", "sample_mix"]
 
 _K = BATCH_OPS_COUNTER_BASE
 _GAMMA_X = _K + 16
@@ -44,7 +44,11 @@ _GAMMA_ATTEMPTS = 80
 
 
 def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (alpha > 0 and math.isfinite(alpha)):
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, numbers.Real)
+        or not (float(alpha) > 0 and math.isfinite(alpha))
+    ):
         raise ValueError(f"alpha={alpha!r} must be a finite number > 0")
     return float(alpha)
 
@@ -98,8 +102,8 @@ class RandomChoice:
         p: Probabilities (normalized); None for uniform.
     """
 
-    transforms: Tuple[Union[MixUp, CutMix], ...] = ()
-    p: Optional[Tuple[float, ...]] = None
+    transforms: tuple[MixUp | CutMix, ...] = ()
+    p: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         ts = tuple(self.transforms)
@@ -122,7 +126,7 @@ class RandomChoice:
         return self.transforms[0].num_classes
 
 
-BatchOp = Union[MixUp, CutMix, RandomChoice]
+BatchOp = MixUp | CutMix | RandomChoice
 
 
 def _gamma(key: int, counter: int, alpha: float) -> float:
@@ -154,7 +158,7 @@ def sample_beta(key: int, alpha: float) -> float:
     return 0.5 if x + y == 0.0 else x / (x + y)
 
 
-def sample_mix(mix: BatchOp, key: int, height: int, width: int) -> Dict[str, Any]:
+def sample_mix(mix: BatchOp, key: int, height: int, width: int) -> dict[str, Any]:
     """The batch's parameters: ``{"op": "mixup" | "cutmix", "lam", "box", "lam_labels"}``."""
     if isinstance(mix, RandomChoice):
         if mix.p is None:
@@ -163,7 +167,7 @@ def sample_mix(mix: BatchOp, key: int, height: int, width: int) -> Dict[str, Any
             u = uniform(key, _K)
             acc = 0.0
             chosen = mix.transforms[-1]
-            for t, w in zip(mix.transforms, mix.p):
+            for t, w in zip(mix.transforms, mix.p, strict=False):
                 acc += w
                 if u < acc:
                     chosen = t
@@ -187,10 +191,10 @@ class MixResult:
     """What :func:`mix_batch` did: the soft labels ``[B, num_classes]`` float32 and the parameters."""
 
     labels: np.ndarray
-    params: Dict[str, Any]
+    params: dict[str, Any]
 
 
-def _layout(images: np.ndarray, layout: Optional[str]) -> bool:
+def _layout(images: np.ndarray, layout: str | None) -> bool:
     """True for NCHW."""
     if images.ndim != 4:
         raise ValueError(f"images must be a 4-D batch, got shape {images.shape}")
@@ -216,18 +220,27 @@ def _one_hot(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray:
         raise ValueError(f"labels have {lab.shape[0]} rows for a batch of {n}")
     if lab.ndim == 1 or (lab.ndim == 2 and lab.shape[1] == 1 and num_classes > 1):
         idx = lab.reshape(n).astype(np.float64)
-        if not np.all(np.isfinite(idx)) or np.any(idx != np.floor(idx)) or np.any(idx < 0) or np.any(idx >= num_classes):
-            bad = int(np.flatnonzero(~(np.isfinite(idx) & (idx == np.floor(idx)) & (idx >= 0) & (idx < num_classes)))[0])
+        if (
+            not np.all(np.isfinite(idx))
+            or np.any(idx != np.floor(idx))
+            or np.any(idx < 0)
+            or np.any(idx >= num_classes)
+        ):
+            bad = int(
+                np.flatnonzero(~(np.isfinite(idx) & (idx == np.floor(idx)) & (idx >= 0) & (idx < num_classes)))[0]
+            )
             raise ValueError(f"labels[{bad}]={lab.reshape(n)[bad]!r} is not a class index in [0, {num_classes})")
         out = np.zeros((n, num_classes), np.float32)
         out[np.arange(n), idx.astype(np.int64)] = 1.0
         return out
     if lab.ndim == 2 and lab.shape[1] == num_classes:
         return lab.astype(np.float32)
-    raise ValueError(f"labels of shape {lab.shape} must be class indices [B] / [B, 1] or probabilities [B, {num_classes}]")
+    raise ValueError(
+        f"labels of shape {lab.shape} must be class indices [B] / [B, 1] or probabilities [B, {num_classes}]"
+    )
 
 
-def _reference(images: np.ndarray, onehot: np.ndarray, params: Dict[str, Any], nchw: bool) -> np.ndarray:
+def _reference(images: np.ndarray, onehot: np.ndarray, params: dict[str, Any], nchw: bool) -> np.ndarray:
     w_own = np.float32(params["lam_labels"])
     w_roll = np.float32(1.0 - params["lam_labels"])
     soft = (np.roll(onehot, 1, axis=0) * w_roll + onehot * w_own).astype(np.float32)
@@ -242,8 +255,9 @@ def _reference(images: np.ndarray, onehot: np.ndarray, params: Dict[str, Any], n
     a = np.float32(params["lam"])
     b = np.float32(1.0 - params["lam"])
     if images.dtype == np.float16:
-        images[...] = (rolled.astype(np.float32) * b).astype(np.float16).astype(np.float32) + \
-            (images.astype(np.float32) * a).astype(np.float16).astype(np.float32)
+        images[...] = (rolled.astype(np.float32) * b).astype(np.float16).astype(np.float32) + (
+            images.astype(np.float32) * a
+        ).astype(np.float16).astype(np.float32)
     elif images.dtype == np.uint8:
         images[...] = np.clip(np.rint(rolled.astype(np.float32) * b + images.astype(np.float32) * a), 0, 255)
     else:
@@ -255,14 +269,24 @@ def _engine():
     if os.environ.get("FASTLOAD_DECODER", "").strip().lower() == "pillow":
         return None
     try:
-        from fastload import _engine as engine  # type: ignore[attr-defined]
+        import fastload._engine as engine
     except ImportError:
         return None
     return engine if hasattr(engine, "mix_batch") else None
 
 
-def mix_batch(images: np.ndarray, labels: np.ndarray, mix: BatchOp, *, seed: int, epoch: int, first_index: int,
-              layout: Optional[str] = None, threads: Optional[int] = None, out: Optional[np.ndarray] = None) -> MixResult:
+def mix_batch(
+    images: np.ndarray,
+    labels: np.ndarray,
+    mix: BatchOp,
+    *,
+    seed: int,
+    epoch: int,
+    first_index: int,
+    layout: str | None = None,
+    threads: int | None = None,
+    out: np.ndarray | None = None,
+) -> MixResult:
     """MixUp / CutMix a decoded batch in place; returns the soft labels.
 
     Args:
@@ -293,8 +317,13 @@ def mix_batch(images: np.ndarray, labels: np.ndarray, mix: BatchOp, *, seed: int
         raise ValueError("images must be C-contiguous and writeable (they are mixed in place)")
     nchw = _layout(images, layout)
     n = images.shape[0]
-    if out is not None and (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != (n, mix.num_classes)
-                            or not out.flags.c_contiguous or not out.flags.writeable):
+    if out is not None and (
+        not isinstance(out, np.ndarray)
+        or out.dtype != np.float32
+        or out.shape != (n, mix.num_classes)
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
         raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {(n, mix.num_classes)}")
     h, w = (images.shape[2], images.shape[3]) if nchw else (images.shape[1], images.shape[2])
     onehot = _one_hot(labels, n, mix.num_classes)
@@ -315,6 +344,15 @@ def mix_batch(images: np.ndarray, labels: np.ndarray, mix: BatchOp, *, seed: int
             threads = max(1, os.cpu_count() or 1)
     box = params["box"] or (0, 0, 0, 0)
     soft = np.empty((n, mix.num_classes), np.float32) if out is None else out
-    engine.mix_batch(images, onehot, soft, params["op"] == "cutmix", float(params["lam"]), box,
-                     float(params["lam_labels"]), bool(nchw), int(threads))
+    engine.mix_batch(
+        images,
+        onehot,
+        soft,
+        params["op"] == "cutmix",
+        float(params["lam"]),
+        box,
+        float(params["lam_labels"]),
+        bool(nchw),
+        int(threads),
+    )
     return MixResult(soft, params)

@@ -29,23 +29,26 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
 from fastload.transforms.pixel import PixelOp, normal, permutation
 from fastload.transforms.rng import uniform
 
-__all__ = ["MXNetColorAugment", "mx_gray", "mx_rgb_to_hls", "mx_hls_to_rgb"]
+__all__ = ["MXNetColorAugment", "mx_gray", "mx_hls_to_rgb", "mx_rgb_to_hls"]
 
 f32 = np.float32
 _FLT_EPSILON = f32(np.finfo(np.float32).eps)
 # MXNet's eigval * eigvec table (rows R, G, B), products in float32 as its initializer computes them.
 _EIGVAL = (f32(55.46), f32(4.794), f32(1.148))
-_EIGVEC = ((f32(-0.5675), f32(0.7192), f32(0.4009)),
-           (f32(-0.5808), f32(-0.0045), f32(-0.8140)),
-           (f32(-0.5836), f32(-0.6948), f32(0.4203)))
+_EIGVEC = (
+    (f32(-0.5675), f32(0.7192), f32(0.4009)),
+    (f32(-0.5808), f32(-0.0045), f32(-0.8140)),
+    (f32(-0.5836), f32(-0.6948), f32(0.4203)),
+)
 _PCA = tuple(tuple(f32(_EIGVAL[j] * _EIGVEC[i][j]) for j in range(3)) for i in range(3))
 
 
@@ -72,10 +75,10 @@ def mx_rgb_to_hls(image: np.ndarray) -> np.ndarray:
     vmax = np.maximum(np.maximum(r, g), b)
     vmin = np.minimum(np.minimum(r, g), b)
     diff = vmax - vmin
-    l = (vmax + vmin) * f32(0.5)
+    light = (vmax + vmin) * f32(0.5)
     colourful = diff > _FLT_EPSILON
     with np.errstate(divide="ignore", invalid="ignore"):
-        s = np.where(l < f32(0.5), diff / (vmax + vmin), diff / ((f32(2) - vmax) - vmin))
+        s = np.where(light < f32(0.5), diff / (vmax + vmin), diff / ((f32(2) - vmax) - vmin))
         d = f32(60.0) / diff
         h = np.where(vmax == r, (g - b) * d, np.where(vmax == g, (b - r) * d + f32(120), (r - g) * d + f32(240)))
     h = np.where(h < 0, h + f32(360), h)
@@ -83,7 +86,7 @@ def mx_rgb_to_hls(image: np.ndarray) -> np.ndarray:
     s = np.where(colourful, s, f32(0)).astype(f32)
     out = np.empty(image.shape, np.uint8)
     out[..., 0] = _saturate_u8(h * f32(0.5))
-    out[..., 1] = _saturate_u8(l * f32(255))
+    out[..., 1] = _saturate_u8(light * f32(255))
     out[..., 2] = _saturate_u8(s * f32(255))
     return out
 
@@ -95,10 +98,10 @@ _SECTORS = np.array([[1, 3, 0], [1, 0, 2], [3, 0, 1], [0, 2, 1], [0, 1, 3], [2, 
 def mx_hls_to_rgb(hls: np.ndarray) -> np.ndarray:
     """OpenCV's 8-bit HLS2BGR, returned as RGB."""
     h = hls[..., 0].astype(f32)
-    l = hls[..., 1].astype(f32) * f32(1.0 / 255.0)
+    light = hls[..., 1].astype(f32) * f32(1.0 / 255.0)
     s = hls[..., 2].astype(f32) * f32(1.0 / 255.0)
-    p2 = np.where(l <= f32(0.5), l * (f32(1) + s), (l + s) - l * s).astype(f32)
-    p1 = (f32(2) * l - p2).astype(f32)
+    p2 = np.where(light <= f32(0.5), light * (f32(1) + s), (light + s) - light * s).astype(f32)
+    p1 = (f32(2) * light - p2).astype(f32)
     h = (h * f32(6.0 / 180.0)).astype(f32)
     h = np.where(h >= f32(6), h - f32(6), h).astype(f32)  # H <= 180 needs at most one wrap
     sector = np.floor(h).astype(np.int64)
@@ -107,14 +110,18 @@ def mx_hls_to_rgb(hls: np.ndarray) -> np.ndarray:
     idx = _SECTORS[np.clip(sector, 0, 5)]
     bgr = np.take_along_axis(tab, idx, axis=-1)
     grey = (s == 0)[..., None]
-    bgr = np.where(grey, l[..., None], bgr)
+    bgr = np.where(grey, light[..., None], bgr)
     out = _saturate_u8(bgr * f32(255))
     return out[..., ::-1].copy()
 
 
 def _nonneg(value: Any, name: str, kind=numbers.Real) -> Any:
-    if isinstance(value, bool) or not isinstance(value, kind) or not value >= 0 or (
-            isinstance(value, float) and not math.isfinite(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not value >= 0
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise ValueError(f"{name}={value!r} must be a finite number >= 0")
     return value
 
@@ -147,8 +154,14 @@ class MXNetColorAugment(PixelOp):
     max_random_illumination: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("brightness", "contrast", "saturation", "pca_noise", "max_random_contrast",
-                     "max_random_illumination"):
+        for name in (
+            "brightness",
+            "contrast",
+            "saturation",
+            "pca_noise",
+            "max_random_contrast",
+            "max_random_illumination",
+        ):
             object.__setattr__(self, name, float(_nonneg(getattr(self, name), name)))
         for name in ("random_h", "random_s", "random_l"):
             object.__setattr__(self, name, int(_nonneg(getattr(self, name), name, numbers.Integral)))
@@ -165,11 +178,13 @@ class MXNetColorAugment(PixelOp):
     def has_output_jitter(self) -> bool:
         return self.max_random_contrast > 0 or self.max_random_illumination > 0
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"alpha": None, "order": None, "hls": None, "pca": None}
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"alpha": None, "order": None, "hls": None, "pca": None}
         if self.has_jitter:
-            out["alpha"] = [float(f32(1.0 + (2.0 * uniform(key, base + i) - 1.0) * v))
-                            for i, v in enumerate((self.brightness, self.contrast, self.saturation))]
+            out["alpha"] = [
+                float(f32(1.0 + (2.0 * uniform(key, base + i) - 1.0) * v))
+                for i, v in enumerate((self.brightness, self.contrast, self.saturation))
+            ]
             out["order"] = permutation(key, base + 3, 3)
         if self.has_hsl:
             shifts = []
@@ -182,7 +197,7 @@ class MXNetColorAugment(PixelOp):
             out["pca"] = [float(f32(f32(f32(row[0] * a[0]) + f32(row[1] * a[1])) + f32(row[2] * a[2]))) for row in _PCA]
         return out
 
-    def apply_params(self, image: np.ndarray, params: Dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
         img = np.ascontiguousarray(image)
         if params["alpha"] is not None:
             ab, ac, as_ = (f32(a) for a in params["alpha"])
@@ -207,23 +222,23 @@ class MXNetColorAugment(PixelOp):
             img = np.clip(np.trunc(work), 0, 255).astype(np.uint8)
         return img
 
-    def output_jitter(self, key: int, base: int) -> Tuple[float, float]:
+    def output_jitter(self, key: int, base: int) -> tuple[float, float]:
         """The normalization's (contrast, illumination) for one sample (MXNet: float outputs only)."""
         c = 2.0 * uniform(key, base + 17) - 1.0
-        l = 2.0 * uniform(key, base + 18) - 1.0
-        return (float(f32(1.0 + c * self.max_random_contrast)), float(f32(l * self.max_random_illumination)))
+        illum = 2.0 * uniform(key, base + 18) - 1.0
+        return (float(f32(1.0 + c * self.max_random_contrast)), float(f32(illum * self.max_random_illumination)))
 
     @staticmethod
-    def illumination_scale(normalize: Any) -> Tuple[float, float, float]:
+    def illumination_scale(normalize: Any) -> tuple[float, float, float]:
         """Per-channel ``scale / std`` of the Pipeline's Normalize (1 without one)."""
         if normalize is None:
             return (1.0, 1.0, 1.0)
         scale = float(getattr(normalize, "scale", 1.0))
         std = getattr(normalize, "std", (1.0, 1.0, 1.0))
         std = tuple(std) * 3 if len(tuple(std)) == 1 else tuple(std)
-        return tuple(scale / float(s) for s in std)
+        return (scale / float(std[0]), scale / float(std[1]), scale / float(std[2]))
 
-    def trace(self, params: Dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
         out = np.full(64, np.nan)
         if params["alpha"] is not None:
             out[0:3] = params["alpha"]
@@ -234,12 +249,19 @@ class MXNetColorAugment(PixelOp):
             out[9:12] = params["pca"]
         return out
 
-    def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "MXNET_COLOR", "brightness": self.brightness, "contrast": self.contrast,
-                "saturation": self.saturation, "pca_noise": self.pca_noise, "random_h": self.random_h,
-                "random_s": self.random_s, "random_l": self.random_l}
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
+        return {
+            "kind": "MXNET_COLOR",
+            "brightness": self.brightness,
+            "contrast": self.contrast,
+            "saturation": self.saturation,
+            "pca_noise": self.pca_noise,
+            "random_h": self.random_h,
+            "random_s": self.random_s,
+            "random_l": self.random_l,
+        }
 
-    def params_from_trace(self, values: Sequence[float]) -> Dict[str, Any]:
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
         v = list(values)
         return {
             "alpha": None if math.isnan(v[0]) else [float(x) for x in v[0:3]],

@@ -30,15 +30,14 @@ OUTPUT_DTYPES = ("float32", "float16")
 
 
 def _triple(value: float | Sequence[float], name: str) -> tuple[float, float, float]:
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        value = (value,) * 3
+    given: Any = (value,) * 3 if isinstance(value, numbers.Real) and not isinstance(value, bool) else value
     try:
-        items = tuple(float(v) for v in value)  # type: ignore[union-attr]
+        items = tuple(float(v) for v in given)
     except (TypeError, ValueError):
         raise ValueError(f"{name}={value!r} must be a number or 3 numbers (one per channel)") from None
     if len(items) != 3 or not all(math.isfinite(v) for v in items):
         raise ValueError(f"{name}={value!r} must be a number or 3 finite numbers (one per channel)")
-    return items  # type: ignore[return-value]
+    return (items[0], items[1], items[2])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,8 +63,12 @@ class Normalize:
         if any(s == 0.0 for s in std):
             raise ValueError(f"std={self.std!r} must be non-zero")
         object.__setattr__(self, "std", std)
-        if isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Real) or not math.isfinite(self.scale) \
-                or self.scale == 0:
+        if (
+            isinstance(self.scale, bool)
+            or not isinstance(self.scale, numbers.Real)
+            or not math.isfinite(self.scale)
+            or self.scale == 0
+        ):
             raise ValueError(f"scale={self.scale!r} must be a finite non-zero number")
         object.__setattr__(self, "scale", float(self.scale))
         try:

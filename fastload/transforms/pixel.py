@@ -47,7 +47,8 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -56,20 +57,20 @@ from fastload.transforms.pipeline import ERASE_COUNTER_BASE, OP_COUNTER_STRIDE, 
 from fastload.transforms.rng import uniform
 
 __all__ = [
+    "BATCH_OPS_COUNTER_BASE",
     "GEOMETRY_COUNTERS",
+    "MAX_PIXEL_OPS",
     "OP_COUNTER_STRIDE",
     "OUTPUT_OPS_COUNTER_BASE",
-    "BATCH_OPS_COUNTER_BASE",
     "TRACE_VALUES_PER_OP",
-    "MAX_PIXEL_OPS",
-    "op_counter_base",
-    "randint",
-    "normal",
-    "permutation",
     "PixelOp",
     "apply_pixel_ops",
     "check_pixel_ops",
     "engine_specs",
+    "normal",
+    "op_counter_base",
+    "permutation",
+    "randint",
     "run_pixel_ops_batch",
 ]
 
@@ -94,7 +95,7 @@ def normal(key: int, counter: int) -> float:
     return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
 
 
-def permutation(key: int, counter: int, n: int) -> List[int]:
+def permutation(key: int, counter: int, n: int) -> list[int]:
     """A uniform permutation of ``range(n)`` from the draws ``counter .. counter + n - 2`` (Fisher-Yates)."""
     perm = list(range(n))
     for step, i in enumerate(range(n - 1, 0, -1)):
@@ -110,23 +111,23 @@ class PixelOp:
     :meth:`trace` and :meth:`params_from_trace`.
     """
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         """The op's random parameters for one sample (draws from counters ``[base, base + 64)``)."""
         raise NotImplementedError
 
-    def apply_params(self, image: np.ndarray, params: Dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
         """The op with the given parameters on an HWC uint8 RGB image; returns a new array."""
         raise NotImplementedError
 
-    def trace(self, params: Dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
         """``params`` as the engine's flat float64 trace vector."""
         raise NotImplementedError
 
-    def params_from_trace(self, values: Sequence[float]) -> Dict[str, Any]:
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
         """The parameter dict of an engine trace vector."""
         raise NotImplementedError
 
-    def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
         """The op as plain numbers for the engine (``kind``: a member name of ``engine_abi.PixelOpKind``)."""
         raise NotImplementedError
 
@@ -138,24 +139,28 @@ class PixelOp:
 
 def _check_image(image: np.ndarray) -> np.ndarray:
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(f"pixel ops take an HWC uint8 RGB image, got {getattr(image, 'shape', None)} "
-                         f"{getattr(image, 'dtype', type(image).__name__)}")
+        raise ValueError(
+            f"pixel ops take an HWC uint8 RGB image, got {getattr(image, 'shape', None)} "
+            f"{getattr(image, 'dtype', type(image).__name__)}"
+        )
     return np.ascontiguousarray(image)
 
 
-def check_pixel_ops(ops: Sequence[Any]) -> Tuple[Any, ...]:
+def check_pixel_ops(ops: Sequence[Any]) -> tuple[Any, ...]:
     """Validates a Pipeline's ``ops`` (pixel op specs, at most :data:`MAX_PIXEL_OPS`); returns a tuple."""
     ops = tuple(ops)
     if len(ops) > MAX_PIXEL_OPS:
         raise ValueError(f"{len(ops)} pixel ops: at most {MAX_PIXEL_OPS} are supported")
     for i, op in enumerate(ops):
         if not isinstance(op, PixelOp):
-            raise ValueError(f"ops[{i}]={op!r} is not a pixel op (ColorJitter, RandomGrayscale, Grayscale, "
-                             "Lighting, MXNetColorAugment, AutoAugment, RandAugment, TrivialAugmentWide)")
+            raise ValueError(
+                f"ops[{i}]={op!r} is not a pixel op (ColorJitter, RandomGrayscale, Grayscale, "
+                "Lighting, MXNetColorAugment, AutoAugment, RandAugment, TrivialAugmentWide)"
+            )
     return ops
 
 
-def apply_pixel_ops(image: np.ndarray, ops: Sequence[PixelOp], key: int) -> Tuple[np.ndarray, List[Dict[str, Any]]]:
+def apply_pixel_ops(image: np.ndarray, ops: Sequence[PixelOp], key: int) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Runs ``ops`` in order on one output-sized image, as the engine does.
 
     Args:
@@ -181,20 +186,20 @@ def _engine():
     if os.environ.get("FASTLOAD_DECODER", "").strip().lower() == "pillow":
         return None
     try:
-        from fastload import _engine as engine  # type: ignore[attr-defined]
+        import fastload._engine as engine
     except ImportError:
         return None
     return engine if hasattr(engine, "pixel_ops_batch") else None
 
 
 @functools.lru_cache(maxsize=256)
-def _engine_fields(op: PixelOp, height: int, width: int) -> Dict[str, Any]:
+def _engine_fields(op: PixelOp, height: int, width: int) -> dict[str, Any]:
     # The policies' tables (magnitudes, a warp matrix per bin and sign) take milliseconds to build:
     # built once per op and output size. Specs are frozen dataclasses, hence hashable.
     return op.engine_fields(height, width)
 
 
-def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = None) -> List[Dict[str, Any]]:
+def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = None) -> list[dict[str, Any]]:
     """The ops as the engine's spec dicts for ``height`` x ``width`` outputs (``kind``: a PixelOpKind value).
 
     ``engine`` is accepted for symmetry with the other engine helpers and not used: the kinds come
@@ -208,8 +213,16 @@ def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = 
     return out
 
 
-def run_pixel_ops_batch(images: np.ndarray, ops: Sequence[PixelOp], *, seed: int, epoch: int, indices: Any,
-                        threads: int = 1, want_params: bool = False) -> Optional[List[List[Dict[str, Any]]]]:
+def run_pixel_ops_batch(
+    images: np.ndarray,
+    ops: Sequence[PixelOp],
+    *,
+    seed: int,
+    epoch: int,
+    indices: Any,
+    threads: int = 1,
+    want_params: bool = False,
+) -> list[list[dict[str, Any]]] | None:
     """Runs ``ops`` on already-decoded output-sized images ``[B, H, W, 3]`` uint8, in place.
 
     One engine call for the batch (GIL released, ``threads`` threads); the reference path when the
@@ -236,8 +249,15 @@ def run_pixel_ops_batch(images: np.ndarray, ops: Sequence[PixelOp], *, seed: int
             params.append(p)
         return params if want_params else None
     h, w = images.shape[1], images.shape[2]
-    traces = engine.pixel_ops_batch(images, engine_specs(ops, h, w, engine), int(seed) & mask, int(epoch) & mask,
-                                    idx, int(threads), bool(want_params))
+    traces = engine.pixel_ops_batch(
+        images,
+        engine_specs(ops, h, w, engine),
+        int(seed) & mask,
+        int(epoch) & mask,
+        idx,
+        int(threads),
+        bool(want_params),
+    )
     if not want_params:
         return None
     return [[op.params_from_trace(traces[i, k]) for k, op in enumerate(ops)] for i in range(images.shape[0])]

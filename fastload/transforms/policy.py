@@ -15,9 +15,10 @@ import enum
 import functools
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 
@@ -26,8 +27,8 @@ from fastload.transforms.pixel import PixelOp, randint
 from fastload.transforms.rng import uniform
 
 __all__ = [
-    "AutoAugmentPolicy",
     "AutoAugment",
+    "AutoAugmentPolicy",
     "RandAugment",
     "TrivialAugmentWide",
     "torch_linspace",
@@ -35,7 +36,7 @@ __all__ = [
 
 Prim = P.Prim
 _NAN = float("nan")
-FillArg = Union[None, int, float, Sequence[Union[int, float]]]
+FillArg = None | int | float | Sequence[int | float]
 
 
 def _float32_nearest(value: Fraction) -> np.float32:
@@ -80,11 +81,11 @@ def _posterize_bits(num_bins: int, top: int, span: int) -> np.ndarray:
 
 
 # (op, magnitudes or None, signed): the magnitude tables of torchvision's _augmentation_space.
-Space = List[Tuple[Prim, Optional[np.ndarray], bool]]
+Space = list[tuple[Prim, np.ndarray | None, bool]]
 
 
 @functools.lru_cache(maxsize=64)
-def _autoaugment_space(num_bins: int, height: int, width: int) -> Dict[str, Tuple[Prim, Optional[np.ndarray], bool]]:
+def _autoaugment_space(num_bins: int, height: int, width: int) -> dict[str, tuple[Prim, np.ndarray | None, bool]]:
     return {
         "ShearX": (Prim.SHEAR_X, torch_linspace(0.0, 0.3, num_bins), True),
         "ShearY": (Prim.SHEAR_Y, torch_linspace(0.0, 0.3, num_bins), True),
@@ -107,8 +108,21 @@ def _autoaugment_space(num_bins: int, height: int, width: int) -> Dict[str, Tupl
 def _randaugment_space(num_bins: int, height: int, width: int) -> Space:
     # Order matters: torchvision picks list(op_meta.keys())[randint(len)].
     aa = _autoaugment_space(num_bins, height, width)
-    names = ["ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
-             "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize"]
+    names = [
+        "ShearX",
+        "ShearY",
+        "TranslateX",
+        "TranslateY",
+        "Rotate",
+        "Brightness",
+        "Color",
+        "Contrast",
+        "Sharpness",
+        "Posterize",
+        "Solarize",
+        "AutoContrast",
+        "Equalize",
+    ]
     return [(Prim.IDENTITY, None, False)] + [aa[n] for n in names]
 
 
@@ -143,48 +157,84 @@ class AutoAugmentPolicy(str, enum.Enum):
 # Sub-policies: two (op, probability, magnitude bin or None) steps each, in the published order.
 _POLICIES = {
     AutoAugmentPolicy.IMAGENET: [
-        (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)), (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
-        (("Equalize", 0.8, None), ("Equalize", 0.6, None)), (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
-        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)), (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
-        (("Solarize", 0.6, 3), ("Equalize", 0.6, None)), (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
-        (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)), (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
-        (("Rotate", 0.8, 8), ("Color", 0.4, 0)), (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
-        (("Equalize", 0.0, None), ("Equalize", 0.8, None)), (("Invert", 0.6, None), ("Equalize", 1.0, None)),
-        (("Color", 0.6, 4), ("Contrast", 1.0, 8)), (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
-        (("Color", 0.8, 8), ("Solarize", 0.8, 7)), (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
-        (("ShearX", 0.6, 5), ("Equalize", 1.0, None)), (("Color", 0.4, 0), ("Equalize", 0.6, None)),
-        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)), (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
-        (("Invert", 0.6, None), ("Equalize", 1.0, None)), (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+        (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)),
+        (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+        (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+        (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
+        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+        (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
+        (("Solarize", 0.6, 3), ("Equalize", 0.6, None)),
+        (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
+        (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)),
+        (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
+        (("Rotate", 0.8, 8), ("Color", 0.4, 0)),
+        (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
+        (("Equalize", 0.0, None), ("Equalize", 0.8, None)),
+        (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+        (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+        (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
+        (("Color", 0.8, 8), ("Solarize", 0.8, 7)),
+        (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
+        (("ShearX", 0.6, 5), ("Equalize", 1.0, None)),
+        (("Color", 0.4, 0), ("Equalize", 0.6, None)),
+        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+        (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+        (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+        (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
         (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
     ],
     AutoAugmentPolicy.CIFAR10: [
-        (("Invert", 0.1, None), ("Contrast", 0.2, 6)), (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
-        (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)), (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
-        (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)), (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
-        (("Color", 0.4, 3), ("Brightness", 0.6, 7)), (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
-        (("Equalize", 0.6, None), ("Equalize", 0.5, None)), (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
-        (("Color", 0.7, 7), ("TranslateX", 0.5, 8)), (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
-        (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)), (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
-        (("Solarize", 0.5, 2), ("Invert", 0.0, None)), (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
-        (("Equalize", 0.2, None), ("Equalize", 0.6, None)), (("Color", 0.9, 9), ("Equalize", 0.6, None)),
-        (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)), (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
-        (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)), (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
-        (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)), (("Equalize", 0.8, None), ("Invert", 0.1, None)),
+        (("Invert", 0.1, None), ("Contrast", 0.2, 6)),
+        (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
+        (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)),
+        (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
+        (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)),
+        (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
+        (("Color", 0.4, 3), ("Brightness", 0.6, 7)),
+        (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
+        (("Equalize", 0.6, None), ("Equalize", 0.5, None)),
+        (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
+        (("Color", 0.7, 7), ("TranslateX", 0.5, 8)),
+        (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
+        (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)),
+        (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
+        (("Solarize", 0.5, 2), ("Invert", 0.0, None)),
+        (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
+        (("Equalize", 0.2, None), ("Equalize", 0.6, None)),
+        (("Color", 0.9, 9), ("Equalize", 0.6, None)),
+        (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)),
+        (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
+        (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)),
+        (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
+        (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)),
+        (("Equalize", 0.8, None), ("Invert", 0.1, None)),
         (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None)),
     ],
     AutoAugmentPolicy.SVHN: [
-        (("ShearX", 0.9, 4), ("Invert", 0.2, None)), (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
-        (("Equalize", 0.6, None), ("Solarize", 0.6, 6)), (("Invert", 0.9, None), ("Equalize", 0.6, None)),
-        (("Equalize", 0.6, None), ("Rotate", 0.9, 3)), (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
-        (("ShearY", 0.9, 8), ("Invert", 0.4, None)), (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
-        (("Invert", 0.9, None), ("AutoContrast", 0.8, None)), (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
-        (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)), (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
-        (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)), (("Invert", 0.9, None), ("Equalize", 0.6, None)),
-        (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)), (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
-        (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)), (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
-        (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)), (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
-        (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)), (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
-        (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)), (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
+        (("ShearX", 0.9, 4), ("Invert", 0.2, None)),
+        (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
+        (("Equalize", 0.6, None), ("Solarize", 0.6, 6)),
+        (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+        (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+        (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
+        (("ShearY", 0.9, 8), ("Invert", 0.4, None)),
+        (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
+        (("Invert", 0.9, None), ("AutoContrast", 0.8, None)),
+        (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+        (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)),
+        (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
+        (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)),
+        (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+        (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)),
+        (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
+        (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)),
+        (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
+        (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)),
+        (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
+        (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)),
+        (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
+        (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)),
+        (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
         (("ShearX", 0.7, 2), ("Invert", 0.1, None)),
     ],
 }
@@ -198,17 +248,16 @@ def _interpolation(value: Any) -> str:
     return name.lower()
 
 
-def _fill(value: FillArg) -> Tuple[int, int, int]:
+def _fill(value: FillArg) -> tuple[int, int, int]:
     # torchvision's _parse_fill for an RGB PIL image: None -> 0, a number -> all bands, int().
-    if value is None:
-        value = 0
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        value = [value] * 3
-    if not isinstance(value, (list, tuple)) or len(value) not in (1, 3):
+    given: Any = 0 if value is None else value
+    if isinstance(given, numbers.Real) and not isinstance(given, bool):
+        given = [given] * 3
+    if not isinstance(given, (list, tuple)) or len(given) not in (1, 3):
         raise ValueError(f"fill={value!r} must be None, a number or a sequence of 1 or 3 numbers")
-    if len(value) == 1:
-        value = list(value) * 3
-    out = tuple(int(v) for v in value)
+    if len(given) == 1:
+        given = list(given) * 3
+    out = (int(given[0]), int(given[1]), int(given[2]))
     if not all(0 <= v <= 255 for v in out):
         raise ValueError(f"fill={value!r} must hold values in [0, 255]")
     return out
@@ -223,20 +272,21 @@ class _PolicyBase(PixelOp):
     """Shared by the policies: applying a list of (primitive, magnitude) steps and the engine tables."""
 
     interpolation: str
-    fill: Tuple[int, int, int]
+    fill: Any  # a FillArg as given; __post_init__ stores the (r, g, b) triple of _fill()
 
-    def _run(self, image: np.ndarray, steps: Sequence[Tuple[int, float]]) -> np.ndarray:
+    def _run(self, image: np.ndarray, steps: Sequence[tuple[int, float]]) -> np.ndarray:
         for prim, magnitude in steps:
-            image = P.apply_prim(image, Prim(prim), magnitude, bilinear=self.interpolation == "bilinear",
-                                 fill=self.fill)
+            image = P.apply_prim(
+                image, Prim(prim), magnitude, bilinear=self.interpolation == "bilinear", fill=self.fill
+            )
         return image
 
     @staticmethod
-    def _warps(prim: Prim, magnitudes: Optional[np.ndarray], height: int, width: int) -> List[float]:
+    def _warps(prim: Prim, magnitudes: np.ndarray | None, height: int, width: int) -> list[float]:
         # For each magnitude bin: the warp of +m then of -m, 7 numbers each (mode, matrix).
         if prim not in P.GEOMETRIC_PRIMS or magnitudes is None:
             return []
-        rows: List[float] = []
+        rows: list[float] = []
         for m in magnitudes:
             for signed_m in (float(m), -float(m)):
                 rows.extend(P.warp_plan(prim, signed_m, height, width).as_row())
@@ -258,7 +308,7 @@ class AutoAugment(_PolicyBase):
         fill: Fill of the area the geometric ops uncover: None (0), a number or an RGB triple.
     """
 
-    policy: Union[str, AutoAugmentPolicy] = AutoAugmentPolicy.IMAGENET
+    policy: str | AutoAugmentPolicy = AutoAugmentPolicy.IMAGENET
     interpolation: Any = "nearest"
     fill: FillArg = None
 
@@ -274,16 +324,16 @@ class AutoAugment(_PolicyBase):
     def _steps(self, height: int, width: int):
         space = _autoaugment_space(10, height, width)
         out = []
-        for sub in _POLICIES[self.policy]:
+        for sub in _POLICIES[AutoAugmentPolicy(self.policy)]:
             row = []
             for name, prob, bin_ in sub:
                 prim, mags, signed = space[name]
-                magnitude = float(mags[bin_]) if bin_ is not None else 0.0
+                magnitude = float(mags[bin_]) if bin_ is not None and mags is not None else 0.0
                 row.append((prim, prob, magnitude, signed))
             out.append(row)
         return out
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         subs = self._steps(height, width)
         policy_id = randint(key, base, len(subs))
         ops = []
@@ -296,22 +346,25 @@ class AutoAugment(_PolicyBase):
             ops.append((int(prim), magnitude))
         return {"policy": policy_id, "applied": applied, "ops": ops}
 
-    def apply_params(self, image: np.ndarray, params: Dict[str, Any]) -> np.ndarray:
-        return self._run(image, [op for op, hit in zip(params["ops"], params["applied"]) if hit])
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+        return self._run(image, [op for op, hit in zip(params["ops"], params["applied"], strict=False) if hit])
 
-    def trace(self, params: Dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
         v = [params["policy"]] + [float(a) for a in params["applied"]]
         for prim, magnitude in params["ops"]:
             v += [prim, magnitude]
         out = np.full(64, np.nan)
-        out[:len(v)] = v
+        out[: len(v)] = v
         return out
 
-    def params_from_trace(self, values: Sequence[float]) -> Dict[str, Any]:
-        return {"policy": int(values[0]), "applied": [bool(values[1]), bool(values[2])],
-                "ops": [(int(values[3]), float(values[4])), (int(values[5]), float(values[6]))]}
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
+        return {
+            "policy": int(values[0]),
+            "applied": [bool(values[1]), bool(values[2])],
+            "ops": [(int(values[3]), float(values[4])), (int(values[5]), float(values[6]))],
+        }
 
-    def engine_spec(self, height: int, width: int) -> Dict[str, Any]:
+    def engine_spec(self, height: int, width: int) -> dict[str, Any]:
         """Numbers for the engine: sub-policies as (prim, prob, magnitude, signed, warp(+m) + warp(-m))."""
         subs = []
         for row in self._steps(height, width):
@@ -322,9 +375,13 @@ class AutoAugment(_PolicyBase):
             subs.append(steps)
         return {"subpolicies": subs}
 
-    def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        return {"kind": "AUTO_AUGMENT", "bilinear": self.interpolation == "bilinear", "fill": self.fill,
-                **self.engine_spec(height, width)}
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
+        return {
+            "kind": "AUTO_AUGMENT",
+            "bilinear": self.interpolation == "bilinear",
+            "fill": self.fill,
+            **self.engine_spec(height, width),
+        }
 
 
 def _check_bins(num_bins: Any) -> int:
@@ -339,7 +396,7 @@ class _ListPolicy(_PolicyBase):
     def _space(self, height: int, width: int) -> Space:
         raise NotImplementedError
 
-    def engine_spec(self, height: int, width: int) -> Dict[str, Any]:
+    def engine_spec(self, height: int, width: int) -> dict[str, Any]:
         """Numbers for the engine: candidates as (prim, signed, magnitudes, warps per bin for +m and -m)."""
         cands = []
         for prim, mags, signed in self._space(height, width):
@@ -347,24 +404,28 @@ class _ListPolicy(_PolicyBase):
             cands.append((int(prim), bool(signed), values, self._warps(prim, mags, height, width)))
         return {"candidates": cands}
 
-    def engine_fields(self, height: int, width: int) -> Dict[str, Any]:
-        fields = {"kind": "RAND_AUGMENT" if isinstance(self, RandAugment) else "TRIVIAL_AUGMENT_WIDE", "bilinear": self.interpolation == "bilinear", "fill": self.fill,
-                  **self.engine_spec(height, width)}
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
+        fields = {
+            "kind": "RAND_AUGMENT" if isinstance(self, RandAugment) else "TRIVIAL_AUGMENT_WIDE",
+            "bilinear": self.interpolation == "bilinear",
+            "fill": self.fill,
+            **self.engine_spec(height, width),
+        }
         if isinstance(self, RandAugment):
             fields.update(num_ops=self.num_ops, magnitude=self.magnitude)
         return fields
 
-    def apply_params(self, image: np.ndarray, params: Dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
         return self._run(image, params["ops"])
 
-    def trace(self, params: Dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
         out = np.full(64, np.nan)
         for i, (prim, magnitude) in enumerate(params["ops"]):
             out[2 * i] = prim
             out[2 * i + 1] = magnitude
         return out
 
-    def params_from_trace(self, values: Sequence[float]) -> Dict[str, Any]:
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
         ops = []
         for i in range(0, len(values) - 1, 2):
             if math.isnan(values[i]):
@@ -393,9 +454,17 @@ class RandAugment(_ListPolicy):
 
     def __post_init__(self) -> None:
         bins = _check_bins(self.num_magnitude_bins)
-        if isinstance(self.num_ops, bool) or not isinstance(self.num_ops, numbers.Integral) or not 1 <= self.num_ops <= 31:
+        if (
+            isinstance(self.num_ops, bool)
+            or not isinstance(self.num_ops, numbers.Integral)
+            or not 1 <= self.num_ops <= 31
+        ):
             raise ValueError(f"num_ops={self.num_ops!r} must be an int in [1, 31]")
-        if isinstance(self.magnitude, bool) or not isinstance(self.magnitude, numbers.Integral) or not 0 <= self.magnitude < bins:
+        if (
+            isinstance(self.magnitude, bool)
+            or not isinstance(self.magnitude, numbers.Integral)
+            or not 0 <= self.magnitude < bins
+        ):
             raise ValueError(f"magnitude={self.magnitude!r} must be an int in [0, num_magnitude_bins={bins})")
         object.__setattr__(self, "num_ops", int(self.num_ops))
         object.__setattr__(self, "magnitude", int(self.magnitude))
@@ -405,7 +474,7 @@ class RandAugment(_ListPolicy):
     def _space(self, height: int, width: int) -> Space:
         return _randaugment_space(self.num_magnitude_bins, height, width)
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         space = self._space(height, width)
         ops = []
         for i in range(self.num_ops):
@@ -438,7 +507,7 @@ class TrivialAugmentWide(_ListPolicy):
     def _space(self, height: int, width: int) -> Space:
         return _trivialaugment_space(self.num_magnitude_bins)
 
-    def sample(self, key: int, base: int, height: int, width: int) -> Dict[str, Any]:
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         space = self._space(height, width)
         prim, mags, signed = space[randint(key, base, len(space))]
         magnitude = float(mags[randint(key, base + 1, len(mags))]) if mags is not None else 0.0
