@@ -269,15 +269,16 @@ _TWO_RANKS = r"""
 import json, os, sys
 import torch.distributed as dist
 from fastload.records.remote_dataset import open_remote_dataset
-from fastload.torch import DataLoader
+from fastload.torch import DataLoader, OrderSampler
 from fastload.transforms import eval_transform
 rank = int(sys.argv[1]); out = sys.argv[2]
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[3], rank=rank, world_size=2)
 opts = json.loads(os.environ["S3_OPTIONS"])
 ds = open_remote_dataset(os.environ["S3_URL"], storage_options=opts, cache_dir=os.environ["CACHE"],
                          prefetch_shards=1)
-loader = DataLoader(ds, batch_size=4, shuffle="shard", seed=2, transform=eval_transform(32, resize=36),
-                    num_threads=1, prefetch=1, window=1)
+sampler = OrderSampler(ds, shuffle="shard", seed=2, window=1)
+loader = DataLoader(ds, batch_size=4, sampler=sampler, transform=eval_transform(32, resize=36), num_threads=1,
+                    prefetch=1)
 epochs = []
 for epoch in range(2):
     loader.set_epoch(epoch)
@@ -285,8 +286,8 @@ for epoch in range(2):
     dist.barrier()
 indices = []
 for epoch in range(2):
-    loader.set_epoch(epoch)
-    indices.append([int(i) for b in loader.loader for i in b.indices])
+    sampler.set_epoch(epoch)
+    indices.append([int(i) for i in sampler])
 json.dump({"batches": [len(e) for e in epochs], "indices": indices, "stats": ds.remote_stats()}, open(out, "w"))
 loader.close(); ds.close(); dist.destroy_process_group()
 """

@@ -154,3 +154,32 @@ def test_bad_specs_are_refused():
 
     with pytest.raises(ValueError, match="shard"):
         epoch_permutation(10, "shard", seed=0, epoch=0)
+
+
+def test_order_sampler_shard_mode_is_the_loaders_shard_order():
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from fastload.torch import OrderSampler
+
+    starts = _starts([7, 3, 9, 5, 6])
+
+    class Records:  # what the sampler reads of a fastload dataset
+        shard_starts = starts
+
+        def __len__(self):
+            return int(starts[-1])
+
+    n = int(starts[-1])
+    for world in (1, 2, 3):
+        seen = []
+        for rank in range(world):
+            sampler = OrderSampler(Records(), shuffle="shard", seed=4, rank=rank, world_size=world, window=2)
+            for epoch in (0, 1):
+                sampler.set_epoch(epoch)
+                got = list(sampler)
+                want = EpochOrder(_spec(starts, seed=4, rank=rank, world_size=world, window=2), epoch).share
+                assert got == want.tolist() and len(got) == len(sampler)
+                if epoch == 0:
+                    seen.extend(got)
+        assert set(seen) == set(range(n))  # every record each epoch, up to padding
+    with pytest.raises(ValueError, match="shard_starts"):
+        OrderSampler(list(range(10)), shuffle="shard")

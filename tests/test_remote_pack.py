@@ -77,6 +77,26 @@ def test_ray_pack_is_byte_identical_to_the_local_pack(ray_cluster, realistic, tm
     _assert_identical(tmp_path / "local", tmp_path / "ray")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
+@pytest.mark.parametrize("opts", [{}, {"resize": 40}, {"format": "lmdb"}], ids=["pass-through", "resize", "lmdb"])
+def test_ray_pack_of_a_hostile_tree_matches_the_local_pack(ray_cluster, tiny_folder, tmp_path, opts):
+    """A FIFO, a file too large for a record, a header-only bomb, symlink loops: same manifest as locally."""
+    from test_reliability_pack import _hostile_tree, _skipped
+
+    from fastload.errors import UserError
+    from fastload.pack.ray_engine import pack_with_ray
+
+    src = _hostile_tree(tiny_folder, tmp_path)
+    local = pack_folder(str(src), str(tmp_path / "local"), progress=False, workers=2, **opts)
+    result = pack_with_ray(str(src), str(tmp_path / "ray"), progress=False, items_per_task=16, **opts)
+    assert result.written == local.written == 40
+    assert result.skipped == local.skipped
+    assert _skipped(tmp_path / "ray") == _skipped(tmp_path / "local") and len(_skipped(tmp_path / "ray")) == 6
+    _assert_identical(tmp_path / "local", tmp_path / "ray")
+    with pytest.raises(UserError, match=r"on_error='raise'"):
+        pack_with_ray(str(src), str(tmp_path / "strict"), progress=False, on_error="fail", items_per_task=16, **opts)
+
+
 def _kill_a_running_task(name: str, stop: threading.Event, killed: list):
     while not stop.is_set():
         for proc in psutil.process_iter(["pid", "cmdline"]):

@@ -24,22 +24,25 @@ import torch
 import torch.distributed as dist
 from fastload.order import EpochOrder
 from fastload.records.dataset import open_dataset
-from fastload.torch import DataLoader
+from fastload.order import OrderSpec
+from fastload.torch import DataLoader, OrderSampler
 from fastload.transforms import eval_transform
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 ds = open_dataset(os.environ["S3_URL"], storage_options=json.loads(os.environ["S3_OPTIONS"]),
                   cache_dir=os.environ["NODE_CACHE"], prefetch_shards=1)
-loader = DataLoader(ds, batch_size=4, shuffle="shard", seed=5, transform=eval_transform(16, resize=18),
-                    num_threads=1, prefetch=1, window=1)
+loader = DataLoader(ds, batch_size=4, sampler=OrderSampler(ds, shuffle="shard", seed=5, window=1),
+                    transform=eval_transform(16, resize=18), num_threads=1, prefetch=1)
+spec = OrderSpec(num_records=len(ds), batch_size=4, shuffle="shard", seed=5, rank=rank, world_size=world, window=1,
+                 shard_starts=tuple(int(s) for s in ds.shard_starts))
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3 * 16 * 16, 3))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 report = {"rank": rank, "world": world, "batches": [], "indices": [], "losses": []}
 for epoch in range(2):
     loader.set_epoch(epoch)
-    order = EpochOrder(loader.loader.order_spec, epoch)
+    order = EpochOrder(spec, epoch)
     n = 0
     for k, (images, labels) in enumerate(loader):
         # What the loader yielded is the order's batch k (labels checked against the dataset's).

@@ -4,7 +4,7 @@ The work is cut into item ranges run as Ray tasks; the bytes come from the same 
 pack, so for the same inputs and options the shards are byte-identical to a local ``fastload pack``:
 
 1. **Convert** (one task per range of items): the local pack's own batch conversion
-   (:func:`fastload.pack.packer._convert_batch`: the engine's pass-through framing, or its
+   (:func:`fastload.pack.convert_batch.convert_batch`: the engine's pass-through framing, or its
    ``--resize`` / restart-index transcode, Pillow for the rest), in the same batch sizes. Each task
    writes its framed records (RecordIO) or values (LMDB) back to back into a *segment* file in
    ``OUT/.fastload-staging/ray/``, then a JSON sidecar with every record's sizes and kinds and the
@@ -36,7 +36,6 @@ import itertools
 import json
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -44,19 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from fastload.errors import UserError
-from fastload.pack.convert import ConvertOptions
+from fastload.errors import OnError, UserError
+from fastload.pack.convert_batch import batch_size, convert_batch, convert_options, resolve_transcoder
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
 from fastload.pack.manifest_writer import write_dataset_files
 from fastload.pack.options import PackOptions, ShardFormat
-from fastload.pack.packer import (
-    _DECODE_BATCH,
-    _PASS_BATCH,
-    _convert_batch,
-    _fingerprint,
-    _fixed_edges,
-    _resolve_transcoder,
-)
+from fastload.pack.plan import dataset_name, fixed_edges, refuse_walk_skips, stat_sources
+from fastload.pack.plan import fingerprint as pack_fingerprint
 from fastload.pack.restart import RestartTranscoder
 from fastload.pack.result import PackResult
 from fastload.pack.shard_writer import ShardSink
@@ -79,7 +72,7 @@ from fastload.records.manifest import read_manifest
 __all__ = ["RayPackResult", "RayPackStats", "format_ray_stats", "pack_with_ray"]
 
 _SEGMENTS = "ray"  # inside the pack's staging folder
-_SEG_VERSION = 1
+_SEG_VERSION = 2  # 2: every record carries its XXH3-64 checksum
 
 
 def _ray() -> Any:
@@ -144,13 +137,21 @@ def _load_segment(staging: str, number: int, start: int, end: int) -> dict[str, 
 
 
 def _convert_segment(
-    staging: str, number: int, start: int, batch: list[tuple[SourceItem, int]], options: PackOptions, label_width: int
+    staging: str,
+    number: int,
+    start: int,
+    batch: list[tuple[SourceItem, int]],
+    options: PackOptions,
+    label_width: int,
+    refused: dict[str, str],
 ) -> dict[str, Any]:
-    """Ray task body: convert items ``start..`` with the local pack's calls into one segment file."""
+    """Ray task body: convert items ``start..`` with the local pack's calls into one segment file.
+
+    ``refused``: the segment's files refused from their ``stat`` on the driver (path -> reason).
+    """
     t0 = time.perf_counter()
-    transcode = _resolve_transcoder(options)
-    convert_options = ConvertOptions(resize=options.resize, quality=options.quality, transcode=transcode)
-    step = _PASS_BATCH if options.resize is None and transcode is None else _DECODE_BATCH
+    converting = convert_options(options, resolve_transcoder(options))
+    step = batch_size(converting)
     pool = BufferPool(keep=2)
     data_path, meta_path = _segment_paths(staging, number)
     tmp = f"{data_path}.{os.getpid()}.partial"
@@ -160,7 +161,7 @@ def _convert_segment(
     with open(tmp, "wb") as f:
         for lo in range(0, len(batch), step):
             chunk = batch[lo : lo + step]
-            out = _convert_batch(chunk, convert_options, options.format, label_width, pool)
+            out = convert_batch(chunk, converting, options.format, label_width, pool, refused)
             entries = out.entries() if isinstance(out, FramedBatch) else out
             for entry in entries:
                 assert entry is not None  # a batch the engine framed whole has every entry
@@ -178,7 +179,17 @@ def _convert_segment(
                     digest.update(piece)
                     size += len(piece)
                 records.append(
-                    [result.kind, result.note, nread, prepared.length, prepared.data_offset, parts, offset, size]
+                    [
+                        result.kind,
+                        result.note,
+                        nread,
+                        prepared.length,
+                        prepared.data_offset,
+                        parts,
+                        offset,
+                        size,
+                        prepared.checksum,
+                    ]
                 )
                 offset += size
             if isinstance(out, FramedBatch):
@@ -265,9 +276,11 @@ def _write_shard(
             kind, note, nread = rec[0], rec[1], rec[2]
             sink.bytes_in += nread
             if kind is None:
-                sink.skipped.append((item.path, note))
+                if options.on_error is OnError.RAISE:  # as the local writer: the first bad file fails the pack
+                    raise UserError(f"{item.path}: {note} (on_error='raise', --on-error fail)")
+                sink.skipped.append((item.path, note or "not stored"))
                 continue
-            length, data_offset, parts, offset, size = rec[3:8]
+            length, data_offset, parts, offset, size, checksum = rec[3:9]
             if seg not in segments:
                 with open(_segment_paths(staging, seg)[0], "rb") as f:
                     segments[seg] = memoryview(f.read())
@@ -282,7 +295,7 @@ def _write_shard(
             sink.kinds[kind] += 1
             if note:
                 sink.kinds[note] += 1
-            sink.add(item, Prepared(record, length, data_offset))
+            sink.add(item, Prepared(record, length, data_offset, checksum))
         done = sink.finish(plan.end)
     except BaseException:
         sink.abort()
@@ -342,28 +355,17 @@ def pack_with_ray(
     elif kwargs:
         raise TypeError("pass either options= or keyword options, not both")
     t0 = time.perf_counter()
-    transcode = _resolve_transcoder(options)  # fails early, on the driver, when the engine is missing
+    transcode = resolve_transcoder(options)  # fails early, on the driver, when the engine is missing
     source = open_source(src, options.root)
-    name = (
-        options.name
-        or re.sub(r"[^A-Za-z0-9._-]", "_", os.path.splitext(os.path.basename(os.path.normpath(source.path)))[0]).lstrip(
-            "."
-        )
-        or "data"
-    )
+    name = dataset_name(source, options)
     order = np.arange(len(source.items))
     if options.shuffle:
         order = np.random.default_rng(options.seed).permutation(len(source.items))
-    stats = []
-    for item in source.items:
-        try:
-            st = os.stat(item.path)
-            stats.append((st.st_size, st.st_mtime_ns))
-        except OSError:
-            stats.append((0, 0))
+    stats, refused = stat_sources(source)
+    refuse_walk_skips(source, options)
     items = [source.items[i] for i in order.tolist()]
     sizes = [stats[i][0] for i in order.tolist()]
-    fingerprint = _fingerprint(source, order, stats, options, name)
+    fingerprint = pack_fingerprint(source, order, stats, options, name)
     out = os.path.abspath(out)
     if source.kind == "folder" and (out == source.path or out.startswith(source.path + os.sep)):
         raise UserError(f"{out}: the output folder must not be inside the source folder")
@@ -399,7 +401,18 @@ def pack_with_ray(
             started_here = True
         try:
             done, resumed, processed, bytes_in = _run(
-                ray, staging, source, options, name, items, sizes, transcode, items_per_task, max_retries, ray_stats
+                ray,
+                staging,
+                source,
+                options,
+                name,
+                items,
+                sizes,
+                refused,
+                transcode,
+                items_per_task,
+                max_retries,
+                ray_stats,
             )
         finally:
             if started_here:
@@ -435,6 +448,7 @@ def _run(
     name: str,
     items: list[SourceItem],
     sizes: list[int],
+    refused: dict[str, str],
     transcode: RestartTranscoder | None,
     items_per_task: int | None,
     max_retries: int,
@@ -462,8 +476,10 @@ def _run(
                 ray_stats.segments_reused += 1
                 progress.update(hi - lo)
                 continue
+            seg_items = items[lo:hi]
+            seg_refused = {it.path: refused[it.path] for it in seg_items if it.path in refused}
             ref = convert.remote(
-                staging, number, lo, list(zip(items[lo:hi], sizes[lo:hi], strict=True)), options, label_width
+                staging, number, lo, list(zip(seg_items, sizes[lo:hi], strict=True)), options, label_width, seg_refused
             )
             pending[ref] = number
         ray_stats.convert_tasks = len(pending)
@@ -481,7 +497,7 @@ def _run(
         for number in range(len(bounds) - 1):
             records.extend(metas[number]["records"])
             seg_of.extend([number] * len(metas[number]["records"]))
-        edges = _fixed_edges(n, options.shards)
+        edges = fixed_edges(n, options.shards)
         plans = _plan_shards(records, seg_of, edges, options.shard_size)
         ext = ".rec" if options.format is ShardFormat.RECORDIO else ".lmdb"
         done: dict[int, ShardDone] = {}

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
-from fastload.order import Even, Shuffle, coerce_enum, epoch_permutation, rank_share
+from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum, epoch_permutation, rank_share
 
 __all__ = ["OrderSampler", "IndexFeed", "distributed_rank_world"]
 
@@ -47,20 +47,23 @@ def _check_int(value, name: str, minimum: int) -> int:
 
 
 class OrderSampler(DistributedSampler):
-    """fastload's order (``"global"`` / ``"block"`` shuffle, or sequential) sharded over the ranks.
+    """fastload's order (``"global"`` / ``"block"`` / ``"shard"`` shuffle, or sequential) sharded over the ranks.
 
     Args:
         data_source: The dataset (only its length is used).
         shuffle: ``True`` or ``"global"`` (a full permutation per epoch), ``"block"`` (blocks of
             ``block_size`` records shuffled, then records within windows of ``window`` blocks: reads
-            stay mostly sequential, for data larger than RAM), ``False`` or ``"none"`` (in order).
+            stay mostly sequential, for data larger than RAM), ``"shard"`` (the shard-aware order for
+            remote and cached datasets: shards permuted and dealt to the ranks, records shuffled within
+            windows of ``window`` shards, so each rank reads whole shards, each once per epoch; needs
+            a dataset with ``shard_starts``), ``False`` or ``"none"`` (in order).
         seed: Non-negative seed; the permutation is a pure function of ``(seed, epoch)``.
         rank: This process's rank (default: ``torch.distributed``'s when the epoch starts, else 0).
         world_size: Number of ranks (default: ``torch.distributed``'s when the epoch starts, else 1).
         even: ``"pad"`` (repeat records from the start of the epoch, as ``DistributedSampler``) or
             ``"drop"`` (drop the tail) so that every rank gets the same number of samples.
         block_size: Records per block for ``"block"``.
-        window: Blocks per shuffling window for ``"block"``.
+        window: Blocks per shuffling window for ``"block"``; shards per window for ``"shard"``.
     """
 
     def __init__(self, data_source, *, shuffle: Union[bool, str] = True, seed: int = 0, rank: Optional[int] = None,
@@ -84,6 +87,15 @@ class OrderSampler(DistributedSampler):
         if world_size is not None:
             _check_int(world_size, "world_size", 1)
         self._rank, self._world_size = rank, world_size
+        self._shard_starts: Optional[tuple] = None
+        if self.mode is Shuffle.SHARD:
+            starts = getattr(data_source, "shard_starts", None)
+            if starts is None:
+                starts = getattr(getattr(data_source, "records", None), "shard_starts", None)  # ImageDataset
+            if starts is None:
+                raise ValueError(f"shuffle='shard' needs a dataset with shard_starts (a fastload dataset), not "
+                                 f"{type(data_source).__name__}")
+            self._shard_starts = tuple(int(s) for s in np.asarray(starts).tolist())
         self.epoch = 0
         self._explicit: Optional[int] = None
         self._started = False
@@ -129,6 +141,10 @@ class OrderSampler(DistributedSampler):
         if n == 0:
             return iter(())
         rank, world = self.rank, self.num_replicas
+        if self.mode is Shuffle.SHARD:
+            spec = OrderSpec(num_records=n, batch_size=1, shuffle=Shuffle.SHARD, seed=self.seed, rank=rank,
+                             world_size=world, even=self.even, window=self.window, shard_starts=self._shard_starts)
+            return iter(EpochOrder(spec, epoch).share.tolist())
         perm = epoch_permutation(n, self.mode, seed=self.seed, epoch=epoch, block_size=self.block_size,
                                  window=self.window)
         return iter(rank_share(perm, rank=rank, world_size=world, even=self.even).tolist())
