@@ -45,17 +45,34 @@ import os
 import statistics
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from collections.abc import Callable
 
 import numpy as np
 
 from .peers.sparse_data import synthetic_csr
 
-__all__ = ["make_runner", "image_iters", "sparse_iters", "FastloadImageRunner", "data_py_train_kwargs",
-           "gluoncv_train_kwargs", "training_pairs", "iterator_pairs", "TARGETS"]
+__all__ = [
+    "TARGETS",
+    "FastloadImageRunner",
+    "data_py_train_kwargs",
+    "gluoncv_train_kwargs",
+    "image_iters",
+    "iterator_pairs",
+    "make_runner",
+    "sparse_iters",
+    "training_pairs",
+]
 
-_RRC = dict(random_resized_crop=True, min_random_area=0.08, max_random_area=1.0, min_aspect_ratio=3.0 / 4.0,
-            max_aspect_ratio=4.0 / 3.0, rand_mirror=True, dtype="uint8", round_batch=False)
+_RRC = dict(
+    random_resized_crop=True,
+    min_random_area=0.08,
+    max_random_area=1.0,
+    min_aspect_ratio=3.0 / 4.0,
+    max_aspect_ratio=4.0 / 3.0,
+    rand_mirror=True,
+    dtype="uint8",
+    round_batch=False,
+)
 
 
 def _idx_records(rec: str) -> int:
@@ -77,7 +94,7 @@ def _part_records(total: int, part: int, parts: int) -> int:
     return min(step * (part + 1), total) - min(step * part, total)
 
 
-def _drain(it, records: int, limit: Optional[int] = None) -> int:
+def _drain(it, records: int, limit: int | None = None) -> int:
     """Records delivered in one epoch of ``it``, whose epoch covers ``records`` records.
 
     Every batch is consumed the same way for every iterator (wait for its data) and counts the
@@ -104,13 +121,22 @@ class FastloadImageRunner:
             raise FileNotFoundError(f"no dataset for fastload.mxnet.ImageRecordIter: {rec!r}")
         size = int(spec.get("size", 224))
         threads = int(spec.get("threads", os.cpu_count() or 1))
-        self.nbytes = os.path.getsize(rec) if os.path.isfile(rec) else sum(
-            os.path.getsize(os.path.join(rec, f)) for f in os.listdir(rec))
+        self.nbytes = (
+            os.path.getsize(rec)
+            if os.path.isfile(rec)
+            else sum(os.path.getsize(os.path.join(rec, f)) for f in os.listdir(rec))
+        )
         self.limit = spec.get("batches")
-        self.it = fm.ImageRecordIter(path_imgrec=rec, data_shape=(3, size, size),
-                                     batch_size=int(spec.get("batch_size", 256)), shuffle=True,
-                                     seed=int(spec.get("seed", 0)), preprocess_threads=threads, prefetch_buffer=4,
-                                     **_RRC)
+        self.it = fm.ImageRecordIter(
+            path_imgrec=rec,
+            data_shape=(3, size, size),
+            batch_size=int(spec.get("batch_size", 256)),
+            shuffle=True,
+            seed=int(spec.get("seed", 0)),
+            preprocess_threads=threads,
+            prefetch_buffer=4,
+            **_RRC,
+        )
         from fastload.decode import engine_info
 
         self.info = {"preprocess_threads": threads, "backend": engine_info().get("backend")}
@@ -133,19 +159,32 @@ def make_runner(spec: dict) -> FastloadImageRunner:
 
 
 class _MXImageRunner:
-    def __init__(self, rec: str, *, parts: int, batch_size: int, size: int, threads: int, seed: int,
-                 limit: Optional[int]) -> None:
+    def __init__(
+        self, rec: str, *, parts: int, batch_size: int, size: int, threads: int, seed: int, limit: int | None
+    ) -> None:
         import mxnet as mx
 
         idx = os.path.splitext(rec)[0] + ".idx"
         total = _idx_records(rec)
         self.records = [_part_records(total, p, parts) for p in range(parts)]
         self.limit = limit
-        self.iters = [mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=idx,
-                                            data_shape=(3, size, size), batch_size=batch_size, shuffle=True,
-                                            seed=seed + p, preprocess_threads=threads, prefetch_buffer=4,
-                                            part_index=p, num_parts=parts, verbose=False, **_RRC)
-                      for p in range(parts)]
+        self.iters = [
+            mx.io.ImageRecordIter(
+                path_imgrec=rec,
+                path_imgidx=idx,
+                data_shape=(3, size, size),
+                batch_size=batch_size,
+                shuffle=True,
+                seed=seed + p,
+                preprocess_threads=threads,
+                prefetch_buffer=4,
+                part_index=p,
+                num_parts=parts,
+                verbose=False,
+                **_RRC,
+            )
+            for p in range(parts)
+        ]
 
     def run(self) -> int:
         for it in self.iters:
@@ -170,27 +209,38 @@ class _MXImageRunner:
         self.iters = []
 
 
-def _round_robin(contenders: Dict[str, Callable[[], int]], repeats: int, warmup: int) -> Dict[str, List[float]]:
+def _round_robin(contenders: dict[str, Callable[[], int]], repeats: int, warmup: int) -> dict[str, list[float]]:
     names = list(contenders)
     for _ in range(warmup):
         for name in names:
             contenders[name]()
-    rates: Dict[str, List[float]] = {n: [] for n in names}
+    rates: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
-        for name in (names if r % 2 == 0 else names[::-1]):
+        for name in names if r % 2 == 0 else names[::-1]:
             t0 = time.perf_counter()
             items = contenders[name]()
             rates[name].append(items / (time.perf_counter() - t0))
     return rates
 
 
-def _rows(rates: Dict[str, List[float]], unit: str, notes: Dict[str, str]) -> List[dict]:
-    return [{"name": n, "unit": unit, "samples": s, "median": statistics.median(s), "notes": notes.get(n, "")}
-            for n, s in rates.items()]
+def _rows(rates: dict[str, list[float]], unit: str, notes: dict[str, str]) -> list[dict]:
+    return [
+        {"name": n, "unit": unit, "samples": s, "median": statistics.median(s), "notes": notes.get(n, "")}
+        for n, s in rates.items()
+    ]
 
 
-def image_iters(rec: str, *, batch_size: int = 256, size: int = 224, threads: int = 2, repeats: int = 3,
-                warmup: int = 1, batches: Optional[int] = None, seed: int = 0) -> List[dict]:
+def image_iters(
+    rec: str,
+    *,
+    batch_size: int = 256,
+    size: int = 224,
+    threads: int = 2,
+    repeats: int = 3,
+    warmup: int = 1,
+    batches: int | None = None,
+    seed: int = 0,
+) -> list[dict]:
     """fastload.mxnet.ImageRecordIter vs MXNet's ImageRecordIter (1 iterator and 2 partitions).
 
     Args:
@@ -206,8 +256,9 @@ def image_iters(rec: str, *, batch_size: int = 256, size: int = 224, threads: in
     Returns:
         One dict per contender; ``samples`` are images/s per repeat.
     """
-    fl = FastloadImageRunner({"rec": rec, "batch_size": batch_size, "size": size, "threads": threads,
-                              "seed": seed, "batches": batches})
+    fl = FastloadImageRunner(
+        {"rec": rec, "batch_size": batch_size, "size": size, "threads": threads, "seed": seed, "batches": batches}
+    )
     one = _MXImageRunner(rec, parts=1, batch_size=batch_size, size=size, threads=threads, seed=seed, limit=batches)
     two = _MXImageRunner(rec, parts=2, batch_size=batch_size, size=size, threads=threads, seed=seed, limit=batches)
     names = {
@@ -222,11 +273,20 @@ def image_iters(rec: str, *, batch_size: int = 256, size: int = 224, threads: in
         fl.close()
         one.close()
         two.close()
-    return _rows(rates, "images", {n: common for n in names})
+    return _rows(rates, "images", dict.fromkeys(names, common))
 
 
-def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float = 0.001, batch_size: int = 256,
-                 repeats: int = 3, warmup: int = 1, consumer: str = "wait", seed: int = 0) -> List[dict]:
+def sparse_iters(
+    *,
+    rows: int = 256 * 4,
+    features: int = 250_000,
+    density: float = 0.001,
+    batch_size: int = 256,
+    repeats: int = 3,
+    warmup: int = 1,
+    consumer: str = "wait",
+    seed: int = 0,
+) -> list[dict]:
     """fastload.mxnet.NDArrayIter vs mx.io.NDArrayIter on the same CSR data, same consumer.
 
     Args:
@@ -256,9 +316,11 @@ def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float
 
     if consumer not in ("wait", "dot"):
         raise ValueError(f"consumer={consumer!r} must be 'wait' or 'dot'")
-    if rows * features >= 2 ** 31 - 1:
-        raise ValueError(f"rows={rows} x features={features} = {rows * features:,} elements: MXNet refuses arrays "
-                         f"(CSR included) of 2**31 - 1 elements or more; use fewer rows")
+    if rows * features >= 2**31 - 1:
+        raise ValueError(
+            f"rows={rows} x features={features} = {rows * features:,} elements: MXNet refuses arrays "
+            f"(CSR included) of 2**31 - 1 elements or more; use fewer rows"
+        )
     rng = np.random.default_rng(seed)
     x, y = synthetic_csr(rows, features, density, rng)
     weight = mx.nd.array(rng.random((features, 8), dtype=np.float32)) if consumer == "dot" else None
@@ -276,13 +338,15 @@ def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float
         return n
 
     mine = fm.NDArrayIter(x, y, batch_size=batch_size, shuffle=True, seed=seed, last_batch_handle="discard")
-    theirs = mx.io.NDArrayIter(mx.nd.sparse.array(x), y, batch_size=batch_size, shuffle=True,
-                               last_batch_handle="discard")
+    theirs = mx.io.NDArrayIter(
+        mx.nd.sparse.array(x), y, batch_size=batch_size, shuffle=True, last_batch_handle="discard"
+    )
 
     def run(it):
         def go() -> int:
             it.reset()
             return consume(it)
+
         return go
 
     names = {"fastload.mxnet NDArrayIter (CSR)": run(mine), "MXNet NDArrayIter (CSR)": run(theirs)}
@@ -291,18 +355,21 @@ def sparse_iters(*, rows: int = 256 * 4, features: int = 250_000, density: float
         rates = _round_robin(names, repeats, warmup)
     finally:
         mine.close()
-    return _rows(rates, "batches", {n: note for n in names})
+    return _rows(rates, "batches", dict.fromkeys(names, note))
 
 
 # --- training-iterator pairs: common/data.py at --aug-level 3, GluonCV's colour augmentation -------
 
 #: check -> minimum paired ratio the issue sets.
-TARGETS = {"data.py --aug-level 3: fastload / MXNet ImageRecordIter": 3.0,
-           "GluonCV colour augmentation: with / without (fastload)": 1 / 1.2}
+TARGETS = {
+    "data.py --aug-level 3: fastload / MXNet ImageRecordIter": 3.0,
+    "GluonCV colour augmentation: with / without (fastload)": 1 / 1.2,
+}
 
 
-def data_py_train_kwargs(rec: str, *, aug_level: int = 3, batch_size: int = 128, size: int = 224,
-                         threads: int = 2) -> dict:
+def data_py_train_kwargs(
+    rec: str, *, aug_level: int = 3, batch_size: int = 128, size: int = 224, threads: int = 2
+) -> dict:
     """The training ImageRecordIter arguments of MXNet's common/data.py at its argparse defaults.
 
     ``--aug-level`` 1 sets random crop and mirror, 2 adds HSL jitter (36, 50, 50), 3 adds rotation
@@ -316,27 +383,79 @@ def data_py_train_kwargs(rec: str, *, aug_level: int = 3, batch_size: int = 128,
     if aug_level >= 3:
         level.update(rotate=10, shear=0.1, aspect=0.25)
     idx = os.path.splitext(rec)[0] + ".idx"
-    return dict(path_imgrec=rec, path_imgidx=idx if os.path.isfile(idx) else "", label_width=1, mean_r=123.68,
-                mean_g=116.779, mean_b=103.939, std_r=1.0, std_g=1.0, std_b=1.0, data_name="data",
-                label_name="softmax_label", data_shape=(3, size, size), batch_size=batch_size,
-                rand_crop=level["random_crop"], max_random_scale=1.0, pad=0, fill_value=127, random_resized_crop=0,
-                min_random_scale=1.0, max_aspect_ratio=level["aspect"], min_aspect_ratio=None, max_random_area=1.0,
-                min_random_area=1.0, min_crop_size=-1, max_crop_size=-1, brightness=0.0, contrast=0.0,
-                saturation=0.0, pca_noise=0.0, random_h=level["h"], random_s=level["s"], random_l=level["l"],
-                max_rotate_angle=level["rotate"], max_shear_ratio=level["shear"], rand_mirror=level["random_mirror"],
-                preprocess_threads=threads, shuffle=True, num_parts=1, part_index=0)
+    return dict(
+        path_imgrec=rec,
+        path_imgidx=idx if os.path.isfile(idx) else "",
+        label_width=1,
+        mean_r=123.68,
+        mean_g=116.779,
+        mean_b=103.939,
+        std_r=1.0,
+        std_g=1.0,
+        std_b=1.0,
+        data_name="data",
+        label_name="softmax_label",
+        data_shape=(3, size, size),
+        batch_size=batch_size,
+        rand_crop=level["random_crop"],
+        max_random_scale=1.0,
+        pad=0,
+        fill_value=127,
+        random_resized_crop=0,
+        min_random_scale=1.0,
+        max_aspect_ratio=level["aspect"],
+        min_aspect_ratio=None,
+        max_random_area=1.0,
+        min_random_area=1.0,
+        min_crop_size=-1,
+        max_crop_size=-1,
+        brightness=0.0,
+        contrast=0.0,
+        saturation=0.0,
+        pca_noise=0.0,
+        random_h=level["h"],
+        random_s=level["s"],
+        random_l=level["l"],
+        max_rotate_angle=level["rotate"],
+        max_shear_ratio=level["shear"],
+        rand_mirror=level["random_mirror"],
+        preprocess_threads=threads,
+        shuffle=True,
+        num_parts=1,
+        part_index=0,
+    )
 
 
-def gluoncv_train_kwargs(rec: str, *, color: bool = True, batch_size: int = 128, size: int = 224,
-                         threads: int = 2) -> dict:
+def gluoncv_train_kwargs(
+    rec: str, *, color: bool = True, batch_size: int = 128, size: int = 224, threads: int = 2
+) -> dict:
     """GluonCV's ImageNet training ImageRecordIter (``--use-rec``), with or without its colour jitter."""
     jitter, lighting = (0.4, 0.1) if color else (0.0, 0.0)
     idx = os.path.splitext(rec)[0] + ".idx"
-    return dict(path_imgrec=rec, path_imgidx=idx if os.path.isfile(idx) else "", preprocess_threads=threads,
-                shuffle=True, batch_size=batch_size, data_shape=(3, size, size), mean_r=123.68, mean_g=116.779,
-                mean_b=103.939, std_r=58.393, std_g=57.12, std_b=57.375, rand_mirror=True, random_resized_crop=True,
-                max_aspect_ratio=4.0 / 3.0, min_aspect_ratio=3.0 / 4.0, max_random_area=1, min_random_area=0.08,
-                brightness=jitter, saturation=jitter, contrast=jitter, pca_noise=lighting)
+    return dict(
+        path_imgrec=rec,
+        path_imgidx=idx if os.path.isfile(idx) else "",
+        preprocess_threads=threads,
+        shuffle=True,
+        batch_size=batch_size,
+        data_shape=(3, size, size),
+        mean_r=123.68,
+        mean_g=116.779,
+        mean_b=103.939,
+        std_r=58.393,
+        std_g=57.12,
+        std_b=57.375,
+        rand_mirror=True,
+        random_resized_crop=True,
+        max_aspect_ratio=4.0 / 3.0,
+        min_aspect_ratio=3.0 / 4.0,
+        max_random_area=1,
+        min_random_area=0.08,
+        brightness=jitter,
+        saturation=jitter,
+        contrast=jitter,
+        pca_noise=lighting,
+    )
 
 
 class _Sample:
@@ -354,7 +473,7 @@ class _IterContender:
     its own next run with batches ready (``bench.stages.quiesce``).
     """
 
-    def __init__(self, name: str, it, records: int, batches: Optional[int]) -> None:
+    def __init__(self, name: str, it, records: int, batches: int | None) -> None:
         self.name, self.it, self.records, self.batches = name, it, records, batches
 
     def run(self) -> _Sample:
@@ -379,8 +498,15 @@ def _quiet_fastload(kwargs: dict):
         return fm.ImageRecordIter(**kwargs)
 
 
-def training_pairs(rec: str, *, rounds: int = 5, batch_size: int = 128, size: int = 224, threads: int = 2,
-                   batches: Optional[int] = None) -> list:
+def training_pairs(
+    rec: str,
+    *,
+    rounds: int = 5,
+    batch_size: int = 128,
+    size: int = 224,
+    threads: int = 2,
+    batches: int | None = None,
+) -> list:
     """The two training-iterator ratios (see the module docstring), as paired runs.
 
     Args:
@@ -413,8 +539,14 @@ def training_pairs(rec: str, *, rounds: int = 5, batch_size: int = 128, size: in
         n = records or len(mine.loader.dataset)
         theirs = mx.io.ImageRecordIter(verbose=False, **kwargs)
         try:
-            out.append(run_pair(check, _IterContender("fastload.mxnet ImageRecordIter", mine, n, batches),
-                                _IterContender("mx.io.ImageRecordIter", theirs, n, batches), rounds=rounds))
+            out.append(
+                run_pair(
+                    check,
+                    _IterContender("fastload.mxnet ImageRecordIter", mine, n, batches),
+                    _IterContender("mx.io.ImageRecordIter", theirs, n, batches),
+                    rounds=rounds,
+                )
+            )
         finally:
             mine.close()
     check = "GluonCV colour augmentation: with / without (fastload)"
@@ -426,8 +558,14 @@ def training_pairs(rec: str, *, rounds: int = 5, batch_size: int = 128, size: in
         without = _quiet_fastload(gluoncv_train_kwargs(rec, color=False, **common))
         n = records or len(without.loader.dataset)
         try:
-            out.append(run_pair(check, _IterContender("with colour", with_color, n, batches),
-                                _IterContender("without colour", without, n, batches), rounds=rounds))
+            out.append(
+                run_pair(
+                    check,
+                    _IterContender("with colour", with_color, n, batches),
+                    _IterContender("without colour", without, n, batches),
+                    rounds=rounds,
+                )
+            )
         finally:
             with_color.close()
             without.close()
@@ -435,8 +573,18 @@ def training_pairs(rec: str, *, rounds: int = 5, batch_size: int = 128, size: in
 
 
 def _skipped(cls, check: str, num: str, den: str, exc: Exception):
-    return cls(check=check, numerator=num, denominator=den, median=float("nan"), q1=float("nan"), q3=float("nan"),
-               total=float("nan"), pairs=0, chunk=0, skipped=f"fastload cannot run it yet: {exc}")
+    return cls(
+        check=check,
+        numerator=num,
+        denominator=den,
+        median=float("nan"),
+        q1=float("nan"),
+        q3=float("nan"),
+        total=float("nan"),
+        pairs=0,
+        chunk=0,
+        skipped=f"fastload cannot run it yet: {exc}",
+    )
 
 
 # --- paired runs against MXNet, and what keeping batches costs --------------------------------------
@@ -461,8 +609,16 @@ class _KeepContender:
         return _Sample(n, time.perf_counter() - t0)
 
 
-def iterator_pairs(rec: str, *, rounds: int = 7, batch_size: int = 128, size: int = 224, threads: int = 2,
-                   rows: int = 20_000, features: int = 512) -> list:
+def iterator_pairs(
+    rec: str,
+    *,
+    rounds: int = 7,
+    batch_size: int = 128,
+    size: int = 224,
+    threads: int = 2,
+    rows: int = 20_000,
+    features: int = 512,
+) -> list:
     """Paired runs: fastload vs MXNet ImageRecordIter (uint8, and float32 with ImageNet mean/std), and
     NDArrayIter's usual loop (take, use, drop) vs keeping every batch of the epoch.
 
@@ -486,9 +642,16 @@ def iterator_pairs(rec: str, *, rounds: int = 7, batch_size: int = 128, size: in
     records = _idx_records(rec)
     out = []
     for dtype in ("uint8", "float32"):
-        kwargs = dict(path_imgrec=rec, path_imgidx=os.path.splitext(rec)[0] + ".idx", data_shape=(3, size, size),
-                      batch_size=batch_size, shuffle=True, preprocess_threads=threads, prefetch_buffer=4,
-                      **dict(_RRC, dtype=dtype))
+        kwargs = dict(
+            path_imgrec=rec,
+            path_imgidx=os.path.splitext(rec)[0] + ".idx",
+            data_shape=(3, size, size),
+            batch_size=batch_size,
+            shuffle=True,
+            preprocess_threads=threads,
+            prefetch_buffer=4,
+            **dict(_RRC, dtype=dtype),
+        )
         if dtype != "uint8":
             kwargs.update(mean_r=123.68, mean_g=116.779, mean_b=103.939, std_r=58.393, std_g=57.12, std_b=57.375)
         with warnings.catch_warnings():
@@ -496,9 +659,14 @@ def iterator_pairs(rec: str, *, rounds: int = 7, batch_size: int = 128, size: in
             mine = fm.ImageRecordIter(**kwargs)
         theirs = mx.io.ImageRecordIter(verbose=False, **kwargs)
         try:
-            out.append(run_pair(f"ImageRecordIter RRC{size} {dtype}: fastload / MXNet",
-                                _IterContender("fastload.mxnet ImageRecordIter", mine, records, None),
-                                _IterContender("mx.io.ImageRecordIter", theirs, records, None), rounds=rounds))
+            out.append(
+                run_pair(
+                    f"ImageRecordIter RRC{size} {dtype}: fastload / MXNet",
+                    _IterContender("fastload.mxnet ImageRecordIter", mine, records, None),
+                    _IterContender("mx.io.ImageRecordIter", theirs, records, None),
+                    rounds=rounds,
+                )
+            )
         finally:
             mine.close()
     x = np.random.default_rng(0).random((rows, features), dtype=np.float32)
@@ -508,9 +676,14 @@ def iterator_pairs(rec: str, *, rounds: int = 7, batch_size: int = 128, size: in
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # KeptBatchesWarning is the point here
-            out.append(run_pair(f"NDArrayIter dense {rows}x{features} batch 256: usual loop / keeping every batch",
-                                _KeepContender("usual loop", usual, False, 256),
-                                _KeepContender("every batch kept", kept, True, 256), rounds=rounds))
+            out.append(
+                run_pair(
+                    f"NDArrayIter dense {rows}x{features} batch 256: usual loop / keeping every batch",
+                    _KeepContender("usual loop", usual, False, 256),
+                    _KeepContender("every batch kept", kept, True, 256),
+                    rounds=rounds,
+                )
+            )
     finally:
         usual.close()
         kept.close()

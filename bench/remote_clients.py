@@ -20,6 +20,7 @@ Run: ``python bench/remote_clients.py [--sizes 32,128,256] [--pairs 5] [--json O
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -134,10 +135,8 @@ def run(*, sizes_mb: list[int], pairs: int, endpoint: str, bucket: str, scratch:
     finally:
         pool.shutdown()
         for c in clients:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(scratch, c))
-            except OSError:
-                pass
     return {"command": " ".join(sys.argv), "endpoint": endpoint, "range_bytes": RANGE, "rows": rows}
 
 

@@ -29,10 +29,10 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
 
-__all__ = ["Side", "Comparison", "TARGETS", "run", "main"]
+__all__ = ["TARGETS", "Comparison", "Side", "main", "run"]
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -52,7 +52,7 @@ class Side:
     name: str
     make: Callable[[], object]
     inputs: Sequence[str]
-    ips: List[float] = field(default_factory=list)
+    ips: list[float] = field(default_factory=list)
     _loader: object = None
 
     def epoch(self) -> float:
@@ -81,7 +81,7 @@ class Comparison:
     check: str
     numerator: Side
     denominator: Side
-    ratios: List[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
 
     def run(self, rounds: int) -> None:
         for r in range(rounds + 1):
@@ -96,13 +96,21 @@ class Comparison:
 
     def summary(self) -> dict:
         q = statistics.quantiles(self.ratios, n=4) if len(self.ratios) >= 2 else [self.ratios[0]] * 3
-        op, target = TARGETS.get(self.check, (">=", None))
+        _op, target = TARGETS.get(self.check, (">=", None))
         median = statistics.median(self.ratios)
-        return {"check": self.check, "numerator": self.numerator.name, "denominator": self.denominator.name,
-                "median_ratio": median, "q1": q[0], "q3": q[2], "pairs": len(self.ratios),
-                "numerator_ips": statistics.median(self.numerator.ips),
-                "denominator_ips": statistics.median(self.denominator.ips),
-                "target": target, "met": None if target is None else median >= target}
+        return {
+            "check": self.check,
+            "numerator": self.numerator.name,
+            "denominator": self.denominator.name,
+            "median_ratio": median,
+            "q1": q[0],
+            "q3": q[2],
+            "pairs": len(self.ratios),
+            "numerator_ips": statistics.median(self.numerator.ips),
+            "denominator_ips": statistics.median(self.denominator.ips),
+            "target": target,
+            "met": None if target is None else median >= target,
+        }
 
 
 def _warm(paths: Sequence[str]) -> None:
@@ -128,8 +136,9 @@ def _pipelines(size: int, resize: int):
     return train, train_u8, evaluate
 
 
-def comparisons(images_root: str, packed: Optional[str], *, batch_size: int, workers: int, size: int,
-                resize: int) -> List[Comparison]:
+def comparisons(
+    images_root: str, packed: str | None, *, batch_size: int, workers: int, size: int, resize: int
+) -> list[Comparison]:
     """The four comparisons of the drop-in benchmark (the packed ones when ``packed`` is given)."""
     import torch.utils.data as tud
     from torchvision import datasets
@@ -143,25 +152,60 @@ def comparisons(images_root: str, packed: Optional[str], *, batch_size: int, wor
     def folder(tf):
         return datasets.ImageFolder(images_root, tf)
 
-    torch_train = Side("torch DataLoader, ImageFolder, train", lambda: tud.DataLoader(folder(train), **args),
-                       [images_root])
-    out = [Comparison("train, unpacked folder: fastload.torch / torch DataLoader",
-                      Side("fastload.torch DataLoader, ImageFolder, train", lambda: ft.DataLoader(folder(train), **args),
-                           [images_root]), torch_train)]
+    torch_train = Side(
+        "torch DataLoader, ImageFolder, train", lambda: tud.DataLoader(folder(train), **args), [images_root]
+    )
+    out = [
+        Comparison(
+            "train, unpacked folder: fastload.torch / torch DataLoader",
+            Side(
+                "fastload.torch DataLoader, ImageFolder, train",
+                lambda: ft.DataLoader(folder(train), **args),
+                [images_root],
+            ),
+            torch_train,
+        )
+    ]
     if packed is not None:
-        packed_float = Side("fastload.torch DataLoader, packed, train float32",
-                            lambda: ft.DataLoader(ft.ImageDataset(packed, train), **args), [packed])
-        packed_u8 = Side("fastload.torch DataLoader, packed, train uint8",
-                         lambda: ft.DataLoader(ft.ImageDataset(packed, train_u8), **args), [packed])
-        out.append(Comparison("train, packed: fastload.torch / torch DataLoader", packed_float,
-                              Side(torch_train.name, torch_train.make, torch_train.inputs)))
-        out.append(Comparison("train, packed: float32 normalized / uint8 output, fastload.torch",
-                              Side(packed_float.name, packed_float.make, packed_float.inputs), packed_u8))
-    out.append(Comparison("eval, unpacked folder: fastload.torch / torch DataLoader",
-                          Side("fastload.torch DataLoader, ImageFolder, eval",
-                               lambda: ft.DataLoader(folder(evaluate), **eval_args), [images_root]),
-                          Side("torch DataLoader, ImageFolder, eval", lambda: tud.DataLoader(folder(evaluate), **eval_args),
-                               [images_root])))
+        packed_float = Side(
+            "fastload.torch DataLoader, packed, train float32",
+            lambda: ft.DataLoader(ft.ImageDataset(packed, train), **args),
+            [packed],
+        )
+        packed_u8 = Side(
+            "fastload.torch DataLoader, packed, train uint8",
+            lambda: ft.DataLoader(ft.ImageDataset(packed, train_u8), **args),
+            [packed],
+        )
+        out.append(
+            Comparison(
+                "train, packed: fastload.torch / torch DataLoader",
+                packed_float,
+                Side(torch_train.name, torch_train.make, torch_train.inputs),
+            )
+        )
+        out.append(
+            Comparison(
+                "train, packed: float32 normalized / uint8 output, fastload.torch",
+                Side(packed_float.name, packed_float.make, packed_float.inputs),
+                packed_u8,
+            )
+        )
+    out.append(
+        Comparison(
+            "eval, unpacked folder: fastload.torch / torch DataLoader",
+            Side(
+                "fastload.torch DataLoader, ImageFolder, eval",
+                lambda: ft.DataLoader(folder(evaluate), **eval_args),
+                [images_root],
+            ),
+            Side(
+                "torch DataLoader, ImageFolder, eval",
+                lambda: tud.DataLoader(folder(evaluate), **eval_args),
+                [images_root],
+            ),
+        )
+    )
     return out
 
 
@@ -200,14 +244,28 @@ def fidelity(images_root: str, *, size: int, resize: int, limit: int = 256, batc
         ref = TF.resized_crop(img, int(p.y0), int(p.x0), int(p.y1 - p.y0), int(p.x1 - p.x0), [size, size])
         ref = TF.normalize(TF.to_tensor(TF.hflip(ref) if p.flip else ref), MEAN, STD)
         diffs.append(float((got[k] - ref).abs().mean()))
-    return {"images": len(subset), "eval_mean_abs": float(per_image_eval.mean()),
-            "eval_worst_image": float(per_image_eval.max()), "train_mean_abs": statistics.fmean(diffs),
-            "train_worst_image": max(diffs)}
+    return {
+        "images": len(subset),
+        "eval_mean_abs": float(per_image_eval.mean()),
+        "eval_worst_image": float(per_image_eval.max()),
+        "train_mean_abs": statistics.fmean(diffs),
+        "train_worst_image": max(diffs),
+    }
 
 
-def run(dataset: Optional[str], *, rounds: int = 5, count: Optional[int] = None, batch_size: int = 256,
-        workers: int = 2, size: int = 224, resize: int = 256, quick: bool = False, argv: Sequence[str] = (),
-        log=sys.stderr) -> dict:
+def run(
+    dataset: str | None,
+    *,
+    rounds: int = 5,
+    count: int | None = None,
+    batch_size: int = 256,
+    workers: int = 2,
+    size: int = 224,
+    resize: int = 256,
+    quick: bool = False,
+    argv: Sequence[str] = (),
+    log=sys.stderr,
+) -> dict:
     """Prepare the data, run every comparison, return the report (see the module docstring)."""
     from .harness import environment
     from .prepare import prepare
@@ -219,8 +277,9 @@ def run(dataset: Optional[str], *, rounds: int = 5, count: Optional[int] = None,
         with warnings.catch_warnings():
             # pin_memory=True on a machine without CUDA: torch's (and fastload's) warning, once per epoch.
             warnings.filterwarnings("ignore", message=".*pin_memory.*")
-            for comp in comparisons(data.images_root, data.packed, batch_size=batch_size, workers=workers, size=size,
-                                    resize=resize):
+            for comp in comparisons(
+                data.images_root, data.packed, batch_size=batch_size, workers=workers, size=size, resize=resize
+            ):
                 print(f"running {comp.check} ({rounds} pairs + 1 warm-up) ...", file=log, flush=True)
                 try:
                     comp.run(rounds)
@@ -230,37 +289,50 @@ def run(dataset: Optional[str], *, rounds: int = 5, count: Optional[int] = None,
                 rows.append(comp.summary())
             print("measuring pixel fidelity ...", file=log, flush=True)
             fid = fidelity(data.images_root, size=size, resize=resize, limit=32 if quick else 256)
-        return {"environment": environment(list(argv)), "dataset": data.describe(), "batch_size": batch_size,
-                "num_workers": workers, "size": size, "rounds": rounds, "comparisons": rows, "fidelity": fid}
+        return {
+            "environment": environment(list(argv)),
+            "dataset": data.describe(),
+            "batch_size": batch_size,
+            "num_workers": workers,
+            "size": size,
+            "rounds": rounds,
+            "comparisons": rows,
+            "fidelity": fid,
+        }
 
 
 def format_report(report: dict) -> str:
     env = report["environment"]
-    lines = [f"{env['cpu_model']}, {env['cores']} cores, python {env['python']}, git {env['git_sha']}, "
-             f"{env['timestamp']}",
-             f"command: {env['command']}",
-             f"dataset: {report['dataset']['source']} ({report['dataset']['images']} images, "
-             f"{report['dataset']['mean_kb']} KB mean); batch {report['batch_size']}, num_workers "
-             f"{report['num_workers']}, {report['size']}x{report['size']}",
-             "",
-             f"{'comparison':<66} {'ratio':>6} {'quartiles':>11} {'num img/s':>10} {'den img/s':>10} {'target':>8}"]
+    lines = [
+        f"{env['cpu_model']}, {env['cores']} cores, python {env['python']}, git {env['git_sha']}, {env['timestamp']}",
+        f"command: {env['command']}",
+        f"dataset: {report['dataset']['source']} ({report['dataset']['images']} images, "
+        f"{report['dataset']['mean_kb']} KB mean); batch {report['batch_size']}, num_workers "
+        f"{report['num_workers']}, {report['size']}x{report['size']}",
+        "",
+        f"{'comparison':<66} {'ratio':>6} {'quartiles':>11} {'num img/s':>10} {'den img/s':>10} {'target':>8}",
+    ]
     for r in report["comparisons"]:
         target = "" if r["target"] is None else f">={r['target']:.1f} {'ok' if r['met'] else 'MISSED'}"
-        lines.append(f"{r['check']:<66} {r['median_ratio']:>5.2f}x {r['q1']:>4.2f}-{r['q3']:<5.2f} "
-                     f"{r['numerator_ips']:>10,.0f} {r['denominator_ips']:>10,.0f} {target:>8}")
+        lines.append(
+            f"{r['check']:<66} {r['median_ratio']:>5.2f}x {r['q1']:>4.2f}-{r['q3']:<5.2f} "
+            f"{r['numerator_ips']:>10,.0f} {r['denominator_ips']:>10,.0f} {target:>8}"
+        )
     lines.append("")
     lines.append("ratio = median of per-pair ratios, the two sides alternating epoch by epoch; img/s = medians.")
     fid = report.get("fidelity")
     if fid:
         grey = 1.0 / (255 * statistics.fmean(STD))  # one grey level in normalized units
-        lines.append(f"pixels against torchvision's own pipeline, {fid['images']} images, mean absolute difference in "
-                     f"normalized units (1 grey level ~ {grey:.4f}): eval {fid['eval_mean_abs']:.4f} (worst image "
-                     f"{fid['eval_worst_image']:.4f}), train with the engine's crops replayed through torchvision "
-                     f"{fid['train_mean_abs']:.4f} (worst image {fid['train_worst_image']:.4f})")
+        lines.append(
+            f"pixels against torchvision's own pipeline, {fid['images']} images, mean absolute difference in "
+            f"normalized units (1 grey level ~ {grey:.4f}): eval {fid['eval_mean_abs']:.4f} (worst image "
+            f"{fid['eval_worst_image']:.4f}), train with the engine's crops replayed through torchvision "
+            f"{fid['train_mean_abs']:.4f} (worst image {fid['train_worst_image']:.4f})"
+        )
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dataset", nargs="?", help="an ImageFolder tree (default: generate realistic JPEGs)")
     parser.add_argument("--rounds", type=int, default=5, help="timed pairs per comparison")
@@ -272,11 +344,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny dataset, 1 pair, small batches")
     parser.add_argument("--out", default=None, help="folder for results.json and table.txt")
     args = parser.parse_args(argv)
-    argv = ["python -m bench.torch_dropin"] + list(sys.argv[1:] if argv is None else argv)
+    argv = ["python -m bench.torch_dropin", *list(sys.argv[1:] if argv is None else argv)]
     if args.quick:
         args.rounds, args.batch_size, args.size, args.resize = min(args.rounds, 1), min(args.batch_size, 16), 64, 72
-    report = run(args.dataset, rounds=args.rounds, count=args.count, batch_size=args.batch_size, workers=args.workers,
-                 size=args.size, resize=args.resize, quick=args.quick, argv=argv)
+    report = run(
+        args.dataset,
+        rounds=args.rounds,
+        count=args.count,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        size=args.size,
+        resize=args.resize,
+        quick=args.quick,
+        argv=argv,
+    )
     text = format_report(report)
     print(text)
     if args.out:

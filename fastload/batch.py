@@ -59,24 +59,25 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from fastload.decode import Layout  # the engine's output layouts are the slots' layouts
 
 __all__ = [
-    "Layout",
+    "HELD_BATCHES",
     "Allocator",
-    "FieldSpec",
-    "ReleaseHook",
-    "numpy_allocator",
-    "image_fields",
-    "Fence",
-    "Slot",
     "Batch",
     "BatchRing",
-    "HELD_BATCHES",
+    "Fence",
+    "FieldSpec",
+    "Layout",
+    "ReleaseHook",
+    "Slot",
+    "image_fields",
+    "numpy_allocator",
 ]
 
 log = logging.getLogger("fastload.batch")
@@ -86,8 +87,8 @@ log = logging.getLogger("fastload.batch")
 # them on top of the prefetched batches; holding more is "keeping batches" (see the module doc).
 HELD_BATCHES = 2
 
-Allocator = Callable[[Tuple[int, ...], np.dtype], Tuple[np.ndarray, Any]]
-FieldSpec = Tuple[Tuple[int, ...], Any]  # (shape of the field's array in one slot, dtype)
+Allocator = Callable[[tuple[int, ...], np.dtype], tuple[np.ndarray, Any]]
+FieldSpec = tuple[tuple[int, ...], Any]  # (shape of the field's array in one slot, dtype)
 ReleaseHook = Callable[[], Iterable[Any]]
 
 # How long the producer sleeps between two checks of a pending fence (polling never blocks, so
@@ -95,14 +96,15 @@ ReleaseHook = Callable[[], Iterable[Any]]
 _FENCE_POLL = 0.0002
 
 
-def numpy_allocator(shape: Tuple[int, ...], dtype: np.dtype) -> Tuple[np.ndarray, Any]:
+def numpy_allocator(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
     """The default allocator: plain (pageable) numpy memory; the array is its own owner."""
     array = np.empty(shape, dtype=dtype)
     return array, array
 
 
-def image_fields(*, batch_size: int, image_size: Tuple[int, int], layout: Layout, label_width: int,
-                 image_dtype: Any = np.uint8) -> Dict[str, FieldSpec]:
+def image_fields(
+    *, batch_size: int, image_size: tuple[int, int], layout: Layout, label_width: int, image_dtype: Any = np.uint8
+) -> dict[str, FieldSpec]:
     """The image loader's slot fields.
 
     Returns:
@@ -112,8 +114,11 @@ def image_fields(*, batch_size: int, image_size: Tuple[int, int], layout: Layout
     h, w = image_size
     layout = Layout(layout)
     image_shape = (batch_size, 3, h, w) if layout is Layout.NCHW else (batch_size, h, w, 3)
-    return {"images": (image_shape, np.dtype(image_dtype)), "labels": ((batch_size, label_width), np.dtype(np.float32)),
-            "indices": ((batch_size,), np.dtype(np.int64))}
+    return {
+        "images": (image_shape, np.dtype(image_dtype)),
+        "labels": ((batch_size, label_width), np.dtype(np.float32)),
+        "indices": ((batch_size,), np.dtype(np.int64)),
+    }
 
 
 class Fence:
@@ -139,16 +144,16 @@ class Slot:
         taken: The consumer has taken that batch (as opposed to it waiting in the prefetch queue).
     """
 
-    __slots__ = ("id", "arrays", "owners", "generation", "fences", "leased", "taken", "interfaces")
+    __slots__ = ("arrays", "fences", "generation", "id", "interfaces", "leased", "owners", "taken")
 
-    def __init__(self, slot_id: int, arrays: Dict[str, Tuple[np.ndarray, Any]]) -> None:
+    def __init__(self, slot_id: int, arrays: dict[str, tuple[np.ndarray, Any]]) -> None:
         self.id = slot_id
         self.arrays = {k: v[0] for k, v in arrays.items()}
         # Built once: numpy makes a new dict per `__array_interface__` access (~1 us each).
         self.interfaces = {k: v.__array_interface__ for k, v in self.arrays.items()}
         self.owners = {k: v[1] for k, v in arrays.items()}
         self.generation = 0
-        self.fences: List[Any] = []
+        self.fences: list[Any] = []
         self.leased = False
         self.taken = False
 
@@ -180,24 +185,24 @@ class _LeasedArray:
 
     __slots__ = ("__array_interface__", "_array", "_lease")
 
-    def __init__(self, array: np.ndarray, interface: Dict[str, Any], lease: _Lease) -> None:
+    def __init__(self, array: np.ndarray, interface: dict[str, Any], lease: _Lease) -> None:
         self.__array_interface__ = interface
         self._array = array  # the memory outlives the ring while a lease holds it
         self._lease = lease
 
 
-def _lease_ended(returns: "queue.SimpleQueue", slot_id: int, generation: int, hook: Optional[ReleaseHook]) -> None:
+def _lease_ended(returns: queue.SimpleQueue, slot_id: int, generation: int, hook: ReleaseHook | None) -> None:
     """A lease's finalizer: runs on any thread, never blocks, never takes a lock of the ring."""
-    fences: Tuple[Any, ...] = ()
-    error: Optional[BaseException] = None
+    fences: tuple[Any, ...] = ()
+    error: BaseException | None = None
     try:
         if hook is not None:
             try:
                 fences = tuple(hook() or ())
-            except Exception as exc:  # noqa: BLE001 - reported by the producer, not lost in a finalizer
+            except Exception as exc:
                 error = exc
         returns.put((slot_id, generation, fences, error))
-    except BaseException:  # noqa: BLE001 - interpreter shutdown: nothing is refilled any more
+    except BaseException:
         pass
 
 
@@ -218,14 +223,38 @@ class Batch:
         fresh: The batch was decoded into fresh memory because the ring had reached its bound.
     """
 
-    __slots__ = ("fields", "images", "labels", "indices", "slot", "epoch", "number", "owners", "fresh", "_full",
-                 "_ring", "_generation", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_full",
+        "_generation",
+        "_ring",
+        "epoch",
+        "fields",
+        "fresh",
+        "images",
+        "indices",
+        "labels",
+        "number",
+        "owners",
+        "slot",
+    )
 
-    def __init__(self, images: Optional[np.ndarray] = None, labels: Optional[np.ndarray] = None,
-                 indices: Optional[np.ndarray] = None, *, slot: int = -1, epoch: int = 0, number: int = 0,
-                 owners: Optional[Dict[str, Any]] = None, ring: "Optional[BatchRing]" = None, generation: int = 0,
-                 fields: Optional[Dict[str, np.ndarray]] = None, full: Optional[Dict[str, np.ndarray]] = None,
-                 fresh: bool = False) -> None:
+    def __init__(
+        self,
+        images: np.ndarray | None = None,
+        labels: np.ndarray | None = None,
+        indices: np.ndarray | None = None,
+        *,
+        slot: int = -1,
+        epoch: int = 0,
+        number: int = 0,
+        owners: dict[str, Any] | None = None,
+        ring: BatchRing | None = None,
+        generation: int = 0,
+        fields: dict[str, np.ndarray] | None = None,
+        full: dict[str, np.ndarray] | None = None,
+        fresh: bool = False,
+    ) -> None:
         fields = dict(fields or {})
         for name, value in (("images", images), ("labels", labels), ("indices", indices)):
             if value is not None:
@@ -262,7 +291,7 @@ class Batch:
             return self._full[name]
         return self.fields[name]
 
-    def _live_ring(self) -> "Optional[BatchRing]":
+    def _live_ring(self) -> BatchRing | None:
         return self._ring() if self._ring is not None else None
 
     @property
@@ -292,15 +321,15 @@ class Batch:
         if ring is not None and self.slot >= 0:
             ring.release(self.slot, self._generation)
 
-    def copy(self) -> "Batch":
+    def copy(self) -> Batch:
         """A detached copy in fresh numpy memory that stays valid forever."""
-        return Batch(slot=-1, epoch=self.epoch, number=self.number,
-                     fields={k: v.copy() for k, v in self.fields.items()})
+        return Batch(
+            slot=-1, epoch=self.epoch, number=self.number, fields={k: v.copy() for k, v in self.fields.items()}
+        )
 
     def __repr__(self) -> str:
         images = self.images.shape if self.images is not None else None
-        return (f"Batch(size={self.size}, images={images}, epoch={self.epoch}, "
-                f"number={self.number}, slot={self.slot})")
+        return f"Batch(size={self.size}, images={images}, epoch={self.epoch}, number={self.number}, slot={self.slot})"
 
 
 class BatchRing:
@@ -325,20 +354,32 @@ class BatchRing:
         poll: Seconds between checks of ``stop`` while waiting for a slot.
     """
 
-    def __init__(self, fields: Mapping[str, FieldSpec], *, num_slots: int, allocator: Optional[Allocator] = None,
-                 max_extra_slots: Optional[int] = None, release_hook: Optional[ReleaseHook] = None,
-                 held: int = HELD_BATCHES, ahead: Optional[int] = None, poll: float = 0.05) -> None:
+    def __init__(
+        self,
+        fields: Mapping[str, FieldSpec],
+        *,
+        num_slots: int,
+        allocator: Allocator | None = None,
+        max_extra_slots: int | None = None,
+        release_hook: ReleaseHook | None = None,
+        held: int = HELD_BATCHES,
+        ahead: int | None = None,
+        poll: float = 0.05,
+    ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < held + 1:
-            raise ValueError(f"num_slots={num_slots!r} must be an int >= {held + 1} (the batches the consumer holds "
-                             "plus one being filled)")
+            raise ValueError(
+                f"num_slots={num_slots!r} must be an int >= {held + 1} (the batches the consumer holds "
+                "plus one being filled)"
+            )
         if max_extra_slots is None:
             max_extra_slots = num_slots
         if isinstance(max_extra_slots, bool) or not isinstance(max_extra_slots, int) or max_extra_slots < 0:
             raise ValueError(f"max_extra_slots={max_extra_slots!r} must be an int >= 0")
         if not fields:
             raise ValueError("a ring needs at least one field")
-        self.fields: Dict[str, Tuple[Tuple[int, ...], np.dtype]] = {
-            str(k): (tuple(int(s) for s in shape), np.dtype(dtype)) for k, (shape, dtype) in fields.items()}
+        self.fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+            str(k): (tuple(int(s) for s in shape), np.dtype(dtype)) for k, (shape, dtype) in fields.items()
+        }
         self._allocator = allocator or numpy_allocator
         self.base_slots = num_slots
         self.max_extra_slots = max_extra_slots
@@ -348,14 +389,14 @@ class BatchRing:
             raise ValueError(f"ahead={ahead!r} must be an int >= 1")
         self._poll = poll
         self._hook = release_hook
-        self.slots: List[Slot] = [self._new_slot(i) for i in range(num_slots)]
+        self.slots: list[Slot] = [self._new_slot(i) for i in range(num_slots)]
         # Producer and consumer bookkeeping; never taken by a lease's finalizer.
         self._lock = threading.Lock()
         # Lease deaths, from any thread: (slot id, generation, fences, hook error), or None to wake.
-        self._returns: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._returns: queue.SimpleQueue = queue.SimpleQueue()
         # FIFO of free slots so every slot is reused in turn (a just-returned slot waits longest,
         # which gives its fences the most time to complete).
-        self._free: Deque[int] = collections.deque(range(num_slots))
+        self._free: collections.deque[int] = collections.deque(range(num_slots))
         self._closed = False
         self._collected = False  # one garbage collection per episode of kept batches
         self._hook_failed = False
@@ -385,7 +426,7 @@ class BatchRing:
 
     # --- producer side ----------------------------------------------------------------------
 
-    def acquire(self, stop: threading.Event) -> Optional[Slot]:
+    def acquire(self, stop: threading.Event) -> Slot | None:
         """A slot to fill (generation already advanced), or None when ``stop`` is set or the ring closed.
 
         Waits while ``ahead`` filled batches wait for the consumer, or every slot is leased or
@@ -406,7 +447,7 @@ class BatchRing:
                     self._collected = False  # the episode of kept batches is over
                 ahead_ok = self._in_flight_locked() < self.ahead
                 if self._free and ahead_ok:
-                    slot: Optional[Slot] = self.slots[self._free.popleft()]
+                    slot: Slot | None = self.slots[self._free.popleft()]
                 else:
                     slot = None
                     # Keeping batches: the consumer holds more than its share and the prefetch
@@ -437,7 +478,7 @@ class BatchRing:
             with self._lock:
                 self._apply_return_locked(item)
 
-    def _wait_for_fences(self, slot: Slot, stop: threading.Event) -> Optional[Slot]:
+    def _wait_for_fences(self, slot: Slot, stop: threading.Event) -> Slot | None:
         while True:
             with self._lock:
                 pending = list(slot.fences)
@@ -463,8 +504,12 @@ class BatchRing:
         slot.generation, slot.leased = 1, True
         with self._lock:
             self.slots.append(slot)
-        log.info("the consumer keeps more than %d batches: the ring grew to %d slots (bound %d)", self.held,
-                 len(self.slots), self.base_slots + self.max_extra_slots)
+        log.info(
+            "the consumer keeps more than %d batches: the ring grew to %d slots (bound %d)",
+            self.held,
+            len(self.slots),
+            self.base_slots + self.max_extra_slots,
+        )
         return slot
 
     def unused(self, slot: Slot) -> None:
@@ -476,8 +521,15 @@ class BatchRing:
                 slot.leased = slot.taken = False
                 self._free.appendleft(slot.id)
 
-    def lease(self, slot: Slot, *, rows: Optional[int] = None, epoch: int = 0, number: int = 0,
-              sizes: Optional[Mapping[str, int]] = None) -> Batch:
+    def lease(
+        self,
+        slot: Slot,
+        *,
+        rows: int | None = None,
+        epoch: int = 0,
+        number: int = 0,
+        sizes: Mapping[str, int] | None = None,
+    ) -> Batch:
         """The batch to hand out from a filled ``slot``: views holding a new lease.
 
         Args:
@@ -487,21 +539,38 @@ class BatchRing:
             number: Batch number recorded on the batch.
             sizes: Per-field row counts overriding ``rows`` (fields whose first axis is not the batch).
         """
+
         def cut(name: str, array: np.ndarray) -> np.ndarray:
             n = sizes.get(name, rows) if sizes else rows
             return array if n is None else array[:n]
 
         if slot.id < 0:  # fresh memory: the arrays own it, nothing to return
             full = dict(slot.arrays)
-            return Batch(slot=-1, epoch=epoch, number=number, owners=slot.owners, ring=None, fields={
-                k: cut(k, v) for k, v in full.items()}, full=full, fresh=True)
+            return Batch(
+                slot=-1,
+                epoch=epoch,
+                number=number,
+                owners=slot.owners,
+                ring=None,
+                fields={k: cut(k, v) for k, v in full.items()},
+                full=full,
+                fresh=True,
+            )
         lease = _Lease()
         finalizer = weakref.finalize(lease, _lease_ended, self._returns, slot.id, slot.generation, self._hook)
         finalizer.atexit = False  # at interpreter exit nothing is refilled: do not call hooks then
         interfaces = slot.interfaces
         full = {k: np.asarray(_LeasedArray(v, interfaces[k], lease)) for k, v in slot.arrays.items()}
-        return Batch(slot=slot.id, epoch=epoch, number=number, owners=slot.owners, ring=self,
-                     generation=slot.generation, fields={k: cut(k, v) for k, v in full.items()}, full=full)
+        return Batch(
+            slot=slot.id,
+            epoch=epoch,
+            number=number,
+            owners=slot.owners,
+            ring=self,
+            generation=slot.generation,
+            fields={k: cut(k, v) for k, v in full.items()},
+            full=full,
+        )
 
     def wake(self) -> None:
         """Wake a producer waiting in :meth:`acquire` (after setting its stop event). Never blocks."""
@@ -519,7 +588,7 @@ class BatchRing:
                 slot.taken = True
         self._returns.put(None)  # a producer waiting because `ahead` batches were queued may go on
 
-    def add_fence(self, slot_id: int, fence: Any, generation: Optional[int] = None) -> None:
+    def add_fence(self, slot_id: int, fence: Any, generation: int | None = None) -> None:
         """Keep ``slot_id`` from being refilled until ``fence.query()`` is True.
 
         With ``generation``, the fence is dropped when the slot has already moved on (the batch it
@@ -572,7 +641,7 @@ class BatchRing:
     def _new_slot(self, slot_id: int) -> Slot:
         return Slot(slot_id, {k: _allocate(self._allocator, shape, dtype) for k, (shape, dtype) in self.fields.items()})
 
-    def close(self, fence_timeout: Optional[float] = 10.0) -> None:
+    def close(self, fence_timeout: float | None = 10.0) -> None:
         """Refuse further :meth:`acquire` calls and drop the ring's memory. Idempotent.
 
         Args:
@@ -608,11 +677,13 @@ class BatchRing:
         return self._closed
 
 
-def _allocate(allocator: Allocator, shape: Tuple[int, ...], dtype) -> Tuple[np.ndarray, Any]:
+def _allocate(allocator: Allocator, shape: tuple[int, ...], dtype) -> tuple[np.ndarray, Any]:
     view, owner = allocator(tuple(shape), np.dtype(dtype))
     if not isinstance(view, np.ndarray) or view.shape != tuple(shape) or view.dtype != np.dtype(dtype):
-        raise ValueError(f"allocator returned {getattr(view, 'shape', type(view))} "
-                         f"{getattr(view, 'dtype', '')}, expected a numpy array {shape} {np.dtype(dtype)}")
+        raise ValueError(
+            f"allocator returned {getattr(view, 'shape', type(view))} "
+            f"{getattr(view, 'dtype', '')}, expected a numpy array {shape} {np.dtype(dtype)}"
+        )
     if not view.flags.c_contiguous or not view.flags.writeable:
         raise ValueError(f"allocator returned a non-contiguous or read-only array for {shape}")
     return view, owner

@@ -27,15 +27,15 @@ from __future__ import annotations
 import enum
 import io
 import os
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 
 from fastload import engine_abi
 from fastload.errors import DecodeError
-from fastload.transforms.geometry import ImageTooSmall
 from fastload.transforms import (
     OpKind,
     Pipeline,
@@ -47,18 +47,19 @@ from fastload.transforms import (
     sample_params,
 )
 from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
+from fastload.transforms.geometry import ImageTooSmall
 
 __all__ = [
+    "BatchResult",
+    "DecodeOptions",
     "DecodeStatus",
     "Layout",
-    "DecodeOptions",
-    "BatchResult",
+    "active_backend",
     "decode_batch",
     "decode_image",
-    "resize_encode_batch",
-    "engine_info",
     "default_threads",
-    "active_backend",
+    "engine_info",
+    "resize_encode_batch",
 ]
 
 # Pillow's own decompression-bomb warning threshold (~89.5 MP, 256 MiB of RGB): a larger image is
@@ -119,7 +120,7 @@ class DecodeOptions:
     apply_exif: bool = False
     use_restart_slices: bool = True
     dct_scaling: bool = True
-    slice_entropy: Optional[str] = None
+    slice_entropy: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_pixels, int) or isinstance(self.max_pixels, bool) or self.max_pixels <= 0:
@@ -172,17 +173,17 @@ class BatchResult:
     """
 
     status: np.ndarray
-    errors: Dict[int, str]
-    boxes: Optional[np.ndarray]
-    flips: Optional[np.ndarray]
-    vflips: Optional[np.ndarray]
+    errors: dict[int, str]
+    boxes: np.ndarray | None
+    flips: np.ndarray | None
+    vflips: np.ndarray | None
     warnings: int
     sliced: int
     slice_fallbacks: int
     pillow: int
     backend: str
-    op_params: Optional[List[Optional[List[Dict[str, Any]]]]] = None
-    output_params: Optional[List[Optional[Dict[str, Any]]]] = None
+    op_params: list[list[dict[str, Any]] | None] | None = None
+    output_params: list[dict[str, Any] | None] | None = None
 
     @property
     def ok(self) -> bool:
@@ -190,7 +191,7 @@ class BatchResult:
         return not self.errors
 
     @property
-    def failed(self) -> List[int]:
+    def failed(self) -> list[int]:
         """Positions that failed, ascending."""
         return sorted(self.errors)
 
@@ -234,8 +235,15 @@ def engine_info() -> dict:
     import PIL
 
     backend = active_backend()
-    info = {"backend": backend, "libjpeg_turbo": None, "simd": None, "slice_entropy": None,
-            "threads": default_threads(), "pillow": PIL.__version__, "reason": ""}
+    info = {
+        "backend": backend,
+        "libjpeg_turbo": None,
+        "simd": None,
+        "slice_entropy": None,
+        "threads": default_threads(),
+        "pillow": PIL.__version__,
+        "reason": "",
+    }
     if _engine is not None:
         native = _engine.info()
         info["libjpeg_turbo"] = native["libjpeg_turbo"]
@@ -244,14 +252,14 @@ def engine_info() -> dict:
         usable = wanted is engine_abi.EntropyDecoder.LIBJPEG or native["slice_entropy_available"]
         info["slice_entropy"] = wanted.name.lower() if usable else "libjpeg"
     if backend == "pillow":
-        info["reason"] = ("FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason)
+        info["reason"] = "FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason
     return info
 
 
 # --- argument checks -------------------------------------------------------------------------
 
 
-def _resolve_layout(out: np.ndarray, size: Tuple[int, int], layout: Union[str, Layout, None]) -> Layout:
+def _resolve_layout(out: np.ndarray, size: tuple[int, int], layout: str | Layout | None) -> Layout:
     h, w = size
     nhwc = out.shape[1:] == (h, w, 3)
     nchw = out.shape[1:] == (3, h, w)
@@ -262,15 +270,19 @@ def _resolve_layout(out: np.ndarray, size: Tuple[int, int], layout: Union[str, L
             raise ValueError(f"layout={layout!r} must be 'NHWC' or 'NCHW'") from None
         if (layout is Layout.NHWC and not nhwc) or (layout is Layout.NCHW and not nchw):
             want = (h, w, 3) if layout is Layout.NHWC else (3, h, w)
-            raise ValueError(f"out.shape={out.shape} does not match layout {layout.value} for transform size "
-                             f"{size}: expected [B, {', '.join(map(str, want))}]")
+            raise ValueError(
+                f"out.shape={out.shape} does not match layout {layout.value} for transform size "
+                f"{size}: expected [B, {', '.join(map(str, want))}]"
+            )
         return layout
     if nhwc:
         return Layout.NHWC
     if nchw:
         return Layout.NCHW
-    raise ValueError(f"out.shape={out.shape} must be [B, {h}, {w}, 3] (NHWC) or [B, 3, {h}, {w}] (NCHW) "
-                     f"for transform size (H, W)={size}")
+    raise ValueError(
+        f"out.shape={out.shape} must be [B, {h}, {w}, 3] (NHWC) or [B, 3, {h}, {w}] (NCHW) "
+        f"for transform size (H, W)={size}"
+    )
 
 
 def _check_args(images, out, pipeline: Pipeline, indices, threads, layout, options):
@@ -302,6 +314,7 @@ def _check_args(images, out, pipeline: Pipeline, indices, threads, layout, optio
 
 # --- Pillow path -----------------------------------------------------------------------------
 
+
 def _pillow_open_rgb(buf, options: DecodeOptions):
     """Open and fully decode one image to an RGB PIL image; raises _Failure on any problem."""
     from PIL import Image, ImageOps, UnidentifiedImageError
@@ -317,7 +330,9 @@ def _pillow_open_rgb(buf, options: DecodeOptions):
         img = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
         w, h = img.size
         if w * h > options.max_pixels:
-            raise _Failure(DecodeStatus.TOO_LARGE, f"image is {w}x{h} = {w * h} pixels, above max_pixels={options.max_pixels}")
+            raise _Failure(
+                DecodeStatus.TOO_LARGE, f"image is {w}x{h} = {w * h} pixels, above max_pixels={options.max_pixels}"
+            )
         img.load()
         if options.apply_exif:
             img = ImageOps.exif_transpose(img)
@@ -333,7 +348,9 @@ def _pillow_open_rgb(buf, options: DecodeOptions):
         raise _Failure(DecodeStatus.CORRUPT, "not a recognized image format") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         msg = str(exc) or type(exc).__name__
-        status = DecodeStatus.TRUNCATED if "truncated" in msg.lower() or isinstance(exc, EOFError) else DecodeStatus.CORRUPT
+        status = (
+            DecodeStatus.TRUNCATED if "truncated" in msg.lower() or isinstance(exc, EOFError) else DecodeStatus.CORRUPT
+        )
         raise _Failure(status, msg) from None
     except MemoryError:
         raise _Failure(DecodeStatus.TOO_LARGE, "out of memory while decoding") from None
@@ -347,8 +364,9 @@ class _Failure(Exception):
         self.status = status
 
 
-def _pillow_one(buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed: int, epoch: int,
-                index: int, options: DecodeOptions):
+def _pillow_one(
+    buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed: int, epoch: int, index: int, options: DecodeOptions
+):
     """Decode one image into ``slot`` through the pipeline; returns (status, message, box, flip, vflip)."""
     try:
         img = _pillow_open_rgb(buf, options)
@@ -375,17 +393,47 @@ def _pillow_one(buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed:
         channels_first = layout is Layout.NCHW
         slot[...] = arr.transpose(2, 0, 1) if channels_first else arr
         # The output stage (MXNet's normalization jitter, RandomErasing) on the written sample.
-        output_params = apply_output_ops(slot, key=key, channels_first=channels_first, ops=pipeline.ops,
-                                         normalize=pipeline.normalize, erase=pipeline.erase)
-        return (DecodeStatus.OK, "", params.box, params.flip, bool(getattr(params, "vflip", False)), op_params,
-                output_params)
+        output_params = apply_output_ops(
+            slot,
+            key=key,
+            channels_first=channels_first,
+            ops=pipeline.ops,
+            normalize=pipeline.normalize,
+            erase=pipeline.erase,
+        )
+        return (
+            DecodeStatus.OK,
+            "",
+            params.box,
+            params.flip,
+            bool(getattr(params, "vflip", False)),
+            op_params,
+            output_params,
+        )
     except _Failure as exc:
         slot[...] = 0
         return exc.status, str(exc), (np.nan,) * 4, False, False, None, None
 
 
-def _pillow_batch(images, positions, out, layout, pipeline, seed, epoch, idx, threads, options,
-                  status, errors, boxes, flips, vflips, op_params, output_params) -> None:
+def _pillow_batch(
+    images,
+    positions,
+    out,
+    layout,
+    pipeline,
+    seed,
+    epoch,
+    idx,
+    threads,
+    options,
+    status,
+    errors,
+    boxes,
+    flips,
+    vflips,
+    op_params,
+    output_params,
+) -> None:
     def run(p):
         return p, _pillow_one(images[p], out[p], layout, pipeline, seed, epoch, int(idx[p]), options)
 
@@ -396,8 +444,7 @@ def _pillow_batch(images, positions, out, layout, pipeline, seed, epoch, idx, th
         # down or resize under another (two loaders with different thread counts), and nothing
         # inherited across fork. Starting the threads costs ~0.1 ms against the tens of
         # milliseconds Pillow spends per batch.
-        with ThreadPoolExecutor(max_workers=min(threads, len(positions)),
-                                thread_name_prefix="fastload-pillow") as pool:
+        with ThreadPoolExecutor(max_workers=min(threads, len(positions)), thread_name_prefix="fastload-pillow") as pool:
             results = list(pool.map(run, positions))
     for p, (st, msg, box, flip, vflip, drawn_ops, drawn_output) in results:
         op_params[p] = drawn_ops
@@ -428,48 +475,84 @@ def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
 
 
 def _native_options(options: DecodeOptions) -> Any:
-    return _native_struct("DecodeSettings", {
-        "max_pixels": int(options.max_pixels), "fast_idct": options.fast_idct,
-        "fancy_upsampling": options.fancy_upsampling, "apply_exif": options.apply_exif,
-        "use_restart_slices": options.use_restart_slices, "dct_scaling": options.dct_scaling,
-        "slice_entropy": _slice_entropy(options)})
+    return _native_struct(
+        "DecodeSettings",
+        {
+            "max_pixels": int(options.max_pixels),
+            "fast_idct": options.fast_idct,
+            "fancy_upsampling": options.fancy_upsampling,
+            "apply_exif": options.apply_exif,
+            "use_restart_slices": options.use_restart_slices,
+            "dct_scaling": options.dct_scaling,
+            "slice_entropy": _slice_entropy(options),
+        },
+    )
 
 
 def _native_geometry(transform: Transform) -> Any:
     out_h, out_w = transform.size
     kind = OpKind(int(transform.kind))
-    values: Dict[str, Any] = {"kind": kind, "out_h": int(out_h), "out_w": int(out_w), "flip": float(transform.flip),
-                              "vflip": float(getattr(transform, "vflip", 0.0)),
-                              "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
-                              "antialias": bool(transform.antialias)}
+    values: dict[str, Any] = {
+        "kind": kind,
+        "out_h": int(out_h),
+        "out_w": int(out_w),
+        "flip": float(transform.flip),
+        "vflip": float(getattr(transform, "vflip", 0.0)),
+        "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
+        "antialias": bool(transform.antialias),
+    }
     if kind == OpKind.RANDOM_CROP:
         left, top, right, bottom = transform.padding
-        values.update(pad_left=left, pad_top=top, pad_right=right, pad_bottom=bottom,
-                      pad_if_needed=transform.pad_if_needed,
-                      padding_mode=engine_abi.PaddingMode[transform.padding_mode.upper()],
-                      fill=[float(v) for v in transform.fill])
+        values.update(
+            pad_left=left,
+            pad_top=top,
+            pad_right=right,
+            pad_bottom=bottom,
+            pad_if_needed=transform.pad_if_needed,
+            padding_mode=engine_abi.PaddingMode[transform.padding_mode.upper()],
+            fill=[float(v) for v in transform.fill],
+        )
     if kind == OpKind.RANDOM_RESIZED_CROP:
-        values.update(scale_lo=float(transform.scale[0]), scale_hi=float(transform.scale[1]),
-                      ratio_lo=float(transform.ratio[0]), ratio_hi=float(transform.ratio[1]))
+        values.update(
+            scale_lo=float(transform.scale[0]),
+            scale_hi=float(transform.scale[1]),
+            ratio_lo=float(transform.ratio[0]),
+            ratio_hi=float(transform.ratio[1]),
+        )
     elif kind == OpKind.RESIZE_CENTER_CROP:
         values["resize"] = int(transform.resize or 0)
     return _native_struct("GeometryParams", values)
 
 
 def _native_output(pipeline: Pipeline, layout: Layout) -> Any:
-    values: Dict[str, Any] = {"layout": engine_abi.Layout[layout.value]}
+    values: dict[str, Any] = {"layout": engine_abi.Layout[layout.value]}
     norm = pipeline.normalize
     if norm is None:
         values["dtype"] = engine_abi.DType.UINT8
     else:
-        values.update(dtype=engine_abi.DType[norm.dtype.upper()], normalize=True, scale=norm.scale,
-                      mean=list(norm.mean), std_dev=list(norm.std))
+        values.update(
+            dtype=engine_abi.DType[norm.dtype.upper()],
+            normalize=True,
+            scale=norm.scale,
+            mean=list(norm.mean),
+            std_dev=list(norm.std),
+        )
     return _native_struct("OutputParams", values)
 
 
-def decode_batch(images: Sequence, out: np.ndarray, transform: Union[Pipeline, Transform], *, seed: int, epoch: int,
-                 indices, threads: Optional[int] = None, layout: Union[str, Layout, None] = None,
-                 want_params: bool = False, options: DecodeOptions = DecodeOptions()) -> BatchResult:
+def decode_batch(
+    images: Sequence,
+    out: np.ndarray,
+    transform: Pipeline | Transform,
+    *,
+    seed: int,
+    epoch: int,
+    indices,
+    threads: int | None = None,
+    layout: str | Layout | None = None,
+    want_params: bool = False,
+    options: DecodeOptions = DecodeOptions(),
+) -> BatchResult:
     """Decode ``images`` through ``transform`` into ``out``, one slot per image.
 
     Args:
@@ -505,7 +588,7 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Union[Pipeline, T
     warnings_count = sliced = slice_fallbacks = 0
     if backend == "pillow":
         status = np.zeros(n, np.int32)
-        errors: Dict[int, str] = {}
+        errors: dict[int, str] = {}
         boxes = np.zeros((n, 4), np.float64)
         flips = np.zeros(n, bool)
         vflips = np.zeros(n, bool)
@@ -513,38 +596,76 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Union[Pipeline, T
     else:
         mask = (1 << 64) - 1
         native = _engine.decode_batch(
-            images if isinstance(images, (list, tuple)) else list(images), out, _native_geometry(pipeline.geometry),
-            _native_output(pipeline, layout), pipeline.ops, pipeline.erase, seed & mask, epoch & mask, idx, threads,
-            _native_options(options), bool(want_params))
+            images if isinstance(images, (list, tuple)) else list(images),
+            out,
+            _native_geometry(pipeline.geometry),
+            _native_output(pipeline, layout),
+            pipeline.ops,
+            pipeline.erase,
+            seed & mask,
+            epoch & mask,
+            idx,
+            threads,
+            _native_options(options),
+            bool(want_params),
+        )
         status, errors, boxes = native["status"], dict(native["errors"]), native["boxes"]
         flips, vflips = native["flips"], native["vflips"]
         warnings_count, sliced, slice_fallbacks = native["warnings"], native["sliced"], native["slice_fallbacks"]
         pending = np.flatnonzero(status == DecodeStatus.NEEDS_PILLOW).tolist()
-    op_params: List[Any] = [None] * n
-    output_params: List[Any] = [None] * n
+    op_params: list[Any] = [None] * n
+    output_params: list[Any] = [None] * n
     if backend != "pillow" and want_params:
         ok = status == DecodeStatus.OK
         if native.get("pixel_traces") is not None:
             traces = native["pixel_traces"]
-            op_params = [[op.params_from_trace(traces[i, k]) for k, op in enumerate(pipeline.ops)] if ok[i] else None
-                         for i in range(n)]
+            op_params = [
+                [op.params_from_trace(traces[i, k]) for k, op in enumerate(pipeline.ops)] if ok[i] else None
+                for i in range(n)
+            ]
         if native.get("erase_traces") is not None:
             traces = native["erase_traces"]
             output_params = [output_params_from_trace(traces[i]) if ok[i] else None for i in range(n)]
     if pending:
-        _pillow_batch(images, pending, out, layout, pipeline, seed, epoch, idx, threads, options,
-                      status, errors, boxes, flips, vflips, op_params, output_params)
+        _pillow_batch(
+            images,
+            pending,
+            out,
+            layout,
+            pipeline,
+            seed,
+            epoch,
+            idx,
+            threads,
+            options,
+            status,
+            errors,
+            boxes,
+            flips,
+            vflips,
+            op_params,
+            output_params,
+        )
     has_output_ops = pipeline.erase is not None or any(getattr(op, "has_output_jitter", False) for op in pipeline.ops)
-    return BatchResult(status=status, errors=errors, boxes=boxes if want_params else None,
-                       flips=flips if want_params else None, vflips=vflips if want_params else None,
-                       warnings=int(warnings_count), sliced=int(sliced), slice_fallbacks=int(slice_fallbacks),
-                       pillow=len(pending), backend=backend,
-                       op_params=op_params if want_params and pipeline.ops else None,
-                       output_params=output_params if want_params and has_output_ops else None)
+    return BatchResult(
+        status=status,
+        errors=errors,
+        boxes=boxes if want_params else None,
+        flips=flips if want_params else None,
+        vflips=vflips if want_params else None,
+        warnings=int(warnings_count),
+        sliced=int(sliced),
+        slice_fallbacks=int(slice_fallbacks),
+        pillow=len(pending),
+        backend=backend,
+        op_params=op_params if want_params and pipeline.ops else None,
+        output_params=output_params if want_params and has_output_ops else None,
+    )
 
 
-def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads: int = 1,
-                        options: DecodeOptions = DecodeOptions()) -> List[Optional[bytes]]:
+def resize_encode_batch(
+    images: Sequence, *, shorter: int, quality: int, threads: int = 1, options: DecodeOptions = DecodeOptions()
+) -> list[bytes | None]:
     """Decode, resize and re-encode JPEGs in one GIL-free engine call (``fastload pack --resize``).
 
     Each image's shorter side becomes ``shorter`` (the longer side scaled by floor division, as
@@ -570,8 +691,9 @@ def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads
     """
     if active_backend() != "libjpeg-turbo":
         raise RuntimeError(f"resize_encode_batch needs the C++ engine: {engine_info()['reason']}")
-    native = _engine.resize_encode_batch(list(images), int(shorter), int(quality), int(threads),
-                                         _native_options(options))
+    native = _engine.resize_encode_batch(
+        list(images), int(shorter), int(quality), int(threads), _native_options(options)
+    )
     return [data for _status, _message, data in native]
 
 

@@ -17,22 +17,21 @@ To add a value or a field: add it here, rebuild (``setup.py build_ext --inplace`
 from __future__ import annotations
 
 import enum
-from typing import Dict, Tuple, Type
 
 __all__ = [
-    "Status",
-    "Layout",
-    "GeometryKind",
-    "Interpolation",
-    "PaddingMode",
-    "DType",
-    "EntropyDecoder",
-    "PixelPrim",
-    "PixelOpKind",
-    "WarpMode",
     "ENUMS",
     "STRUCTS",
+    "DType",
+    "EntropyDecoder",
     "Field",
+    "GeometryKind",
+    "Interpolation",
+    "Layout",
+    "PaddingMode",
+    "PixelOpKind",
+    "PixelPrim",
+    "Status",
+    "WarpMode",
 ]
 
 
@@ -147,7 +146,7 @@ class WarpMode(enum.IntEnum):
 
 
 #: Enum name -> class, in the order the C++ header declares them.
-ENUMS: Dict[str, Type[enum.IntEnum]] = {
+ENUMS: dict[str, type[enum.IntEnum]] = {
     "Status": Status,
     "Layout": Layout,
     "GeometryKind": GeometryKind,
@@ -162,10 +161,10 @@ ENUMS: Dict[str, Type[enum.IntEnum]] = {
 
 #: One struct field: (type, name, default, doc). Types: ``bool``, ``int``, ``int64``, ``double``,
 #: ``double3`` (three doubles), or an enum name from :data:`ENUMS` (default: a member name).
-Field = Tuple[str, str, object, str]
+Field = tuple[str, str, object, str]
 
 #: Struct name -> fields, in declaration order.
-STRUCTS: Dict[str, Tuple[Field, ...]] = {
+STRUCTS: dict[str, tuple[Field, ...]] = {
     "DecodeSettings": (
         ("int64", "max_pixels", 89_478_485, "largest width * height accepted (decompression-bomb guard)"),
         ("bool", "fast_idct", False, "libjpeg's fast integer IDCT (JDCT_IFAST)"),

@@ -57,20 +57,21 @@ import threading
 import typing
 import warnings
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any
 
 import numpy as np
 
+from fastload import transforms as _transforms
 from fastload.batch import HELD_BATCHES, Allocator, Batch, BatchRing, Layout, ReleaseHook, Slot, image_fields
 from fastload.errors import CorruptRecordError, DecodeError, KeptBatchesWarning, LoaderBusy, LoaderClosed, OnError
 from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum
 from fastload.prefetch import Producer, ProducerStopped
 from fastload.stats import LoaderStats, Stage, StageTimer
-from fastload import transforms as _transforms
 from fastload.transforms import Transform, train
 
-__all__ = ["OnError", "LoaderConfig", "Loader", "Batch", "Layout", "Shuffle", "Even", "IMAGE_DTYPES"]
+__all__ = ["IMAGE_DTYPES", "Batch", "Even", "Layout", "Loader", "LoaderConfig", "OnError", "Shuffle"]
 
 log = logging.getLogger("fastload.loader")
 
@@ -85,7 +86,7 @@ def _positive_int(value, name: str, minimum: int = 1) -> None:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
 
 
-def _transform_types() -> Tuple[type, ...]:
+def _transform_types() -> tuple[type, ...]:
     """The transform classes fastload.transforms offers (geometry ops, and a Pipeline when present)."""
     types = tuple(t for t in typing.get_args(_transforms.Transform) if isinstance(t, type))
     if not types and isinstance(_transforms.Transform, type):
@@ -94,7 +95,7 @@ def _transform_types() -> Tuple[type, ...]:
     return types + ((pipeline,) if isinstance(pipeline, type) else ())
 
 
-def transform_image_dtype(transform: Any) -> Optional[np.dtype]:
+def transform_image_dtype(transform: Any) -> np.dtype | None:
     """The image dtype a transform writes, when it says: ``output_dtype``, or its ``normalize.dtype``.
 
     Returns None for transforms that do not declare one (plain geometry ops write uint8).
@@ -106,7 +107,7 @@ def transform_image_dtype(transform: Any) -> Optional[np.dtype]:
     return None if declared is None else np.dtype(declared)
 
 
-def _dtype_or_none(value: Any, name: str) -> Optional[np.dtype]:
+def _dtype_or_none(value: Any, name: str) -> np.dtype | None:
     if value is None:
         return None
     try:
@@ -162,39 +163,45 @@ class LoaderConfig:
 
     batch_size: int = 256
     transform: Transform = field(default_factory=train)
-    shuffle: Union[Shuffle, str] = Shuffle.GLOBAL
+    shuffle: Shuffle | str = Shuffle.GLOBAL
     seed: int = 0
     drop_last: bool = False
-    even: Union[Even, str] = Even.PAD
+    even: Even | str = Even.PAD
     rank: int = 0
     world_size: int = 1
-    num_threads: Optional[int] = None
+    num_threads: int | None = None
     prefetch: int = 2
-    layout: Union[Layout, str] = Layout.NCHW
-    on_error: Union[OnError, str] = OnError.SKIP
+    layout: Layout | str = Layout.NCHW
+    on_error: OnError | str = OnError.SKIP
     block_size: int = 256
     window: int = 8
     read_ahead: int = 2
     copy: bool = False
     decode_options: Any = None
     max_substitutes: int = 64
-    trace_path: Optional[str] = None
+    trace_path: str | None = None
     image_dtype: Any = None
-    max_extra_slots: Optional[int] = None
+    max_extra_slots: int | None = None
     round_batch: bool = False
 
     def __post_init__(self) -> None:
         _positive_int(self.batch_size, "batch_size")
         if not isinstance(self.transform, _transform_types()):
-            raise ValueError(f"transform={self.transform!r} must be a fastload.transforms op "
-                             "(train(), eval_transform(), RandomResizedCrop, CenterCrop, Resize)")
+            raise ValueError(
+                f"transform={self.transform!r} must be a fastload.transforms op "
+                "(train(), eval_transform(), RandomResizedCrop, CenterCrop, Resize)"
+            )
         object.__setattr__(self, "shuffle", coerce_enum(Shuffle, self.shuffle, "shuffle"))
         object.__setattr__(self, "even", coerce_enum(Even, self.even, "even"))
         object.__setattr__(self, "layout", coerce_enum(Layout, self.layout, "layout"))
         object.__setattr__(self, "on_error", coerce_enum(OnError, self.on_error, "on_error"))
         _positive_int(self.seed, "seed", 0)
         _positive_int(self.world_size, "world_size")
-        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.world_size:
+        if (
+            isinstance(self.rank, bool)
+            or not isinstance(self.rank, (int, np.integer))
+            or not 0 <= self.rank < self.world_size
+        ):
             raise ValueError(f"rank={self.rank!r} must be an int in [0, world_size={self.world_size})")
         if self.num_threads is not None:
             _positive_int(self.num_threads, "num_threads")
@@ -243,12 +250,20 @@ class Loader:
         ...         train_step(batch.images, batch.labels)
     """
 
-    def __init__(self, dataset, config: Optional[LoaderConfig] = None, allocator: Optional[Allocator] = None, *,
-                 decode: Optional[Callable] = None, range_hooks=None, release_hook: Optional[ReleaseHook] = None) -> None:
+    def __init__(
+        self,
+        dataset,
+        config: LoaderConfig | None = None,
+        allocator: Allocator | None = None,
+        *,
+        decode: Callable | None = None,
+        range_hooks=None,
+        release_hook: ReleaseHook | None = None,
+    ) -> None:
         self.config = config = config if config is not None else LoaderConfig()
         if not isinstance(config, LoaderConfig):
             raise ValueError(f"config={config!r} must be a LoaderConfig")
-        self._driver: Optional[_Driver] = None  # until construction succeeds; keeps __del__ quiet
+        self._driver: _Driver | None = None  # until construction succeeds; keeps __del__ quiet
         self._owns_dataset = isinstance(dataset, (str, os.PathLike))
         if self._owns_dataset:
             from fastload.records.dataset import open_dataset
@@ -270,21 +285,40 @@ class Loader:
         if self._labels.ndim == 1:
             self._labels = self._labels[:, None]
         self.label_width = int(self._labels.shape[1])
-        self.order_spec = OrderSpec(num_records=self._num_records, batch_size=config.batch_size, shuffle=config.shuffle,
-                                    seed=config.seed, rank=config.rank, world_size=config.world_size,
-                                    even=config.even, drop_last=config.drop_last, block_size=config.block_size,
-                                    window=config.window,
-                                    shard_starts=getattr(dataset, "shard_starts", None)
-                                    if config.shuffle is Shuffle.SHARD else None)
+        self.order_spec = OrderSpec(
+            num_records=self._num_records,
+            batch_size=config.batch_size,
+            shuffle=config.shuffle,
+            seed=config.seed,
+            rank=config.rank,
+            world_size=config.world_size,
+            even=config.even,
+            drop_last=config.drop_last,
+            block_size=config.block_size,
+            window=config.window,
+            shard_starts=getattr(dataset, "shard_starts", None) if config.shuffle is Shuffle.SHARD else None,
+        )
         self._len = EpochOrder.batches_per_epoch(self.order_spec)
         if self._len == 0:
-            raise ValueError(f"an epoch has no batches: {self._num_records} records, world_size={config.world_size}, "
-                             f"batch_size={config.batch_size}, drop_last=True")
-        fields = image_fields(batch_size=config.batch_size, image_size=config.transform.size, layout=config.layout,
-                              label_width=self.label_width, image_dtype=config.image_dtype)
-        self.ring = BatchRing(fields, num_slots=config.prefetch + HELD_BATCHES, allocator=allocator,
-                              max_extra_slots=config.max_extra_slots, release_hook=release_hook,
-                              ahead=config.prefetch)
+            raise ValueError(
+                f"an epoch has no batches: {self._num_records} records, world_size={config.world_size}, "
+                f"batch_size={config.batch_size}, drop_last=True"
+            )
+        fields = image_fields(
+            batch_size=config.batch_size,
+            image_size=config.transform.size,
+            layout=config.layout,
+            label_width=self.label_width,
+            image_dtype=config.image_dtype,
+        )
+        self.ring = BatchRing(
+            fields,
+            num_slots=config.prefetch + HELD_BATCHES,
+            allocator=allocator,
+            max_extra_slots=config.max_extra_slots,
+            release_hook=release_hook,
+            ahead=config.prefetch,
+        )
         self.timer = StageTimer(trace=config.trace_path is not None, range_hooks=range_hooks)
         # Everything the producer thread touches lives in the pipeline, which never refers back to
         # the Loader or the driver: a Loader the user drops is freed, and its __del__ stops the thread.
@@ -316,7 +350,7 @@ class Loader:
         _positive_int(epoch, "epoch", 0)
         self._driver.seek(int(epoch), 0, "set the epoch")
 
-    def __iter__(self) -> "_EpochIterator":
+    def __iter__(self) -> _EpochIterator:
         """Start a pass over the current epoch (see the module docstring for the thread rule).
 
         Raises:
@@ -325,8 +359,14 @@ class Loader:
         """
         return _EpochIterator(self, self._driver.begin_pass())
 
-    def iterate_batches(self, batches: Callable[[threading.Event], Iterator[np.ndarray]], *, seed: int,
-                        epoch: int, timeout: Optional[float] = None) -> "_EpochIterator":
+    def iterate_batches(
+        self,
+        batches: Callable[[threading.Event], Iterator[np.ndarray]],
+        *,
+        seed: int,
+        epoch: int,
+        timeout: float | None = None,
+    ) -> _EpochIterator:
         """One pass over batches chosen by the caller (a sampler's) instead of the loader's own order.
 
         Args:
@@ -350,14 +390,14 @@ class Loader:
         _positive_int(epoch, "epoch", 0)
         return _EpochIterator(self, self._driver.begin_pass(feed=(batches, int(seed), int(epoch)), timeout=timeout))
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed to the consumer, plus the order's fingerprint."""
         epoch, batch = self._driver.position()
         if batch >= self._len:
             epoch, batch = epoch + 1, 0
         return {"version": _STATE_VERSION, "epoch": int(epoch), "batch": int(batch), **self._fingerprint()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at ``state``: the next iteration starts with the batch after the saved position.
 
         Raises:
@@ -386,14 +426,15 @@ class Loader:
         ``gc_runs``).
         """
         ring = self.ring
-        return dataclasses.replace(self.timer.snapshot(), ring_slots=len(ring.slots), fresh_batches=ring.fresh_batches,
-                                   gc_runs=ring.gc_runs)
+        return dataclasses.replace(
+            self.timer.snapshot(), ring_slots=len(ring.slots), fresh_batches=ring.fresh_batches, gc_runs=ring.gc_runs
+        )
 
     def reset_stats(self) -> None:
         """Zero the counters (e.g. after a warm-up epoch)."""
         self.timer.reset()
 
-    def save_trace(self, path: Optional[str] = None) -> str:
+    def save_trace(self, path: str | None = None) -> str:
         """Write the Chrome-trace JSON of the stages (needs ``trace_path`` set in the config)."""
         if not self.timer.tracing:
             raise ValueError("tracing is off: set LoaderConfig(trace_path=...)")
@@ -423,7 +464,7 @@ class Loader:
         if self._owns_dataset:
             self.dataset.close()
 
-    def __enter__(self) -> "Loader":
+    def __enter__(self) -> Loader:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -435,28 +476,45 @@ class Loader:
             driver = self._driver
             if driver is not None and driver.close(wait_fences=False) and self._owns_dataset:
                 self.dataset.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:
             pass
 
     # --- internals ----------------------------------------------------------------------------
 
     @property
-    def _stream(self) -> "Optional[_Run]":
+    def _stream(self) -> _Run | None:
         """The running producer (None when stopped); tests and benchmarks check it."""
         return self._driver.run
 
-    def _fingerprint(self) -> Dict[str, Any]:
+    def _fingerprint(self) -> dict[str, Any]:
         s = self.order_spec
-        return {"seed": s.seed, "shuffle": s.shuffle.value, "batch_size": s.batch_size, "num_records": s.num_records,
-                "rank": s.rank, "world_size": s.world_size, "even": s.even.value, "drop_last": s.drop_last,
-                "block_size": s.block_size, "window": s.window}
+        return {
+            "seed": s.seed,
+            "shuffle": s.shuffle.value,
+            "batch_size": s.batch_size,
+            "num_records": s.num_records,
+            "rank": s.rank,
+            "world_size": s.world_size,
+            "even": s.even.value,
+            "drop_last": s.drop_last,
+            "block_size": s.block_size,
+            "window": s.window,
+        }
 
 
 class _Pipeline:
     """The producer side: order -> read-ahead -> records -> decode into a slot (runs on the thread)."""
 
-    def __init__(self, dataset, config: LoaderConfig, order_spec: OrderSpec, labels: np.ndarray, ring: BatchRing,
-                 timer: StageTimer, decode: Optional[Callable]) -> None:
+    def __init__(
+        self,
+        dataset,
+        config: LoaderConfig,
+        order_spec: OrderSpec,
+        labels: np.ndarray,
+        ring: BatchRing,
+        timer: StageTimer,
+        decode: Callable | None,
+    ) -> None:
         if decode is None:
             from fastload.decode import decode_batch as decode
         self.dataset, self.config, self.order_spec = dataset, config, order_spec
@@ -476,7 +534,7 @@ class _Pipeline:
         if self._will_need is not None and len(indices):
             self._will_need(indices)
 
-    def produce(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Union[Batch, "_EpochEnd"]]:
+    def produce(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body: filled batches from ``(epoch, start)`` on, epoch after epoch.
 
         An :class:`_EpochEnd` marker follows each epoch's last batch. Running on into the next
@@ -501,7 +559,7 @@ class _Pipeline:
             # Every record this rank reads from here on, in order (the rest of this epoch, then the
             # next one), so the dataset fetches whole shards ahead of the decode.
             bs = self.order_spec.batch_size
-            self._will_read(order.share[start * bs:n * bs], EpochOrder(self.order_spec, epoch + 1).share[:n * bs])
+            self._will_read(order.share[start * bs : n * bs], EpochOrder(self.order_spec, epoch + 1).share[: n * bs])
         with timer.span(Stage.READ, what="read-ahead"):
             # The first batches' records in the order they will be decoded.
             for k in range(start, min(n, start + 1 + ahead)):
@@ -516,8 +574,9 @@ class _Pipeline:
                 return True
             indices = order[k]
             if self.config.round_batch and len(indices) < self.config.batch_size:
-                indices = np.concatenate([indices, order.share[np.arange(self.config.batch_size - len(indices))
-                                                               % len(order.share)]])
+                indices = np.concatenate(
+                    [indices, order.share[np.arange(self.config.batch_size - len(indices)) % len(order.share)]]
+                )
             try:
                 indices = self._fill(slot, indices, epoch, k)
             except BaseException:
@@ -526,8 +585,9 @@ class _Pipeline:
             yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
         return False
 
-    def produce_batches(self, batches: Iterator[np.ndarray], seed: int, epoch: int,
-                        stop: threading.Event) -> Iterator[Union[Batch, "_EpochEnd"]]:
+    def produce_batches(
+        self, batches: Iterator[np.ndarray], seed: int, epoch: int, stop: threading.Event
+    ) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
         for k, indices in enumerate(batches):
             with self.timer.span(Stage.WAIT_SLOT):
@@ -543,20 +603,20 @@ class _Pipeline:
         if not stop.is_set():
             yield _EpochEnd(epoch)
 
-    def _view(self, i: int) -> Tuple[Any, Optional[str]]:
+    def _view(self, i: int) -> tuple[Any, str | None]:
         try:
             return self.dataset.image(int(i)), None
         except (CorruptRecordError, OSError, ValueError) as exc:
             return b"", f"unreadable record: {exc}"
 
-    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int, seed: Optional[int] = None) -> np.ndarray:
+    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int, seed: int | None = None) -> np.ndarray:
         """Decode the batch ``indices`` into ``slot``; returns the indices actually used."""
         seed = self.config.seed if seed is None else seed
         m = len(indices)
         arrays = slot.arrays
         out = arrays["images"][:m]
         timer = self.timer
-        read_errors: Dict[int, str] = {}
+        read_errors: dict[int, str] = {}
         with timer.span(Stage.READ, batch=number):
             image = self.dataset.image
             try:
@@ -569,8 +629,9 @@ class _Pipeline:
                     if err is not None:
                         read_errors[pos] = err
         with timer.span(Stage.DECODE, batch=number):
-            result = self._decode(views, out, self.config.transform, seed=seed, epoch=epoch,
-                                  indices=indices, **self._decode_kwargs)
+            result = self._decode(
+                views, out, self.config.transform, seed=seed, epoch=epoch, indices=indices, **self._decode_kwargs
+            )
             timer.backend = result.backend
             timer.count_slices(getattr(result, "sliced", 0), getattr(result, "slice_fallbacks", 0))
             failures = dict(result.errors)
@@ -593,11 +654,12 @@ class _Pipeline:
     def _locate(self, i: int) -> str:
         try:
             return str(self.dataset.locate(int(i)))
-        except Exception as exc:  # noqa: BLE001 - a location is best effort inside an error message
+        except Exception as exc:
             return f"location unknown: {exc}"
 
-    def _substitute(self, failures: Dict[int, str], indices: np.ndarray, out: np.ndarray, epoch: int,
-                    seed: int) -> None:
+    def _substitute(
+        self, failures: dict[int, str], indices: np.ndarray, out: np.ndarray, epoch: int, seed: int
+    ) -> None:
         """Apply the on_error policy to the failed positions of one batch (in place)."""
         for pos in sorted(failures):
             i = int(indices[pos])
@@ -613,16 +675,27 @@ class _Pipeline:
                 view, err = self._view(j)
                 if err is None:
                     sub = np.array([j], dtype=np.int64)
-                    result = self._decode([view], out[pos:pos + 1], self.config.transform, seed=seed,
-                                          epoch=epoch, indices=sub, **self._decode_kwargs)
+                    result = self._decode(
+                        [view],
+                        out[pos : pos + 1],
+                        self.config.transform,
+                        seed=seed,
+                        epoch=epoch,
+                        indices=sub,
+                        **self._decode_kwargs,
+                    )
                     if result.ok:
                         indices[pos] = j
                         break
                     err = result.errors.get(0, "decode failed")
                 self._report_bad(j, err)
             else:
-                raise DecodeError(f"no decodable record among the {self.config.max_substitutes} records after this one "
-                                  f"(on_error='skip'); the data looks damaged", index=i, source=self._locate(i))
+                raise DecodeError(
+                    f"no decodable record among the {self.config.max_substitutes} records after this one "
+                    f"(on_error='skip'); the data looks damaged",
+                    index=i,
+                    source=self._locate(i),
+                )
 
 
 class _EpochEnd:
@@ -653,8 +726,9 @@ class _Run:
         else:
             batches, seed, feed_epoch = feed
             produce = lambda stop: pipeline.produce_batches(batches(stop), seed, feed_epoch, stop)  # noqa: E731
-        self.producer = Producer(produce, maxsize=ring.base_slots, name=f"fastload-loader-e{epoch}b{start}",
-                                 wake=ring.wake)
+        self.producer = Producer(
+            produce, maxsize=ring.base_slots, name=f"fastload-loader-e{epoch}b{start}", wake=ring.wake
+        )
 
     def stop(self) -> None:
         self.producer.close()
@@ -663,17 +737,24 @@ class _Run:
 class _Pass:
     """The state of one pass over an epoch (what ``iter(loader)`` started), kept by the driver."""
 
-    __slots__ = ("epoch", "start", "taken", "finished", "ended", "thread", "iterator", "external", "timeout")
+    __slots__ = ("ended", "epoch", "external", "finished", "iterator", "start", "taken", "thread", "timeout")
 
-    def __init__(self, epoch: int, start: int, thread: threading.Thread, *, external: bool = False,
-                 timeout: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        epoch: int,
+        start: int,
+        thread: threading.Thread,
+        *,
+        external: bool = False,
+        timeout: float | None = None,
+    ) -> None:
         self.epoch, self.start, self.taken = epoch, start, 0
         self.external = external  # over caller-chosen batches: does not move the loader's position
         self.timeout = timeout
         self.finished = False  # the epoch's end was reached
         self.ended = False  # finished, or ended early (close, a new pass, set_epoch, an error)
         self.thread = thread
-        self.iterator: Optional[weakref.ref] = None
+        self.iterator: weakref.ref | None = None
 
     def open(self) -> bool:
         """Still iterable: not ended, its iterator alive, its thread alive."""
@@ -691,15 +772,16 @@ class _Driver:
     the producer or the ring's consumer side.
     """
 
-    def __init__(self, pipeline: _Pipeline, ring: BatchRing, timer: StageTimer, num_batches: int, *,
-                 copy: bool) -> None:
+    def __init__(
+        self, pipeline: _Pipeline, ring: BatchRing, timer: StageTimer, num_batches: int, *, copy: bool
+    ) -> None:
         self._pipeline, self._ring, self._timer = pipeline, ring, timer
         self.num_batches = num_batches
         self._copy = copy
         self._lock = threading.Lock()
-        self.run: Optional[_Run] = None
+        self.run: _Run | None = None
         self._epoch, self._resume = 0, 0  # where the next pass starts
-        self._pass: Optional[_Pass] = None  # the latest pass
+        self._pass: _Pass | None = None  # the latest pass
         self.closed = False
         self._warned = False
 
@@ -710,7 +792,7 @@ class _Driver:
             ps = self._pass
             return ps.epoch if ps is not None and not ps.finished and not ps.external else self._epoch
 
-    def position(self) -> Tuple[int, int]:
+    def position(self) -> tuple[int, int]:
         """(epoch, batch) after the last batch handed to the consumer (or where the next pass starts)."""
         with self._lock:
             ps = self._pass
@@ -729,7 +811,7 @@ class _Driver:
 
     # --- passes ---------------------------------------------------------------------------------
 
-    def begin_pass(self, feed=None, timeout: Optional[float] = None) -> _Pass:
+    def begin_pass(self, feed=None, timeout: float | None = None) -> _Pass:
         with self._lock:
             if self.closed:
                 raise LoaderClosed("the loader is closed")
@@ -755,8 +837,10 @@ class _Driver:
     def take(self, ps: _Pass) -> Batch:
         """The next batch of pass ``ps`` (``StopIteration`` at the epoch's end)."""
         if ps.thread is not threading.current_thread() and not ps.ended:
-            raise LoaderBusy(f"this pass over the loader belongs to thread {ps.thread.name!r}: call iter(loader) in "
-                             "the thread that consumes it (one pass at a time)")
+            raise LoaderBusy(
+                f"this pass over the loader belongs to thread {ps.thread.name!r}: call iter(loader) in "
+                "the thread that consumes it (one pass at a time)"
+            )
         with self._lock:
             if self.closed:
                 raise LoaderClosed("the loader is closed")
@@ -770,8 +854,9 @@ class _Driver:
                 item = run.producer.get(ps.timeout)
         except (ProducerStopped, StopIteration):
             if self.closed:
-                raise LoaderClosed("the loader was closed (from another thread) while this thread waited for a "
-                                   "batch") from None
+                raise LoaderClosed(
+                    "the loader was closed (from another thread) while this thread waited for a batch"
+                ) from None
             if ps.ended:  # ended from elsewhere (iterator.close() on another thread)
                 raise StopIteration from None
             self.end_pass(ps)
@@ -799,10 +884,14 @@ class _Driver:
         if item.fresh and not self._warned:
             self._warned = True
             ring = self._ring
-            warnings.warn(f"the consumer keeps more than {ring.held} batches alive: the ring grew to {len(ring.slots)} "
-                          f"slots (its bound) and further batches are decoded into freshly allocated memory (one "
-                          f"allocation per batch). Kept batches stay intact; drop batches after use (or copy the "
-                          f"parts you keep) to avoid the allocations", KeptBatchesWarning, stacklevel=3)
+            warnings.warn(
+                f"the consumer keeps more than {ring.held} batches alive: the ring grew to {len(ring.slots)} "
+                f"slots (its bound) and further batches are decoded into freshly allocated memory (one "
+                f"allocation per batch). Kept batches stay intact; drop batches after use (or copy the "
+                f"parts you keep) to avoid the allocations",
+                KeptBatchesWarning,
+                stacklevel=3,
+            )
         if self._copy:
             copy = item.copy()
             del item  # the lease dies here: the slot goes back at once
@@ -849,8 +938,10 @@ class _Driver:
     def _refuse_other_thread(self, action: str) -> None:
         ps = self._pass
         if ps is not None and ps.thread is not threading.current_thread() and ps.open():
-            raise LoaderBusy(f"cannot {action}: thread {ps.thread.name!r} is iterating this loader (a pass belongs to "
-                             f"the thread that called iter() until it is exhausted, closed or dropped)")
+            raise LoaderBusy(
+                f"cannot {action}: thread {ps.thread.name!r} is iterating this loader (a pass belongs to "
+                f"the thread that called iter() until it is exhausted, closed or dropped)"
+            )
 
     def _end_pass_locked(self, ps: _Pass) -> None:
         if ps.ended:
@@ -873,7 +964,7 @@ class _EpochIterator:
     only weakly, so no reference cycle keeps a dropped loader (and its ring) alive.
     """
 
-    __slots__ = ("_loader", "_driver", "_pass", "__weakref__")
+    __slots__ = ("__weakref__", "_driver", "_loader", "_pass")
 
     def __init__(self, loader: Loader, ps: _Pass) -> None:
         self._loader = loader
@@ -881,7 +972,7 @@ class _EpochIterator:
         self._pass = ps
         ps.iterator = weakref.ref(self)
 
-    def __iter__(self) -> "_EpochIterator":
+    def __iter__(self) -> _EpochIterator:
         return self
 
     def __len__(self) -> int:

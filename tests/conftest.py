@@ -44,7 +44,7 @@ if os.environ.get("FASTLOAD_EXPECT_SANITIZED") == "1":
     if not _engine.info().get("sanitized") or not _engine.__file__.startswith(str(REPO_ROOT)):
         raise RuntimeError(f"FASTLOAD_EXPECT_SANITIZED=1 but the engine imported is {_engine.__file__}, not sanitized")
 
-from tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image  # noqa: E402
+from tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image
 
 __all__ = [
     "HAVE_ENGINE",

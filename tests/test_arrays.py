@@ -11,11 +11,11 @@ import pytest
 
 sp = pytest.importorskip("scipy.sparse")
 
-from fastload.cli.pack_arrays import add_parser  # noqa: E402
-from fastload.cli.sizes import parse_size  # noqa: E402
-from fastload.errors import UserError  # noqa: E402
-from fastload.pack.arrays import ArraysPackConfig, pack_arrays  # noqa: E402
-from fastload.records.arrays import ARRAYS_MANIFEST, open_arrays  # noqa: E402
+from fastload.cli.pack_arrays import add_parser
+from fastload.cli.sizes import parse_size
+from fastload.errors import UserError
+from fastload.pack.arrays import ArraysPackConfig, pack_arrays
+from fastload.records.arrays import ARRAYS_MANIFEST, open_arrays
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from conftest import HAVE_ENGINE
 torch = pytest.importorskip("torch")
 F1 = pytest.importorskip("torchvision.transforms.functional")
 F2 = pytest.importorskip("torchvision.transforms.v2.functional")
-from torchvision.transforms import InterpolationMode  # noqa: E402
+from torchvision.transforms import InterpolationMode
 
 MODES = {
     "bilinear": InterpolationMode.BILINEAR,

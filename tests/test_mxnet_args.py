@@ -5,15 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import warnings
-from typing import Optional, Tuple
 
 import pytest
 
 mx = pytest.importorskip("mxnet")
 
-import fastload.transforms as transforms  # noqa: E402
-from fastload.mxnet import augmenter  # noqa: E402
-from fastload.mxnet.arguments import (  # noqa: E402
+import fastload.transforms as transforms
+from fastload.mxnet import augmenter
+from fastload.mxnet.arguments import (
     PARAMS,
     MXNetArgumentError,
     UnknownArgumentWarning,
@@ -60,8 +59,19 @@ def test_every_mxnet_parameter_is_parsed_with_mxnet_default():
 
 
 def test_values_are_parsed_as_mxnet_parses_their_strings():
-    a = parse_args(dict(BASE, rand_crop=1, rand_mirror="True", data_shape="(3, 20, 20)", seed_aug="None",
-                        min_aspect_ratio="0.75", max_aspect_ratio=4 / 3, resize="30", mean_r="123.68"))
+    a = parse_args(
+        dict(
+            BASE,
+            rand_crop=1,
+            rand_mirror="True",
+            data_shape="(3, 20, 20)",
+            seed_aug="None",
+            min_aspect_ratio="0.75",
+            max_aspect_ratio=4 / 3,
+            resize="30",
+            mean_r="123.68",
+        )
+    )
     assert a.rand_crop is True and a.rand_mirror is True
     assert a.data_shape == (3, 20, 20) and a.seed_aug is None
     assert a.min_aspect_ratio == 0.75 and a.resize == 30 and a.mean_r == pytest.approx(123.68)
@@ -71,28 +81,31 @@ def test_values_are_parsed_as_mxnet_parses_their_strings():
     assert parse_args(BASE).is_default("resize") and not a.is_default("resize")
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("resize", 3.5, "expected an int"),
-    ("rand_crop", 2, "expected a boolean"),
-    ("data_shape", (3, 20), "3 dimensions"),
-    ("data_shape", (3, 0, 20), "nonzero"),
-    ("data_shape", (5, 20, 20), "channels must be 1"),
-    ("preprocess_threads", 0, ">= 1"),
-    ("label_width", 0, ">= 1"),
-    ("part_index", 2, "num_parts"),
-    ("inter_method", 5, "must be 0"),
-    ("dtype", "float64", "produces"),
-    ("dtype", "not-a-dtype", "expected one of"),
-    ("ctx", "tpu", "'cpu', 'gpu'"),
-    ("std_g", 0, "positive"),
-    ("scale", 0, "nonzero"),
-    ("mean_b", "nan", "finite"),
-    ("max_rotate_angle", -5, ">= 0"),
-    ("shuffle_chunk_size", -1, ">= 0"),
-    ("fill_value", 300, "0..255"),
-    ("aug_seq", "det_aug_default", "aug_default"),
-    ("batch_size", 0, ">= 1"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("resize", 3.5, "expected an int"),
+        ("rand_crop", 2, "expected a boolean"),
+        ("data_shape", (3, 20), "3 dimensions"),
+        ("data_shape", (3, 0, 20), "nonzero"),
+        ("data_shape", (5, 20, 20), "channels must be 1"),
+        ("preprocess_threads", 0, ">= 1"),
+        ("label_width", 0, ">= 1"),
+        ("part_index", 2, "num_parts"),
+        ("inter_method", 5, "must be 0"),
+        ("dtype", "float64", "produces"),
+        ("dtype", "not-a-dtype", "expected one of"),
+        ("ctx", "tpu", "'cpu', 'gpu'"),
+        ("std_g", 0, "positive"),
+        ("scale", 0, "nonzero"),
+        ("mean_b", "nan", "finite"),
+        ("max_rotate_angle", -5, ">= 0"),
+        ("shuffle_chunk_size", -1, ">= 0"),
+        ("fill_value", 300, "0..255"),
+        ("aug_seq", "det_aug_default", "aug_default"),
+        ("batch_size", 0, ">= 1"),
+    ],
+)
 def test_bad_values_raise_mxnet_error_naming_the_argument(name, value, message):
     kwargs = dict(BASE, **{name: value})
     if name == "part_index":
@@ -131,13 +144,13 @@ def test_unknown_arguments_are_ignored_with_one_warning_naming_them():
 class StandInAugment:
     """The contract's MXNetDefaultAugment fields (MXNet's names and defaults); records what it is given."""
 
-    data_shape: Tuple[int, int, int]
+    data_shape: tuple[int, int, int]
     resize: int = -1
     rand_crop: bool = False
     random_resized_crop: bool = False
     max_rotate_angle: int = 0
     max_aspect_ratio: float = 0.0
-    min_aspect_ratio: Optional[float] = None
+    min_aspect_ratio: float | None = None
     max_shear_ratio: float = 0.0
     max_crop_size: int = -1
     min_crop_size: int = -1
@@ -188,17 +201,39 @@ def contract_specs(monkeypatch):
 
 
 def test_geometry_maps_every_argument_under_mxnet_name(contract_specs):
-    level3 = dict(BASE, rand_crop=True, rand_mirror=True, max_random_h=36, random_h=36, random_s=50, random_l=50,
-                  max_rotate_angle=10, max_shear_ratio=0.1, max_aspect_ratio=0.25, pad=4, fill_value=127,
-                  inter_method=2, resize=32)
+    level3 = dict(
+        BASE,
+        rand_crop=True,
+        rand_mirror=True,
+        max_random_h=36,
+        random_h=36,
+        random_s=50,
+        random_l=50,
+        max_rotate_angle=10,
+        max_shear_ratio=0.1,
+        max_aspect_ratio=0.25,
+        pad=4,
+        fill_value=127,
+        inter_method=2,
+        resize=32,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownArgumentWarning)
         args = parse_args(level3)
     op = augmenter.geometry_spec(args)
     assert isinstance(op, StandInAugment)
-    assert (op.data_shape, op.rand_crop, op.rand_mirror, op.max_rotate_angle, op.max_shear_ratio,
-            op.max_aspect_ratio, op.pad, op.fill_value, op.inter_method, op.resize) == \
-        ((3, 20, 20), True, True, 10, 0.1, 0.25, 4, 127, 2, 32)
+    assert (
+        op.data_shape,
+        op.rand_crop,
+        op.rand_mirror,
+        op.max_rotate_angle,
+        op.max_shear_ratio,
+        op.max_aspect_ratio,
+        op.pad,
+        op.fill_value,
+        op.inter_method,
+        op.resize,
+    ) == ((3, 20, 20), True, True, 10, 0.1, 0.25, 4, 127, 2, 32)
     # rotate_list is an MXNet argument the contract's class does not declare: refused, not dropped.
     with pytest.raises(MXNetArgumentError, match="rotate_list"):
         augmenter.geometry_spec(parse_args(dict(BASE, rotate_list="0,90")))
@@ -208,12 +243,31 @@ def test_geometry_maps_every_argument_under_mxnet_name(contract_specs):
 
 
 def test_color_and_normalize_map_with_mxnet_semantics(contract_specs):
-    gluoncv = parse_args(dict(BASE, brightness=0.4, contrast=0.4, saturation=0.4, pca_noise=0.1,
-                              max_random_contrast=0.3, mean_r=123.68, mean_g=116.28, mean_b=103.53, std_r=58.395,
-                              std_g=57.12, std_b=57.375, scale=2.0))
+    gluoncv = parse_args(
+        dict(
+            BASE,
+            brightness=0.4,
+            contrast=0.4,
+            saturation=0.4,
+            pca_noise=0.1,
+            max_random_contrast=0.3,
+            mean_r=123.68,
+            mean_g=116.28,
+            mean_b=103.53,
+            std_r=58.395,
+            std_g=57.12,
+            std_b=57.375,
+            scale=2.0,
+        )
+    )
     color = augmenter.color_spec(gluoncv, "float32")
-    assert (color.brightness, color.contrast, color.saturation, color.pca_noise, color.max_random_contrast) == \
-        (0.4, 0.4, 0.4, 0.1, 0.3)
+    assert (color.brightness, color.contrast, color.saturation, color.pca_noise, color.max_random_contrast) == (
+        0.4,
+        0.4,
+        0.4,
+        0.1,
+        0.3,
+    )
     assert augmenter.color_spec(parse_args(BASE), "float32") is None
     # MXNet applies the random contrast / illumination in its float normalizer only.
     only_norm_random = parse_args(dict(BASE, max_random_contrast=0.3))
@@ -234,8 +288,14 @@ def test_without_the_engine_specs_non_defaults_are_refused_and_defaults_run(monk
         monkeypatch.delattr(transforms, name, raising=False)
     with pytest.raises(MXNetArgumentError, match=r"brightness=0\.4.*not yet supported.*MXNetColorAugment"):
         augmenter.color_spec(parse_args(dict(BASE, brightness=0.4)), "float32")
-    for extra in (dict(max_rotate_angle=10), dict(pad=4), dict(rand_crop=True), dict(max_aspect_ratio=0.25),
-                  dict(max_random_scale=1.2), dict(inter_method=2)):
+    for extra in (
+        dict(max_rotate_angle=10),
+        dict(pad=4),
+        dict(rand_crop=True),
+        dict(max_aspect_ratio=0.25),
+        dict(max_random_scale=1.2),
+        dict(inter_method=2),
+    ):
         with pytest.raises(MXNetArgumentError, match="not yet supported.*MXNetDefaultAugment") as info:
             augmenter.geometry_spec(parse_args(dict(BASE, **extra)))
         assert next(iter(extra)) in str(info.value)
@@ -247,8 +307,13 @@ def test_without_the_engine_specs_non_defaults_are_refused_and_defaults_run(monk
         op = augmenter.geometry_spec(parse_args(dict(BASE, resize=32, mirror=True)))
     assert isinstance(op, transforms.CenterCrop) and op.resize == 32 and op.flip == 1.0
     with pytest.warns(augmenter.FallbackGeometryWarning):
-        op = augmenter.geometry_spec(parse_args(dict(BASE, random_resized_crop=True, min_random_area=0.08,
-                                                     min_aspect_ratio=0.75, max_aspect_ratio=4 / 3)))
+        op = augmenter.geometry_spec(
+            parse_args(
+                dict(
+                    BASE, random_resized_crop=True, min_random_area=0.08, min_aspect_ratio=0.75, max_aspect_ratio=4 / 3
+                )
+            )
+        )
     assert isinstance(op, transforms.RandomResizedCrop) and op.scale == (0.08, 1.0) and op.ratio == (0.75, 4 / 3)
     with pytest.warns(augmenter.FallbackGeometryWarning):
         op = augmenter.geometry_spec(parse_args(dict(BASE, random_resized_crop=True, max_aspect_ratio=0.25)))

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 mx = pytest.importorskip("mxnet")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from fastload.mxnet.augmenter import spec_class  # noqa: E402
+from fastload.mxnet.augmenter import spec_class
 
 CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_clients")
 PY = sys.executable
@@ -58,21 +58,67 @@ def recs(tmp_path_factory):
 
 def _run(args, timeout=300):
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    return subprocess.run([PY] + args, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([PY, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _imagenet_args(recs, iterator, out, *extra):
-    return [os.path.join(CLIENTS, "train_imagenet.py"), "--iterator", iterator,
-            "--data-train", str(recs / "train.rec"), "--data-train-idx", str(recs / "train.idx"),
-            "--data-val", str(recs / "val.rec"), "--data-val-idx", str(recs / "val.idx"),
-            "--image-shape", "3,32,32", "--num-classes", "3", "--num-examples", "72", "--batch-size", "12",
-            "--data-nthreads", "2", "--cpus", "0,1", "--num-epochs", "4", "--lr", "0.01", "--disp-batches", "2",
-            "--rgb-std", "58.393,57.12,57.375", "--result-json", str(out), *extra]
+    return [
+        os.path.join(CLIENTS, "train_imagenet.py"),
+        "--iterator",
+        iterator,
+        "--data-train",
+        str(recs / "train.rec"),
+        "--data-train-idx",
+        str(recs / "train.idx"),
+        "--data-val",
+        str(recs / "val.rec"),
+        "--data-val-idx",
+        str(recs / "val.idx"),
+        "--image-shape",
+        "3,32,32",
+        "--num-classes",
+        "3",
+        "--num-examples",
+        "72",
+        "--batch-size",
+        "12",
+        "--data-nthreads",
+        "2",
+        "--cpus",
+        "0,1",
+        "--num-epochs",
+        "4",
+        "--lr",
+        "0.01",
+        "--disp-batches",
+        "2",
+        "--rgb-std",
+        "58.393,57.12,57.375",
+        "--result-json",
+        str(out),
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("preset", [[], ["--random-resized-crop", "1", "--min-random-area", "0.3",
-                                         "--max-random-aspect-ratio", "1.3333", "--min-random-aspect-ratio", "0.75",
-                                         "--random-mirror", "1"]], ids=["defaults", "random-resized-crop"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        [],
+        [
+            "--random-resized-crop",
+            "1",
+            "--min-random-area",
+            "0.3",
+            "--max-random-aspect-ratio",
+            "1.3333",
+            "--min-random-aspect-ratio",
+            "0.75",
+            "--random-mirror",
+            "1",
+        ],
+    ],
+    ids=["defaults", "random-resized-crop"],
+)
 def test_image_classification_example_trains_with_either_iterator(recs, tmp_path, preset):
     scores = {}
     for iterator in ("mxnet", "fastload"):
@@ -99,20 +145,30 @@ def test_aug_levels(recs, tmp_path, level):
         assert "MXNetArgumentError" in proc.stderr and "not yet supported" in proc.stderr
         assert ("rand_crop" if not HAVE_GEOMETRY else "random_h") in proc.stderr
     if level == 3:  # the script itself runs every level with MXNet's iterator
-        theirs = _run(_imagenet_args(recs, "mxnet", tmp_path / "mxnet.json", "--aug-level", str(level),
-                                     "--num-epochs", "1"))
+        theirs = _run(
+            _imagenet_args(recs, "mxnet", tmp_path / "mxnet.json", "--aug-level", str(level), "--num-epochs", "1")
+        )
         assert theirs.returncode == 0, theirs.stderr[-3000:]
 
 
 @pytest.mark.parametrize("color", [False, True], ids=["no-colour", "gluoncv-colour"])
 def test_gluoncv_style_loop_with_split_and_load(recs, tmp_path, color):
-    common = ["--rec-train", str(recs / "train.rec"), "--rec-train-idx", str(recs / "train.idx"),
-              "--rec-val", str(recs / "val.rec"), "--rec-val-idx", str(recs / "val.idx"), "--num-epochs", "4"]
+    common = [
+        "--rec-train",
+        str(recs / "train.rec"),
+        "--rec-train-idx",
+        str(recs / "train.idx"),
+        "--rec-val",
+        str(recs / "val.rec"),
+        "--rec-val-idx",
+        str(recs / "val.idx"),
+        "--num-epochs",
+        "4",
+    ]
     if not color:
         common.append("--no-color")
     out = tmp_path / "fastload.json"
-    proc = _run([os.path.join(CLIENTS, "train_gluon.py"), "--iterator", "fastload", "--result-json", str(out),
-                 *common])
+    proc = _run([os.path.join(CLIENTS, "train_gluon.py"), "--iterator", "fastload", "--result-json", str(out), *common])
     if color and not HAVE_COLOR:
         assert proc.returncode != 0 and "not yet supported" in proc.stderr and "brightness" in proc.stderr
         return
@@ -132,7 +188,7 @@ def test_dist_sync_run_wraps_the_iterator_in_resize_iter(recs, tmp_path):
     out = tmp_path / "dist.json"
     args = _imagenet_args(recs, "fastload", out, "--kv-store", "dist_sync", "--num-epochs", "2", "--cpus", "0")
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    codes, stderr = launch_local([PY] + args, workers=2, servers=1, timeout=240, env=env)
+    codes, stderr = launch_local([PY, *args], workers=2, servers=1, timeout=240, env=env)
     assert codes == [0, 0], stderr[-3000:]
     results = [json.loads((tmp_path / f"dist.json.{r}").read_text()) for r in range(2)]
     assert sorted(r["rank"] for r in results) == [0, 1] and all(r["workers"] == 2 for r in results)
@@ -149,7 +205,7 @@ def test_bench_training_pairs_smoke(recs):
     assert (kwargs["fill_value"], kwargs["pad"], kwargs["random_h"], kwargs["max_rotate_angle"]) == (127, 0, 36, 10)
     rows = training_pairs(str(recs / "train.rec"), rounds=1, batch_size=12, size=32, batches=2)
     assert [r.check for r in rows] == list(TARGETS)
-    for row, needs in zip(rows, (HAVE_GEOMETRY and HAVE_COLOR, HAVE_COLOR)):
+    for row, needs in zip(rows, (HAVE_GEOMETRY and HAVE_COLOR, HAVE_COLOR), strict=False):
         if needs:
             assert row.skipped is None and row.median > 0 and row.pairs == 1
         else:

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 mx = pytest.importorskip("mxnet")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-import fastload.mxnet as fm  # noqa: E402
-from fastload.decode import decode_batch  # noqa: E402
-import fastload.transforms as transforms  # noqa: E402
-from fastload.transforms import CenterCrop  # noqa: E402
+import fastload.mxnet as fm
+import fastload.transforms as transforms
+from fastload.decode import decode_batch
+from fastload.transforms import CenterCrop
 
 VENV_PY = sys.executable
 MX_TOOLS = os.path.join(os.path.dirname(mx.__file__), "tools")
@@ -64,8 +64,13 @@ def _collect(it):
 
 
 def test_reads_mxnet_rec_into_pinned_float_batches(data_dir):
-    it = fm.ImageRecordIter(path_imgrec=_rec(data_dir), path_imgidx=str(data_dir / "mx.idx"), data_shape=(3, 24, 24),
-                            batch_size=16, resize=30)
+    it = fm.ImageRecordIter(
+        path_imgrec=_rec(data_dir),
+        path_imgidx=str(data_dir / "mx.idx"),
+        data_shape=(3, 24, 24),
+        batch_size=16,
+        resize=30,
+    )
     assert it.provide_data == [mx.io.DataDesc("data", (16, 3, 24, 24), np.float32, "NCHW")]
     assert it.provide_label[0].name == "softmax_label" and it.provide_label[0].shape == (16,)
     batches, labels = [], []
@@ -95,11 +100,18 @@ def test_uint8_is_the_raw_decode_and_float_normalization_matches_mxnet_formula(d
     from fastload.records.dataset import open_dataset
 
     with open_dataset(_rec(data_dir)) as ds:
-        decode_batch([ds.image(i) for i in range(8)], expected, CenterCrop(size=20, resize=24), seed=0, epoch=0,
-                     indices=np.arange(8, dtype=np.int64))
+        decode_batch(
+            [ds.image(i) for i in range(8)],
+            expected,
+            CenterCrop(size=20, resize=24),
+            seed=0,
+            epoch=0,
+            indices=np.arange(8, dtype=np.int64),
+        )
     np.testing.assert_array_equal(raw.data[0].asnumpy(), expected)
-    norm = fm.ImageRecordIter(mean_r=120, mean_g=110, mean_b=100, std_r=50, std_g=60, std_b=70, scale=0.5,
-                              **common).next()
+    norm = fm.ImageRecordIter(
+        mean_r=120, mean_g=110, mean_b=100, std_r=50, std_g=60, std_b=70, scale=0.5, **common
+    ).next()
     mean = np.array([120, 110, 100], np.float32).reshape(1, 3, 1, 1)
     std = np.array([50, 60, 70], np.float32).reshape(1, 3, 1, 1)
     np.testing.assert_allclose(norm.data[0].asnumpy(), (expected - mean) / std * 0.5, rtol=1e-5, atol=1e-5)
@@ -125,14 +137,31 @@ def test_arguments_are_lenient_and_errors_are_mxnet_errors(data_dir):
     with pytest.raises(ValueError, match="label_width=2"):
         fm.ImageRecordIter(label_width=2, **common)
     # MXNet's no-op defaults and the values common/data.py always passes are accepted.
-    fm.ImageRecordIter(max_rotate_angle=0, pad=0, fill_value=127, inter_method=1, verbose=False, ctx="gpu",
-                       min_random_scale=1, max_random_scale=1, min_aspect_ratio=None, **common).close()
+    fm.ImageRecordIter(
+        max_rotate_angle=0,
+        pad=0,
+        fill_value=127,
+        inter_method=1,
+        verbose=False,
+        ctx="gpu",
+        min_random_scale=1,
+        max_random_scale=1,
+        min_aspect_ratio=None,
+        **common,
+    ).close()
 
 
 def test_augmentation_arguments_reach_the_geometry(data_dir):
     common = dict(path_imgrec=_rec(data_dir), data_shape=(3, 20, 20), batch_size=8)
-    it = fm.ImageRecordIter(random_resized_crop=True, min_random_area=0.08, max_random_area=1.0,
-                            min_aspect_ratio=0.75, max_aspect_ratio=4 / 3, rand_mirror=True, **common)
+    it = fm.ImageRecordIter(
+        random_resized_crop=True,
+        min_random_area=0.08,
+        max_random_area=1.0,
+        min_aspect_ratio=0.75,
+        max_aspect_ratio=4 / 3,
+        rand_mirror=True,
+        **common,
+    )
     t = it.config.transform
     t = getattr(t, "geometry", t)  # a Pipeline when colour or normalization ops follow the geometry
     if isinstance(t, transforms.RandomResizedCrop):  # this build's fallback (no MXNetDefaultAugment yet)
@@ -151,12 +180,20 @@ def test_augmentation_arguments_reach_the_geometry(data_dir):
 
 
 def test_ctx_list_places_slices_and_matches_the_pinned_batch(data_dir):
-    common = dict(path_imgrec=_rec(data_dir), data_shape=(3, 20, 20), batch_size=12, shuffle=True, seed=3,
-                  random_resized_crop=True, min_random_area=0.3, rand_mirror=True)
+    common = dict(
+        path_imgrec=_rec(data_dir),
+        data_shape=(3, 20, 20),
+        batch_size=12,
+        shuffle=True,
+        seed=3,
+        random_resized_crop=True,
+        min_random_area=0.3,
+        rand_mirror=True,
+    )
     pinned = fm.ImageRecordIter(**common)
     placed = fm.ImageRecordIter(ctx=[mx.cpu(0), mx.cpu(1)], work_load_list=[2, 1], **common)
     for _ in range(2):  # two epochs, through reset()
-        for a, b in zip(pinned, placed):
+        for a, b in zip(pinned, placed, strict=False):
             parts = b.data[0]
             assert [p.context for p in parts] == [mx.cpu(0), mx.cpu(1)]
             assert [p.shape[0] for p in parts] == [8, 4]
@@ -167,8 +204,14 @@ def test_ctx_list_places_slices_and_matches_the_pinned_batch(data_dir):
 
 
 def test_epochs_reshuffle_and_crops_change(data_dir):
-    it = fm.ImageRecordIter(path_imgrec=_rec(data_dir), data_shape=(3, 20, 20), batch_size=10, shuffle=True,
-                            random_resized_crop=True, min_random_area=0.2)
+    it = fm.ImageRecordIter(
+        path_imgrec=_rec(data_dir),
+        data_shape=(3, 20, 20),
+        batch_size=10,
+        shuffle=True,
+        random_resized_crop=True,
+        min_random_area=0.2,
+    )
     e0 = _collect(it)
     it.reset()
     e1 = _collect(it)
@@ -186,8 +229,15 @@ def test_parts_cover_every_record_with_equal_batch_counts(data_dir, how):
     seen, counts = [], []
     for part in range(4):
         extra = dict(part_index=part, num_parts=4) if how == "part_index" else dict(rank=part, num_workers=4)
-        it = fm.ImageRecordIter(path_imgrec=_rec(data_dir), data_shape=(3, 16, 16), batch_size=7, shuffle=True,
-                                seed=2, dtype="uint8", **extra)
+        it = fm.ImageRecordIter(
+            path_imgrec=_rec(data_dir),
+            data_shape=(3, 16, 16),
+            batch_size=7,
+            shuffle=True,
+            seed=2,
+            dtype="uint8",
+            **extra,
+        )
         batches = _collect(it)
         counts.append(len(batches))
         seen.extend(np.concatenate([b[3][: 7 - b[2]] for b in batches]).tolist())
@@ -200,12 +250,29 @@ def test_reads_a_rec_made_by_im2rec(data_dir):
     pytest.importorskip("cv2")  # MXNet's im2rec.py needs OpenCV
     prefix = str(data_dir / "im2rec")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    subprocess.run([VENV_PY, os.path.join(MX_TOOLS, "im2rec.py"), "--list", "--recursive", prefix,
-                    str(data_dir / "folder")], check=True, capture_output=True, env=env)
-    subprocess.run([VENV_PY, os.path.join(MX_TOOLS, "im2rec.py"), "--pass-through", "--num-thread", "1", prefix,
-                    str(data_dir / "folder")], check=True, capture_output=True, env=env)
-    it = fm.ImageRecordIter(path_imgrec=prefix + ".rec", path_imgidx=prefix + ".idx", data_shape=(3, 16, 16),
-                            batch_size=20, dtype="uint8")
+    subprocess.run(
+        [VENV_PY, os.path.join(MX_TOOLS, "im2rec.py"), "--list", "--recursive", prefix, str(data_dir / "folder")],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    subprocess.run(
+        [
+            VENV_PY,
+            os.path.join(MX_TOOLS, "im2rec.py"),
+            "--pass-through",
+            "--num-thread",
+            "1",
+            prefix,
+            str(data_dir / "folder"),
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    it = fm.ImageRecordIter(
+        path_imgrec=prefix + ".rec", path_imgidx=prefix + ".idx", data_shape=(3, 16, 16), batch_size=20, dtype="uint8"
+    )
     batches = _collect(it)
     assert len(batches) == 3
     labels = np.concatenate([b[1] for b in batches])
@@ -240,14 +307,25 @@ def _small_net():
 def test_module_fit_on_two_contexts_reaches_accuracy(data_dir):
     mx.random.seed(0)
     np.random.seed(0)
-    common = dict(path_imgrec=_rec(data_dir), data_shape=(3, 24, 24), batch_size=12, scale=1 / 255.0,
-                  mean_r=110, mean_g=110, mean_b=110)
-    train = fm.ImageRecordIter(shuffle=True, random_resized_crop=True, min_random_area=0.5, rand_mirror=True,
-                               **common)
+    common = dict(
+        path_imgrec=_rec(data_dir),
+        data_shape=(3, 24, 24),
+        batch_size=12,
+        scale=1 / 255.0,
+        mean_r=110,
+        mean_g=110,
+        mean_b=110,
+    )
+    train = fm.ImageRecordIter(shuffle=True, random_resized_crop=True, min_random_area=0.5, rand_mirror=True, **common)
     val = fm.ImageRecordIter(resize=28, **common)
     mod = mx.mod.Module(_small_net(), context=[mx.cpu(0), mx.cpu(1)])
-    mod.fit(train, num_epoch=8, optimizer="sgd", optimizer_params={"learning_rate": 0.5, "momentum": 0.9},
-            initializer=mx.init.Xavier())
+    mod.fit(
+        train,
+        num_epoch=8,
+        optimizer="sgd",
+        optimizer_params={"learning_rate": 0.5, "momentum": 0.9},
+        initializer=mx.init.Xavier(),
+    )
     acc = dict(mod.score(val, "acc"))["accuracy"]
     assert acc >= 0.9, acc
     train.close()
@@ -259,8 +337,17 @@ def test_gluon_loop_with_per_context_batches(data_dir):
 
     mx.random.seed(1)
     ctxs = [mx.cpu(0), mx.cpu(1)]
-    it = fm.ImageRecordIter(path_imgrec=_rec(data_dir), data_shape=(3, 24, 24), batch_size=12, shuffle=True,
-                            scale=1 / 255.0, mean_r=110, mean_g=110, mean_b=110, ctx=ctxs)
+    it = fm.ImageRecordIter(
+        path_imgrec=_rec(data_dir),
+        data_shape=(3, 24, 24),
+        batch_size=12,
+        shuffle=True,
+        scale=1 / 255.0,
+        mean_r=110,
+        mean_g=110,
+        mean_b=110,
+        ctx=ctxs,
+    )
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(8, 3, activation="relu"), gluon.nn.GlobalAvgPool2D(), gluon.nn.Dense(3))
     net.initialize(mx.init.Xavier(), ctx=ctxs)
@@ -273,7 +360,7 @@ def test_gluon_loop_with_per_context_batches(data_dir):
         for batch in it:
             with autograd.record():
                 outs = [net(x) for x in batch.data[0]]
-                losses = [loss_fn(o, y) for o, y in zip(outs, batch.label[0])]
+                losses = [loss_fn(o, y) for o, y in zip(outs, batch.label[0], strict=False)]
             for loss in losses:
                 loss.backward()
             trainer.step(it.batch_size)
@@ -306,6 +393,7 @@ _DIST_WORKER = textwrap.dedent("""
                     "steps": steps, "ids": ids}}, f)
 """)
 
+
 def test_dist_sync_two_workers_on_loopback(data_dir, repo_root):
     """A real dist_sync run on this machine: a scheduler, 1 server, 2 workers (tests/mxnet_clients/dist.py)."""
     clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_clients")
@@ -328,8 +416,15 @@ def test_dist_sync_two_workers_on_loopback(data_dir, repo_root):
 
 def test_prefetching_iter_over_mxnet_cpp_iterator_keeps_batches_intact(data_dir):
     def make():
-        return mx.io.ImageRecordIter(path_imgrec=_rec(data_dir), data_shape=(3, 16, 16), batch_size=8, resize=20,
-                                     dtype="uint8", preprocess_threads=1, verbose=False)
+        return mx.io.ImageRecordIter(
+            path_imgrec=_rec(data_dir),
+            data_shape=(3, 16, 16),
+            batch_size=8,
+            resize=20,
+            dtype="uint8",
+            preprocess_threads=1,
+            verbose=False,
+        )
 
     # MXNet's C++ iterator carries round_batch overflow into the next epoch, so epochs differ:
     # compare epoch by epoch with a directly driven iterator.
@@ -342,15 +437,23 @@ def test_prefetching_iter_over_mxnet_cpp_iterator_keeps_batches_intact(data_dir)
         for epoch in range(2):
             got = [(d, l) for d, l, _, _ in _collect(it)]
             assert len(got) == len(expected[epoch])
-            for (d1, l1), (d2, l2) in zip(got, expected[epoch]):
+            for (d1, l1), (d2, l2) in zip(got, expected[epoch], strict=False):
                 np.testing.assert_array_equal(d1, d2)
                 np.testing.assert_array_equal(l1, l2)
             it.reset()
 
 
 def test_state_dict_resumes_mid_epoch(data_dir):
-    common = dict(path_imgrec=_rec(data_dir), data_shape=(3, 16, 16), batch_size=8, shuffle=True, seed=7,
-                  random_resized_crop=True, min_random_area=0.3, dtype="uint8")
+    common = dict(
+        path_imgrec=_rec(data_dir),
+        data_shape=(3, 16, 16),
+        batch_size=8,
+        shuffle=True,
+        seed=7,
+        random_resized_crop=True,
+        min_random_area=0.3,
+        dtype="uint8",
+    )
     full = fm.ImageRecordIter(**common)
     full.reset()  # resume across an epoch boundary too: epoch 1
     expected = _collect(full)
@@ -363,15 +466,16 @@ def test_state_dict_resumes_mid_epoch(data_dir):
     resumed.load_state_dict(state)
     got += _collect(resumed)
     assert len(got) == len(expected)
-    for a, b in zip(got, expected):
+    for a, b in zip(got, expected, strict=False):
         np.testing.assert_array_equal(a[0], b[0])
         np.testing.assert_array_equal(a[3], b[3])
 
 
 def test_slot_is_not_refilled_while_engine_work_still_reads_it(data_dir):
     """The pinned-memory ownership rule: queued engine reads of a batch finish before its slot is reused."""
-    it = fm.ImageRecordIter(path_imgrec=_rec(data_dir), data_shape=(3, 16, 16), batch_size=4, dtype="uint8",
-                            prefetch_buffer=1, shuffle=True)
+    it = fm.ImageRecordIter(
+        path_imgrec=_rec(data_dir), data_shape=(3, 16, 16), batch_size=4, dtype="uint8", prefetch_buffer=1, shuffle=True
+    )
     first = it.next()
     original = first.data[0].asnumpy().copy()
     # An engine op that reads the batch but cannot start before a slow matrix product finishes:
@@ -399,12 +503,18 @@ def _small_rec(root, n: int) -> str:
 
 
 @pytest.mark.parametrize("round_batch", [True, False])
-@pytest.mark.parametrize("n, batch_size, dtype", [(48, 32, "float32"), (10, 4, "uint8")])
+@pytest.mark.parametrize(("n", "batch_size", "dtype"), [(48, 32, "float32"), (10, 4, "uint8")])
 def test_last_partial_batch_matches_mxnet_batch_count_shapes_and_pad(tmp_path, n, batch_size, dtype, round_batch):
     """Regression: round_batch=False once turned the slot's never-written index rows into record ids."""
     rec = _small_rec(tmp_path, n)
-    theirs = mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=rec[:-4] + ".idx", data_shape=(3, 8, 8),
-                                   batch_size=batch_size, round_batch=round_batch, preprocess_threads=1)
+    theirs = mx.io.ImageRecordIter(
+        path_imgrec=rec,
+        path_imgidx=rec[:-4] + ".idx",
+        data_shape=(3, 8, 8),
+        batch_size=batch_size,
+        round_batch=round_batch,
+        preprocess_threads=1,
+    )
     reference = [(b.data[0].shape, b.label[0].shape, b.pad, b.label[0].asnumpy()) for b in theirs]
     nbatches = -(-n // batch_size)
     missing = nbatches * batch_size - n
@@ -413,18 +523,26 @@ def test_last_partial_batch_matches_mxnet_batch_count_shapes_and_pad(tmp_path, n
     if round_batch:
         # MXNet completes the last batch with the first records and reports how many.
         assert reference[-1][2] == missing
-        np.testing.assert_array_equal(np.concatenate([r[3] for r in reference]),
-                                      np.concatenate([labels, labels[:missing]]))
+        np.testing.assert_array_equal(
+            np.concatenate([r[3] for r in reference]), np.concatenate([labels, labels[:missing]])
+        )
     else:
         # Measured on MXNet 1.9.1: a full-size batch with pad=0 whose last rows are no records.
         assert reference[-1][2] == 0
     # A small ring (3 slots) and three epochs: every slot is refilled, so stale rows would show.
-    mine = fm.ImageRecordIter(path_imgrec=rec, data_shape=(3, 8, 8), batch_size=batch_size, round_batch=round_batch,
-                              preprocess_threads=1, prefetch_buffer=1, dtype=dtype)
+    mine = fm.ImageRecordIter(
+        path_imgrec=rec,
+        data_shape=(3, 8, 8),
+        batch_size=batch_size,
+        round_batch=round_batch,
+        preprocess_threads=1,
+        prefetch_buffer=1,
+        dtype=dtype,
+    )
     for epoch in range(3):
         got = _collect(mine)
         assert len(got) == nbatches
-        for k, ((data, label, pad, _), (data_shape, label_shape, _, _)) in enumerate(zip(got, reference)):
+        for k, ((data, label, pad, _), (data_shape, label_shape, _, _)) in enumerate(zip(got, reference, strict=False)):
             assert data.shape == data_shape and label.shape == label_shape
             assert pad == (missing if k == nbatches - 1 else 0)
         images = np.concatenate([g[0][: batch_size - g[2]] for g in got])

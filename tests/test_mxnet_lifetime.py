@@ -17,12 +17,12 @@ import pytest
 
 mx = pytest.importorskip("mxnet")
 sp = pytest.importorskip("scipy.sparse")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-import fastload.mxnet as fm  # noqa: E402
-from fastload.batch import BatchRing  # noqa: E402
-from fastload.errors import KeptBatchesWarning  # noqa: E402
-from fastload.mxnet.placement import pinned_allocator, wrap_view  # noqa: E402
+import fastload.mxnet as fm
+from fastload.batch import BatchRing
+from fastload.errors import KeptBatchesWarning
+from fastload.mxnet.placement import pinned_allocator, wrap_view
 
 
 def _rec(tmp_path, n=40, side=12):
@@ -61,7 +61,11 @@ def _reference_and_kept(make, epochs=3):
 
 def _changed(ref, kept):
     assert len(ref) == len(kept)
-    return sum(1 for r, k in zip(ref, kept) if any(not np.array_equal(a, _dense(b)) for a, b in zip(r, k)))
+    return sum(
+        1
+        for r, k in zip(ref, kept, strict=False)
+        if any(not np.array_equal(a, _dense(b)) for a, b in zip(r, k, strict=False))
+    )
 
 
 def test_ndarrayiter_kept_batches_stay_intact_dense_and_csr():
@@ -69,7 +73,7 @@ def test_ndarrayiter_kept_batches_stay_intact_dense_and_csr():
     csr = sp.random(32 * 8, 40, density=0.2, format="csr", dtype=np.float32, random_state=3)
     y = np.arange(32 * 8, dtype=np.float32)
     for data in (x, {"dense": x, "sparse": csr}):
-        ref, kept, it = _reference_and_kept(lambda: fm.NDArrayIter(data, y, batch_size=8, shuffle=True, seed=1))
+        ref, kept, it = _reference_and_kept(lambda: fm.NDArrayIter(data, y, batch_size=8, shuffle=True, seed=1))  # noqa: B023
         assert _changed(ref, kept) == 0  # the audit measured 27 of 32 changed before leases
         assert len(it.ring.slots) <= it.ring.base_slots + it.ring.max_extra_slots  # bounded
         it.close()
@@ -94,15 +98,22 @@ def test_ndarrayiter_usual_loop_recycles_the_same_slots():
     it.close()
 
 
-@pytest.mark.parametrize("dtype, channels", [("uint8", 3), ("float32", 3), ("int8", 3), ("uint8", 1)])
+@pytest.mark.parametrize(("dtype", "channels"), [("uint8", 3), ("float32", 3), ("int8", 3), ("uint8", 1)])
 def test_imagerecorditer_kept_batches_stay_intact(tmp_path, dtype, channels):
     rec = _rec(tmp_path)
 
     def make():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return fm.ImageRecordIter(path_imgrec=rec, data_shape=(channels, 12, 12), batch_size=4, dtype=dtype,
-                                      shuffle=True, prefetch_buffer=1, mean_r=10)
+            return fm.ImageRecordIter(
+                path_imgrec=rec,
+                data_shape=(channels, 12, 12),
+                batch_size=4,
+                dtype=dtype,
+                shuffle=True,
+                prefetch_buffer=1,
+                mean_r=10,
+            )
 
     ref, kept, it = _reference_and_kept(make)
     assert _changed(ref, kept) == 0  # the audit measured 10 of 16 changed before
@@ -116,8 +127,9 @@ def test_prefetchingiter_kept_batches_stay_intact(tmp_path):
     def make():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            images = fm.ImageRecordIter(path_imgrec=rec, data_shape=(3, 12, 12), batch_size=4, dtype="uint8",
-                                        prefetch_buffer=1)
+            images = fm.ImageRecordIter(
+                path_imgrec=rec, data_shape=(3, 12, 12), batch_size=4, dtype="uint8", prefetch_buffer=1
+            )
         return fm.PrefetchingIter([images, fm.NDArrayIter(x, batch_size=4, prefetch=1)], prefetch=2)
 
     ref, kept, it = _reference_and_kept(make, epochs=2)
@@ -130,16 +142,18 @@ def test_previous_batch_is_intact_while_the_next_is_read(tmp_path):
     rec = _rec(tmp_path, n=24)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        it = fm.ImageRecordIter(path_imgrec=rec, data_shape=(3, 12, 12), batch_size=4, dtype="uint8",
-                                prefetch_buffer=1, shuffle=True)
+        it = fm.ImageRecordIter(
+            path_imgrec=rec, data_shape=(3, 12, 12), batch_size=4, dtype="uint8", prefetch_buffer=1, shuffle=True
+        )
     expected = [b.data[0].asnumpy().copy() for b in it]
     it.reset()
     it.reset()
     it.close()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        it = fm.ImageRecordIter(path_imgrec=rec, data_shape=(3, 12, 12), batch_size=4, dtype="uint8",
-                                prefetch_buffer=1, shuffle=True)
+        it = fm.ImageRecordIter(
+            path_imgrec=rec, data_shape=(3, 12, 12), batch_size=4, dtype="uint8", prefetch_buffer=1, shuffle=True
+        )
     prev = it.next()
     for k in range(1, len(expected)):
         cur = it.next()

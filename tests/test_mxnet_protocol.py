@@ -15,9 +15,9 @@ import pytest
 
 mx = pytest.importorskip("mxnet")
 sp = pytest.importorskip("scipy.sparse")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-import fastload.mxnet as fm  # noqa: E402
+import fastload.mxnet as fm
 
 
 @pytest.fixture(scope="module")
@@ -61,15 +61,19 @@ def _dense(a):
 
 
 def _snapshot(data, label, pad, index):
-    return ([_dense(a) for a in _as_list(data)], [_dense(a) for a in ([] if label is None else _as_list(label))], pad,
-            None if index is None else np.asarray(index).tolist())
+    return (
+        [_dense(a) for a in _as_list(data)],
+        [_dense(a) for a in ([] if label is None else _as_list(label))],
+        pad,
+        None if index is None else np.asarray(index).tolist(),
+    )
 
 
 def _same(a, b):
     assert len(a) == len(b)
-    for (d1, l1, p1, i1), (d2, l2, p2, i2) in zip(a, b):
+    for (d1, l1, p1, i1), (d2, l2, p2, i2) in zip(a, b, strict=False):
         assert p1 == p2 and i1 == i2
-        for u, v in zip(d1 + l1, d2 + l2):
+        for u, v in zip(d1 + l1, d2 + l2, strict=False):
             np.testing.assert_array_equal(u, v)
 
 
@@ -167,7 +171,7 @@ def test_mx_resize_iter_over_image_record_iter_for_dist_sync(rec):
     """common/fit.py wraps the training iterator in ResizeIter(train, epoch_size) for dist_sync."""
     it = mx.io.ResizeIter(_image_iter(rec, shuffle=True), 7)  # 5 batches per epoch: wraps into the next
     for _ in range(2):
-        batches = [b for b in it]
+        batches = list(it)
         assert len(batches) == 7 and all(b.data[0].shape == (5, 3, 10, 10) for b in batches)
         it.reset()
 
@@ -176,17 +180,20 @@ def test_mx_prefetching_iter_wraps_fastload_iterators(rec):
     x = np.arange(22 * 2, dtype=np.float32).reshape(22, 2)
 
     def direct():
-        return ([_snapshot(b.data, b.label, b.pad, None) for b in _image_iter(rec)],
-                [_snapshot(b.data, b.label, b.pad, None) for b in fm.NDArrayIter(x, batch_size=5)])
+        return (
+            [_snapshot(b.data, b.label, b.pad, None) for b in _image_iter(rec)],
+            [_snapshot(b.data, b.label, b.pad, None) for b in fm.NDArrayIter(x, batch_size=5)],
+        )
 
     images, arrays = direct()
-    it = mx.io.PrefetchingIter([_image_iter(rec), fm.NDArrayIter(x, batch_size=5)],
-                               rename_data=[{"data": "img"}, {"data": "arr"}])
+    it = mx.io.PrefetchingIter(
+        [_image_iter(rec), fm.NDArrayIter(x, batch_size=5)], rename_data=[{"data": "img"}, {"data": "arr"}]
+    )
     assert [d.name for d in it.provide_data] == ["img", "arr"]
     for _ in range(3):  # MXNet's threads call next(); reset() comes from this thread
         got = [(_dense(b.data[0]), _dense(b.data[1]), b.label[0].asnumpy()) for b in it]
         assert len(got) == len(images) == len(arrays)
-        for (img, arr, lab), (d1, l1, _, _), (d2, _, _, _) in zip(got, images, arrays):
+        for (img, arr, lab), (d1, l1, _, _), (d2, _, _, _) in zip(got, images, arrays, strict=False):
             np.testing.assert_array_equal(img, d1[0])
             np.testing.assert_array_equal(lab, l1[0])
             np.testing.assert_array_equal(arr, d2[0])
@@ -273,8 +280,12 @@ def test_ndarrayiter_last_batch_handle_as_test_io(kind, image):
 def test_ndarrayiter_idx_is_the_shuffled_order_as_test_io(inputs):
     data, labels = _io_data("numpy")
     data, labels = data[:60], labels[:60]
-    shaped = {"one": (data, labels), "list": ([data, data], labels), "dict": ({"d1": data, "d2": data}, labels),
-              "no_label": (data, None)}[inputs]
+    shaped = {
+        "one": (data, labels),
+        "list": ([data, data], labels),
+        "dict": ({"d1": data, "d2": data}, labels),
+        "no_label": (data, None),
+    }[inputs]
     plain = [b.data[0].asnumpy() for b in fm.NDArrayIter(*shaped, 1, False)]
     it = fm.NDArrayIter(*shaped, 1, True)
     idx = it.idx
@@ -282,7 +293,7 @@ def test_ndarrayiter_idx_is_the_shuffled_order_as_test_io(inputs):
     for i, batch in enumerate(it):
         np.testing.assert_array_equal(batch.data[0].asnumpy(), plain[idx[i]])
     # MXNet's data attribute holds the inputs in idx order.
-    name, arr = it.data[0]
+    _name, arr = it.data[0]
     np.testing.assert_array_equal(arr.asnumpy(), data[idx].astype(np.float32))
     it.reset()
     assert it.idx.tolist() != idx.tolist()  # reshuffled
@@ -296,8 +307,10 @@ def test_ndarrayiter_idx_is_the_shuffled_order_as_test_io(inputs):
 def test_ndarrayiter_cursor_and_num_data_as_mxnet():
     x = np.arange(10, dtype=np.float32)[:, None]
     for mode in ("pad", "discard", "roll_over"):
-        mine, theirs = fm.NDArrayIter(x, batch_size=4, last_batch_handle=mode), \
-            mx.io.NDArrayIter(x, batch_size=4, last_batch_handle=mode)
+        mine, theirs = (
+            fm.NDArrayIter(x, batch_size=4, last_batch_handle=mode),
+            mx.io.NDArrayIter(x, batch_size=4, last_batch_handle=mode),
+        )
         assert mine.num_data == theirs.num_data == 10
         for _ in range(3):
             assert mine.cursor == theirs.cursor
@@ -314,8 +327,9 @@ def test_ndarrayiter_cursor_and_num_data_as_mxnet():
 
 def test_ndarrayiter_corner_case_batch_larger_than_data():
     it = fm.NDArrayIter(data=np.arange(10), batch_size=205, shuffle=False, last_batch_handle="pad")
-    np.testing.assert_array_equal(it.next().data[0].asnumpy(), np.concatenate((np.tile(np.arange(10), 20),
-                                                                                np.arange(5))))
+    np.testing.assert_array_equal(
+        it.next().data[0].asnumpy(), np.concatenate((np.tile(np.arange(10), 20), np.arange(5)))
+    )
 
 
 def test_ndarrayiter_csr_as_test_io():
@@ -330,11 +344,18 @@ def test_ndarrayiter_csr_as_test_io():
             mx.io.NDArrayIter({"data": mx.nd.sparse.array(csr)}, dns, batch_size)
         padded = [b.data[0].asscipy().toarray() for b in fm.NDArrayIter({"data": csr}, dns, batch_size)]
         dense = [b.data[0].asnumpy() for b in mx.io.NDArrayIter({"data": dns}, dns, batch_size)]
-        assert len(padded) == len(dense) and all(np.array_equal(a, b) for a, b in zip(padded, dense))
+        assert len(padded) == len(dense) and all(np.array_equal(a, b) for a, b in zip(padded, dense, strict=False))
         for label in (dns, [], None):
-            its = [fm.NDArrayIter({"data": csr}, label, batch_size, shuffle=True, last_batch_handle="discard"),
-                   fm.NDArrayIter({"csr_data": mx.nd.sparse.array(csr), "dns_data": dns}, label, batch_size,
-                                  shuffle=True, last_batch_handle="discard")]
+            its = [
+                fm.NDArrayIter({"data": csr}, label, batch_size, shuffle=True, last_batch_handle="discard"),
+                fm.NDArrayIter(
+                    {"csr_data": mx.nd.sparse.array(csr), "dns_data": dns},
+                    label,
+                    batch_size,
+                    shuffle=True,
+                    last_batch_handle="discard",
+                ),
+            ]
             for it in its:
                 n = 0
                 for batch in it:
@@ -345,4 +366,4 @@ def test_ndarrayiter_csr_as_test_io():
                     it.next()
         it = fm.NDArrayIter(csr, csr, batch_size, last_batch_handle="discard")
         for k, batch in enumerate(it):
-            np.testing.assert_allclose(batch.data[0].asnumpy(), dns[k * batch_size:(k + 1) * batch_size])
+            np.testing.assert_allclose(batch.data[0].asnumpy(), dns[k * batch_size : (k + 1) * batch_size])

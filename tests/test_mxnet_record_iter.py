@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 mx = pytest.importorskip("mxnet")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-import fastload.mxnet as fm  # noqa: E402
+import fastload.mxnet as fm
 
 N = 24
 SIDE = 16
@@ -78,7 +78,7 @@ def _compare(mine, theirs, atol, mean_tol):
     a, b = _epoch(mine), _epoch(theirs)
     assert len(a) == len(b)
     diffs = []
-    for (d1, l1, p1), (d2, l2, p2) in zip(a, b):
+    for (d1, l1, p1), (d2, l2, p2) in zip(a, b, strict=False):
         assert d1.dtype == d2.dtype and d1.shape == d2.shape
         np.testing.assert_array_equal(l1, l2)
         assert p1 == p2
@@ -90,14 +90,17 @@ def _compare(mine, theirs, atol, mean_tol):
     return diff
 
 
-@pytest.mark.parametrize("dtype, extra, atol", [
-    ("float32", {}, 1.0),
-    ("float32", dict(mean_r=123.68, mean_g=116.78, mean_b=103.94, std_r=58.4, std_g=57.1, std_b=57.4), 1.0 / 57),
-    ("float32", dict(mean_r=100, scale=1 / 255), 1.0 / 255),
-    ("uint8", {}, 1),
-    ("uint8", dict(mean_r=100, std_r=3), 1),  # ignored for uint8, as MXNet does
-    ("int8", dict(mean_r=100.4, mean_g=60, mean_b=20, std_r=3, scale=2), 1),  # pixel - round(mean), saturated
-])
+@pytest.mark.parametrize(
+    ("dtype", "extra", "atol"),
+    [
+        ("float32", {}, 1.0),
+        ("float32", dict(mean_r=123.68, mean_g=116.78, mean_b=103.94, std_r=58.4, std_g=57.1, std_b=57.4), 1.0 / 57),
+        ("float32", dict(mean_r=100, scale=1 / 255), 1.0 / 255),
+        ("uint8", {}, 1),
+        ("uint8", dict(mean_r=100, std_r=3), 1),  # ignored for uint8, as MXNet does
+        ("int8", dict(mean_r=100.4, mean_g=60, mean_b=20, std_r=3, scale=2), 1),  # pixel - round(mean), saturated
+    ],
+)
 def test_outputs_match_mxnet_batch_for_batch(rec, dtype, extra, atol):
     common = dict(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=10, dtype=dtype, **extra)
     theirs = _theirs(path_imgidx=rec["single"][:-4] + ".idx", **common)
@@ -122,10 +125,12 @@ def test_grayscale_output_matches_mxnet(rec):
 
 def test_aliases_mean_what_they_mean_in_mxnet(rec):
     common = dict(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=12)
-    for mine_cls, their_cls, dtype in ((fm.ImageRecordUInt8Iter, mx.io.ImageRecordUInt8Iter, np.uint8),
-                                       (fm.ImageRecordUInt8Iter_v1, mx.io.ImageRecordUInt8Iter_v1, np.uint8),
-                                       (fm.ImageRecordInt8Iter, mx.io.ImageRecordInt8Iter, np.int8),
-                                       (fm.ImageRecordIter_v1, mx.io.ImageRecordIter_v1, np.float32)):
+    for mine_cls, their_cls, dtype in (
+        (fm.ImageRecordUInt8Iter, mx.io.ImageRecordUInt8Iter, np.uint8),
+        (fm.ImageRecordUInt8Iter_v1, mx.io.ImageRecordUInt8Iter_v1, np.uint8),
+        (fm.ImageRecordInt8Iter, mx.io.ImageRecordInt8Iter, np.int8),
+        (fm.ImageRecordIter_v1, mx.io.ImageRecordIter_v1, np.float32),
+    ):
         mine = _mine(mine_cls, mean_r=50, **common)
         theirs = their_cls(verbose=False, preprocess_threads=1, mean_r=50, **common)
         assert mine.next().data[0].dtype == dtype
@@ -148,8 +153,9 @@ def test_label_width_and_an_image_list(rec, tmp_path):
     mine = _mine(path_imglist=str(lst), label_width=3, **common)
     theirs = _theirs(path_imglist=str(lst), label_width=3, **common)
     _compare(mine, theirs, atol=1, mean_tol=0.05)
-    labels = np.concatenate([b.label[0].asnumpy()[: 8 - b.pad] for b in _mine(path_imglist=str(lst), label_width=3,
-                                                                                **common)])
+    labels = np.concatenate(
+        [b.label[0].asnumpy()[: 8 - b.pad] for b in _mine(path_imglist=str(lst), label_width=3, **common)]
+    )
     np.testing.assert_array_equal(labels[:, 0], np.arange(N) * 10)
     lst.write_text("\n".join(lines[1:]) + "\n")  # record id 1023 has no line
     with pytest.raises(mx.base.MXNetError, match=r"path_imglist.*1023"):
@@ -169,7 +175,7 @@ def test_index_file_anywhere_and_no_index(rec, tmp_path):
     reference = _epoch(_mine(path_imgrec=rec["single"], **common))
     for kwargs in (dict(path_imgrec=rec["single"], path_imgidx=str(elsewhere)), dict(path_imgrec=str(alone))):
         got = _epoch(_mine(**kwargs, **common))
-        for (d1, l1, _), (d2, l2, _) in zip(got, reference):
+        for (d1, l1, _), (d2, l2, _) in zip(got, reference, strict=False):
             np.testing.assert_array_equal(d1, d2)
             np.testing.assert_array_equal(l1, l2)
     with pytest.raises(mx.base.MXNetError, match="path_imgidx"):
@@ -191,8 +197,12 @@ def test_mean_image_is_computed_saved_and_used_as_mxnet_does(rec, tmp_path):
     # Each reads the other's file.
     _compare(_mine(mean_img=their_file, **common), _theirs(mean_img=mine_file, **common), atol=1, mean_tol=0.05)
     # The mean image replaces mean_r/g/b (MXNet ignores them then); int8 subtracts it rounded.
-    _compare(_mine(mean_img=mine_file, mean_r=77, dtype="int8", **common),
-             _theirs(mean_img=mine_file, mean_r=77, dtype="int8", **common), atol=1, mean_tol=0.05)
+    _compare(
+        _mine(mean_img=mine_file, mean_r=77, dtype="int8", **common),
+        _theirs(mean_img=mine_file, mean_r=77, dtype="int8", **common),
+        atol=1,
+        mean_tol=0.05,
+    )
     with pytest.raises(mx.base.MXNetError, match="mean_img"):
         _mine(mean_img=mine_file, **dict(common, data_shape=(3, 8, 8)))  # another shape
     with pytest.raises(mx.base.MXNetError, match="folder"):
@@ -204,9 +214,17 @@ def test_mean_image_is_computed_saved_and_used_as_mxnet_does(rec, tmp_path):
 
 def test_cifar10rec_style_counts_every_label(rec):
     """MXNet's test_Cifar10Rec, on a small .rec: mean_img, a misspelt argument, every label counted."""
-    it = _mine(path_imgrec=rec["single"], mean_img=str(rec["root"] / "cifar_mean.bin"), rand_crop=False,
-               and_mirror=False, shuffle=False, data_shape=(3, 12, 12), batch_size=6, preprocess_threads=2,
-               prefetch_buffer=1)
+    it = _mine(
+        path_imgrec=rec["single"],
+        mean_img=str(rec["root"] / "cifar_mean.bin"),
+        rand_crop=False,
+        and_mirror=False,
+        shuffle=False,
+        data_shape=(3, 12, 12),
+        batch_size=6,
+        preprocess_threads=2,
+        prefetch_buffer=1,
+    )
     counts = np.zeros(4, dtype=int)
     for batch in it:
         assert np.isfinite(batch.data[0].asnumpy()).all()
@@ -218,31 +236,50 @@ def test_cifar10rec_style_counts_every_label(rec):
 def test_image_iter_exception_style(rec):
     """MXNet's test_image_iter_exception: data_shape (5, 28, 28) raises MXNetError."""
     with pytest.raises(mx.base.MXNetError):
-        it = _mine(path_imgrec=rec["single"], rand_crop=False, and_mirror=False, shuffle=False,
-                   data_shape=(5, 28, 28), batch_size=6, preprocess_threads=2, prefetch_buffer=1)
+        it = _mine(
+            path_imgrec=rec["single"],
+            rand_crop=False,
+            and_mirror=False,
+            shuffle=False,
+            data_shape=(5, 28, 28),
+            batch_size=6,
+            preprocess_threads=2,
+            prefetch_buffer=1,
+        )
         for _ in it:
             pass
 
 
 def _augmented(rec, **extra):
-    kwargs = dict(path_imgrec=rec["single"], data_shape=(3, 12, 12), batch_size=3, shuffle=False,
-                  random_resized_crop=True, min_random_area=0.3, max_aspect_ratio=0.3, rand_mirror=True, **extra)
+    kwargs = dict(
+        path_imgrec=rec["single"],
+        data_shape=(3, 12, 12),
+        batch_size=3,
+        shuffle=False,
+        random_resized_crop=True,
+        min_random_area=0.3,
+        max_aspect_ratio=0.3,
+        rand_mirror=True,
+        **extra,
+    )
     return [b.data[0].asnumpy().astype(np.uint8) for b in _mine(**kwargs)]
 
 
 def test_seed_augmentation_style(rec):
     """MXNet's test_ImageRecordIter_seed_augmentation with the augmentations this build runs."""
     a, b = _augmented(rec, seed_aug=3), _augmented(rec, seed_aug=3)
-    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=False))
     c = _augmented(rec, seed_aug=4)
-    assert len(c) == len(a) and not all(np.array_equal(x, y) for x, y in zip(a, c))
+    assert len(c) == len(a) and not all(np.array_equal(x, y) for x, y in zip(a, c, strict=False))
     # seed_aug alone decides the draws: another order seed changes nothing without shuffle.
     d = _augmented(rec, seed_aug=3, seed=99)
-    assert all(np.array_equal(x, y) for x, y in zip(a, d))
+    assert all(np.array_equal(x, y) for x, y in zip(a, d, strict=False))
     # No augmentation: the same seed_aug gives the same batches.
-    plain = [[b.data[0].asnumpy() for b in _mine(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=3,
-                                                   seed_aug=3)] for _ in range(2)]
-    assert all(np.array_equal(x, y) for x, y in zip(*plain))
+    plain = [
+        [b.data[0].asnumpy() for b in _mine(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=3, seed_aug=3)]
+        for _ in range(2)
+    ]
+    assert all(np.array_equal(x, y) for x, y in zip(*plain, strict=False))
 
 
 def test_float16_and_device_id(rec):
@@ -305,10 +342,9 @@ def test_float_normalization_is_mxnets_float32_arithmetic(rec):
     expected = (pixels.astype(np.float32) - mean.reshape(1, 3, 1, 1)) * mult.reshape(1, 3, 1, 1)
     np.testing.assert_array_equal(out, expected)
     # round_batch=False: the padding rows are what a zero pixel becomes.
-    common = dict(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=10, round_batch=False, mean_r=100,
-                  std_r=4)
-    last = [b for b in _mine(**common)][-1]
-    tail = last.data[0].asnumpy()[10 - last.pad:]
+    common = dict(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=10, round_batch=False, mean_r=100, std_r=4)
+    last = list(_mine(**common))[-1]
+    tail = last.data[0].asnumpy()[10 - last.pad :]
     assert last.pad == 6
     np.testing.assert_array_equal(tail[:, 0], -25.0)
     np.testing.assert_array_equal(tail[:, 1:], 0.0)

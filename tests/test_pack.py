@@ -65,7 +65,7 @@ def test_inspect_jpeg_reads_frame_and_detects_truncation():
     assert out.data is data and out.kind == "pass"
 
 
-def test_odd_files_converted_or_reported(odd_folder, tmp_path):  # noqa: F811
+def test_odd_files_converted_or_reported(odd_folder, tmp_path):
     kinds = _odd_kinds(odd_folder)
     res = pack_folder(odd_folder, str(tmp_path / "out"), progress=False, workers=2)
     skipped = dict(res.skipped)
@@ -90,13 +90,13 @@ def test_odd_files_converted_or_reported(odd_folder, tmp_path):  # noqa: F811
     assert verify_dataset(str(tmp_path / "out"), decode=True).ok
 
 
-def test_on_error_fail_names_the_file(odd_folder, tmp_path):  # noqa: F811
+def test_on_error_fail_names_the_file(odd_folder, tmp_path):
     with pytest.raises(UserError, match=r"n0\d+_\d+\.(JPEG|jpg): .*--on-error fail"):
         pack_folder(odd_folder, str(tmp_path / "out"), on_error="fail", progress=False)
     assert not os.path.exists(tmp_path / "out" / MANIFEST_NAME)
 
 
-def test_resize_shorter_side(tiny_folder, tmp_path):  # noqa: F811
+def test_resize_shorter_side(tiny_folder, tmp_path):
     res = pack_folder(tiny_folder, str(tmp_path / "out"), resize=32, quality=80, progress=False, format="lmdb")
     assert res.converted == {"resized": 40}
     with open_dataset(str(tmp_path / "out")) as ds:
@@ -169,7 +169,7 @@ def test_engine_resize_encode_reports_bad_images_without_crashing(monkeypatch):
 # ---------------------------------------------------------------- sources, order, shards
 
 
-def test_shuffle_is_seeded_and_keeps_labels(tiny_folder, tmp_path):  # noqa: F811
+def test_shuffle_is_seeded_and_keeps_labels(tiny_folder, tmp_path):
     a = pack_folder(tiny_folder, str(tmp_path / "a"), shuffle=True, seed=1, progress=False)
     b = pack_folder(tiny_folder, str(tmp_path / "b"), shuffle=True, seed=1, name="tiny", progress=False)
     c = pack_folder(tiny_folder, str(tmp_path / "c"), shuffle=True, seed=2, progress=False)
@@ -185,7 +185,7 @@ def test_shuffle_is_seeded_and_keeps_labels(tiny_folder, tmp_path):  # noqa: F81
             assert open(os.path.join(a.out, name), "rb").read() == open(os.path.join(b.out, name), "rb").read()
 
 
-def test_shard_count_and_size(tiny_folder, tmp_path):  # noqa: F811
+def test_shard_count_and_size(tiny_folder, tmp_path):
     res = pack_folder(tiny_folder, str(tmp_path / "n"), shards=7, progress=False)
     counts = [s["records"] for s in res.manifest["shards"]]
     assert len(counts) == 7 and sum(counts) == 40 and max(counts) - min(counts) <= 1
@@ -200,7 +200,7 @@ def test_shard_count_and_size(tiny_folder, tmp_path):  # noqa: F811
         parse_size("lots")
 
 
-def test_lst_source_with_root_and_bad_lines(tiny_folder, tmp_path):  # noqa: F811
+def test_lst_source_with_root_and_bad_lines(tiny_folder, tmp_path):
     files = sorted(glob.glob(os.path.join(tiny_folder, "*", "*.JPEG")))[:5]
     lst = tmp_path / "x.lst"
     lst.write_text(
@@ -248,7 +248,7 @@ def test_bad_inputs_are_user_errors(tmp_path):
         pack_folder(str(tmp_path / "bad"), str(tmp_path / "out3"), shards=0)
 
 
-def test_unwritable_out(tiny_folder, tmp_path):  # noqa: F811
+def test_unwritable_out(tiny_folder, tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UserError, match="exists and is not a folder"):
         pack_folder(tiny_folder, str(tmp_path / "afile"), progress=False)
@@ -258,7 +258,7 @@ def test_unwritable_out(tiny_folder, tmp_path):  # noqa: F811
         pack_folder(tiny_folder, os.path.join(tiny_folder, "packed"), progress=False)
 
 
-def test_existing_dataset_refused_then_overwritten(tiny_folder, tmp_path):  # noqa: F811
+def test_existing_dataset_refused_then_overwritten(tiny_folder, tmp_path):
     out = str(tmp_path / "out")
     pack_folder(tiny_folder, out, shards=3, name="old", progress=False)
     before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
@@ -275,7 +275,7 @@ def test_existing_dataset_refused_then_overwritten(tiny_folder, tmp_path):  # no
     assert res.manifest["name"] == "new" and verify_dataset(out).ok
 
 
-def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
+def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp_path, monkeypatch):
     out = str(tmp_path / "out")
     pack_folder(tiny_folder, out, shards=2, progress=False)
     before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
@@ -302,7 +302,7 @@ def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp
     assert len(res.manifest["shards"]) == 4 and verify_dataset(out).ok
 
 
-def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
+def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_path, monkeypatch):
     from fastload.pack import shard_writer
 
     ref = pack_folder(tiny_folder, str(tmp_path / "ref"), shards=2, progress=False)
@@ -327,7 +327,7 @@ def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_pat
     assert verify_dataset(str(tmp_path / "short")).ok
 
 
-def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
+def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, monkeypatch):
     try:
         from fastload import _engine
 
@@ -341,7 +341,7 @@ def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, mon
         pack_folder(tiny_folder, str(tmp_path / "o"), verify=True, progress=False)
 
 
-def test_restart_index_with_engine_is_lossless(odd_folder, tmp_path):  # noqa: F811
+def test_restart_index_with_engine_is_lossless(odd_folder, tmp_path):
     engine = pytest.importorskip("fastload._engine")
     if not hasattr(engine, "add_restart_markers"):
         pytest.skip("the engine has no add_restart_markers yet")
@@ -399,7 +399,7 @@ def _kill_after(proc, staging, done_files):
 
 
 @pytest.mark.parametrize("fmt", ["recordio", "lmdb"])
-def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):  # noqa: F811
+def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):
     args = ["--resize", "640", "--quality", "90", "--shard-size", "600KB", "--workers", "1", "--format", fmt]
     ref = str(tmp_path / "ref")
     run_cli("pack", tiny_folder, ref, "--quiet", *args, check=0)
@@ -440,7 +440,7 @@ def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):  # no
 # ---------------------------------------------------------------- CLI
 
 
-def test_cli_pack_info_verify(odd_folder, tmp_path):  # noqa: F811
+def test_cli_pack_info_verify(odd_folder, tmp_path):
     out = str(tmp_path / "ds")
     res = run_cli("pack", odd_folder, out, "--shards", "2", "--workers", "2", check=0)
     assert "packed 24 records into 2 recordio shard(s)" in res.stdout
@@ -469,7 +469,7 @@ def test_cli_pack_info_verify(odd_folder, tmp_path):  # noqa: F811
     assert res.stdout.rstrip().splitlines()[-1].startswith("FAILED")
 
 
-def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):  # noqa: F811
+def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):
     res = run_cli("pack", str(tmp_path / "missing"), str(tmp_path / "o"), check=2)
     assert res.stderr.strip() == f"fastload pack: error: {tmp_path / 'missing'}: no such file or directory"
     out = str(tmp_path / "ds")
@@ -483,7 +483,7 @@ def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):  # noqa: F811
     assert "no such file" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_two_packs_never_write_the_same_folder(tiny_folder, tmp_path):  # noqa: F811
+def test_two_packs_never_write_the_same_folder(tiny_folder, tmp_path):
     import fcntl
 
     out = tmp_path / "out"
@@ -503,7 +503,7 @@ class _Crash(BaseException):
 
 
 @pytest.mark.parametrize("rerun", ["same", "other"])
-def test_crash_while_moving_into_place(tiny_folder, tmp_path, monkeypatch, rerun):  # noqa: F811
+def test_crash_while_moving_into_place(tiny_folder, tmp_path, monkeypatch, rerun):
     out = str(tmp_path / "out")
     pack_folder(tiny_folder, out, shards=2, name="a", progress=False)
     real_replace, moves = os.replace, []

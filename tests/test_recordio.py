@@ -126,7 +126,7 @@ def _im2rec(args, cwd):
     assert res.returncode == 0, res.stderr
 
 
-def test_fastload_reads_im2rec_and_packs_identically(tmp_path, tiny_folder):  # noqa: F811 - the imported fixture
+def test_fastload_reads_im2rec_and_packs_identically(tmp_path, tiny_folder):
     pytest.importorskip("mxnet")
     pytest.importorskip("cv2")
     prefix = str(tmp_path / "data")
@@ -161,7 +161,7 @@ def test_fastload_reads_im2rec_and_packs_identically(tmp_path, tiny_folder):  # 
     assert (tmp_path / "fl" / "data-00000.idx").read_bytes() == open(prefix + ".idx", "rb").read()
 
 
-def test_multilabel_lst_matches_im2rec_pack_label(tmp_path, tiny_folder):  # noqa: F811 - the imported fixture
+def test_multilabel_lst_matches_im2rec_pack_label(tmp_path, tiny_folder):
     pytest.importorskip("mxnet")
     pytest.importorskip("cv2")
     files = sorted(
@@ -186,7 +186,7 @@ def test_multilabel_lst_matches_im2rec_pack_label(tmp_path, tiny_folder):  # noq
         assert ds.labels[5].tolist() == [2.0, 2.5, -1.0]
 
 
-def test_mxnet_reads_fastload_shards(tmp_path, tiny_folder):  # noqa: F811 - the imported fixture
+def test_mxnet_reads_fastload_shards(tmp_path, tiny_folder):
     mx = pytest.importorskip("mxnet")
     from fastload.pack.packer import pack_folder
 

@@ -33,13 +33,13 @@ def _files_by_label(folder):
 
 
 @pytest.fixture(scope="module", params=["recordio", "lmdb"])
-def packed(request, tiny_folder, tmp_path_factory):  # noqa: F811
+def packed(request, tiny_folder, tmp_path_factory):
     out = str(tmp_path_factory.mktemp(request.param) / "ds")
     pack_folder(tiny_folder, out, format=request.param, shards=3, progress=False, workers=2)
     return request.param, out
 
 
-def test_round_trip_bytes_and_labels(packed, tiny_folder):  # noqa: F811
+def test_round_trip_bytes_and_labels(packed, tiny_folder):
     fmt, out = packed
     expected = _files_by_label(tiny_folder)
     with open_dataset(out) as ds:
@@ -145,7 +145,7 @@ def test_bare_rec_without_idx_is_scanned(tmp_path):
         assert bytes(ds.image(2)) == b"\0" * 4 + recordio._MAGIC_BYTES + b"jpeg" and ds.labels[2, 0] == 2.0
 
 
-def test_truncated_and_corrupted_shards_name_the_record(tiny_folder, tmp_path):  # noqa: F811
+def test_truncated_and_corrupted_shards_name_the_record(tiny_folder, tmp_path):
     out = str(tmp_path / "ds")
     pack_folder(tiny_folder, out, shards=2, name="ds", progress=False)
     manifest = json.load(open(os.path.join(out, MANIFEST_NAME)))
@@ -245,7 +245,7 @@ def test_lmdb_layout():
         unpack_value_header(b"XXXX" + value[4:])
 
 
-def test_imagefolder_dataset(tiny_folder):  # noqa: F811
+def test_imagefolder_dataset(tiny_folder):
     expected = _files_by_label(tiny_folder)
     with open_dataset(tiny_folder) as ds:
         assert ds.kind == "imagefolder" and len(ds) == len(expected)
@@ -300,7 +300,7 @@ def _mapped(folder: str) -> list[str]:
         return [line.split()[-1] for line in fh if line.rstrip().endswith(tuple(os.listdir(real))) and real in line]
 
 
-def test_reading_maps_nothing_and_close_releases_the_files(tiny_folder, tmp_path):  # noqa: F811
+def test_reading_maps_nothing_and_close_releases_the_files(tiny_folder, tmp_path):
     for fmt in ("recordio", "lmdb"):
         out = tmp_path / fmt
         pack_folder(tiny_folder, str(out), format=fmt, progress=False, workers=1)

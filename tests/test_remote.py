@@ -59,7 +59,7 @@ def _epoch(loader):
 
 def _assert_same(a, b):
     assert len(a) == len(b)
-    for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+    for (ia, la, xa), (ib, lb, xb) in zip(a, b, strict=False):
         np.testing.assert_array_equal(xa, xb)
         np.testing.assert_array_equal(la, lb)
         np.testing.assert_array_equal(ia, ib)

@@ -3,6 +3,7 @@ run resumes) and packing to and from S3 (a real server on loopback)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,10 +148,8 @@ def test_a_killed_run_resumes(ray_cluster, realistic, tmp_path):
         while time.monotonic() < deadline and len(list(segs.glob("*.json"))) < 3 and proc.poll() is None:
             time.sleep(0.01)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout=60)
     assert not (out / MANIFEST_NAME).exists()
     from fastload.pack.ray_engine import pack_with_ray

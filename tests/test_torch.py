@@ -15,14 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 tv = pytest.importorskip("torchvision")
 
-import torch.utils.data as tud  # noqa: E402
-from torchvision import datasets, transforms as T  # noqa: E402
-from torchvision.transforms import v2  # noqa: E402
-import torchvision.transforms.functional as TF  # noqa: E402
+import torch.utils.data as tud
+import torchvision.transforms.functional as TF
+from torchvision import datasets
+from torchvision import transforms as T
+from torchvision.transforms import v2
 
-from fastload.decode import active_backend  # noqa: E402
-from fastload.torch import DataLoader, compile_transform  # noqa: E402
-from fastload.transforms import sample_params  # noqa: E402
+from fastload.decode import active_backend
+from fastload.torch import DataLoader, compile_transform
+from fastload.transforms import sample_params
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 # Mean absolute difference to torchvision's own pipeline, normalized units (1 grey level ~ 0.017).
@@ -35,8 +36,15 @@ def eval_tf(size=64, resize=72):
 
 
 def eval_tf_v2(size=64, resize=72):
-    return v2.Compose([v2.Resize(resize), v2.CenterCrop(size), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(MEAN, STD)])
+    return v2.Compose(
+        [
+            v2.Resize(resize),
+            v2.CenterCrop(size),
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(MEAN, STD),
+        ]
+    )
 
 
 def train_tf(size=64):
@@ -54,7 +62,7 @@ def batches(loader):
 
 def assert_close_batches(ours, theirs, tol):
     assert len(ours) == len(theirs)
-    for (x, y), (rx, ry) in zip(ours, theirs):
+    for (x, y), (rx, ry) in zip(ours, theirs, strict=False):
         assert x.dtype == rx.dtype and x.shape == rx.shape
         assert y.dtype == ry.dtype == torch.int64
         assert torch.equal(y, ry)
@@ -70,7 +78,7 @@ def test_is_a_torch_dataloader_with_torchs_signature():
     for name, p in theirs.items():
         assert name in ours, name
         assert (ours[name].kind, ours[name].default) == (p.kind, p.default), name
-    assert list(ours)[:len(theirs)] == list(theirs)
+    assert list(ours)[: len(theirs)] == list(theirs)
     extras = [p for n, p in ours.items() if n not in theirs]
     assert extras and all(p.kind is p.KEYWORD_ONLY for p in extras)
     assert issubclass(DataLoader, tud.DataLoader)
@@ -79,8 +87,19 @@ def test_is_a_torch_dataloader_with_torchs_signature():
 def test_defaults_and_attributes_equal_torchs(folder):
     ds = datasets.ImageFolder(folder, eval_tf())
     ours, theirs = DataLoader(ds), tud.DataLoader(ds)
-    for attr in ("batch_size", "drop_last", "num_workers", "pin_memory", "timeout", "prefetch_factor",
-                 "persistent_workers", "in_order", "generator", "worker_init_fn", "collate_fn"):
+    for attr in (
+        "batch_size",
+        "drop_last",
+        "num_workers",
+        "pin_memory",
+        "timeout",
+        "prefetch_factor",
+        "persistent_workers",
+        "in_order",
+        "generator",
+        "worker_init_fn",
+        "collate_fn",
+    ):
         assert getattr(ours, attr) == getattr(theirs, attr), attr
     assert ours.dataset is ds
     assert type(ours.sampler) is tud.SequentialSampler and type(ours.batch_sampler) is tud.BatchSampler
@@ -91,10 +110,19 @@ def test_defaults_and_attributes_equal_torchs(folder):
 
 
 BAD_ARGS = [
-    dict(num_workers=-1), dict(timeout=-1), dict(prefetch_factor=2), dict(num_workers=1, prefetch_factor=-1),
-    dict(persistent_workers=True), dict(shuffle=True, sampler=[0, 1]), dict(batch_sampler=[[0]], batch_size=2),
-    dict(batch_sampler=[[0]], drop_last=True), dict(batch_size=None, drop_last=True),
-    dict(multiprocessing_context="spawn"), dict(batch_size=0), dict(batch_size=-3), dict(drop_last="yes"),
+    dict(num_workers=-1),
+    dict(timeout=-1),
+    dict(prefetch_factor=2),
+    dict(num_workers=1, prefetch_factor=-1),
+    dict(persistent_workers=True),
+    dict(shuffle=True, sampler=[0, 1]),
+    dict(batch_sampler=[[0]], batch_size=2),
+    dict(batch_sampler=[[0]], drop_last=True),
+    dict(batch_size=None, drop_last=True),
+    dict(multiprocessing_context="spawn"),
+    dict(batch_size=0),
+    dict(batch_size=-3),
+    dict(drop_last="yes"),
 ]
 
 
@@ -108,13 +136,23 @@ def test_validation_errors_are_torchs(folder, kwargs):
     assert str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(device="cpu", devices=["cpu"]), "either device"), (dict(devices=[]), "non-empty"),
-    (dict(device="cuda"), "CUDA"), (dict(num_threads=0), "num_threads"), (dict(prefetch=0), "prefetch"),
-    (dict(on_error="ignore"), "on_error"), (dict(seed=-1), "seed"), (dict(shuffle="global"), "OrderSampler"),
-    (dict(normalize=(MEAN, STD)), "fastload transform op"), (dict(transform=T.ToTensor()), "its own transform"),
-    (dict(memory_format=torch.preserve_format), "memory_format"), (dict(copy=1), "copy"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(device="cpu", devices=["cpu"]), "either device"),
+        (dict(devices=[]), "non-empty"),
+        (dict(device="cuda"), "CUDA"),
+        (dict(num_threads=0), "num_threads"),
+        (dict(prefetch=0), "prefetch"),
+        (dict(on_error="ignore"), "on_error"),
+        (dict(seed=-1), "seed"),
+        (dict(shuffle="global"), "OrderSampler"),
+        (dict(normalize=(MEAN, STD)), "fastload transform op"),
+        (dict(transform=T.ToTensor()), "its own transform"),
+        (dict(memory_format=torch.preserve_format), "memory_format"),
+        (dict(copy=1), "copy"),
+    ],
+)
 def test_bad_extras_are_clear_value_errors(folder, kwargs, match):
     ds = datasets.ImageFolder(folder, eval_tf())
     with pytest.raises(ValueError, match=match):
@@ -150,8 +188,9 @@ def test_uint8_pipeline_and_float16_dtype(folder):
     ours, theirs = batches(DataLoader(ds, batch_size=8)), batches(tud.DataLoader(ds, batch_size=8))
     assert ours[0][0].dtype == torch.uint8
     assert_close_batches(ours, theirs, 1.0)  # grey levels
-    half = datasets.ImageFolder(folder, T.Compose([T.Resize(72), T.CenterCrop(64), T.PILToTensor(),
-                                                   T.ConvertImageDtype(torch.float16)]))
+    half = datasets.ImageFolder(
+        folder, T.Compose([T.Resize(72), T.CenterCrop(64), T.PILToTensor(), T.ConvertImageDtype(torch.float16)])
+    )
     ours, theirs = batches(DataLoader(half, batch_size=8)), batches(tud.DataLoader(half, batch_size=8))
     assert ours[0][0].dtype == torch.float16 and float(ours[0][0].max()) <= 1.0
     assert_close_batches(ours, theirs, 0.01)
@@ -175,8 +214,9 @@ def test_train_pipeline_replayed_through_torchvision(folder):
             i = order[pos]
             pos += 1
             img = ds.loader(ds.samples[i][0])
-            p = sample_params(img.width, img.height, plan.geometry, seed=it.base_seed & ((1 << 63) - 1), epoch=0,
-                              index=i)
+            p = sample_params(
+                img.width, img.height, plan.geometry, seed=it.base_seed & ((1 << 63) - 1), epoch=0, index=i
+            )
             ref = TF.resized_crop(img, int(p.y0), int(p.x0), int(p.y1 - p.y0), int(p.x1 - p.x0), [64, 64])
             if p.flip:
                 ref = TF.hflip(ref)
@@ -201,7 +241,7 @@ def test_custom_collate_gets_what_torch_gives(folder):
     next(iter(tud.DataLoader(ds, batch_size=4, collate_fn=collate)))
     ours, theirs = seen["ours"], seen["theirs"]
     assert type(ours) is type(theirs) is list and len(ours) == len(theirs) == 4
-    for (a, ta), (b, tb) in zip(ours, theirs):
+    for (a, ta), (b, tb) in zip(ours, theirs, strict=False):
         assert type(a) is type(b) and a.shape == b.shape and a.dtype == b.dtype
         assert type(ta) is type(tb) is int and ta == tb
 
@@ -221,7 +261,7 @@ def test_no_auto_collation_batch_size_none(folder):
     ours = list(DataLoader(ds, batch_size=None))
     theirs = list(tud.DataLoader(ds, batch_size=None))
     assert len(ours) == len(theirs) == len(ds)
-    for (x, y), (rx, ry) in zip(ours, theirs):
+    for (x, y), (rx, ry) in zip(ours, theirs, strict=False):
         assert x.shape == rx.shape == (3, 64, 64) and type(y) is type(ry) and y == ry
 
 
@@ -250,20 +290,36 @@ def _samplers(ds):
     return {
         "sequential": lambda: dict(sampler=tud.SequentialSampler(ds)),
         "random_generator": lambda: dict(sampler=tud.RandomSampler(ds, generator=torch.Generator().manual_seed(3))),
-        "random_replacement": lambda: dict(sampler=tud.RandomSampler(ds, replacement=True, num_samples=25,
-                                                                     generator=torch.Generator().manual_seed(4))),
-        "subset_random": lambda: dict(sampler=tud.SubsetRandomSampler(list(range(0, n, 2)),
-                                                                      generator=torch.Generator().manual_seed(1))),
-        "weighted": lambda: dict(sampler=tud.WeightedRandomSampler([1.0 + (i % 3) for i in range(n)], 30,
-                                                                   generator=torch.Generator().manual_seed(2))),
+        "random_replacement": lambda: dict(
+            sampler=tud.RandomSampler(ds, replacement=True, num_samples=25, generator=torch.Generator().manual_seed(4))
+        ),
+        "subset_random": lambda: dict(
+            sampler=tud.SubsetRandomSampler(list(range(0, n, 2)), generator=torch.Generator().manual_seed(1))
+        ),
+        "weighted": lambda: dict(
+            sampler=tud.WeightedRandomSampler(
+                [1.0 + (i % 3) for i in range(n)], 30, generator=torch.Generator().manual_seed(2)
+            )
+        ),
         "distributed": lambda: dict(sampler=tud.DistributedSampler(ds, num_replicas=3, rank=1, seed=7)),
         "user": lambda: dict(sampler=EveryThird(n)),
         "batch_sampler": lambda: dict(batch_sampler=[[3, 1, 4], [1, 5, 9, 2, 6], [5]]),
     }
 
 
-@pytest.mark.parametrize("name", ["sequential", "random_generator", "random_replacement", "subset_random", "weighted",
-                                  "distributed", "user", "batch_sampler"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sequential",
+        "random_generator",
+        "random_replacement",
+        "subset_random",
+        "weighted",
+        "distributed",
+        "user",
+        "batch_sampler",
+    ],
+)
 def test_any_sampler_is_honoured_in_order(folder, name):
     ds = datasets.ImageFolder(folder, eval_tf())
     make = _samplers(ds)[name]
@@ -349,7 +405,7 @@ def test_per_sample_rest_keeps_caller_rng_with_workers(folder):
         torch.manual_seed(0)
         random.seed(0)
         b = batches(DataLoader(ds, batch_size=8, num_workers=2))
-    assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b))
+    assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b, strict=False))
     torch.manual_seed(0)
     random.seed(0)
     for _ in tud.DataLoader(ds, batch_size=8, num_workers=2):
@@ -365,7 +421,7 @@ def test_other_datasets_use_torchs_machinery_with_one_message():
     assert sum("torch's own DataLoader machinery" in str(w.message) for w in caught) == 1
     theirs = list(tud.DataLoader(data, batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(0)))
     ours = list(loader)
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(ours, theirs))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(ours, theirs, strict=False))
     assert len(ours) == len(theirs) == 4
     with pytest.raises(ValueError, match="device"):
         DataLoader(data, device="cpu")
@@ -380,7 +436,7 @@ def test_nothing_compilable_falls_back_to_torch(folder):
     assert any("nothing in ImageFolder's transform compiles" in str(w.message) for w in caught)
     torch.manual_seed(0)
     theirs = batches(tud.DataLoader(ds, batch_size=8))
-    assert all(torch.equal(a[0], b[0]) for a, b in zip(ours, theirs))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(ours, theirs, strict=False))
 
 
 def test_bad_image_raises_naming_the_file_or_is_skipped(tmp_path, jpeg_bytes):
@@ -444,9 +500,21 @@ def test_float_output_is_written_by_the_engine(folder):
 
     if not hasattr(ft_transforms, "Pipeline"):
         pytest.skip("the engine has no output stage in this build")
-    for tf, dtype in ((eval_tf(), torch.float32),
-                      (T.Compose([T.Resize(72), T.CenterCrop(64), T.PILToTensor(), T.ConvertImageDtype(torch.float16),
-                                  T.Normalize(MEAN, STD)]), torch.float16)):
+    for tf, dtype in (
+        (eval_tf(), torch.float32),
+        (
+            T.Compose(
+                [
+                    T.Resize(72),
+                    T.CenterCrop(64),
+                    T.PILToTensor(),
+                    T.ConvertImageDtype(torch.float16),
+                    T.Normalize(MEAN, STD),
+                ]
+            ),
+            torch.float16,
+        ),
+    ):
         ds = datasets.ImageFolder(folder, tf)
         loader = DataLoader(ds, batch_size=8)
         it = iter(loader)
@@ -469,8 +537,9 @@ def test_other_interpolations_equal_torchvision(folder, mode):
 
     if "interpolation" not in {f.name for f in dataclasses.fields(FlCenterCrop)}:
         pytest.skip("the engine's geometry ops have no interpolation field in this build")
-    tf = T.Compose([T.Resize(72, interpolation=T.InterpolationMode(mode)), T.CenterCrop(64), T.ToTensor(),
-                    T.Normalize(MEAN, STD)])
+    tf = T.Compose(
+        [T.Resize(72, interpolation=T.InterpolationMode(mode)), T.CenterCrop(64), T.ToTensor(), T.Normalize(MEAN, STD)]
+    )
     ds = datasets.ImageFolder(folder, tf)
     loader = DataLoader(ds, batch_size=16)
     it = iter(loader)

@@ -13,10 +13,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 accelerate_data = pytest.importorskip("accelerate.data_loader")
 
-import torch.utils.data as tud  # noqa: E402
-from torchvision import datasets, transforms as T  # noqa: E402
+import torch.utils.data as tud
+from torchvision import datasets
+from torchvision import transforms as T
 
-import fastload.torch as ft  # noqa: E402
+import fastload.torch as ft
 
 TF = T.Compose([T.Resize(72), T.CenterCrop(64), T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)])
 
@@ -24,8 +25,7 @@ TF = T.Compose([T.Resize(72), T.CenterCrop(64), T.ToTensor(), T.Normalize([0.5] 
 def shards(loader):
     out = []
     for rank in range(2):
-        prepared = accelerate_data.prepare_data_loader(loader, num_processes=2, process_index=rank,
-                                                       put_on_device=False)
+        prepared = accelerate_data.prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False)
         out.append([(x.clone(), y.clone()) for x, y in prepared])
     return out
 
@@ -36,12 +36,14 @@ def test_prepare_shards_like_torch_and_keeps_batched_decode(tiny_folder, view, m
     dataset = ft.ImageDataset(folder) if view else folder
     calls = []
     original = ft.ImageDataset.__getitems__
-    monkeypatch.setattr(ft.ImageDataset, "__getitems__", lambda self, idx: calls.append(len(idx)) or original(self, idx))
+    monkeypatch.setattr(
+        ft.ImageDataset, "__getitems__", lambda self, idx: calls.append(len(idx)) or original(self, idx)
+    )
     ours = shards(ft.DataLoader(dataset, batch_size=6, shuffle=True, generator=torch.Generator().manual_seed(2)))
     theirs = shards(tud.DataLoader(folder, batch_size=6, shuffle=True, generator=torch.Generator().manual_seed(2)))
-    for o, t in zip(ours, theirs):
+    for o, t in zip(ours, theirs, strict=False):
         assert len(o) == len(t) == 4
-        for (x, y), (rx, ry) in zip(o, t):
+        for (x, y), (rx, ry) in zip(o, t, strict=False):
             assert torch.equal(y, ry) and x.shape == rx.shape and (x - rx).abs().mean() < 0.02
     seen = [int(v) for rank in ours for _, y in rank for v in y]
     assert len(seen) == 48  # 40 images, padded to whole batches on both processes

@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-from bench import torch_dropin  # noqa: E402
+from bench import torch_dropin
 
 
 def test_quick_run_reports_every_comparison(tiny_folder, tmp_path, capsys):

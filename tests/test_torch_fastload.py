@@ -12,15 +12,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-import torch.utils.data as tud  # noqa: E402
-from torchvision import datasets, transforms as T  # noqa: E402
+import torch.utils.data as tud
+from fake_dataset import FakeDataset
+from torchvision import datasets
+from torchvision import transforms as T
 
-import fastload  # noqa: E402
-from fastload.pack.packer import pack_folder  # noqa: E402
-from fastload.torch import DataLoader, ImageDataset, OrderSampler, split_sizes  # noqa: E402
-from fastload.transforms import CenterCrop, train  # noqa: E402
-
-from fake_dataset import FakeDataset  # noqa: E402
+import fastload
+from fastload.pack.packer import pack_folder
+from fastload.torch import DataLoader, ImageDataset, OrderSampler, split_sizes
+from fastload.transforms import CenterCrop, train
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 EVAL = CenterCrop(size=32, resize=40)
@@ -46,7 +46,7 @@ def test_packed_path_with_torchvision_transform_equals_imagefolder(packed, tiny_
     for dataset in (packed, fastload.open_dataset(packed)):
         ours = batches(DataLoader(dataset, batch_size=16, transform=eval_tf(), num_workers=2))
         assert len(ours) == len(ref)
-        for (x, y), (rx, ry) in zip(ours, ref):
+        for (x, y), (rx, ry) in zip(ours, ref, strict=False):
             assert x.dtype == torch.float32 and y.dtype == torch.int64 and torch.equal(y, ry)
             assert (x - rx).abs().mean() < 0.02
 
@@ -55,7 +55,7 @@ def test_packed_and_unpacked_give_the_same_pixels(packed, tiny_folder):
     a = batches(DataLoader(packed, batch_size=16, transform=EVAL))
     b = batches(DataLoader(str(tiny_folder), batch_size=16, transform=EVAL))
     assert a[0][0].dtype == torch.uint8 and a[0][0].shape == (16, 3, 32, 32)
-    assert all(torch.equal(x, rx) and torch.equal(y, ry) for (x, y), (rx, ry) in zip(a, b))
+    assert all(torch.equal(x, rx) and torch.equal(y, ry) for (x, y), (rx, ry) in zip(a, b, strict=False))
 
 
 def test_image_dataset_view_is_what_imagefolder_returns(packed, tiny_folder):
@@ -77,13 +77,13 @@ def test_image_dataset_view_with_torchs_own_dataloader(packed, tiny_folder, num_
     folder = datasets.ImageFolder(str(tiny_folder), eval_tf())
     ours = batches(tud.DataLoader(view, batch_size=8, num_workers=num_workers))  # batches via __getitems__
     ref = batches(tud.DataLoader(folder, batch_size=8))
-    for (x, y), (rx, ry) in zip(ours, ref):
+    for (x, y), (rx, ry) in zip(ours, ref, strict=False):
         assert torch.equal(y, ry) and x.shape == rx.shape and (x - rx).abs().mean() < 0.02
     # A transform that does not compile: per sample, exactly ImageFolder's pixels.
     gray = T.Compose([T.Grayscale(3), T.Resize((20, 20)), T.PILToTensor()])
     one = tud.DataLoader(ImageDataset(packed, transform=gray), batch_size=8)
     two = tud.DataLoader(datasets.ImageFolder(str(tiny_folder), gray), batch_size=8)
-    assert all(torch.equal(a[0], b[0]) for a, b in zip(one, two))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(one, two, strict=False))
 
 
 def test_fastload_op_dtype_normalize_and_channels_last(packed):
@@ -91,8 +91,9 @@ def test_fastload_op_dtype_normalize_and_channels_last(packed):
         raw = batches(plain)[0][0]
     with DataLoader(packed, batch_size=8, transform=EVAL, normalize=(MEAN, STD)) as norm:
         x = batches(norm)[0][0]
-    expected = (raw.double() / 255 - torch.tensor(MEAN, dtype=torch.float64).view(1, 3, 1, 1)) / \
-        torch.tensor(STD, dtype=torch.float64).view(1, 3, 1, 1)
+    expected = (raw.double() / 255 - torch.tensor(MEAN, dtype=torch.float64).view(1, 3, 1, 1)) / torch.tensor(
+        STD, dtype=torch.float64
+    ).view(1, 3, 1, 1)
     assert x.dtype == torch.float32
     torch.testing.assert_close(x.double(), expected, atol=1e-5, rtol=1e-5)
     with DataLoader(packed, batch_size=8, transform=EVAL, dtype=torch.float16) as half:
@@ -106,11 +107,15 @@ def test_fastload_op_dtype_normalize_and_channels_last(packed):
 
 def test_multi_device_split_with_cpu_devices(packed):
     devices = [torch.device("cpu")] * 3
-    with DataLoader(packed, batch_size=8, transform=EVAL, devices=devices, channels_last=True,
-                    normalize=(MEAN, STD)) as multi, \
-            DataLoader(packed, batch_size=8, transform=EVAL, channels_last=True, device="cpu",
-                       normalize=(MEAN, STD)) as single:
-        for parts, (x, y) in zip(multi, single):
+    with (
+        DataLoader(
+            packed, batch_size=8, transform=EVAL, devices=devices, channels_last=True, normalize=(MEAN, STD)
+        ) as multi,
+        DataLoader(
+            packed, batch_size=8, transform=EVAL, channels_last=True, device="cpu", normalize=(MEAN, STD)
+        ) as single,
+    ):
+        for parts, (x, y) in zip(multi, single, strict=False):
             assert isinstance(parts, list) and len(parts) == 3
             assert [p[0].shape[0] for p in parts] == split_sizes(x.shape[0], 3)
             for xi, _ in parts:
@@ -204,14 +209,17 @@ def _kept_vs_copies(make_loader, passes=1):
                 kept.append(batch)
                 copies.append([t.clone() for t in batch])
     assert len(kept) >= 16
-    bad = sum(not all(torch.equal(a, b) for a, b in zip(k, c)) for k, c in zip(kept, copies))
+    bad = sum(
+        not all(torch.equal(a, b) for a, b in zip(k, c, strict=False)) for k, c in zip(kept, copies, strict=False)
+    )
     return bad, kept
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_list_of_zero_copy_batches_stays_intact(packed, channels_last):
-    bad, kept = _kept_vs_copies(lambda: DataLoader(packed, batch_size=2, transform=EVAL, channels_last=channels_last,
-                                                   prefetch=1))
+    bad, kept = _kept_vs_copies(
+        lambda: DataLoader(packed, batch_size=2, transform=EVAL, channels_last=channels_last, prefetch=1)
+    )
     assert bad == 0
     assert kept[0][0].dtype == torch.uint8
 
@@ -222,12 +230,12 @@ def test_kept_batches_across_passes_and_a_new_iter(packed):
     first = next(iter(loader))  # a pass abandoned after one batch, its tensors kept
     copy = [t.clone() for t in first]
     bad, _ = _kept_vs_copies(lambda: loader, passes=2)
-    assert bad == 0 and all(torch.equal(a, b) for a, b in zip(first, copy))
+    assert bad == 0 and all(torch.equal(a, b) for a, b in zip(first, copy, strict=False))
 
 
 def test_kept_batches_of_torchvision_uint8_pipeline(tiny_folder):
     ds = datasets.ImageFolder(str(tiny_folder), T.Compose([T.Resize(40), T.CenterCrop(32), T.PILToTensor()]))
     bad, kept = _kept_vs_copies(lambda: DataLoader(ds, batch_size=2, num_workers=2, prefetch=1))
     assert bad == 0
-    ref = [b for b in tud.DataLoader(ds, batch_size=2)]
-    assert all(torch.equal(k[1], r[1]) for k, r in zip(kept, ref))
+    ref = list(tud.DataLoader(ds, batch_size=2))
+    assert all(torch.equal(k[1], r[1]) for k, r in zip(kept, ref, strict=False))

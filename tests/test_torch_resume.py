@@ -11,18 +11,21 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-import torch.utils.data as tud  # noqa: E402
-from torchvision import datasets, transforms as T  # noqa: E402
+import torch.utils.data as tud
+from torchvision import datasets
+from torchvision import transforms as T
 
-from fastload.torch import DataLoader, OrderSampler  # noqa: E402
+from fastload.torch import DataLoader, OrderSampler
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
 @pytest.fixture(scope="module")
 def ds(tiny_folder):
-    return datasets.ImageFolder(str(tiny_folder), T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(),
-                                                            T.ToTensor(), T.Normalize(MEAN, STD)]))
+    return datasets.ImageFolder(
+        str(tiny_folder),
+        T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]),
+    )
 
 
 def run(loader, passes, stop=None):
@@ -38,7 +41,7 @@ def run(loader, passes, stop=None):
 
 def same(a, b):
     assert len(a) == len(b)
-    for (x, y), (rx, ry) in zip(a, b):
+    for (x, y), (rx, ry) in zip(a, b, strict=False):
         assert torch.equal(y, ry) and torch.equal(x, rx)
 
 
@@ -51,10 +54,12 @@ def gen(seed):
 MAKERS = {
     "generator": lambda ds: dict(shuffle=True, generator=gen(5)),
     "sampler_generator": lambda ds: dict(sampler=tud.RandomSampler(ds, generator=gen(6)), generator=gen(1)),
-    "replacement": lambda ds: dict(sampler=tud.RandomSampler(ds, replacement=True, num_samples=30, generator=gen(2)),
-                                   generator=gen(3)),
-    "weighted": lambda ds: dict(sampler=tud.WeightedRandomSampler([1.0 + i % 4 for i in range(len(ds))], 30,
-                                                                  generator=gen(8)), seed=1),
+    "replacement": lambda ds: dict(
+        sampler=tud.RandomSampler(ds, replacement=True, num_samples=30, generator=gen(2)), generator=gen(3)
+    ),
+    "weighted": lambda ds: dict(
+        sampler=tud.WeightedRandomSampler([1.0 + i % 4 for i in range(len(ds))], 30, generator=gen(8)), seed=1
+    ),
     "order": lambda ds: dict(sampler=OrderSampler(ds, shuffle="block", seed=4, block_size=8, window=2), seed=3),
     "sequential": lambda ds: dict(seed=9),
 }
@@ -78,7 +83,7 @@ def test_resume_exact_with_explicit_generators(ds, name, stop, num_workers):
     n = len(first)
     assert len(done) == stop[0] * n + stop[1] % n + 1
     # The interrupted pass continues, then whole passes follow, as in the uninterrupted run.
-    same(done + rest[:len(reference) - len(done)], reference)
+    same(done + rest[: len(reference) - len(done)], reference)
 
 
 @pytest.mark.parametrize("stop", [(0, 1), (1, 3)])
@@ -92,7 +97,7 @@ def test_resume_with_global_rng_finishes_the_pass_exactly(ds, stop):
     second = DataLoader(ds, batch_size=8, shuffle=True)
     second.load_state_dict(state)
     rest = [(x.clone(), y.clone()) for x, y in second]
-    same(done + rest, reference[:len(done) + len(rest)])
+    same(done + rest, reference[: len(done) + len(rest)])
     assert len(done) + len(rest) == (stop[0] + 1) * len(second)
     # The replay set the saved RNG state for itself only; the resumed pass draws no new base seed.
     assert torch.equal(torch.get_rng_state(), rng_before)

@@ -25,6 +25,19 @@ from fastload.mxnet.image_iter import (
 from fastload.mxnet.placement import numpy_view, pinned_allocator, pinned_empty
 from fastload.mxnet.prefetch_iter import PrefetchingIter
 
-__all__ = ["ImageRecordIter", "ImageRecordIter_v1", "ImageRecordUInt8Iter", "ImageRecordUInt8Iter_v1",
-           "ImageRecordInt8Iter", "NDArrayIter", "PrefetchingIter", "MXNetArgumentError", "UnknownArgumentWarning",
-           "FallbackGeometryWarning", "numpy_view", "pinned_empty", "pinned_allocator", "resolve_parts"]
+__all__ = [
+    "FallbackGeometryWarning",
+    "ImageRecordInt8Iter",
+    "ImageRecordIter",
+    "ImageRecordIter_v1",
+    "ImageRecordUInt8Iter",
+    "ImageRecordUInt8Iter_v1",
+    "MXNetArgumentError",
+    "NDArrayIter",
+    "PrefetchingIter",
+    "UnknownArgumentWarning",
+    "numpy_view",
+    "pinned_allocator",
+    "pinned_empty",
+    "resolve_parts",
+]

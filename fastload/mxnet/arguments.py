@@ -26,21 +26,22 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any
 
 import mxnet as mx
 
 __all__ = [
-    "MXNetArgumentError",
-    "UnknownArgumentWarning",
-    "Param",
-    "PARAMS",
-    "EXTRA_ARGS",
-    "RecordIterArgs",
-    "parse_args",
     "DTYPES",
+    "EXTRA_ARGS",
+    "PARAMS",
+    "MXNetArgumentError",
+    "Param",
+    "RecordIterArgs",
+    "UnknownArgumentWarning",
+    "parse_args",
 ]
 
 
@@ -73,14 +74,14 @@ class Param:
     kind: str
     default: Any
     group: str
-    minimum: Optional[float] = None
+    minimum: float | None = None
 
 
 REQUIRED = object()
 
 # MXNet 1.9.1's parameters of ImageRecordIter, with its defaults. Bounds marked "(MXNet)" are MXNet's
 # own; the others refuse values MXNet turns into NaN pixels, undefined behaviour or a crash.
-PARAMS: Tuple[Param, ...] = (
+PARAMS: tuple[Param, ...] = (
     # ImageRecParserParam
     Param("path_imglist", "str", "", "reader"),
     Param("path_imgrec", "str", "", "reader"),
@@ -155,7 +156,7 @@ PARAMS: Tuple[Param, ...] = (
     Param("label_name", "str", "softmax_label", "output"),
 )
 
-_BY_NAME: Dict[str, Param] = {p.name: p for p in PARAMS}
+_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 
 #: fastload's own arguments (objects, not MXNet strings): see ``ImageRecordIter``.
 EXTRA_ARGS = ("work_load_list", "kvstore", "rank", "num_workers")
@@ -199,7 +200,7 @@ def _parse_bool(name: str, value: Any) -> bool:
     raise _fail(name, value, "expected a boolean (True/False/1/0)")
 
 
-def _parse_shape(name: str, value: Any) -> Tuple[int, ...]:
+def _parse_shape(name: str, value: Any) -> tuple[int, ...]:
     text = str(value).strip()
     if text[:1] in "([" and text[-1:] in ")]":
         text = text[1:-1]
@@ -209,7 +210,7 @@ def _parse_shape(name: str, value: Any) -> Tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-def _parse_int_list(name: str, value: Any) -> Tuple[int, ...]:
+def _parse_int_list(name: str, value: Any) -> tuple[int, ...]:
     if isinstance(value, (list, tuple)):
         value = ",".join(str(v) for v in value)
     parts = [p for p in (s.strip() for s in str(value).split(",")) if p]
@@ -270,8 +271,9 @@ class RecordIterArgs(Mapping):
         extras: fastload's extra arguments that were given, unparsed.
     """
 
-    def __init__(self, values: Dict[str, Any], given: Iterable[str], unknown: Iterable[str],
-                 extras: Dict[str, Any]) -> None:
+    def __init__(
+        self, values: dict[str, Any], given: Iterable[str], unknown: Iterable[str], extras: dict[str, Any]
+    ) -> None:
         self._values = MappingProxyType(dict(values))
         self.given = frozenset(given)
         self.unknown = tuple(sorted(unknown))
@@ -298,7 +300,7 @@ class RecordIterArgs(Mapping):
         """Whether ``name`` has MXNet's default value (given explicitly or not)."""
         return self._values[name] == _BY_NAME[name].default
 
-    def non_default(self, names: Iterable[str]) -> Dict[str, Any]:
+    def non_default(self, names: Iterable[str]) -> dict[str, Any]:
         """The subset of ``names`` whose value differs from MXNet's default."""
         return {n: self._values[n] for n in names if not self.is_default(n)}
 
@@ -307,7 +309,7 @@ class RecordIterArgs(Mapping):
         return f"RecordIterArgs({changed})"
 
 
-def _check(values: Dict[str, Any]) -> None:
+def _check(values: dict[str, Any]) -> None:
     """Ranges and combinations that do not depend on which engine ops exist."""
     for p in PARAMS:
         v = values[p.name]
@@ -330,8 +332,11 @@ def _check(values: Dict[str, Any]) -> None:
     if values["fill_value"] > 255:
         raise _fail("fill_value", values["fill_value"], "must be a pixel value in 0..255")
     if values["inter_method"] not in (0, 1, 2, 3, 4, 9, 10):
-        raise _fail("inter_method", values["inter_method"],
-                    "must be 0 (nearest), 1 (bilinear), 2 (bicubic), 3 (area), 4 (lanczos4), 9 (auto) or 10 (random)")
+        raise _fail(
+            "inter_method",
+            values["inter_method"],
+            "must be 0 (nearest), 1 (bilinear), 2 (bicubic), 3 (area), 4 (lanczos4), 9 (auto) or 10 (random)",
+        )
     for name in ("max_crop_size", "min_crop_size"):
         if values[name] == 0:
             raise _fail(name, 0, "must be -1 (off) or a positive size")
@@ -346,8 +351,9 @@ def _check(values: Dict[str, Any]) -> None:
         raise _fail("scale", 0, "must be nonzero (every pixel would be 0)")
 
 
-def parse_args(kwargs: Mapping[str, Any], *, defaults: Optional[Mapping[str, Any]] = None,
-               warn_stacklevel: int = 3) -> RecordIterArgs:
+def parse_args(
+    kwargs: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None, warn_stacklevel: int = 3
+) -> RecordIterArgs:
     """Parse ``ImageRecordIter`` keyword arguments as MXNet 1.9 does.
 
     Args:
@@ -361,7 +367,7 @@ def parse_args(kwargs: Mapping[str, Any], *, defaults: Optional[Mapping[str, Any
     Raises:
         MXNetArgumentError: A value MXNet would refuse, or a required argument is missing.
     """
-    values: Dict[str, Any] = {}
+    values: dict[str, Any] = {}
     given, unknown, extras = [], [], {}
     merged = dict(defaults or {})
     merged.update(kwargs)
@@ -382,6 +388,9 @@ def parse_args(kwargs: Mapping[str, Any], *, defaults: Optional[Mapping[str, Any
             values[p.name] = p.default
     _check(values)
     if unknown:
-        warnings.warn(f"ImageRecordIter ignores argument(s) it does not know, as MXNet does: {sorted(unknown)}",
-                      UnknownArgumentWarning, stacklevel=warn_stacklevel)
+        warnings.warn(
+            f"ImageRecordIter ignores argument(s) it does not know, as MXNet does: {sorted(unknown)}",
+            UnknownArgumentWarning,
+            stacklevel=warn_stacklevel,
+        )
     return RecordIterArgs(values, given, unknown, extras)

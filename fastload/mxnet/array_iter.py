@@ -37,16 +37,17 @@ one ``KeptBatchesWarning``. Not run on a GPU here: see ``fastload.mxnet.placemen
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import threading
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
-
-import numpy as np
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import mxnet as mx
+import numpy as np
 
 from fastload import order as order_mod
 from fastload.batch import HELD_BATCHES, Batch, BatchRing
@@ -56,7 +57,7 @@ from fastload.mxnet.placement import normalize_contexts, pinned_allocator, place
 from fastload.mxnet.protocol import BatchIter
 from fastload.prefetch import Producer
 
-__all__ = ["NDArrayIter", "LAST_BATCH_HANDLES", "csr_take_rows", "check_csr", "plan_epoch"]
+__all__ = ["LAST_BATCH_HANDLES", "NDArrayIter", "check_csr", "csr_take_rows", "plan_epoch"]
 
 LAST_BATCH_HANDLES = ("pad", "discard", "roll_over")
 
@@ -66,9 +67,9 @@ except ImportError:  # pragma: no cover - scipy is in the project's environment
     _sp = None
 
 
-def csr_take_rows(indptr: np.ndarray, indices, data, rows: np.ndarray,
-                  out: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None
-                  ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def csr_take_rows(
+    indptr: np.ndarray, indices, data, rows: np.ndarray, out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gather rows of a CSR matrix without densifying.
 
     Args:
@@ -84,7 +85,7 @@ def csr_take_rows(indptr: np.ndarray, indices, data, rows: np.ndarray,
     """
     starts = np.asarray(indptr[rows], dtype=np.int64)
     counts = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
-    new_indptr = np.empty(len(rows) + 1, dtype=np.int64) if out is None else out[2][:len(rows) + 1]
+    new_indptr = np.empty(len(rows) + 1, dtype=np.int64) if out is None else out[2][: len(rows) + 1]
     new_indptr[0] = 0
     np.cumsum(counts, out=new_indptr[1:])
     total = int(new_indptr[-1])
@@ -114,8 +115,9 @@ def _check_indices(name: str, indptr: np.ndarray, indices: np.ndarray, cols: int
     if bad.size:
         pos = int(bad[0])
         row = int(np.searchsorted(indptr, pos, side="right")) - 1 + first_row
-        raise ValueError(f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is "
-                         f"outside [0, {cols})")
+        raise ValueError(
+            f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is outside [0, {cols})"
+        )
     step = np.diff(idx)
     inside = np.ones(len(step), dtype=bool)
     boundaries = np.asarray(indptr[1:-1], dtype=np.int64)
@@ -125,12 +127,13 @@ def _check_indices(name: str, indptr: np.ndarray, indices: np.ndarray, cols: int
     if bad.size:
         pos = int(bad[0]) + 1
         row = int(np.searchsorted(indptr, pos, side="right")) - 1 + first_row
-        raise ValueError(f"input {name!r}: CSR column indices of row {row} are not strictly increasing "
-                         f"({int(idx[pos - 1])} then {int(idx[pos])}): sort them and merge duplicates")
+        raise ValueError(
+            f"input {name!r}: CSR column indices of row {row} are not strictly increasing "
+            f"({int(idx[pos - 1])} then {int(idx[pos])}): sort them and merge duplicates"
+        )
 
 
-def check_csr(name: str, indptr: np.ndarray, indices: Optional[np.ndarray], data_len: int,
-              shape: Tuple[int, int]) -> None:
+def check_csr(name: str, indptr: np.ndarray, indices: np.ndarray | None, data_len: int, shape: tuple[int, int]) -> None:
     """Refuse a malformed CSR matrix with a clear ``ValueError`` (see the module docstring).
 
     Args:
@@ -153,7 +156,9 @@ def check_csr(name: str, indptr: np.ndarray, indices: Optional[np.ndarray], data
     dec = np.flatnonzero(np.diff(indptr) < 0)
     if dec.size:
         r = int(dec[0])
-        raise ValueError(f"input {name!r}: CSR indptr decreases at row {r} ({int(indptr[r])} then {int(indptr[r + 1])})")
+        raise ValueError(
+            f"input {name!r}: CSR indptr decreases at row {r} ({int(indptr[r])} then {int(indptr[r + 1])})"
+        )
     if int(indptr[-1]) != data_len:
         raise ValueError(f"input {name!r}: CSR indptr ends at {int(indptr[-1])} but {data_len} values are stored")
     if indices is not None:
@@ -174,10 +179,10 @@ class _DenseSource:
         self.name, self.array = name, array
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
 
-    def fields(self, key: str, batch_size: int) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
-        return {key: ((batch_size,) + self.shape[1:], self.dtype)}
+    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        return {key: ((batch_size, *self.shape[1:]), self.dtype)}
 
-    def fill(self, key: str, arrays: Dict[str, np.ndarray], rows: np.ndarray) -> Dict[str, int]:
+    def fill(self, key: str, arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
         out = arrays[key]
         if isinstance(self.array, np.ndarray):
             np.take(self.array, rows, axis=0, out=out)
@@ -185,11 +190,11 @@ class _DenseSource:
             self.array.take_into(rows, out)
         return {}
 
-    def output(self, key: str, batch: Batch) -> "mx.nd.NDArray":
+    def output(self, key: str, batch: Batch) -> mx.nd.NDArray:
         return wrap_view(batch.fields[key])
 
-    def gather(self, rows: np.ndarray) -> "mx.nd.NDArray":
-        out = np.empty((len(rows),) + self.shape[1:], dtype=self.dtype)
+    def gather(self, rows: np.ndarray) -> mx.nd.NDArray:
+        out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         if isinstance(self.array, np.ndarray):
             np.take(self.array, rows, axis=0, out=out)
         else:
@@ -200,7 +205,7 @@ class _DenseSource:
 class _CSRSource:
     stype = "csr"
 
-    def __init__(self, name: str, indptr, indices, data, shape: Tuple[int, int], *, streamed: bool = False) -> None:
+    def __init__(self, name: str, indptr, indices, data, shape: tuple[int, int], *, streamed: bool = False) -> None:
         self.name = name
         self.indptr, self.indices, self.data = indptr, indices, data
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(data.dtype)
@@ -209,45 +214,53 @@ class _CSRSource:
         self._row_nnz = np.diff(np.asarray(indptr, dtype=np.int64))
 
     def nnz_bound(self, batch_size: int) -> int:
-        """Most stored values one batch can hold: its rows are the largest ones, each present at most
-        ``ceil(batch_size / rows) + 1`` times (padding wraps around; ``roll_over`` carries rows that
-        the next epoch's order may repeat)."""
+        """Most stored values one batch can hold.
+
+        That is when its rows are the largest ones, each present at most ``ceil(batch_size / rows) + 1``
+        times (padding wraps around; ``roll_over`` carries rows that the next epoch's order may repeat).
+        """
         rows = max(1, len(self._row_nnz))
         times = math.ceil(batch_size / rows) + 1
         largest = np.sort(self._row_nnz)[::-1][:batch_size]
         return max(1, int(np.repeat(largest, times)[:batch_size].sum()))
 
-    def fields(self, key: str, batch_size: int) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
+    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         bound = self.nnz_bound(batch_size)
-        return {f"{key}.data": ((bound,), self.dtype), f"{key}.indices": ((bound,), np.dtype(np.int64)),
-                f"{key}.indptr": ((batch_size + 1,), np.dtype(np.int64))}
+        return {
+            f"{key}.data": ((bound,), self.dtype),
+            f"{key}.indices": ((bound,), np.dtype(np.int64)),
+            f"{key}.indptr": ((batch_size + 1,), np.dtype(np.int64)),
+        }
 
-    def fill(self, key: str, arrays: Dict[str, np.ndarray], rows: np.ndarray) -> Dict[str, int]:
+    def fill(self, key: str, arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
         out = (arrays[f"{key}.data"], arrays[f"{key}.indices"], arrays[f"{key}.indptr"])
         data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows, out=out)
         if self.streamed:
             _check_indices(self.name, indptr, indices, self.shape[1])
         return {f"{key}.data": len(data), f"{key}.indices": len(indices)}
 
-    def output(self, key: str, batch: Batch) -> "mx.nd.sparse.CSRNDArray":
+    def output(self, key: str, batch: Batch) -> mx.nd.sparse.CSRNDArray:
         # csr_matrix copies the three arrays synchronously into MXNet memory.
-        return mx.nd.sparse.csr_matrix((batch.fields[f"{key}.data"], batch.fields[f"{key}.indices"],
-                                        batch.fields[f"{key}.indptr"]),
-                                       shape=(len(batch.fields[f"{key}.indptr"]) - 1, self.shape[1]),
-                                       ctx=mx.cpu_pinned(), dtype=self.dtype)
+        return mx.nd.sparse.csr_matrix(
+            (batch.fields[f"{key}.data"], batch.fields[f"{key}.indices"], batch.fields[f"{key}.indptr"]),
+            shape=(len(batch.fields[f"{key}.indptr"]) - 1, self.shape[1]),
+            ctx=mx.cpu_pinned(),
+            dtype=self.dtype,
+        )
 
-    def gather(self, rows: np.ndarray) -> "mx.nd.sparse.CSRNDArray":
+    def gather(self, rows: np.ndarray) -> mx.nd.sparse.CSRNDArray:
         data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows)
         return mx.nd.sparse.csr_matrix((data, indices, indptr), shape=(len(rows), self.shape[1]), dtype=self.dtype)
 
 
-def _to_source(name: str, value) -> Union[_DenseSource, _CSRSource]:
+def _to_source(name: str, value) -> _DenseSource | _CSRSource:
     if isinstance(value, mx.nd.sparse.CSRNDArray):
         return _CSRSource(name, value.indptr.asnumpy(), value.indices.asnumpy(), value.data.asnumpy(), value.shape)
     if _sp is not None and _sp.issparse(value):
         if value.format != "csr":
-            raise ValueError(f"input {name!r}: scipy sparse format {value.format!r} is not supported; "
-                             "convert it with .tocsr()")
+            raise ValueError(
+                f"input {name!r}: scipy sparse format {value.format!r} is not supported; convert it with .tocsr()"
+            )
         # Structure first: scipy's own canonicalization must not run on out-of-range indices.
         check_csr(name, value.indptr, None, len(value.data), value.shape)
         _check_range_only(name, value.indices, value.shape[1], value.indptr)
@@ -263,11 +276,13 @@ def _to_source(name: str, value) -> Union[_DenseSource, _CSRSource]:
         return _DenseSource(name, np.ascontiguousarray(value, dtype=np.float32))
     try:
         arr = np.asarray(value)
-    except Exception:  # noqa: BLE001 - report the type, as MXNet does
+    except Exception:
         arr = None
     if arr is None or arr.dtype == object:
-        raise TypeError(f"input {name!r}: invalid type {type(value).__name__}; expected numpy.ndarray, "
-                        "mx.nd.NDArray, CSRNDArray, scipy.sparse CSR, or a list or dict of them")
+        raise TypeError(
+            f"input {name!r}: invalid type {type(value).__name__}; expected numpy.ndarray, "
+            "mx.nd.NDArray, CSRNDArray, scipy.sparse CSR, or a list or dict of them"
+        )
     # mx.nd.array turns Python lists into float32; do the same.
     return _DenseSource(name, np.ascontiguousarray(arr, dtype=np.float32))
 
@@ -278,17 +293,18 @@ def _check_range_only(name: str, indices: np.ndarray, cols: int, indptr: np.ndar
     if bad.size:
         pos = int(bad[0])
         row = int(np.searchsorted(indptr, pos, side="right")) - 1
-        raise ValueError(f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is "
-                         f"outside [0, {cols})")
+        raise ValueError(
+            f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is outside [0, {cols})"
+        )
 
 
-def _stored_source(arr) -> Union[_DenseSource, _CSRSource]:
+def _stored_source(arr) -> _DenseSource | _CSRSource:
     if arr.stype == "csr":
         return _CSRSource(arr.name, arr.indptr, arr.indices, arr.data, arr.shape, streamed=True)
     return _DenseSource(arr.name, arr)
 
 
-def _init_sources(data, allow_empty: bool, default_name: str) -> List[Union[_DenseSource, _CSRSource]]:
+def _init_sources(data, allow_empty: bool, default_name: str) -> list[_DenseSource | _CSRSource]:
     """MXNet's naming: one array -> ``default_name``; a list -> ``_i_<name>``; dict keys sorted."""
     if data is None:
         if not allow_empty:
@@ -308,8 +324,9 @@ def _init_sources(data, allow_empty: bool, default_name: str) -> List[Union[_Den
 # --- the batch plan: which rows go in each batch, and its pad value --------------------------------
 
 
-def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
-               carry: Optional[np.ndarray]) -> Tuple[List[Tuple[np.ndarray, int]], Optional[np.ndarray]]:
+def plan_epoch(
+    share: np.ndarray, batch_size: int, last_batch_handle: str, carry: np.ndarray | None
+) -> tuple[list[tuple[np.ndarray, int]], np.ndarray | None]:
     """Cut one epoch's rows into batches the way ``mx.io.NDArrayIter`` does.
 
     Args:
@@ -322,7 +339,7 @@ def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
         ``([(rows, pad), ...], new_carry)``: every batch has exactly ``batch_size`` rows.
     """
     n = len(share)
-    batches: List[Tuple[np.ndarray, int]] = []
+    batches: list[tuple[np.ndarray, int]] = []
     if last_batch_handle == "roll_over":
         head = 0
         if carry is not None and len(carry):
@@ -335,12 +352,12 @@ def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
         full = (n - head) // batch_size
         for b in range(full):
             s = head + b * batch_size
-            batches.append((share[s:s + batch_size], 0))
-        rest = share[head + full * batch_size:]
+            batches.append((share[s : s + batch_size], 0))
+        rest = share[head + full * batch_size :]
         return batches, (rest.copy() if len(rest) else None)
     full = n // batch_size
     for b in range(full):
-        batches.append((share[b * batch_size:(b + 1) * batch_size], 0))
+        batches.append((share[b * batch_size : (b + 1) * batch_size], 0))
     if last_batch_handle == "pad" and n % batch_size:
         start = full * batch_size
         # Wrap around to the start of the epoch's order (repeating it when batch_size > n).
@@ -389,17 +406,33 @@ class NDArrayIter(BatchIter):
         label: The same for the labels.
     """
 
-    def __init__(self, data, label=None, batch_size: int = 1, shuffle: bool = False,
-                 last_batch_handle: str = "pad", data_name: str = "data",
-                 label_name: str = "softmax_label", layout: str = "NCHW", *,
-                 seed: Optional[int] = None, part_index: int = 0, num_parts: int = 1, kvstore=None,
-                 rank: Optional[int] = None, num_workers: Optional[int] = None,
-                 prefetch: int = 2, ctx=None, work_load_list: Optional[Sequence[float]] = None,
-                 block_shuffle: Optional[bool] = None, max_extra_slots: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        data,
+        label=None,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        last_batch_handle: str = "pad",
+        data_name: str = "data",
+        label_name: str = "softmax_label",
+        layout: str = "NCHW",
+        *,
+        seed: int | None = None,
+        part_index: int = 0,
+        num_parts: int = 1,
+        kvstore=None,
+        rank: int | None = None,
+        num_workers: int | None = None,
+        prefetch: int = 2,
+        ctx=None,
+        work_load_list: Sequence[float] | None = None,
+        block_shuffle: bool | None = None,
+        max_extra_slots: int | None = None,
+    ) -> None:
         super().__init__(batch_size)
-        self._producer: Optional[Producer] = None
+        self._producer: Producer | None = None
         self._shards = None
-        self.ring: Optional[BatchRing] = None
+        self.ring: BatchRing | None = None
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive int")
         if last_batch_handle not in LAST_BATCH_HANDLES:
@@ -408,8 +441,9 @@ class NDArrayIter(BatchIter):
             raise ValueError(f"layout={layout!r}: fastload.mxnet.NDArrayIter needs the batch axis first")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch={prefetch!r} must be an int >= 1")
-        self.part_index, self.num_parts = resolve_parts(part_index=part_index, num_parts=num_parts,
-                                                        kvstore=kvstore, rank=rank, num_workers=num_workers)
+        self.part_index, self.num_parts = resolve_parts(
+            part_index=part_index, num_parts=num_parts, kvstore=kvstore, rank=rank, num_workers=num_workers
+        )
         streamed = isinstance(data, (str, os.PathLike))
         if streamed:
             if label is not None:
@@ -427,7 +461,9 @@ class NDArrayIter(BatchIter):
             raise ValueError(f"all inputs must have the same number of rows, got {sizes}")
         self.num_data = next(iter(sizes.values()))
         if seed is None:
-            seed = int(np.random.randint(0, 2**31 - 1))
+            # As MXNet's NDArrayIter, which shuffles with numpy's global generator: np.random.seed()
+            # before building the iterator makes its order reproducible.
+            seed = int(np.random.randint(0, 2**31 - 1))  # noqa: NPY002
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.last_batch_handle = last_batch_handle
@@ -442,33 +478,47 @@ class NDArrayIter(BatchIter):
             raise ValueError("work_load_list needs ctx=[...]")
         if block_shuffle is None:
             block_shuffle = streamed
-        mode = order_mod.Shuffle.NONE if not shuffle else (order_mod.Shuffle.BLOCK if block_shuffle else order_mod.Shuffle.GLOBAL)
-        self._spec = order_mod.OrderSpec(num_records=self.num_data, batch_size=self.batch_size, shuffle=mode,
-                                         seed=self.seed, rank=self.part_index, world_size=self.num_parts,
-                                         even=order_mod.Even.PAD)
+        mode = (
+            order_mod.Shuffle.NONE
+            if not shuffle
+            else (order_mod.Shuffle.BLOCK if block_shuffle else order_mod.Shuffle.GLOBAL)
+        )
+        self._spec = order_mod.OrderSpec(
+            num_records=self.num_data,
+            batch_size=self.batch_size,
+            shuffle=mode,
+            seed=self.seed,
+            rank=self.part_index,
+            world_size=self.num_parts,
+            even=order_mod.Even.PAD,
+        )
         self._sources = self._data_sources + self._label_sources
         self._keys = [str(i) for i in range(len(self._sources))]
         self._epoch = 0
-        self._carry: Optional[np.ndarray] = None
+        self._carry: np.ndarray | None = None
         self._taken = 0  # batches handed out this epoch
         self._exhausted = False  # next() reported the end of this epoch
-        self._plan: List[Tuple[np.ndarray, int]] = []
-        self._next_carry: Optional[np.ndarray] = None
+        self._plan: list[tuple[np.ndarray, int]] = []
+        self._next_carry: np.ndarray | None = None
         self._warned = False
-        self._gathered: Dict[str, Any] = {}
+        self._gathered: dict[str, Any] = {}
         self._make_plan()
 
     # -- MXNet DataIter interface -----------------------------------------------------------------
 
     @property
-    def provide_data(self) -> List[mx.io.DataDesc]:
-        return [mx.io.DataDesc(s.name, (self.batch_size,) + s.shape[1:], s.dtype, layout=self.layout)
-                for s in self._data_sources]
+    def provide_data(self) -> list[mx.io.DataDesc]:
+        return [
+            mx.io.DataDesc(s.name, (self.batch_size, *s.shape[1:]), s.dtype, layout=self.layout)
+            for s in self._data_sources
+        ]
 
     @property
-    def provide_label(self) -> List[mx.io.DataDesc]:
-        return [mx.io.DataDesc(s.name, (self.batch_size,) + s.shape[1:], s.dtype, layout=self.layout)
-                for s in self._label_sources]
+    def provide_label(self) -> list[mx.io.DataDesc]:
+        return [
+            mx.io.DataDesc(s.name, (self.batch_size, *s.shape[1:]), s.dtype, layout=self.layout)
+            for s in self._label_sources
+        ]
 
     @property
     def idx(self) -> np.ndarray:
@@ -476,12 +526,12 @@ class NDArrayIter(BatchIter):
         return self._share.copy()
 
     @property
-    def data(self) -> List[Tuple[str, Any]]:
+    def data(self) -> list[tuple[str, Any]]:
         """``[(name, array)]`` of the data inputs with rows in ``idx`` order (MXNet's ``data``)."""
         return self._gather("data", self._data_sources)
 
     @property
-    def label(self) -> List[Tuple[str, Any]]:
+    def label(self) -> list[tuple[str, Any]]:
         """``[(name, array)]`` of the label inputs with rows in ``idx`` order (MXNet's ``label``)."""
         return self._gather("label", self._label_sources)
 
@@ -501,7 +551,7 @@ class NDArrayIter(BatchIter):
         self._next_carry = None
         self.reset()
 
-    def _fetch(self) -> Optional[mx.io.DataBatch]:
+    def _fetch(self) -> mx.io.DataBatch | None:
         self.cursor += self.batch_size
         if self._taken >= len(self._plan):
             self._exhausted = True
@@ -515,19 +565,31 @@ class NDArrayIter(BatchIter):
             ring.taken(batch.slot, batch._generation)
         elif batch.fresh and not self._warned:
             self._warned = True
-            warnings.warn(f"NDArrayIter: the consumer keeps more than {ring.held} batches alive: the ring grew to "
-                          f"{len(ring.slots)} slots (its bound) and further batches are assembled in freshly allocated "
-                          "memory. Kept batches stay intact; drop batches after use to avoid the allocations",
-                          KeptBatchesWarning, stacklevel=4)
-        arrays = [csr[key] if key in csr else src.output(key, batch) for src, key in zip(self._sources, self._keys)]
+            warnings.warn(
+                f"NDArrayIter: the consumer keeps more than {ring.held} batches alive: the ring grew to "
+                f"{len(ring.slots)} slots (its bound) and further batches are assembled in freshly allocated "
+                "memory. Kept batches stay intact; drop batches after use to avoid the allocations",
+                KeptBatchesWarning,
+                stacklevel=4,
+            )
+        arrays = [
+            csr[key] if key in csr else src.output(key, batch)
+            for src, key in zip(self._sources, self._keys, strict=False)
+        ]
         del batch  # from here only the arrays handed out hold the slot's lease
         n_data = len(self._data_sources)
         data, label = arrays[:n_data], arrays[n_data:]
         if self._ctxs is not None:
             data = [place(a, self._ctxs, self._slices) for a in data]
             label = [place(a, self._ctxs, self._slices) for a in label]
-        return mx.io.DataBatch(data=data, label=label, pad=pad, index=rows,
-                               provide_data=self.provide_data, provide_label=self.provide_label)
+        return mx.io.DataBatch(
+            data=data,
+            label=label,
+            pad=pad,
+            index=rows,
+            provide_data=self.provide_data,
+            provide_label=self.provide_label,
+        )
 
     def __len__(self) -> int:
         """Batches in the current epoch."""
@@ -535,20 +597,30 @@ class NDArrayIter(BatchIter):
 
     # -- resume -----------------------------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The position to resume from: seed, epoch, batches taken and any rolled-over rows."""
-        return {"seed": self.seed, "epoch": self._epoch, "batch": self._taken, "exhausted": self._exhausted,
-                "carry": None if self._carry is None else self._carry.tolist(),
-                "num_data": self.num_data, "batch_size": self.batch_size, "part_index": self.part_index,
-                "num_parts": self.num_parts, "last_batch_handle": self.last_batch_handle,
-                "shuffle": self.shuffle}
+        return {
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "batch": self._taken,
+            "exhausted": self._exhausted,
+            "carry": None if self._carry is None else self._carry.tolist(),
+            "num_data": self.num_data,
+            "batch_size": self.batch_size,
+            "part_index": self.part_index,
+            "num_parts": self.num_parts,
+            "last_batch_handle": self.last_batch_handle,
+            "shuffle": self.shuffle,
+        }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`: the next batch is the one that would have come next."""
         for key in ("num_data", "batch_size", "part_index", "num_parts", "last_batch_handle", "shuffle"):
             if state.get(key) != getattr(self, key):
-                raise ValueError(f"state_dict was saved with {key}={state.get(key)!r}, "
-                                 f"this iterator has {key}={getattr(self, key)!r}")
+                raise ValueError(
+                    f"state_dict was saved with {key}={state.get(key)!r}, "
+                    f"this iterator has {key}={getattr(self, key)!r}"
+                )
         self._forget_current()
         self._stop_producer()
         self.seed = int(state["seed"])
@@ -572,17 +644,15 @@ class NDArrayIter(BatchIter):
             self._shards.close()
             self._shards = None
 
-    def __enter__(self) -> "NDArrayIter":
+    def __enter__(self) -> NDArrayIter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._stop_producer()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -594,39 +664,43 @@ class NDArrayIter(BatchIter):
         self.cursor = -carried - self.batch_size
         self._gathered = {}
 
-    def _gather(self, what: str, sources) -> List[Tuple[str, Any]]:
+    def _gather(self, what: str, sources) -> list[tuple[str, Any]]:
         if what not in self._gathered:
             rows = self._share
             self._gathered[what] = [(s.name, s.gather(rows)) for s in sources]
         return self._gathered[what]
 
     def _make_ring(self) -> BatchRing:
-        fields: Dict[str, Tuple[Tuple[int, ...], np.dtype]] = {}
-        for src, key in zip(self._sources, self._keys):
+        fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        for src, key in zip(self._sources, self._keys, strict=False):
             fields.update(src.fields(key, self.batch_size))
-        return BatchRing(fields, num_slots=self._prefetch + HELD_BATCHES, allocator=pinned_allocator,
-                         max_extra_slots=self._max_extra_slots)
+        return BatchRing(
+            fields,
+            num_slots=self._prefetch + HELD_BATCHES,
+            allocator=pinned_allocator,
+            max_extra_slots=self._max_extra_slots,
+        )
 
     def _start_producer(self) -> None:
         if self.ring is None:
             self.ring = self._make_ring()
         ring = self.ring
-        plan = self._plan[self._taken:]
+        plan = self._plan[self._taken :]
         first = self._taken
         epoch = self._epoch
         sources, keys = self._sources, self._keys
 
         def fill(slot, k: int, rows: np.ndarray, pad: int) -> tuple:
             try:
-                sizes: Dict[str, int] = {}
-                for src, key in zip(sources, keys):
+                sizes: dict[str, int] = {}
+                for src, key in zip(sources, keys, strict=False):
                     sizes.update(src.fill(key, slot.arrays, rows))
                 batch = ring.lease(slot, epoch=epoch, number=first + k, sizes=sizes)
             except BaseException:
                 ring.unused(slot)
                 raise
             # CSR outputs are copies: made here, off the consumer's thread.
-            csr = {key: src.output(key, batch) for src, key in zip(sources, keys) if src.stype == "csr"}
+            csr = {key: src.output(key, batch) for src, key in zip(sources, keys, strict=False) if src.stype == "csr"}
             return batch, csr, rows.copy(), pad
 
         def produce(stop: threading.Event) -> Iterator[tuple]:

@@ -29,32 +29,61 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import fastload.transforms as transforms
 from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs
 
 __all__ = [
-    "GEOMETRY_ARGS",
     "COLOR_ARGS",
     "FLOAT_ONLY_COLOR_ARGS",
+    "GEOMETRY_ARGS",
     "FallbackGeometryWarning",
-    "spec_class",
-    "geometry_spec",
-    "fallback_geometry",
-    "color_spec",
-    "normalize_spec",
     "aug_seed",
+    "color_spec",
+    "fallback_geometry",
+    "geometry_spec",
+    "normalize_spec",
+    "spec_class",
 ]
 
 #: MXNet's geometric arguments (default augmenter + the normalizer's mirror), MXNetDefaultAugment's fields.
-GEOMETRY_ARGS = ("resize", "rand_crop", "random_resized_crop", "max_rotate_angle", "max_aspect_ratio",
-                 "min_aspect_ratio", "max_shear_ratio", "max_crop_size", "min_crop_size", "max_random_scale",
-                 "min_random_scale", "max_random_area", "min_random_area", "max_img_size", "min_img_size", "rotate",
-                 "rotate_list", "fill_value", "inter_method", "pad", "rand_mirror", "mirror")
+GEOMETRY_ARGS = (
+    "resize",
+    "rand_crop",
+    "random_resized_crop",
+    "max_rotate_angle",
+    "max_aspect_ratio",
+    "min_aspect_ratio",
+    "max_shear_ratio",
+    "max_crop_size",
+    "min_crop_size",
+    "max_random_scale",
+    "min_random_scale",
+    "max_random_area",
+    "min_random_area",
+    "max_img_size",
+    "min_img_size",
+    "rotate",
+    "rotate_list",
+    "fill_value",
+    "inter_method",
+    "pad",
+    "rand_mirror",
+    "mirror",
+)
 #: MXNet's colour arguments, MXNetColorAugment's fields.
-COLOR_ARGS = ("brightness", "contrast", "saturation", "pca_noise", "random_h", "random_s", "random_l",
-              "max_random_contrast", "max_random_illumination")
+COLOR_ARGS = (
+    "brightness",
+    "contrast",
+    "saturation",
+    "pca_noise",
+    "random_h",
+    "random_s",
+    "random_l",
+    "max_random_contrast",
+    "max_random_illumination",
+)
 #: Applied by MXNet's float normalizer only (ignored for uint8 and int8 outputs, as MXNet does).
 FLOAT_ONLY_COLOR_ARGS = ("max_random_contrast", "max_random_illumination")
 
@@ -63,7 +92,7 @@ class FallbackGeometryWarning(UserWarning):
     """The geometry runs on fastload's generic crop ops, whose windows differ from MXNet's augmenter."""
 
 
-def spec_class(name: str) -> Optional[type]:
+def spec_class(name: str) -> type | None:
     """The spec class ``fastload.transforms.<name>`` when this build has it, else None."""
     cls = getattr(transforms, name, None)
     return cls if isinstance(cls, type) else None
@@ -73,13 +102,15 @@ def _fields(cls: type) -> frozenset:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-def _not_supported(args: Dict[str, Any], what: str) -> MXNetArgumentError:
+def _not_supported(args: dict[str, Any], what: str) -> MXNetArgumentError:
     detail = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
-    return MXNetArgumentError(f"ImageRecordIter argument(s) {detail}: not yet supported by this fastload build "
-                              f"({what}); only MXNet's default value is accepted")
+    return MXNetArgumentError(
+        f"ImageRecordIter argument(s) {detail}: not yet supported by this fastload build "
+        f"({what}); only MXNet's default value is accepted"
+    )
 
 
-def _build(cls: type, kwargs: Dict[str, Any]) -> Any:
+def _build(cls: type, kwargs: dict[str, Any]) -> Any:
     try:
         return cls(**kwargs)
     except MXNetArgumentError:
@@ -108,9 +139,20 @@ def geometry_spec(args: RecordIterArgs) -> Any:
 
 # The fallback ops cannot express these at anything but MXNet's default: the affine warp (rotation,
 # shear, random scale, image size bounds), the square crops, padding and other resampling kernels.
-_FALLBACK_UNSUPPORTED = ("max_rotate_angle", "rotate", "rotate_list", "max_shear_ratio", "max_crop_size",
-                         "min_crop_size", "max_random_scale", "min_random_scale", "max_img_size", "min_img_size",
-                         "pad", "inter_method")
+_FALLBACK_UNSUPPORTED = (
+    "max_rotate_angle",
+    "rotate",
+    "rotate_list",
+    "max_shear_ratio",
+    "max_crop_size",
+    "min_crop_size",
+    "max_random_scale",
+    "min_random_scale",
+    "max_img_size",
+    "min_img_size",
+    "pad",
+    "inter_method",
+)
 
 
 def fallback_geometry(args: RecordIterArgs) -> Any:
@@ -135,47 +177,60 @@ def fallback_geometry(args: RecordIterArgs) -> Any:
             resampling kernels other than bilinear.
     """
     lo, hi = _aspect_range(args)
-    unsupported = args.non_default(_FALLBACK_UNSUPPORTED + ("rand_crop",))
+    unsupported = args.non_default((*_FALLBACK_UNSUPPORTED, "rand_crop"))
     if not args.random_resized_crop:
         unsupported.update(args.non_default(("max_aspect_ratio", "min_aspect_ratio")))
     if unsupported:
-        raise _not_supported(unsupported, "it needs fastload.transforms.MXNetDefaultAugment, the engine's "
-                                          "implementation of MXNet's augmenter")
+        raise _not_supported(
+            unsupported,
+            "it needs fastload.transforms.MXNetDefaultAugment, the engine's implementation of MXNet's augmenter",
+        )
     size = tuple(args.data_shape[1:])
     flip = 1.0 if args.mirror else (0.5 if args.rand_mirror else 0.0)
     rrc = args.random_resized_crop and (args.min_random_area, args.max_random_area, lo, hi) != (1.0, 1.0, 1.0, 1.0)
     try:
         if rrc:
             if not 0 < args.min_random_area <= args.max_random_area <= 1:
-                raise MXNetArgumentError(f"ImageRecordIter: min_random_area={args.min_random_area}, "
-                                         f"max_random_area={args.max_random_area} must satisfy 0 < min <= max <= 1")
+                raise MXNetArgumentError(
+                    f"ImageRecordIter: min_random_area={args.min_random_area}, "
+                    f"max_random_area={args.max_random_area} must satisfy 0 < min <= max <= 1"
+                )
             if not 0 < lo <= hi:
-                raise MXNetArgumentError(f"ImageRecordIter: the aspect ratio range [{lo}, {hi}] (from min_aspect_ratio="
-                                         f"{args.min_aspect_ratio}, max_aspect_ratio={args.max_aspect_ratio}) must be "
-                                         "positive and increasing")
-            op = transforms.RandomResizedCrop(size=size, scale=(args.min_random_area, args.max_random_area),
-                                              ratio=(lo, hi), flip=flip)
+                raise MXNetArgumentError(
+                    f"ImageRecordIter: the aspect ratio range [{lo}, {hi}] (from min_aspect_ratio="
+                    f"{args.min_aspect_ratio}, max_aspect_ratio={args.max_aspect_ratio}) must be "
+                    "positive and increasing"
+                )
+            op: Any = transforms.RandomResizedCrop(
+                size=size, scale=(args.min_random_area, args.max_random_area), ratio=(lo, hi), flip=flip
+            )
         else:
             if 0 < args.resize < min(size):
-                raise MXNetArgumentError(f"ImageRecordIter: resize={args.resize} is smaller than data_shape {size}: "
-                                         "MXNet's centre crop then upscales, which needs MXNetDefaultAugment")
+                raise MXNetArgumentError(
+                    f"ImageRecordIter: resize={args.resize} is smaller than data_shape {size}: "
+                    "MXNet's centre crop then upscales, which needs MXNetDefaultAugment"
+                )
             op = transforms.CenterCrop(size=size, resize=args.resize if args.resize > 0 else None, flip=flip)
     except MXNetArgumentError:
         raise
     except ValueError as exc:
         raise MXNetArgumentError(f"ImageRecordIter: {exc}") from exc
-    warnings.warn(f"ImageRecordIter runs {op} until this build has fastload.transforms.MXNetDefaultAugment: crop "
-                  "windows and resampling differ from MXNet's augmenter", FallbackGeometryWarning, stacklevel=5)
+    warnings.warn(
+        f"ImageRecordIter runs {op} until this build has fastload.transforms.MXNetDefaultAugment: crop "
+        "windows and resampling differ from MXNet's augmenter",
+        FallbackGeometryWarning,
+        stacklevel=5,
+    )
     return op
 
 
-def _aspect_range(args: RecordIterArgs) -> Tuple[float, float]:
+def _aspect_range(args: RecordIterArgs) -> tuple[float, float]:
     if args.min_aspect_ratio is not None:
         return float(args.min_aspect_ratio), float(args.max_aspect_ratio)
     return 1.0 - args.max_aspect_ratio, 1.0 + args.max_aspect_ratio
 
 
-def color_spec(args: RecordIterArgs, dtype: str) -> Optional[Any]:
+def color_spec(args: RecordIterArgs, dtype: str) -> Any | None:
     """``MXNetColorAugment`` for the colour arguments, or None when every one is at MXNet's default.
 
     Args:
@@ -192,8 +247,11 @@ def color_spec(args: RecordIterArgs, dtype: str) -> Optional[Any]:
         return None
     cls = spec_class("MXNetColorAugment")
     if cls is None:
-        raise _not_supported(changed, "it needs fastload.transforms.MXNetColorAugment, the engine's implementation "
-                                      "of MXNet's colour augmentation")
+        raise _not_supported(
+            changed,
+            "it needs fastload.transforms.MXNetColorAugment, the engine's implementation "
+            "of MXNet's colour augmentation",
+        )
     fields = _fields(cls)
     missing = {n: v for n, v in changed.items() if n not in fields}
     if missing:
@@ -201,7 +259,7 @@ def color_spec(args: RecordIterArgs, dtype: str) -> Optional[Any]:
     return _build(cls, {n: args[n] for n in names if n in fields})
 
 
-def normalize_spec(args: RecordIterArgs, dtype: str) -> Optional[Any]:
+def normalize_spec(args: RecordIterArgs, dtype: str) -> Any | None:
     """``Normalize`` for the engine when it can do MXNet's normalization, else None (the adapter does it).
 
     The engine normalizes float outputs of 3 channels without a mean image:

@@ -62,27 +62,32 @@ Not run on a GPU: on this machine ``mx.cpu(0)``/``mx.cpu(1)`` stand in for devic
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any, Dict, List, Optional
-
-import numpy as np
+from typing import Any, ClassVar
 
 import mxnet as mx
+import numpy as np
 
+from fastload.errors import LoaderBusy
 from fastload.loader import Loader, LoaderConfig
 from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs, parse_args
 from fastload.mxnet.augmenter import aug_seed, color_spec, geometry_spec, normalize_spec, spec_class
 from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.mean_image import GRAY_WEIGHTS, compute_mean_image, mean_image
-from fastload.errors import LoaderBusy
 from fastload.mxnet.placement import normalize_contexts, numpy_view, place, split_slices, wrap_view
 from fastload.mxnet.protocol import BatchIter
 from fastload.mxnet.record_source import open_records
 from fastload.order import EpochOrder
 
-__all__ = ["ImageRecordIter", "ImageRecordIter_v1", "ImageRecordUInt8Iter", "ImageRecordUInt8Iter_v1",
-           "ImageRecordInt8Iter"]
+__all__ = [
+    "ImageRecordInt8Iter",
+    "ImageRecordIter",
+    "ImageRecordIter_v1",
+    "ImageRecordUInt8Iter",
+    "ImageRecordUInt8Iter_v1",
+]
 
 log = logging.getLogger("fastload.mxnet")
 
@@ -117,7 +122,7 @@ class _HostNormalize:
         """A mean image is subtracted at each pixel's source position (mirrored for mirrored images)."""
         return self.mean is not None
 
-    def __call__(self, pixels: np.ndarray, out: np.ndarray, flips: Optional[np.ndarray] = None) -> None:
+    def __call__(self, pixels: np.ndarray, out: np.ndarray, flips: np.ndarray | None = None) -> None:
         if self.table is not None:
             for c in range(pixels.shape[1]):
                 np.take(self.table[c], pixels[:, c], out=out[:, c])
@@ -133,11 +138,11 @@ class _HostNormalize:
     def zero_rows(self, out: np.ndarray) -> None:
         """What a zero pixel becomes (round_batch=False padding rows)."""
         if len(out):
-            self(np.zeros((1,) + out.shape[1:], dtype=np.uint8), out[:1])
+            self(np.zeros((1, *out.shape[1:]), dtype=np.uint8), out[:1])
             out[1:] = out[:1]
 
 
-def _seeded_decode(aug_seed: int, post: Optional[_HostNormalize] = None):
+def _seeded_decode(aug_seed: int, post: _HostNormalize | None = None):
     """``decode_batch`` with every random draw keyed by ``aug_seed`` instead of the order's seed.
 
     With ``post``, the pixels are decoded into a uint8 scratch buffer (reused: the loader calls its
@@ -145,9 +150,9 @@ def _seeded_decode(aug_seed: int, post: Optional[_HostNormalize] = None):
     """
     from fastload.decode import decode_batch
 
-    scratch: Dict[tuple, np.ndarray] = {}
+    scratch: dict[tuple, np.ndarray] = {}
 
-    def decode(images, out, transform, *, seed: int = 0, **kwargs):  # noqa: ARG001 - replaced on purpose
+    def decode(images, out, transform, *, seed: int = 0, **kwargs):
         if post is None:
             return decode_batch(images, out, transform, seed=aug_seed, **kwargs)
         pixels = scratch.get(out.shape)
@@ -162,10 +167,11 @@ def _seeded_decode(aug_seed: int, post: Optional[_HostNormalize] = None):
     return decode
 
 
-def _pinned_on(ctx: "mx.Context"):
+def _pinned_on(ctx: mx.Context):
     def allocate(shape, dtype):
         nd = mx.nd.empty(tuple(int(s) for s in shape), ctx=ctx, dtype=np.dtype(dtype))
         return numpy_view(nd), nd
+
     return allocate
 
 
@@ -183,19 +189,20 @@ class ImageRecordIter(BatchIter):
 
     single_array = True
     #: Arguments an alias fixes (``ImageRecordUInt8Iter``: ``dtype='uint8'``).
-    alias_defaults: Dict[str, Any] = {}
+    alias_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **kwargs: Any) -> None:
         for name, value in self.alias_defaults.items():
             if name in kwargs and str(kwargs[name]) != str(value):
                 # MXNet's aliases are separate iterators whose output type is fixed.
-                log.warning("%s ignores %s=%r: it always produces %s=%r", type(self).__name__, name, kwargs[name],
-                            name, value)
+                log.warning(
+                    "%s ignores %s=%r: it always produces %s=%r", type(self).__name__, name, kwargs[name], name, value
+                )
         kwargs = {**kwargs, **self.alias_defaults}
         args = parse_args(kwargs, warn_stacklevel=3)
         super().__init__(args.batch_size)
         self.args = args
-        self.loader: Optional[Loader] = None
+        self.loader: Loader | None = None
         self._dataset = None
         self._iter = None
         try:
@@ -220,45 +227,68 @@ class ImageRecordIter(BatchIter):
         self.dtype = args.dtype or "float32"
         self._out_ctx = mx.cpu() if args.device_id == -1 else mx.cpu_pinned(max(0, args.device_id))
         self.part_index, self.num_parts = resolve_parts(
-            part_index=args.part_index, num_parts=args.num_parts, kvstore=args.extras.get("kvstore"),
-            rank=args.extras.get("rank"), num_workers=args.extras.get("num_workers"))
+            part_index=args.part_index,
+            num_parts=args.num_parts,
+            kvstore=args.extras.get("kvstore"),
+            rank=args.extras.get("rank"),
+            num_workers=args.extras.get("num_workers"),
+        )
         self._setup_contexts(args)
         geometry = geometry_spec(args)
         color = color_spec(args, self.dtype)
         normalize = normalize_spec(args, self.dtype)
         self.transform = self._compose(geometry, color, normalize)
         path = os.fspath(args.path_imgrec)
-        self._dataset = open_records(path_imgrec=path, path_imgidx=args.path_imgidx, path_imglist=args.path_imglist,
-                                     label_width=self.label_width)
+        self._dataset = open_records(
+            path_imgrec=path, path_imgidx=args.path_imgidx, path_imglist=args.path_imglist, label_width=self.label_width
+        )
         self._aug_seed = aug_seed(args)
         shuffle, order_seed, block_size = self._order(args, path)
         # Float RGB outputs the engine does not normalize yet are normalized on the producer thread,
         # straight into float slots (see _HostNormalize); int8 and grayscale use MXNet operators.
         host = normalize is None and self.dtype in ("float32", "float16") and self.channels == 3
-        self.config = LoaderConfig(batch_size=self.batch_size, transform=self.transform, shuffle=shuffle,
-                                   seed=order_seed, block_size=block_size, drop_last=False, even="pad",
-                                   rank=self.part_index, world_size=self.num_parts,
-                                   num_threads=int(args.preprocess_threads), prefetch=max(1, int(args.prefetch_buffer)),
-                                   layout="NCHW", round_batch=self.round_batch,
-                                   image_dtype=self.dtype if host else None)
+        self.config = LoaderConfig(
+            batch_size=self.batch_size,
+            transform=self.transform,
+            shuffle=shuffle,
+            seed=order_seed,
+            block_size=block_size,
+            drop_last=False,
+            even="pad",
+            rank=self.part_index,
+            world_size=self.num_parts,
+            num_threads=int(args.preprocess_threads),
+            prefetch=max(1, int(args.prefetch_buffer)),
+            layout="NCHW",
+            round_batch=self.round_batch,
+            image_dtype=self.dtype if host else None,
+        )
         self._mean = None
         if args.mean_img and self.dtype != "uint8":
             pixels = self._compose(geometry, color, None)
-            self._mean = mean_image(args.mean_img, self.data_shape, lambda: self._compute_mean(pixels),
-                                    verbose=bool(args.verbose))
+            self._mean = mean_image(
+                args.mean_img, self.data_shape, lambda: self._compute_mean(pixels), verbose=bool(args.verbose)
+            )
         if self._mean is not None and not host and (args.mirror or args.rand_mirror):
             # MXNet subtracts the mean image at each pixel's source position, i.e. mirrored for mirrored
             # images; only the float RGB path (_HostNormalize) knows which images were mirrored.
-            raise MXNetArgumentError(f"ImageRecordIter: mean_img with mirror/rand_mirror is not yet supported for "
-                                     f"dtype={self.dtype!r} with {self.channels} channel(s) (float32/float16 RGB only)")
+            raise MXNetArgumentError(
+                f"ImageRecordIter: mean_img with mirror/rand_mirror is not yet supported for "
+                f"dtype={self.dtype!r} with {self.channels} channel(s) (float32/float16 RGB only)"
+            )
         self._setup_normalization(args)
         # Float RGB slots (normalized here or by the engine): also what the padding rows of
         # round_batch=False become, a zero pixel normalized.
-        self._float_rgb = self._host_normalize(args) if self.dtype in ("float32", "float16") and self.channels == 3 \
-            else None
+        self._float_rgb = (
+            self._host_normalize(args) if self.dtype in ("float32", "float16") and self.channels == 3 else None
+        )
         self._host = self._float_rgb if host else None
-        self.loader = Loader(self._dataset, self.config, allocator=_pinned_on(self._out_ctx),
-                             decode=_seeded_decode(self._aug_seed, self._host))
+        self.loader = Loader(
+            self._dataset,
+            self.config,
+            allocator=_pinned_on(self._out_ctx),
+            decode=_seeded_decode(self._aug_seed, self._host),
+        )
         self._ids = getattr(self._dataset, "ids", None)
         self._epoch = 0
         self._iter_thread = None
@@ -266,8 +296,15 @@ class ImageRecordIter(BatchIter):
         share = len(EpochOrder(self.loader.order_spec, 0).share)
         self._last_pad = len(self.loader) * self.batch_size - share
         if args.verbose:
-            log.info("ImageRecordIter: %s, %d records, part %d of %d, %s, %d decode threads", path,
-                     len(self._dataset), self.part_index, self.num_parts, self.transform, args.preprocess_threads)
+            log.info(
+                "ImageRecordIter: %s, %d records, part %d of %d, %s, %d decode threads",
+                path,
+                len(self._dataset),
+                self.part_index,
+                self.num_parts,
+                self.transform,
+                args.preprocess_threads,
+            )
 
     def _setup_contexts(self, args: RecordIterArgs) -> None:
         ctx = args.ctx
@@ -284,8 +321,10 @@ class ImageRecordIter(BatchIter):
             return geometry
         pipeline = spec_class("Pipeline")
         if pipeline is None:
-            raise MXNetArgumentError("ImageRecordIter: this fastload build has no fastload.transforms.Pipeline to "
-                                     "run colour augmentation or normalization in the engine")
+            raise MXNetArgumentError(
+                "ImageRecordIter: this fastload build has no fastload.transforms.Pipeline to "
+                "run colour augmentation or normalization in the engine"
+            )
         return pipeline(geometry=geometry, ops=(color,) if color is not None else (), normalize=normalize)
 
     def _order(self, args: RecordIterArgs, path: str):
@@ -296,15 +335,25 @@ class ImageRecordIter(BatchIter):
             # shuffle_chunk_size MB (keyed by shuffle_chunk_seed), then records within what it read
             # (keyed by seed): fastload's block shuffle, blocks of about as many records.
             per_record = os.path.getsize(path) / max(1, len(self._dataset))
-            block = max(1, int(round((args.shuffle_chunk_size << 20) / max(1.0, per_record))))
+            block = max(1, round((args.shuffle_chunk_size << 20) / max(1.0, per_record)))
             return "block", ((args.shuffle_chunk_seed & _U32) | (seed << 32)), block
         return ("global" if args.shuffle else "none"), seed, 256
 
     def _compute_mean(self, transform) -> np.ndarray:
         """MXNet's mean image: this part's records once each, through the augmenter, averaged."""
-        config = LoaderConfig(batch_size=self.batch_size, transform=transform, shuffle="none", seed=0,
-                              drop_last=False, even="pad", rank=self.part_index, world_size=self.num_parts,
-                              num_threads=self.config.num_threads, prefetch=1, layout="NCHW")
+        config = LoaderConfig(
+            batch_size=self.batch_size,
+            transform=transform,
+            shuffle="none",
+            seed=0,
+            drop_last=False,
+            even="pad",
+            rank=self.part_index,
+            world_size=self.num_parts,
+            num_threads=self.config.num_threads,
+            prefetch=1,
+            layout="NCHW",
+        )
         with Loader(self._dataset, config, decode=_seeded_decode(self._aug_seed)) as loader:
             return compute_mean_image(loader, len(self._dataset), self.channels)
 
@@ -332,8 +381,11 @@ class ImageRecordIter(BatchIter):
             if not np.any(mean != 0) and not np.any(self._mul.asnumpy() != 1):
                 self._sub = self._mul = None
         else:
-            ignored = {k: args[k] for k in ("mean_r", "mean_g", "mean_b", "std_r", "std_g", "std_b", "scale", "mean_img")
-                       if not args.is_default(k)}
+            ignored = {
+                k: args[k]
+                for k in ("mean_r", "mean_g", "mean_b", "std_r", "std_g", "std_b", "scale", "mean_img")
+                if not args.is_default(k)
+            }
             if ignored:
                 log.warning("ImageRecordIter(dtype='uint8') returns raw pixels and ignores %s, as MXNet does", ignored)
             self._sub = self._mul = None
@@ -342,11 +394,11 @@ class ImageRecordIter(BatchIter):
     # -- DataIter interface ------------------------------------------------------------------------
 
     @property
-    def provide_data(self) -> List[mx.io.DataDesc]:
-        return [mx.io.DataDesc(self.data_name, (self.batch_size,) + self.data_shape, np.dtype(self.dtype).type)]
+    def provide_data(self) -> list[mx.io.DataDesc]:
+        return [mx.io.DataDesc(self.data_name, (self.batch_size, *self.data_shape), np.dtype(self.dtype).type)]
 
     @property
-    def provide_label(self) -> List[mx.io.DataDesc]:
+    def provide_label(self) -> list[mx.io.DataDesc]:
         shape = (self.batch_size,) if self.label_width == 1 else (self.batch_size, self.label_width)
         return [mx.io.DataDesc(self.label_name, shape, np.float32)]
 
@@ -363,7 +415,7 @@ class ImageRecordIter(BatchIter):
         self._epoch += 1
         self.loader.set_epoch(self._epoch)
 
-    def _fetch(self) -> Optional[mx.io.DataBatch]:
+    def _fetch(self) -> mx.io.DataBatch | None:
         if self.loader is None:
             raise RuntimeError("ImageRecordIter is closed")
         self._own_pass()
@@ -382,10 +434,10 @@ class ImageRecordIter(BatchIter):
             # round_batch=False: rows past the batch's records hold whatever the slot held before (or
             # never-written memory): give them defined values (zero pixels, label 0).
             if self._float_rgb is not None and images.dtype != np.uint8:
-                self._float_rgb.zero_rows(images[batch.size:])
+                self._float_rgb.zero_rows(images[batch.size :])
             else:
-                images[batch.size:] = 0
-            labels[batch.size:] = 0
+                images[batch.size :] = 0
+            labels[batch.size :] = 0
         # Zero-copy NDArrays over the batch's lease views: the slot is refilled only after they, and
         # every engine operation reading them (the conversions and copies below), are gone.
         data = self._convert(wrap_view(images))
@@ -400,8 +452,14 @@ class ImageRecordIter(BatchIter):
         # round_batch=False: the padding rows stand for no record, so `index` lists the real rows only.
         rows = np.array(batch.slot_view("indices") if self.round_batch else batch.indices, dtype=np.int64)
         index = rows if self._ids is None else self._ids[rows]
-        return mx.io.DataBatch(data=[data], label=[label], pad=pad, index=index,
-                               provide_data=self.provide_data, provide_label=self.provide_label)
+        return mx.io.DataBatch(
+            data=[data],
+            label=[label],
+            pad=pad,
+            index=index,
+            provide_data=self.provide_data,
+            provide_label=self.provide_label,
+        )
 
     def _own_pass(self) -> None:
         """Make the loader's pass belong to this thread (MXNet iterators have no thread affinity).
@@ -426,12 +484,12 @@ class ImageRecordIter(BatchIter):
             self._iter_thread = me
 
     @staticmethod
-    def _copy_to(x: "mx.nd.NDArray", ctx: "mx.Context") -> "mx.nd.NDArray":
+    def _copy_to(x: mx.nd.NDArray, ctx: mx.Context) -> mx.nd.NDArray:
         out = mx.nd.empty(x.shape, ctx=ctx, dtype=x.dtype)
         x.copyto(out)
         return out
 
-    def _convert(self, images: "mx.nd.NDArray") -> "mx.nd.NDArray":
+    def _convert(self, images: mx.nd.NDArray) -> mx.nd.NDArray:
         """The decoded batch (a zero-copy NDArray over the slot) as this iterator's output.
 
         Raw outputs (uint8 RGB, or floats the engine normalized) are that NDArray itself. The others
@@ -441,7 +499,7 @@ class ImageRecordIter(BatchIter):
         if images.dtype != np.uint8:
             # The engine wrote the final values (Normalize in the pipeline).
             return images if images.dtype == np.dtype(self.dtype) else self._cast(images, self.dtype)
-        shape = (self.batch_size, self.channels) + self.data_shape[1:]
+        shape = (self.batch_size, self.channels, *self.data_shape[1:])
         x = images
         if self.channels == 1:
             rgb = self._cast(images, "float32")
@@ -461,7 +519,7 @@ class ImageRecordIter(BatchIter):
             mx.nd.broadcast_mul(out, self._mul, out=out)
         return out if self.dtype == "float32" else self._cast(out, self.dtype)
 
-    def _cast(self, x: "mx.nd.NDArray", dtype: str) -> "mx.nd.NDArray":
+    def _cast(self, x: mx.nd.NDArray, dtype: str) -> mx.nd.NDArray:
         out = mx.nd.empty(x.shape, ctx=self._out_ctx, dtype=dtype)
         mx.nd.cast(x, dtype=dtype, out=out)
         return out
@@ -472,11 +530,11 @@ class ImageRecordIter(BatchIter):
         """The loader's per-stage times, images/s and bad-record counts (``fastload.stats.LoaderStats``)."""
         return self.loader.stats()
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The loader's resume position (epoch, batch) and its order fingerprint."""
         return self.loader.state_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; the next ``next()`` continues where that run stopped."""
         self._forget_current()
         if self._iter is not None:
@@ -496,7 +554,7 @@ class ImageRecordIter(BatchIter):
             self._dataset.close()
             self._dataset = None
 
-    def __enter__(self) -> "ImageRecordIter":
+    def __enter__(self) -> ImageRecordIter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -505,27 +563,25 @@ class ImageRecordIter(BatchIter):
     def __del__(self) -> None:
         # The loader and its running epoch refer to each other, so only the garbage collector would
         # reclaim them: stop the producer as soon as the iterator itself is dropped.
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
-class ImageRecordIter_v1(ImageRecordIter):  # noqa: N801 - MXNet's name
+class ImageRecordIter_v1(ImageRecordIter):
     """MXNet's ``ImageRecordIter_v1``: the older implementation of the same arguments and outputs."""
 
 
 class ImageRecordUInt8Iter(ImageRecordIter):
     """MXNet's ``ImageRecordUInt8Iter``: ``ImageRecordIter`` with ``dtype='uint8'`` by default."""
 
-    alias_defaults = {"dtype": "uint8"}
+    alias_defaults: ClassVar[dict[str, Any]] = {"dtype": "uint8"}
 
 
-class ImageRecordUInt8Iter_v1(ImageRecordUInt8Iter):  # noqa: N801 - MXNet's name
+class ImageRecordUInt8Iter_v1(ImageRecordUInt8Iter):
     """MXNet's ``ImageRecordUInt8Iter_v1``: the same as :class:`ImageRecordUInt8Iter`."""
 
 
 class ImageRecordInt8Iter(ImageRecordIter):
     """MXNet's ``ImageRecordInt8Iter``: ``ImageRecordIter`` with ``dtype='int8'`` by default."""
 
-    alias_defaults = {"dtype": "int8"}
+    alias_defaults: ClassVar[dict[str, Any]] = {"dtype": "int8"}

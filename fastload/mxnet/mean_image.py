@@ -17,15 +17,15 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from typing import Any, Callable, Tuple
-
-import numpy as np
+from collections.abc import Callable
+from typing import Any
 
 import mxnet as mx
+import numpy as np
 
 from fastload.mxnet.arguments import MXNetArgumentError
 
-__all__ = ["GRAY_WEIGHTS", "load_mean_image", "save_mean_image", "compute_mean_image", "mean_image"]
+__all__ = ["GRAY_WEIGHTS", "compute_mean_image", "load_mean_image", "mean_image", "save_mean_image"]
 
 log = logging.getLogger("fastload.mxnet")
 
@@ -33,7 +33,7 @@ log = logging.getLogger("fastload.mxnet")
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 
 
-def load_mean_image(path: str, data_shape: Tuple[int, int, int]) -> np.ndarray:
+def load_mean_image(path: str, data_shape: tuple[int, int, int]) -> np.ndarray:
     """The float32 ``[C, H, W]`` mean image stored in ``path`` (one array, any key).
 
     Raises:
@@ -42,16 +42,20 @@ def load_mean_image(path: str, data_shape: Tuple[int, int, int]) -> np.ndarray:
     try:
         loaded = mx.nd.load(path)
     except mx.base.MXNetError as exc:
-        raise MXNetArgumentError(f"ImageRecordIter argument mean_img={path!r}: not an MXNet NDArray file "
-                                 f"({str(exc).splitlines()[0]})") from exc
+        raise MXNetArgumentError(
+            f"ImageRecordIter argument mean_img={path!r}: not an MXNet NDArray file ({str(exc).splitlines()[0]})"
+        ) from exc
     arrays = list(loaded.values()) if isinstance(loaded, dict) else list(loaded)
     if len(arrays) != 1:
-        raise MXNetArgumentError(f"ImageRecordIter argument mean_img={path!r}: holds {len(arrays)} arrays, "
-                                 "a mean image file holds one")
+        raise MXNetArgumentError(
+            f"ImageRecordIter argument mean_img={path!r}: holds {len(arrays)} arrays, a mean image file holds one"
+        )
     mean = arrays[0].asnumpy().astype(np.float32)
     if mean.shape != tuple(data_shape):
-        raise MXNetArgumentError(f"ImageRecordIter argument mean_img={path!r}: shape {mean.shape} does not match "
-                                 f"data_shape {tuple(data_shape)}")
+        raise MXNetArgumentError(
+            f"ImageRecordIter argument mean_img={path!r}: shape {mean.shape} does not match "
+            f"data_shape {tuple(data_shape)}"
+        )
     return mean
 
 
@@ -108,8 +112,9 @@ def _repeated_within(idx: np.ndarray) -> np.ndarray:
     return out
 
 
-def mean_image(path: str, data_shape: Tuple[int, int, int], compute: Callable[[], np.ndarray], *,
-               verbose: bool = False) -> np.ndarray:
+def mean_image(
+    path: str, data_shape: tuple[int, int, int], compute: Callable[[], np.ndarray], *, verbose: bool = False
+) -> np.ndarray:
     """Load ``path``, or compute the mean image with ``compute()`` and save it there first (as MXNet).
 
     Raises:
@@ -121,8 +126,10 @@ def mean_image(path: str, data_shape: Tuple[int, int, int], compute: Callable[[]
         return load_mean_image(path, data_shape)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise MXNetArgumentError(f"ImageRecordIter argument mean_img={path!r}: the file does not exist and its "
-                                 f"folder {folder} does not either, so the computed mean image cannot be saved")
+        raise MXNetArgumentError(
+            f"ImageRecordIter argument mean_img={path!r}: the file does not exist and its "
+            f"folder {folder} does not either, so the computed mean image cannot be saved"
+        )
     log.info("Cannot find %s: computing the mean image (one pass over the records)", path)
     mean = compute()
     save_mean_image(path, mean)

@@ -18,7 +18,7 @@ and ``next()`` wraps them in lists (:attr:`BatchIter.single_array`).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import mxnet as mx
 
@@ -36,9 +36,9 @@ class BatchIter(mx.io.DataIter):
     single_array = False
     default_bucket_key = None
 
-    _current: Optional[mx.io.DataBatch] = None
+    _current: mx.io.DataBatch | None = None
 
-    def _fetch(self) -> Optional[mx.io.DataBatch]:  # pragma: no cover - abstract
+    def _fetch(self) -> mx.io.DataBatch | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _forget_current(self) -> None:
@@ -58,21 +58,28 @@ class BatchIter(mx.io.DataIter):
         if self.single_array:
             data = [data]
             label = [label] if label is not None else []
-        return mx.io.DataBatch(data=data, label=label, pad=self.getpad(), index=self.getindex(),
-                               bucket_key=getattr(current, "bucket_key", None),
-                               provide_data=getattr(current, "provide_data", None),
-                               provide_label=getattr(current, "provide_label", None))
+        return mx.io.DataBatch(
+            data=data,
+            label=label,
+            pad=self.getpad(),
+            index=self.getindex(),
+            bucket_key=getattr(current, "bucket_key", None),
+            provide_data=getattr(current, "provide_data", None),
+            provide_label=getattr(current, "provide_label", None),
+        )
 
     def __next__(self) -> mx.io.DataBatch:
         return self.next()
 
-    def __iter__(self) -> "BatchIter":
+    def __iter__(self) -> BatchIter:
         return self
 
     def _batch(self) -> mx.io.DataBatch:
         if self._current is None:
-            raise RuntimeError(f"{type(self).__name__} has no current batch: call iter_next() (and check that it "
-                               "returned True) before getdata(), getlabel(), getpad() or getindex()")
+            raise RuntimeError(
+                f"{type(self).__name__} has no current batch: call iter_next() (and check that it "
+                "returned True) before getdata(), getlabel(), getpad() or getindex()"
+            )
         return self._current
 
     def getdata(self) -> Any:

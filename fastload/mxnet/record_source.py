@@ -17,14 +17,14 @@ file (MXNet raises ``MXNetError`` for a missing file).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
+from typing import Any
 
 import numpy as np
 
 from fastload.errors import FastloadError
 from fastload.mxnet.arguments import MXNetArgumentError
 
-__all__ = ["open_records", "read_image_list", "RelabelledDataset"]
+__all__ = ["RelabelledDataset", "open_records", "read_image_list"]
 
 
 def _require_file(name: str, path: str) -> None:
@@ -32,7 +32,7 @@ def _require_file(name: str, path: str) -> None:
         raise MXNetArgumentError(f"ImageRecordIter argument {name}={path!r}: no such file or directory")
 
 
-def read_image_list(path: str, label_width: int) -> Dict[int, np.ndarray]:
+def read_image_list(path: str, label_width: int) -> dict[int, np.ndarray]:
     """Labels of an ``im2rec`` ``.lst`` file by record id.
 
     Each non-blank line is ``index``, then ``label_width`` labels, then (usually) the image path,
@@ -41,7 +41,7 @@ def read_image_list(path: str, label_width: int) -> Dict[int, np.ndarray]:
     Raises:
         MXNetArgumentError: A line with fewer than ``label_width`` labels, or an unparsable field.
     """
-    out: Dict[int, np.ndarray] = {}
+    out: dict[int, np.ndarray] = {}
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line_no, line in enumerate(fh, 1):
             fields = line.split()
@@ -52,10 +52,11 @@ def read_image_list(path: str, label_width: int) -> Dict[int, np.ndarray]:
                 raise MXNetArgumentError(f"{where}: expected an index and {label_width} label(s), got {line.strip()!r}")
             try:
                 index = int(fields[0])
-                labels = np.array([float(f) for f in fields[1:1 + label_width]], dtype=np.float32)
+                labels = np.array([float(f) for f in fields[1 : 1 + label_width]], dtype=np.float32)
             except ValueError:
-                raise MXNetArgumentError(f"{where}: not an index followed by {label_width} number(s): "
-                                         f"{line.strip()!r}") from None
+                raise MXNetArgumentError(
+                    f"{where}: not an index followed by {label_width} number(s): {line.strip()!r}"
+                ) from None
             out[index] = labels
     return out
 
@@ -81,7 +82,7 @@ class RelabelledDataset:
             raise AttributeError(name)
         return getattr(self._dataset, name)
 
-    def __enter__(self) -> "RelabelledDataset":
+    def __enter__(self) -> RelabelledDataset:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -122,7 +123,7 @@ def open_records(*, path_imgrec: str, path_imgidx: str = "", path_imglist: str =
             if ids is None:
                 ids = np.arange(len(dataset), dtype=np.uint64)
             labels = np.empty((len(dataset), label_width), dtype=np.float32)
-            missing: List[int] = []
+            missing: list[int] = []
             for i, rid in enumerate(np.asarray(ids).tolist()):
                 row = listed.get(int(rid))
                 if row is None:
@@ -130,13 +131,17 @@ def open_records(*, path_imgrec: str, path_imgidx: str = "", path_imglist: str =
                 else:
                     labels[i] = row
             if missing:
-                raise MXNetArgumentError(f"path_imglist={path_imglist!r} has no labels for {len(missing)} record "
-                                         f"id(s) of {path_imgrec}, e.g. {missing[:5]}")
+                raise MXNetArgumentError(
+                    f"path_imglist={path_imglist!r} has no labels for {len(missing)} record "
+                    f"id(s) of {path_imgrec}, e.g. {missing[:5]}"
+                )
             return RelabelledDataset(dataset, labels)
         stored = int(getattr(dataset, "label_width", 1))
         if stored != label_width:
-            raise MXNetArgumentError(f"ImageRecordIter argument label_width={label_width}: {path_imgrec} stores "
-                                     f"{stored} label(s) per record (pass label_width={stored}, or path_imglist)")
+            raise MXNetArgumentError(
+                f"ImageRecordIter argument label_width={label_width}: {path_imgrec} stores "
+                f"{stored} label(s) per record (pass label_width={stored}, or path_imglist)"
+            )
         return dataset
     except BaseException:
         dataset.close()

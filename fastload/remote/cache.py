@@ -31,6 +31,7 @@ reading it, and the space returns when it unmaps it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -40,8 +41,9 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any
 
 from fastload.errors import FastloadError, UserError
 from fastload.records.checksum import file_matches, recorded_checksum
@@ -49,8 +51,18 @@ from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.remote.fetch import DEFAULT_RETRY, RetryPolicy, fetch_to_file
 from fastload.remote.storage import RemoteStore
 
-__all__ = ["CacheError", "CacheFullError", "NoRoomYet", "object_lock", "remove_stale_parts", "CachedObject", "ShardCache", "CACHE_MARKER", "shard_objects",
-           "default_cache_dir"]
+__all__ = [
+    "CACHE_MARKER",
+    "CacheError",
+    "CacheFullError",
+    "CachedObject",
+    "NoRoomYet",
+    "ShardCache",
+    "default_cache_dir",
+    "object_lock",
+    "remove_stale_parts",
+    "shard_objects",
+]
 
 log = logging.getLogger("fastload.remote")
 
@@ -85,10 +97,10 @@ class CachedObject:
     key: str
     shard: str
     size: int
-    checksum: Optional[str]
+    checksum: str | None
 
 
-def shard_objects(manifest: Dict[str, Any]) -> List[CachedObject]:
+def shard_objects(manifest: dict[str, Any]) -> list[CachedObject]:
     """The object holding each shard's records, in manifest order (LMDB: the environment's data.mdb).
 
     Raises:
@@ -105,8 +117,11 @@ def shard_objects(manifest: Dict[str, Any]) -> List[CachedObject]:
 
 
 def default_cache_dir(url: str, need_bytes: int) -> str:
-    """``/dev/shm/fastload-cache/<hash>`` when /dev/shm has ``need_bytes`` free (plus 10%), else
-    ``$XDG_CACHE_HOME/fastload/<hash>`` (``~/.cache/fastload/<hash>``)."""
+    """Where a dataset's shards are cached by default.
+
+    ``/dev/shm/fastload-cache/<hash>`` when /dev/shm has ``need_bytes`` free (plus 10%), else
+    ``$XDG_CACHE_HOME/fastload/<hash>`` (``~/.cache/fastload/<hash>``).
+    """
     import hashlib
 
     key = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
@@ -131,7 +146,7 @@ class _FileLock:
         self.path = path
         self.fd = -1
 
-    def acquire(self, timeout: Optional[float], *, waiting: Optional[Callable[[], None]] = None) -> bool:
+    def acquire(self, timeout: float | None, *, waiting: Callable[[], None] | None = None) -> bool:
         """Take the lock; ``waiting()`` runs between tries (it may raise). False on timeout."""
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -176,10 +191,8 @@ def remove_stale_parts(path: str) -> None:
         return
     for entry in entries:
         if entry.name.startswith("." + base + ".") and entry.name.endswith(".part"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
-            except FileNotFoundError:
-                pass
 
 
 def _write_json(path: str, obj: Any) -> None:
@@ -189,7 +202,7 @@ def _write_json(path: str, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: str) -> Optional[Any]:
+def _read_json(path: str) -> Any | None:
     try:
         with open(path) as f:
             return json.load(f)
@@ -212,8 +225,15 @@ class ShardCache:
         CacheError: The folder caches another URL, or cannot be created.
     """
 
-    def __init__(self, folder: str, store: RemoteStore, *, limit: Optional[int] = None,
-                 policy: RetryPolicy = DEFAULT_RETRY, stall_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        folder: str,
+        store: RemoteStore,
+        *,
+        limit: int | None = None,
+        policy: RetryPolicy = DEFAULT_RETRY,
+        stall_timeout: float = 120.0,
+    ) -> None:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise UserError(f"cache_limit={limit!r} must be a positive number of bytes")
         self.folder = os.path.abspath(folder)
@@ -226,8 +246,10 @@ class ShardCache:
             raise CacheError(f"cache folder {self.folder}: cannot create it ({exc.strerror or exc})") from None
         marker = _read_json(os.path.join(self.folder, CACHE_MARKER))
         if marker is not None and marker.get("source") != store.url:
-            raise CacheError(f"cache folder {self.folder} holds a cache of {marker.get('source')!r}, "
-                             f"not of {store.url!r}; give another cache_dir")
+            raise CacheError(
+                f"cache folder {self.folder} holds a cache of {marker.get('source')!r}, "
+                f"not of {store.url!r}; give another cache_dir"
+            )
         self.fetched = 0  # objects this process downloaded (tests and stats)
         self.fetched_bytes = 0
 
@@ -247,10 +269,8 @@ class ShardCache:
         try:
             for entry in os.scandir(folder):
                 if entry.name.startswith("." + base + ".") and entry.name.endswith(".part"):
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         total += entry.stat().st_size
-                    except FileNotFoundError:
-                        pass
         except FileNotFoundError:
             pass
         return total
@@ -266,11 +286,12 @@ class ShardCache:
                 state["value"], state["since"] = value, now
             elif now - state["since"] > self.stall_timeout:
                 raise CacheError(f"waited {self.stall_timeout:.0f} s without progress for {what}")
+
         return check
 
     # --- the manifest and index ----------------------------------------------------------------
 
-    def metadata(self, manifest_bytes: Optional[bytes] = None) -> Tuple[Dict[str, Any], str]:
+    def metadata(self, manifest_bytes: bytes | None = None) -> tuple[dict[str, Any], str]:
         """The manifest (parsed) and the local path of the verified index, fetched once per node.
 
         A cached manifest is reused while the remote one keeps its etag (one HEAD); when the remote
@@ -288,8 +309,12 @@ class ShardCache:
             marker = _read_json(os.path.join(self.folder, CACHE_MARKER)) or {}
             local_manifest = os.path.join(self.folder, MANIFEST_NAME)
             old = _read_json(local_manifest)
-            if old is not None and marker.get("manifest_etag") == head.etag and marker.get("manifest_size") == head.size \
-                    and os.path.isfile(os.path.join(self.folder, old.get("index", {}).get("file", INDEX_NAME))):
+            if (
+                old is not None
+                and marker.get("manifest_etag") == head.etag
+                and marker.get("manifest_size") == head.size
+                and os.path.isfile(os.path.join(self.folder, old.get("index", {}).get("file", INDEX_NAME)))
+            ):
                 return old, os.path.join(self.folder, old.get("index", {}).get("file", INDEX_NAME))
             data = manifest_bytes if manifest_bytes is not None else self.store.get_bytes(MANIFEST_NAME)
             try:
@@ -311,13 +336,15 @@ class ShardCache:
             with open(tmp, "wb") as f:
                 f.write(data)
             os.replace(tmp, local_manifest)
-            _write_json(os.path.join(self.folder, CACHE_MARKER),
-                        {"source": self.store.url, "manifest_etag": head.etag, "manifest_size": head.size})
+            _write_json(
+                os.path.join(self.folder, CACHE_MARKER),
+                {"source": self.store.url, "manifest_etag": head.etag, "manifest_size": head.size},
+            )
             return manifest, index_path
         finally:
             lock.release()
 
-    def _drop_changed(self, old: Dict[str, Any], new: Dict[str, Any]) -> None:
+    def _drop_changed(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         try:
             before = {o.key: o for o in shard_objects(old)}
         except (UserError, KeyError, TypeError, ValueError):
@@ -336,8 +363,7 @@ class ShardCache:
         except OSError:
             return False
 
-    def ensure(self, obj: CachedObject, *, stop: Optional[threading.Event] = None,
-               wait_for_room: bool = True) -> str:
+    def ensure(self, obj: CachedObject, *, stop: threading.Event | None = None, wait_for_room: bool = True) -> str:
         """The local path of ``obj``, downloading it unless it is cached or another process is.
 
         Args:
@@ -356,8 +382,12 @@ class ShardCache:
             _touch(path)
             return path
         lock = self._lock(obj.key)
-        lock.acquire(None, waiting=self._wait_guard(f"another process downloading {self.store.url_of(obj.key)} "
-                                                     f"into {path}", lambda: self._progress(path)))
+        lock.acquire(
+            None,
+            waiting=self._wait_guard(
+                f"another process downloading {self.store.url_of(obj.key)} into {path}", lambda: self._progress(path)
+            ),
+        )
         try:
             if self.has(obj):  # another process fetched it while this one waited
                 _touch(path)
@@ -366,13 +396,16 @@ class ShardCache:
             remove_stale_parts(path)  # a download killed half way (its process is gone: we hold the lock)
             self._reserve(obj, stop, wait_for_room)
             try:
-                fetch_to_file(self.store, obj.key, path, size=obj.size, checksum=obj.checksum, policy=self.policy,
-                              stop=stop)
+                fetch_to_file(
+                    self.store, obj.key, path, size=obj.size, checksum=obj.checksum, policy=self.policy, stop=stop
+                )
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise CacheError(f"cache folder {self.folder}: no space left while fetching "
-                                     f"{self.store.url_of(obj.key)} ({obj.size} bytes); set cache_limit or "
-                                     "another cache_dir") from None
+                    raise CacheError(
+                        f"cache folder {self.folder}: no space left while fetching "
+                        f"{self.store.url_of(obj.key)} ({obj.size} bytes); set cache_limit or "
+                        "another cache_dir"
+                    ) from None
                 raise
             finally:
                 self._unreserve(obj)
@@ -392,30 +425,31 @@ class ShardCache:
             shutil.rmtree(path, ignore_errors=True)
 
     def _unreserve(self, obj: CachedObject) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.meta, "reserved", obj.key.replace("/", "%")))
-        except FileNotFoundError:
-            pass
 
-    def _reserve(self, obj: CachedObject, stop: Optional[threading.Event], wait_for_room: bool = True) -> None:
+    def _reserve(self, obj: CachedObject, stop: threading.Event | None, wait_for_room: bool = True) -> None:
         """Account for ``obj``'s bytes before downloading it, evicting unpinned shards if needed."""
         if self.limit is None:
             return
         if obj.size > self.limit:
-            raise CacheFullError(f"cache_limit={self.limit} bytes cannot hold shard {obj.shard} "
-                                 f"({obj.size} bytes) of {self.store.url}")
+            raise CacheFullError(
+                f"cache_limit={self.limit} bytes cannot hold shard {obj.shard} ({obj.size} bytes) of {self.store.url}"
+            )
         lock = _FileLock(os.path.join(self.meta, "cache.lock"))
-        state: Dict[str, Optional[int]] = {"last": None}
+        state: dict[str, int | None] = {"last": None}
 
         def progress():
             return state["last"]
+
         guard = self._wait_guard(f"room in the cache ({self.limit} bytes) for {obj.shard}", progress)
         while True:
             if stop is not None and stop.is_set():
                 raise InterruptedError("download cancelled")
             if not lock.acquire(self.stall_timeout):
-                raise CacheError(f"cache folder {self.folder}: the cache lock was not released in "
-                                 f"{self.stall_timeout:.0f} s")
+                raise CacheError(
+                    f"cache folder {self.folder}: the cache lock was not released in {self.stall_timeout:.0f} s"
+                )
             try:
                 fits, pinned_bytes, used = self._make_room(obj)
                 if fits:
@@ -433,14 +467,15 @@ class ShardCache:
                     f"cache_limit={self.limit} bytes cannot hold shard {obj.shard} ({obj.size} bytes): "
                     f"{pinned_bytes} bytes are pinned by the readers on this node and {used} are in use; "
                     "raise cache_limit, lower prefetch_shards or window, or read with shuffle='shard' "
-                    "(a global shuffle reads every shard at once)") from None
+                    "(a global shuffle reads every shard at once)"
+                ) from None
             time.sleep(0.2)
 
-    def _make_room(self, obj: CachedObject) -> Tuple[bool, int, int]:
+    def _make_room(self, obj: CachedObject) -> tuple[bool, int, int]:
         """Under the cache lock: evict until ``obj`` fits. Returns ``(fits, pinned bytes, used bytes)``."""
         readers = self.readers()
         pinned = set()
-        next_use: Dict[str, int] = {}
+        next_use: dict[str, int] = {}
         for r in readers:
             pinned.update(r.get("pinned", []))
             for pos, key in enumerate(r.get("upcoming", [])):
@@ -468,7 +503,7 @@ class ShardCache:
             log.debug("cache %s: evicted %s (%d bytes)", self.folder, key, size)
         return used + obj.size <= limit, pinned_bytes, used
 
-    def _cached_objects(self) -> List[Tuple[str, int, float]]:
+    def _cached_objects(self) -> list[tuple[str, int, float]]:
         """``(key, size, mtime)`` of every cached shard object (manifest-listed files only)."""
         manifest = _read_json(os.path.join(self.folder, MANIFEST_NAME)) or {}
         out = []
@@ -490,7 +525,7 @@ class ShardCache:
 
     # --- readers -------------------------------------------------------------------------------
 
-    def readers(self) -> List[Dict[str, Any]]:
+    def readers(self) -> list[dict[str, Any]]:
         """The live readers' states; files of dead readers are removed."""
         folder = os.path.join(self.meta, "readers")
         out = []
@@ -510,13 +545,11 @@ class ShardCache:
                 os.close(fd)
             # Nobody holds it: that reader is gone.
             for suffix in (".json", ".lock"):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(folder, rid + suffix))
-                except FileNotFoundError:
-                    pass
         return out
 
-    def reader(self) -> "CacheReader":
+    def reader(self) -> CacheReader:
         """Register a reader (one per open dataset) whose pins protect shards from eviction."""
         return CacheReader(self)
 
@@ -531,7 +564,7 @@ class CacheReader:
         self._json = os.path.join(folder, self.id + ".json")
         # The state file first, then the lock file, locked under a temporary name and renamed into
         # place: a scan never sees this reader's lock file unlocked (it would take it for dead).
-        self._state: Tuple[Tuple[str, ...], Tuple[str, ...]] = ((), ())
+        self._state: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         _write_json(self._json, {"id": self.id, "pinned": [], "upcoming": []})
         final = os.path.join(folder, self.id + ".lock")
         self._lock = _FileLock(final + ".new")
@@ -553,19 +586,13 @@ class CacheReader:
         if self._closed:
             return
         self._closed = True
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self._json)
-        except FileNotFoundError:
-            pass
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self._lock.path)
-        except FileNotFoundError:
-            pass
         self._lock.release()
 
 
 def _touch(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.utime(path)  # the eviction's "least recently used" is the modification time
-    except OSError:
-        pass

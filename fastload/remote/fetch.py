@@ -13,14 +13,15 @@ retries of a whole object, which also cover a body cut off half way and a bad ch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, List, Optional
 
 from fastload.errors import FastloadError
 from fastload.records.checksum import Checksum
@@ -66,8 +67,10 @@ class RetryPolicy:
         if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
             raise ValueError(f"attempts={self.attempts!r} must be an int >= 1")
         if not self.initial_backoff >= 0 or not self.max_backoff >= self.initial_backoff:
-            raise ValueError(f"backoff must satisfy 0 <= initial_backoff ({self.initial_backoff}) "
-                             f"<= max_backoff ({self.max_backoff})")
+            raise ValueError(
+                f"backoff must satisfy 0 <= initial_backoff ({self.initial_backoff}) "
+                f"<= max_backoff ({self.max_backoff})"
+            )
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
@@ -77,8 +80,14 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
-def _download_once(store: RemoteStore, key: str, tmp_fd: int, size: Optional[int], checksum: Optional[str],
-                   stop: Optional[threading.Event]) -> int:
+def _download_once(
+    store: RemoteStore,
+    key: str,
+    tmp_fd: int,
+    size: int | None,
+    checksum: str | None,
+    stop: threading.Event | None,
+) -> int:
     algo = checksum.split(":", 1)[0] if checksum else None
     digest = Checksum(algo) if algo else None
     written = 0
@@ -89,8 +98,9 @@ def _download_once(store: RemoteStore, key: str, tmp_fd: int, size: Optional[int
             if stop is not None and stop.is_set():
                 raise InterruptedError("download cancelled")
             if size is not None and written + len(chunk) > size:
-                raise ChecksumMismatch(f"{store.url_of(key)}: more than the {size} bytes the manifest lists",
-                                       url=store.url_of(key))
+                raise ChecksumMismatch(
+                    f"{store.url_of(key)}: more than the {size} bytes the manifest lists", url=store.url_of(key)
+                )
             f.write(chunk)
             if digest is not None:
                 digest.update(chunk)
@@ -103,10 +113,17 @@ def _download_once(store: RemoteStore, key: str, tmp_fd: int, size: Optional[int
     return written
 
 
-def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int] = None,
-                  checksum: Optional[str] = None, policy: RetryPolicy = DEFAULT_RETRY,
-                  stop: Optional[threading.Event] = None,
-                  sleep: Callable[[float], None] = time.sleep) -> int:
+def fetch_to_file(
+    store: RemoteStore,
+    key: str,
+    dest: str,
+    *,
+    size: int | None = None,
+    checksum: str | None = None,
+    policy: RetryPolicy = DEFAULT_RETRY,
+    stop: threading.Event | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Download ``key`` into ``dest`` atomically, verified against ``size`` and ``checksum``.
 
     Args:
@@ -130,9 +147,9 @@ def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int
     url = store.url_of(key)
     folder = os.path.dirname(os.path.abspath(dest))
     rng = random.Random()
-    reasons: List[str] = []
-    last: Optional[BaseException] = None
-    tmp: Optional[str]
+    reasons: list[str] = []
+    last: BaseException | None = None
+    tmp: str | None
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", suffix=".part", dir=folder)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600 files; cached shards are read by every rank
@@ -147,8 +164,14 @@ def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int
                 if attempt == policy.attempts:
                     break
                 wait = policy.delay(attempt, rng)
-                log.warning("fetching %s failed (%s); retrying in %.1f s (attempt %d of %d)", url, exc, wait,
-                            attempt + 1, policy.attempts)
+                log.warning(
+                    "fetching %s failed (%s); retrying in %.1f s (attempt %d of %d)",
+                    url,
+                    exc,
+                    wait,
+                    attempt + 1,
+                    policy.attempts,
+                )
                 if stop is not None:
                     if stop.wait(wait):
                         raise InterruptedError("download cancelled") from None
@@ -161,9 +184,7 @@ def fetch_to_file(store: RemoteStore, key: str, dest: str, *, size: Optional[int
     finally:
         os.close(fd)
         if tmp is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            except FileNotFoundError:
-                pass
     kind = ChecksumMismatch if isinstance(last, ChecksumMismatch) else FetchError
     raise kind(f"{url}: could not be downloaded intact in {policy.attempts} attempts: " + "; ".join(reasons), url=url)

@@ -30,16 +30,18 @@ Every failure is raised as :class:`RemoteError` (or :class:`RemoteNotFound`) nam
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any
 from urllib.parse import urlsplit
 
 from fastload.errors import FastloadError, UserError
 
-__all__ = ["RemoteError", "RemoteNotFound", "ObjectInfo", "RemoteStore", "is_remote_url", "SCHEMES"]
+__all__ = ["SCHEMES", "ObjectInfo", "RemoteError", "RemoteNotFound", "RemoteStore", "is_remote_url"]
 
 #: URL schemes this module opens (everything obstore covers).
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "http", "https", "memory")
@@ -48,12 +50,29 @@ SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "http", "ht
 # 60 s, fails (and is retried); the overall limit only catches a transfer crawling along forever
 # (a 512 MB shard at 1 MB/s still fits).
 _CLIENT_DEFAULTS = {"connect_timeout": "10s", "read_timeout": "60s", "timeout": "15min"}
-_RETRY_DEFAULTS = {"max_retries": 3, "backoff": {"init_backoff": timedelta(milliseconds=200),
-                                                 "max_backoff": timedelta(seconds=5), "base": 2}}
-_CLIENT_KEYS = {"timeout", "connect_timeout", "read_timeout", "allow_http", "allow_invalid_certificates",
-                "proxy_url", "user_agent", "pool_idle_timeout", "http1_only", "http2_only"}
-_S3_ALIASES = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
-               "endpoint_url": "endpoint", "region_name": "region"}
+_RETRY_DEFAULTS = {
+    "max_retries": 3,
+    "backoff": {"init_backoff": timedelta(milliseconds=200), "max_backoff": timedelta(seconds=5), "base": 2},
+}
+_CLIENT_KEYS = {
+    "timeout",
+    "connect_timeout",
+    "read_timeout",
+    "allow_http",
+    "allow_invalid_certificates",
+    "proxy_url",
+    "user_agent",
+    "pool_idle_timeout",
+    "http1_only",
+    "http2_only",
+}
+_S3_ALIASES = {
+    "key": "access_key_id",
+    "secret": "secret_access_key",
+    "token": "session_token",
+    "endpoint_url": "endpoint",
+    "region_name": "region",
+}
 
 
 class RemoteError(FastloadError):
@@ -83,7 +102,7 @@ class ObjectInfo:
 
     key: str
     size: int
-    etag: Optional[str] = None
+    etag: str | None = None
 
 
 def is_remote_url(path: Any) -> bool:
@@ -93,7 +112,7 @@ def is_remote_url(path: Any) -> bool:
     return path.split("://", 1)[0].lower() in SCHEMES
 
 
-def _duration(value: Any, name: str) -> Union[str, timedelta]:
+def _duration(value: Any, name: str) -> str | timedelta:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value <= 0:
             raise UserError(f"storage option {name}={value!r} must be > 0 seconds")
@@ -103,7 +122,7 @@ def _duration(value: Any, name: str) -> Union[str, timedelta]:
     raise UserError(f"storage option {name}={value!r} must be seconds or a duration like '30s'")
 
 
-def _botocore_settings(profile: Optional[str]) -> Dict[str, Any]:
+def _botocore_settings(profile: str | None) -> dict[str, Any]:
     """Credentials, region and endpoint from the ``~/.aws`` files (botocore's resolver), when present."""
     try:
         import botocore.exceptions
@@ -113,7 +132,7 @@ def _botocore_settings(profile: Optional[str]) -> Dict[str, Any]:
     try:
         session = botocore.session.Session(profile=profile)
         scoped = session.get_scoped_config()
-        out: Dict[str, Any] = {}
+        out: dict[str, Any] = {}
         region = session.get_config_variable("region")
         if region:
             out["region"] = region
@@ -137,10 +156,10 @@ def _botocore_settings(profile: Optional[str]) -> Dict[str, Any]:
     return out
 
 
-def _split_options(scheme: str, options: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any], Optional[str], bool]:
+def _split_options(scheme: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str | None, bool]:
     """``(store config, client options, profile, explicit endpoint)`` from ``storage_options``."""
-    config: Dict[str, Any] = {}
-    client: Dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    client: dict[str, Any] = {}
     profile = None
     options = dict(options)
     for k, v in dict(options.pop("client_kwargs", None) or {}).items():  # s3fs style
@@ -161,8 +180,9 @@ def _split_options(scheme: str, options: Mapping[str, Any]) -> Tuple[Dict[str, A
 
 
 class RemoteStore:
-    """A dataset's remote root (``s3://bucket/prefix``, ``https://host/path``, ...) and the operations
-    fastload needs on the objects below it.
+    """A dataset's remote root (``s3://bucket/prefix``, ``https://host/path``, ...) and its objects.
+
+    It has the operations fastload needs on the objects below the root.
 
     Picklable (the URL and options travel, the connection is rebuilt), so Ray tasks and spawned
     processes can take one.
@@ -172,7 +192,7 @@ class RemoteStore:
         storage_options: See the module docstring.
     """
 
-    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         if not is_remote_url(url):
             raise UserError(f"{url!r} is not a remote URL (schemes: {', '.join(SCHEMES)})")
         self.url = url.rstrip("/")
@@ -180,10 +200,10 @@ class RemoteStore:
         self._store = None
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "storage_options": self.storage_options}
 
-    def __setstate__(self, state: Dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.url, self.storage_options = state["url"], state["storage_options"]
         self._store = None
         self._lock = threading.Lock()
@@ -195,7 +215,7 @@ class RemoteStore:
         """The full URL of ``key`` (for messages)."""
         return f"{self.url}/{key}" if key else self.url
 
-    def child(self, key: str) -> "RemoteStore":
+    def child(self, key: str) -> RemoteStore:
         """A store rooted at ``key`` below this one, with the same options."""
         return RemoteStore(self.url_of(key.strip("/")), self.storage_options)
 
@@ -226,9 +246,9 @@ class RemoteStore:
             for key in ("access_key_id", "secret_access_key", "session_token"):
                 if key in from_files and key not in config:
                     config[key] = from_files[key]
-            if "region" not in config and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
-                if "region" in from_files:
-                    config["region"] = from_files["region"]
+            no_region = "region" not in config and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
+            if no_region and "region" in from_files:
+                config["region"] = from_files["region"]
             endpoint = config.get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
             if not endpoint and "endpoint" in from_files:
                 endpoint = config["endpoint"] = from_files["endpoint"]
@@ -239,8 +259,9 @@ class RemoteStore:
         elif scheme == "http":
             client.setdefault("allow_http", True)
         try:
-            return obstore.store.from_url(self.url, config=config or None, client_options=client,
-                                          retry_config=_RETRY_DEFAULTS)
+            return obstore.store.from_url(
+                self.url, config=config or None, client_options=client, retry_config=_RETRY_DEFAULTS
+            )
         except Exception as exc:  # obstore raises its own error types for bad settings
             raise UserError(f"{self.url}: cannot set up the storage client ({exc})") from None
 
@@ -256,6 +277,7 @@ class RemoteStore:
     def head(self, key: str) -> ObjectInfo:
         """Size and etag of ``key``."""
         import obstore
+
         try:
             meta = obstore.head(self.store, key)
         except Exception as exc:
@@ -265,19 +287,22 @@ class RemoteStore:
     def get_bytes(self, key: str) -> bytes:
         """The whole object (small ones: manifests, indexes)."""
         import obstore
+
         try:
             return bytes(obstore.get(self.store, key).bytes())
         except Exception as exc:
             raise self._error(exc, key, "GET") from exc
 
-    def stream(self, key: str, start: Optional[int] = None, end: Optional[int] = None,
-               chunk: int = 8 << 20) -> Iterator[memoryview]:
+    def stream(
+        self, key: str, start: int | None = None, end: int | None = None, chunk: int = 8 << 20
+    ) -> Iterator[memoryview]:
         """The object (or bytes ``[start, end)``) as chunks of about ``chunk`` bytes.
 
         A failure in the middle of the body raises :class:`RemoteError`; what was yielded before
         must then be thrown away by the caller (:mod:`fastload.remote.fetch` does).
         """
         import obstore
+
         options: Any = {"range": (int(start or 0), int(end))} if end is not None else None
         try:
             result = obstore.get(self.store, key, options=options)
@@ -293,6 +318,7 @@ class RemoteStore:
         import pathlib
 
         import obstore
+
         try:
             obstore.put(self.store, key, pathlib.Path(path), chunk_size=16 << 20, max_concurrency=4)
         except Exception as exc:
@@ -301,6 +327,7 @@ class RemoteStore:
     def put_bytes(self, key: str, data) -> None:
         """Upload bytes (one request; the object appears whole or not at all)."""
         import obstore
+
         try:
             obstore.put(self.store, key, bytes(data), use_multipart=False)
         except Exception as exc:
@@ -309,6 +336,7 @@ class RemoteStore:
     def delete(self, key: str) -> None:
         """Delete ``key`` (no error when it is absent)."""
         import obstore
+
         try:
             obstore.delete(self.store, key)
         except FileNotFoundError:
@@ -324,10 +352,11 @@ class RemoteStore:
             return False
         return True
 
-    def list(self, prefix: str = "") -> List[ObjectInfo]:
+    def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         """Every object below ``prefix`` (recursively), keys relative to the root."""
         import obstore
-        out: List[ObjectInfo] = []
+
+        out: list[ObjectInfo] = []
         try:
             for page in obstore.list(self.store, prefix=prefix or None, chunk_size=1000):
                 for meta in page:

@@ -27,5 +27,13 @@ from fastload.torch.datasets import ImageDataset
 from fastload.torch.placement import cuda_release_fences, pinned_allocator, split_sizes
 from fastload.torch.sampler import OrderSampler
 
-__all__ = ["DataLoader", "ImageDataset", "OrderSampler", "Plan", "compile_transform", "cuda_release_fences",
-           "pinned_allocator", "split_sizes"]
+__all__ = [
+    "DataLoader",
+    "ImageDataset",
+    "OrderSampler",
+    "Plan",
+    "compile_transform",
+    "cuda_release_fences",
+    "pinned_allocator",
+    "split_sizes",
+]

@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import torch
 
 from fastload.torch.placement import FLOAT_DTYPES, FloatOutput
 
-__all__ = ["Plan", "compile_transform", "RULES", "SUPPORTED_INTERPOLATIONS"]
+__all__ = ["RULES", "SUPPORTED_INTERPOLATIONS", "Plan", "compile_transform"]
 
 #: Resampling filters the engine implements (torchvision's names).
 SUPPORTED_INTERPOLATIONS = frozenset({"bilinear"})
@@ -76,11 +77,11 @@ class Plan:
     tv_image: bool = False
     dtype: torch.dtype = torch.uint8
     scale: float = 1.0
-    mean: Tuple[float, ...] = (0.0, 0.0, 0.0)
-    std: Tuple[float, ...] = (1.0, 1.0, 1.0)
-    rest: Tuple[Any, ...] = ()
-    compiled: Tuple[str, ...] = ()
-    stop: Optional[str] = None
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    rest: tuple[Any, ...] = ()
+    compiled: tuple[str, ...] = ()
+    stop: str | None = None
 
     @property
     def is_tensor(self) -> bool:
@@ -90,13 +91,13 @@ class Plan:
     def is_float(self) -> bool:
         return self.dtype != torch.uint8
 
-    def float_output(self) -> Optional[FloatOutput]:
+    def float_output(self) -> FloatOutput | None:
         """The uint8 -> float conversion of the compiled prefix (None when it ends in uint8)."""
         if not self.is_float:
             return None
         return FloatOutput(self.dtype, self.scale, self.mean, self.std)
 
-    def engine_transform(self) -> Tuple[Any, Optional[FloatOutput]]:
+    def engine_transform(self) -> tuple[Any, FloatOutput | None]:
         """What the engine runs, and the conversion left to torch (None when the engine writes it all).
 
         With the engine's output stage (``fastload.transforms.Pipeline`` and ``Normalize``), a float
@@ -113,8 +114,10 @@ class Plan:
         if pipeline is None or normalize is None or self.dtype not in dtypes:
             return self.geometry, self.float_output()
         try:
-            spec = pipeline(geometry=self.geometry, normalize=normalize(mean=self.mean, std=self.std, scale=self.scale,
-                                                                         dtype=dtypes[self.dtype]))
+            spec = pipeline(
+                geometry=self.geometry,
+                normalize=normalize(mean=self.mean, std=self.std, scale=self.scale, dtype=dtypes[self.dtype]),
+            )
         except (TypeError, ValueError):
             return self.geometry, self.float_output()
         return spec, None
@@ -134,14 +137,14 @@ class Plan:
 @dataclass
 class _State:
     geometry: Any = None
-    pending_flip: Optional[float] = None
+    pending_flip: float | None = None
     kind: str = "pil"
     tv_image: bool = False
     dtype: torch.dtype = torch.uint8
     scale: float = 1.0
-    mean: Tuple[float, ...] = (0.0, 0.0, 0.0)
-    std: Tuple[float, ...] = (1.0, 1.0, 1.0)
-    compiled: List[str] = field(default_factory=list)
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    compiled: list[str] = field(default_factory=list)
 
     def require_uint8_image(self, what: str) -> None:
         if self.dtype != torch.uint8:
@@ -177,7 +180,7 @@ def _interpolation(value) -> str:
     raise _Unsupported(f"interpolation={value!r} is not understood")
 
 
-def _resample_fields(state: _State, op, spec_cls) -> Dict[str, Any]:
+def _resample_fields(state: _State, op, spec_cls) -> dict[str, Any]:
     """The engine op's resampling fields for torchvision ``op``, or why the engine cannot match it.
 
     A PIL image is always resized with antialiasing (PIL's support-scaled filters); a tensor follows
@@ -189,12 +192,13 @@ def _resample_fields(state: _State, op, spec_cls) -> Dict[str, Any]:
     names = {f.name for f in dataclasses.fields(spec_cls)}
     if "interpolation" not in names:
         if mode not in SUPPORTED_INTERPOLATIONS:
-            raise _Unsupported(f"interpolation={mode!r} is not in the engine yet "
-                               f"({', '.join(sorted(SUPPORTED_INTERPOLATIONS))})")
+            raise _Unsupported(
+                f"interpolation={mode!r} is not in the engine yet ({', '.join(sorted(SUPPORTED_INTERPOLATIONS))})"
+            )
         if not antialias:
             raise _Unsupported("antialias=False on a tensor is not in the engine yet")
         return {}
-    fields: Dict[str, Any] = {"interpolation": mode}
+    fields: dict[str, Any] = {"interpolation": mode}
     if "antialias" in names:
         fields["antialias"] = antialias
     elif not antialias:
@@ -202,7 +206,7 @@ def _resample_fields(state: _State, op, spec_cls) -> Dict[str, Any]:
     return fields
 
 
-def _pair(size, what: str) -> Tuple[int, int]:
+def _pair(size, what: str) -> tuple[int, int]:
     if isinstance(size, int):
         return (size, size)
     size = list(size)
@@ -213,7 +217,7 @@ def _pair(size, what: str) -> Tuple[int, int]:
     raise _Unsupported(f"{what} size={size!r} is not understood")
 
 
-def _scalars(values, what: str) -> Tuple[float, ...]:
+def _scalars(values, what: str) -> tuple[float, ...]:
     values = [float(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
     if len(values) == 1:
         values = values * 3
@@ -232,8 +236,9 @@ def _random_resized_crop(state: _State, ops: Sequence[Any], i: int) -> int:
     state.require_uint8_image("RandomResizedCrop")
     resample = _resample_fields(state, op, RandomResizedCrop)
     try:
-        geo = RandomResizedCrop(size=_pair(op.size, "RandomResizedCrop"), scale=tuple(op.scale), ratio=tuple(op.ratio),
-                                flip=0.0, **resample)
+        geo = RandomResizedCrop(
+            size=_pair(op.size, "RandomResizedCrop"), scale=tuple(op.scale), ratio=tuple(op.ratio), flip=0.0, **resample
+        )
     except (ValueError, TypeError) as exc:
         raise _Unsupported(str(exc)) from None
     state.set_geometry(geo)
@@ -252,11 +257,15 @@ def _resize(state: _State, ops: Sequence[Any], i: int) -> int:
         shorter = int(size) if isinstance(size, int) else int(size[0])
         nxt = ops[i + 1] if i + 1 < len(ops) else None
         if nxt is None or type(nxt) not in _types("CenterCrop"):
-            raise _Unsupported("Resize to a shorter side makes images of different sizes; the engine takes it "
-                               "only when a CenterCrop follows")
+            raise _Unsupported(
+                "Resize to a shorter side makes images of different sizes; the engine takes it "
+                "only when a CenterCrop follows"
+            )
         resample = _resample_fields(state, op, CenterCrop)
         try:
-            geo = CenterCrop(size=_pair(nxt.size, "CenterCrop"), resize=shorter, flip=0.0, **resample)
+            geo: CenterCrop | Resize = CenterCrop(
+                size=_pair(nxt.size, "CenterCrop"), resize=shorter, flip=0.0, **resample
+            )
         except (ValueError, TypeError) as exc:
             raise _Unsupported(str(exc)) from None
         state.set_geometry(geo)
@@ -346,8 +355,8 @@ def _normalize(state: _State, ops: Sequence[Any], i: int) -> int:
     if any(s == 0 or not math.isfinite(s) for s in std) or not all(math.isfinite(m) for m in mean):
         raise _Unsupported("Normalize with a zero or non-finite std")
     # ((x * scale - m0) / s0 - m1) / s1 == (x * scale - (m0 + m1 * s0)) / (s0 * s1)
-    state.mean = tuple(m0 + m1 * s0 for m0, m1, s0 in zip(state.mean, mean, state.std))
-    state.std = tuple(s0 * s1 for s0, s1 in zip(state.std, std))
+    state.mean = tuple(m0 + m1 * s0 for m0, m1, s0 in zip(state.mean, mean, state.std, strict=False))
+    state.std = tuple(s0 * s1 for s0, s1 in zip(state.std, std, strict=False))
     return 1
 
 
@@ -356,37 +365,48 @@ class Rule:
     """One table entry: the torchvision class names it matches and the function that compiles it."""
 
     name: str
-    classes: Tuple[str, ...]
+    classes: tuple[str, ...]
     apply: Callable[[_State, Sequence[Any], int], int]
 
 
 #: The compiler's table, in no particular order; ``classes`` are ``module:Name`` of v1 and v2 ops.
-RULES: Tuple[Rule, ...] = (
-    Rule("RandomResizedCrop", ("torchvision.transforms:RandomResizedCrop", "torchvision.transforms.v2:RandomResizedCrop"),
-         _random_resized_crop),
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "RandomResizedCrop",
+        ("torchvision.transforms:RandomResizedCrop", "torchvision.transforms.v2:RandomResizedCrop"),
+        _random_resized_crop,
+    ),
     Rule("Resize", ("torchvision.transforms:Resize", "torchvision.transforms.v2:Resize"), _resize),
     Rule("CenterCrop", ("torchvision.transforms:CenterCrop", "torchvision.transforms.v2:CenterCrop"), _center_crop),
-    Rule("RandomHorizontalFlip", ("torchvision.transforms:RandomHorizontalFlip",
-                                  "torchvision.transforms.v2:RandomHorizontalFlip"), _hflip),
+    Rule(
+        "RandomHorizontalFlip",
+        ("torchvision.transforms:RandomHorizontalFlip", "torchvision.transforms.v2:RandomHorizontalFlip"),
+        _hflip,
+    ),
     Rule("ToTensor", ("torchvision.transforms:ToTensor", "torchvision.transforms.v2:ToTensor"), _to_tensor),
-    Rule("PILToTensor", ("torchvision.transforms:PILToTensor", "torchvision.transforms.v2:PILToTensor"), _pil_to_tensor),
+    Rule(
+        "PILToTensor", ("torchvision.transforms:PILToTensor", "torchvision.transforms.v2:PILToTensor"), _pil_to_tensor
+    ),
     Rule("ToImage", ("torchvision.transforms.v2:ToImage",), _to_image),
     Rule("ToPureTensor", ("torchvision.transforms.v2:ToPureTensor",), _to_pure_tensor),
-    Rule("ConvertImageDtype", ("torchvision.transforms:ConvertImageDtype", "torchvision.transforms.v2:ConvertImageDtype"),
-         _convert_image_dtype),
+    Rule(
+        "ConvertImageDtype",
+        ("torchvision.transforms:ConvertImageDtype", "torchvision.transforms.v2:ConvertImageDtype"),
+        _convert_image_dtype,
+    ),
     Rule("ToDtype", ("torchvision.transforms.v2:ToDtype",), _to_dtype),
     Rule("Normalize", ("torchvision.transforms:Normalize", "torchvision.transforms.v2:Normalize"), _normalize),
 )
 
-_TABLE: Optional[Dict[type, Rule]] = None
+_TABLE: dict[type, Rule] | None = None
 
 
-def _table() -> Dict[type, Rule]:
+def _table() -> dict[type, Rule]:
     global _TABLE
     if _TABLE is None:
         import importlib
 
-        table: Dict[type, Rule] = {}
+        table: dict[type, Rule] = {}
         for rule in RULES:
             for spec in rule.classes:
                 module, name = spec.split(":")
@@ -399,7 +419,7 @@ def _table() -> Dict[type, Rule]:
     return _TABLE
 
 
-def _types(rule_name: str) -> Tuple[type, ...]:
+def _types(rule_name: str) -> tuple[type, ...]:
     return tuple(cls for cls, rule in _table().items() if rule.name == rule_name)
 
 
@@ -417,15 +437,20 @@ def _delegates_to_transforms(obj) -> bool:
     wrapper adds nothing, so the compiler looks through it, but only when its ``__call__`` provably
     does nothing else.
     """
-    call = getattr(type(obj), "__call__", None)
+    call = getattr(type(obj), "__call__", None)  # noqa: B004 - the class's own __call__, not a callable test
     code = getattr(call, "__code__", None)
     ref = _Delegate.__call__.__code__
-    return (code is not None and code.co_code == ref.co_code and code.co_names == ref.co_names
-            and code.co_argcount == ref.co_argcount and code.co_consts == ref.co_consts
-            and hasattr(obj, "transforms"))
+    return (
+        code is not None
+        and code.co_code == ref.co_code
+        and code.co_names == ref.co_names
+        and code.co_argcount == ref.co_argcount
+        and code.co_consts == ref.co_consts
+        and hasattr(obj, "transforms")
+    )
 
 
-def _flatten(transform) -> List[Any]:
+def _flatten(transform) -> list[Any]:
     ops = getattr(transform, "transforms", None)
     compose = type(transform).__name__ == "Compose" and type(transform).__module__.startswith("torchvision.transforms")
     if compose and isinstance(ops, (list, tuple)):
@@ -474,12 +499,21 @@ def compile_transform(transform) -> Plan:
             state = snapshot
             stop = f"{_name(op)}: {exc}"
             break
-        state.compiled.extend(type(o).__name__ for o in ops[i:i + consumed])
+        state.compiled.extend(type(o).__name__ for o in ops[i : i + consumed])
         i += consumed
     if state.geometry is None:
         return Plan(geometry=None, rest=tuple(ops), stop=stop or "no crop or resize gives the engine a fixed size")
     if state.pending_flip is not None:  # cannot happen once a geometry exists; kept for safety
         raise AssertionError("a pending flip with a geometry")
-    return Plan(geometry=state.geometry, kind=state.kind, tv_image=state.tv_image, dtype=state.dtype,
-                scale=state.scale, mean=state.mean, std=state.std, rest=tuple(ops[i:]),
-                compiled=tuple(state.compiled), stop=stop)
+    return Plan(
+        geometry=state.geometry,
+        kind=state.kind,
+        tv_image=state.tv_image,
+        dtype=state.dtype,
+        scale=state.scale,
+        mean=state.mean,
+        std=state.std,
+        rest=tuple(ops[i:]),
+        compiled=tuple(state.compiled),
+        stop=stop,
+    )

@@ -44,8 +44,9 @@ import os
 import random
 import time
 import warnings
+from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,8 +71,12 @@ _MASK63 = (1 << 63) - 1
 
 def _is_records(obj) -> bool:
     """A fastload dataset (the records contract), not a torch Dataset."""
-    return (not isinstance(obj, torch.utils.data.Dataset) and hasattr(obj, "image") and hasattr(obj, "labels")
-            and hasattr(obj, "locate"))
+    return (
+        not isinstance(obj, torch.utils.data.Dataset)
+        and hasattr(obj, "image")
+        and hasattr(obj, "labels")
+        and hasattr(obj, "locate")
+    )
 
 
 def _positive(value, name: str, minimum: int = 1) -> int:
@@ -122,29 +127,73 @@ class DataLoader(torch.utils.data.DataLoader):
     state untouched. The same holds for a custom ``collate_fn``.
     """
 
-    def __init__(self, dataset, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None, sampler=None,
-                 batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
-                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
-                 generator=None, *, prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
-                 pin_memory_device: str = "", in_order: bool = True, transform=None, seed: Optional[int] = None,
-                 num_threads: Optional[int] = None, prefetch: int = 2, device=None, devices: Optional[Sequence] = None,
-                 memory_format: Optional[torch.memory_format] = None, channels_last: bool = False,
-                 normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
-                 dtype: Optional[torch.dtype] = None, on_error: str = "raise", decode_options=None,
-                 trace_path: Optional[str] = None, copy: bool = False) -> None:
+    def __init__(
+        self,
+        dataset,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler=None,
+        batch_sampler=None,
+        num_workers: int = 0,
+        collate_fn=None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn=None,
+        multiprocessing_context=None,
+        generator=None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        transform=None,
+        seed: int | None = None,
+        num_threads: int | None = None,
+        prefetch: int = 2,
+        device=None,
+        devices: Sequence | None = None,
+        memory_format: torch.memory_format | None = None,
+        channels_last: bool = False,
+        normalize: tuple[Sequence[float], Sequence[float]] | None = None,
+        dtype: torch.dtype | None = None,
+        on_error: str = "raise",
+        decode_options=None,
+        trace_path: str | None = None,
+        copy: bool = False,
+    ) -> None:
         owned_view = isinstance(dataset, (str, os.PathLike)) or _is_records(dataset)
         if owned_view:
             dataset = ImageDataset(dataset, transform=transform)
         elif transform is not None and not (isinstance(dataset, ImageDataset) and dataset.transform is transform):
-            raise ValueError("transform= is for fastload datasets given as a path or fastload.open_dataset(); "
-                             f"{type(dataset).__name__} applies its own transform")
+            raise ValueError(
+                "transform= is for fastload datasets given as a path or fastload.open_dataset(); "
+                f"{type(dataset).__name__} applies its own transform"
+            )
         if isinstance(shuffle, str):
-            raise ValueError(f"shuffle={shuffle!r} must be a bool; fastload's 'global' / 'block' orders are "
-                             "fastload.torch.OrderSampler(dataset, shuffle=...) given as sampler=")
-        super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory,
-                         drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
-                         prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
-                         pin_memory_device=pin_memory_device, in_order=in_order)
+            raise ValueError(
+                f"shuffle={shuffle!r} must be a bool; fastload's 'global' / 'block' orders are "
+                "fastload.torch.OrderSampler(dataset, shuffle=...) given as sampler="
+            )
+        super().__init__(
+            dataset,
+            batch_size,
+            shuffle,
+            sampler,
+            batch_sampler,
+            num_workers,
+            collate_fn,
+            pin_memory,
+            drop_last,
+            timeout,
+            worker_init_fn,
+            multiprocessing_context,
+            generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
         # Every argument is kept under its own name: Lightning re-instantiates loaders from these.
         self.transform = transform
         self.seed = None if seed is None else _positive(seed, "seed", 0)
@@ -169,36 +218,40 @@ class DataLoader(torch.utils.data.DataLoader):
         self._placement_args = self._check_output_extras()
         map_style = self._dataset_kind == torch.utils.data.dataloader._DatasetKind.Map
         source = resolve_source(self.dataset) if map_style else f"{type(self.dataset).__name__} is an IterableDataset"
-        self._source: Optional[Source] = source if isinstance(source, Source) else None
-        self._fallback_reason: Optional[str] = None if self._source is not None else str(source)
+        self._source: Source | None = source if isinstance(source, Source) else None
+        self._fallback_reason: str | None = None if self._source is not None else str(source)
         if self._fallback_reason is not None:
             self._check_fast_only_extras()
-            warnings.warn(f"fastload: {self._fallback_reason}; this DataLoader loads it with torch's own "
-                          "DataLoader machinery (no engine acceleration)", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"fastload: {self._fallback_reason}; this DataLoader loads it with torch's own "
+                "DataLoader machinery (no engine acceleration)",
+                UserWarning,
+                stacklevel=2,
+            )
         # A view this loader made from a path is closed with it (a loader re-instantiated from this
         # one, as Lightning does, gets the view as its dataset and does not own it).
         self._owned_view = dataset if owned_view else None
-        self._core: Optional[Loader] = None
-        self._core_key: Optional[tuple] = None
+        self._core: Loader | None = None
+        self._core_key: tuple | None = None
         # The last pass started (kept, as torchdata's StatefulDataLoader keeps its iterator): its
         # position is what state_dict() saves, also after the caller broke out of the loop.
-        self._active: Optional[_FastIterator] = None
+        self._active: _FastIterator | None = None
         self._next_epoch = 0
-        self._explicit_epoch: Optional[int] = None
-        self._resume: Optional[Dict[str, Any]] = None
+        self._explicit_epoch: int | None = None
+        self._resume: dict[str, Any] | None = None
         self._warned_plans: set = set()
         self._closed = False
 
     # --- extras ---------------------------------------------------------------------------
 
-    def _check_output_extras(self) -> Dict[str, Any]:
+    def _check_output_extras(self) -> dict[str, Any]:
         devices = self.devices
         if self.device is not None and devices is not None:
             raise ValueError("give either device= or devices=, not both")
         if devices is not None:
             if isinstance(devices, (str, torch.device)) or len(devices) == 0:
                 raise ValueError(f"devices={devices!r} must be a non-empty list of devices")
-            targets: Optional[List[torch.device]] = [torch.device(d) for d in devices]
+            targets: list[torch.device] | None = [torch.device(d) for d in devices]
         elif self.device is not None:
             targets = [torch.device(self.device)]
         else:
@@ -237,8 +290,10 @@ class DataLoader(torch.utils.data.DataLoader):
                 raise ValueError(f"dtype={dtype} must be torch.uint8 or a float type")
             convert = FloatOutput(dtype, 1.0 / 255.0, mean, std)
         if (self.normalize is not None or self.dtype is not None) and not self._fastload_op_transform():
-            raise ValueError("normalize= / dtype= apply to a fastload transform op (fastload.train(), ...); a "
-                             "torchvision pipeline says the same with ToTensor() / Normalize()")
+            raise ValueError(
+                "normalize= / dtype= apply to a fastload transform op (fastload.train(), ...); a "
+                "torchvision pipeline says the same with ToTensor() / Normalize()"
+            )
         return {"targets": targets, "single": devices is None, "memory_format": memory_format, "convert": convert}
 
     def _fastload_op_transform(self) -> bool:
@@ -248,8 +303,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _check_fast_only_extras(self) -> None:
         if self._placement_args["targets"] is not None:
-            raise ValueError("device= / devices= need a dataset the fastload engine reads "
-                             f"({self._fallback_reason})")
+            raise ValueError(f"device= / devices= need a dataset the fastload engine reads ({self._fallback_reason})")
 
     # --- torch's interface --------------------------------------------------------------
 
@@ -266,15 +320,19 @@ class DataLoader(torch.utils.data.DataLoader):
     # --- fastload's extras ----------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Run ``epoch`` next: forwarded to the sampler / batch sampler that has ``set_epoch``, and the
-        epoch of ``seed=``-keyed randomness when the sampler has none."""
+        """Run ``epoch`` next.
+
+        Forwarded to the sampler / batch sampler that has ``set_epoch``, and the epoch of
+        ``seed=``-keyed randomness when the sampler has none.
+        """
         epoch = _positive(epoch, "epoch", 0)
         self._explicit_epoch = epoch
-        for s in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+        samplers: tuple[Any, ...] = (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None))
+        for s in samplers:
             if s is not None and hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """Where this loader is: enough for :meth:`load_state_dict` to resume exactly.
 
         Mid-pass, the state holds the number of batches handed out, the pass's ``base_seed`` and the
@@ -292,24 +350,38 @@ class DataLoader(torch.utils.data.DataLoader):
         next_epoch, explicit = self._next_epoch, self._explicit_epoch
         if it is not None and not it.finished:
             if it.snapshot is not None:
-                position = {"batches": it.taken, "base_seed": it.base_seed, "epoch": it.epoch,
-                            "iteration": it.iteration, "snapshot": it.snapshot}
+                position = {
+                    "batches": it.taken,
+                    "base_seed": it.base_seed,
+                    "epoch": it.epoch,
+                    "iteration": it.iteration,
+                    "snapshot": it.snapshot,
+                }
             else:  # iter() was called but drew nothing yet: resuming starts that pass afresh
                 next_epoch, explicit = it.iteration, None
-        return {"version": _STATE_VERSION, "kind": "fastload.torch.DataLoader", "fingerprint": self._fingerprint(),
-                "next_epoch": next_epoch, "explicit_epoch": explicit,
-                "samplers": _sampler_states(self), "generators": [g.get_state() for g in _generators(self)],
-                "position": position}
+        return {
+            "version": _STATE_VERSION,
+            "kind": "fastload.torch.DataLoader",
+            "fingerprint": self._fingerprint(),
+            "next_epoch": next_epoch,
+            "explicit_epoch": explicit,
+            "samplers": _sampler_states(self),
+            "generators": [g.get_state() for g in _generators(self)],
+            "position": position,
+        }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next ``iter()`` continues the saved pass.
 
         Raises:
             ValueError: Not a state of this kind of loader, or one whose dataset length, batch size or
                 samplers differ.
         """
-        if not isinstance(state, dict) or state.get("kind") != "fastload.torch.DataLoader" \
-                or state.get("version") != _STATE_VERSION:
+        if (
+            not isinstance(state, dict)
+            or state.get("kind") != "fastload.torch.DataLoader"
+            or state.get("version") != _STATE_VERSION
+        ):
             raise ValueError(f"not a fastload.torch.DataLoader state (version {_STATE_VERSION})")
         mine = self._fingerprint()
         diff = {k: (state["fingerprint"].get(k), v) for k, v in mine.items() if state["fingerprint"].get(k) != v}
@@ -334,12 +406,15 @@ class DataLoader(torch.utils.data.DataLoader):
     def stats(self) -> LoaderStats:
         """Per-stage times, images/s and the input-bound fraction of the engine path."""
         if self._core is None:
-            raise ValueError("no fast-path iteration has run yet" if self._source is not None
-                             else f"this DataLoader uses torch's machinery ({self._fallback_reason})")
+            raise ValueError(
+                "no fast-path iteration has run yet"
+                if self._source is not None
+                else f"this DataLoader uses torch's machinery ({self._fallback_reason})"
+            )
         return self._core.stats()
 
     @property
-    def loader(self) -> Optional[Loader]:
+    def loader(self) -> Loader | None:
         """The :class:`fastload.loader.Loader` behind the fast path (None before the first pass)."""
         return self._core
 
@@ -357,7 +432,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._owned_view is not None:
             self._owned_view.close()
 
-    def __enter__(self) -> "DataLoader":
+    def __enter__(self) -> DataLoader:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -365,18 +440,24 @@ class DataLoader(torch.utils.data.DataLoader):
 
     # --- internals ------------------------------------------------------------------------
 
-    def _fingerprint(self) -> Dict[str, Any]:
+    def _fingerprint(self) -> dict[str, Any]:
         try:
             length = len(self)
         except TypeError:
             length = None
-        return {"dataset": len(self.dataset) if hasattr(self.dataset, "__len__") else None,
-                "batch_size": self.batch_size, "drop_last": self.drop_last, "batches": length,
-                "sampler": type(self.sampler).__name__, "batch_sampler": type(self.batch_sampler).__name__}
+        return {
+            "dataset": len(self.dataset) if hasattr(self.dataset, "__len__") else None,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "batches": length,
+            "sampler": type(self.sampler).__name__,
+            "batch_sampler": type(self.batch_sampler).__name__,
+        }
 
-    def _plan(self) -> Optional[Plan]:
+    def _plan(self) -> Plan | None:
         """The compiled transform for this pass, or None (with one warning) when nothing compiles."""
         source = self._source
+        assert source is not None  # only the fast path (a Source) plans
         transform = source.transform
         if transform is None:
             plan = Plan(geometry=None, stop="the dataset has no transform (it yields PIL images of any size)")
@@ -387,9 +468,12 @@ class DataLoader(torch.utils.data.DataLoader):
             if key not in self._warned_plans:
                 self._warned_plans.add(key)
                 self._check_fast_only_extras_for(plan)
-                warnings.warn(f"fastload: nothing in {type(self.dataset).__name__}'s transform compiles ({plan.stop}); "
-                              "this DataLoader loads it with torch's own DataLoader machinery", UserWarning,
-                              stacklevel=3)
+                warnings.warn(
+                    f"fastload: nothing in {type(self.dataset).__name__}'s transform compiles ({plan.stop}); "
+                    "this DataLoader loads it with torch's own DataLoader machinery",
+                    UserWarning,
+                    stacklevel=3,
+                )
             return None
         convert = self._placement_args["convert"]
         if convert is not None and self._placement_args["targets"] is None:
@@ -413,32 +497,46 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._core is not None:
             self._core.close()
             self._core = None
-        config = LoaderConfig(batch_size=capacity, transform=spec, shuffle="none", num_threads=threads,
-                              prefetch=self.prefetch, layout=layout, on_error=self.on_error,
-                              decode_options=self.decode_options, trace_path=self.trace_path)
+        config = LoaderConfig(
+            batch_size=capacity,
+            transform=spec,
+            shuffle="none",
+            num_threads=threads,
+            prefetch=self.prefetch,
+            layout=layout,
+            on_error=self.on_error,
+            decode_options=self.decode_options,
+            trace_path=self.trace_path,
+        )
         hooks = (torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop) if torch.cuda.is_available() else None
-        self._core = Loader(self._source.records, config,
-                            allocator=lambda shape, dt: pinned_allocator(shape, dt, pin=pin), range_hooks=hooks,
-                            release_hook=cuda_release_fences)
+        assert self._source is not None  # the fast path runs on a Source
+        self._core = Loader(
+            self._source.records,
+            config,
+            allocator=lambda shape, dt: pinned_allocator(shape, dt, pin=pin),
+            range_hooks=hooks,
+            release_hook=cuda_release_fences,
+        )
         self._core_key = key
         return self._core
 
-    def _begin_pass(self) -> Tuple[int, int]:
+    def _begin_pass(self) -> tuple[int, int]:
         """``(iteration, epoch)`` of a new pass: the pass counter and the epoch of ``seed=`` keys."""
         iteration = self._explicit_epoch if self._explicit_epoch is not None else self._next_epoch
         self._explicit_epoch = None
         self._next_epoch = iteration + 1
         epoch = iteration
-        for s in (self.sampler, getattr(self.batch_sampler, "sampler", None), self.batch_sampler):
+        samplers: tuple[Any, ...] = (self.sampler, getattr(self.batch_sampler, "sampler", None), self.batch_sampler)
+        for s in samplers:
             if s is not None and hasattr(s, "set_epoch") and isinstance(getattr(s, "epoch", None), int):
                 epoch = int(s.epoch)
                 break
         return iteration, epoch
 
 
-def _generators(loader: DataLoader) -> List[torch.Generator]:
+def _generators(loader: Any) -> list[torch.Generator]:
     """The explicit torch generators the samplers (and the loader) draw from, in a fixed order."""
-    found: List[torch.Generator] = []
+    found: list[torch.Generator] = []
     for obj in (loader, loader.sampler, loader.batch_sampler, getattr(loader.batch_sampler, "sampler", None)):
         g = getattr(obj, "generator", None)
         if isinstance(g, torch.Generator) and all(g is not f for f in found):
@@ -446,25 +544,25 @@ def _generators(loader: DataLoader) -> List[torch.Generator]:
     return found
 
 
-def _load_generator_states(loader: DataLoader, states: List[torch.Tensor]) -> None:
+def _load_generator_states(loader: Any, states: list[torch.Tensor]) -> None:
     gens = _generators(loader)
     if len(gens) != len(states):
         raise ValueError("the saved DataLoader state has a different set of generators")
-    for g, state in zip(gens, states):
+    for g, state in zip(gens, states, strict=False):
         g.set_state(state)
 
 
-def _samplers(loader: DataLoader) -> List[Any]:
-    out: List[Any] = []
+def _samplers(loader: DataLoader) -> list[Any]:
+    out: list[Any] = []
     for s in (loader.sampler, loader.batch_sampler, getattr(loader.batch_sampler, "sampler", None)):
         if s is not None and all(s is not o for o in out):
             out.append(s)
     return out
 
 
-def _sampler_states(loader: DataLoader) -> List[Any]:
+def _sampler_states(loader: Any) -> list[Any]:
     """Each sampler's ``state_dict()`` when it has one, else its ``epoch`` when it has ``set_epoch``."""
-    states: List[Any] = []
+    states: list[Any] = []
     for s in _samplers(loader):
         if callable(getattr(s, "state_dict", None)) and callable(getattr(s, "load_state_dict", None)):
             states.append({"state_dict": s.state_dict()})
@@ -475,11 +573,11 @@ def _sampler_states(loader: DataLoader) -> List[Any]:
     return states
 
 
-def _load_sampler_states(loader: DataLoader, states: List[Any]) -> None:
+def _load_sampler_states(loader: DataLoader, states: list[Any]) -> None:
     samplers = _samplers(loader)
     if len(states) != len(samplers):
         raise ValueError("the saved DataLoader state has a different set of samplers")
-    for s, state in zip(samplers, states):
+    for s, state in zip(samplers, states, strict=False):
         if state is None:
             continue
         if "state_dict" in state:
@@ -497,16 +595,16 @@ class _WorkerLikeRNG:
     def __enter__(self):
         self._torch = torch.get_rng_state()
         self._py = random.getstate()
-        self._np = np.random.get_state()
+        self._np = np.random.get_state()  # noqa: NPY002 - saved and restored around the call, as torch's worker does
         torch.manual_seed(self.seed)
         random.seed(self.seed)
-        np.random.seed(self.seed & 0xFFFFFFFF)
+        np.random.seed(self.seed & 0xFFFFFFFF)  # noqa: NPY002
         return self
 
     def __exit__(self, *exc) -> None:
         torch.set_rng_state(self._torch)
         random.setstate(self._py)
-        np.random.set_state(self._np)
+        np.random.set_state(self._np)  # noqa: NPY002
 
 
 class _FastIterator:
@@ -515,8 +613,9 @@ class _FastIterator:
     def __init__(self, loader: DataLoader, plan: Plan) -> None:
         # The iterator never refers to its DataLoader (which refers to it as its last pass): no cycle,
         # so a dropped loader and its decode thread go at once. It keeps what it needs instead.
-        self._holder = SimpleNamespace(generator=loader.generator, sampler=loader.sampler,
-                                       batch_sampler=loader.batch_sampler)
+        self._holder = SimpleNamespace(
+            generator=loader.generator, sampler=loader.sampler, batch_sampler=loader.batch_sampler
+        )
         self._index_sampler = loader._index_sampler
         self._collate_fn, self._num_workers = loader.collate_fn, loader.num_workers
         self._timeout, self._copy = loader.timeout, loader.copy
@@ -527,11 +626,17 @@ class _FastIterator:
         # torch's _BaseDataLoaderIter.__init__: the pin_memory warnings, then the sampler iterator,
         # then the base seed.
         if loader.pin_memory and loader.pin_memory_device:
-            warnings.warn("pin_memory_device is deprecated, the current accelerator will be used as the device,"
-                          f"ignore pin_memory_device='{loader.pin_memory_device}'.", stacklevel=3)
+            warnings.warn(
+                "pin_memory_device is deprecated, the current accelerator will be used as the device,"
+                f"ignore pin_memory_device='{loader.pin_memory_device}'.",
+                stacklevel=3,
+            )
         if loader.pin_memory and not torch.accelerator.is_available():
-            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, "
-                          "then device pinned memory won't be used.", stacklevel=3)
+            warnings.warn(
+                "'pin_memory' argument is set as true but no accelerator is found, "
+                "then device pinned memory won't be used.",
+                stacklevel=3,
+            )
         self._pin = loader.pin_memory and torch.accelerator.is_available()
         if loader.num_workers > 0 and loader.prefetch_factor is not None and loader.prefetch_factor <= 0:
             raise ValueError("prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter")
@@ -549,18 +654,25 @@ class _FastIterator:
             loader._next_epoch = self.iteration + 1
         self.epoch = epoch
         source = loader._source
+        assert source is not None  # the fast path runs on a Source
         self._source = source
         self._index_map = source.index_map
         self._num_records = len(source.records)
         self._dataset_len = len(self._index_map) if self._index_map is not None else self._num_records
         transform_ok = plan.is_tensor and not plan.rest
         self._target_transform = source.target_transform
-        self._fast_collate = (self._auto_collation and loader.collate_fn is default_collate and transform_ok
-                              and self._target_transform is None)
+        self._fast_collate = (
+            self._auto_collation
+            and loader.collate_fn is default_collate
+            and transform_ok
+            and self._target_transform is None
+        )
         placement = loader._placement_args
         if placement["targets"] is not None and not self._fast_collate:
-            raise ValueError("device= / devices= need the default collate_fn, no target_transform and a transform "
-                             f"the engine runs whole (this pass: {plan.describe()})")
+            raise ValueError(
+                "device= / devices= need the default collate_fn, no target_transform and a transform "
+                f"the engine runs whole (this pass: {plan.describe()})"
+            )
         channels_last = placement["memory_format"] == torch.channels_last
         # Per-sample ops on PIL images want contiguous HWC rows; channels-last output is NHWC too.
         layout = "NHWC" if (plan.kind == "pil" or channels_last) else "NCHW"
@@ -573,17 +685,26 @@ class _FastIterator:
         self._convert = plan.engine_transform()[1] if plan.is_float else None
         if placement["targets"] is not None:
             self._convert = None  # converted on each device after the copy (Placement)
-        self._placement = Placement(placement["targets"], single=placement["single"], convert=placement["convert"],
-                                    memory_format=placement["memory_format"]) if placement["targets"] else None
+        self._placement = (
+            Placement(
+                placement["targets"],
+                single=placement["single"],
+                convert=placement["convert"],
+                memory_format=placement["memory_format"],
+            )
+            if placement["targets"]
+            else None
+        )
         self._feed = IndexFeed()
         seed, aug_epoch = (self.base_seed & _MASK63, 0) if loader.seed is None else (loader.seed, epoch)
-        self._batches = self._core.iterate_batches(self._feed.batches, seed=seed, epoch=aug_epoch,
-                                                   timeout=loader.timeout if loader.timeout else None)
-        self._parts: List[int] = []  # engine batches per sampler batch, in order (> 1 when split)
+        self._batches = self._core.iterate_batches(
+            self._feed.batches, seed=seed, epoch=aug_epoch, timeout=loader.timeout if loader.timeout else None
+        )
+        self._parts: list[int] = []  # engine batches per sampler batch, in order (> 1 when split)
         self._pulled = 0
         self._sampler_done = False
         self.taken = 0
-        self.snapshot: Optional[Dict[str, Any]] = None
+        self.snapshot: dict[str, Any] | None = None
         self._ahead = loader.prefetch + 1
         self._multi_label = source.multi_label
         self._t_rest = 0.0
@@ -591,19 +712,22 @@ class _FastIterator:
         active = loader._active
         if active is not None and active is not self:
             active._superseded = True
-        self._superseded = False
+        self._superseded: bool = False
         loader._active = self
         if loader.num_workers > 0:
             # torch's multi-process iterator primes prefetch_factor batches per worker at iter().
-            self._pull(max(self._ahead, loader.prefetch_factor * loader.num_workers))
+            self._pull(max(self._ahead, (loader.prefetch_factor or 2) * loader.num_workers))
 
     # --- the sampler side (caller's thread) -------------------------------------------------
 
-    def _snapshot(self) -> Dict[str, Any]:
-        return {"default": torch.get_rng_state(), "generators": [g.get_state() for g in _generators(self._holder)],
-                "samplers": _sampler_states(self._holder)}
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "default": torch.get_rng_state(),
+            "generators": [g.get_state() for g in _generators(self._holder)],
+            "samplers": _sampler_states(self._holder),
+        }
 
-    def _next_indices(self) -> Optional[np.ndarray]:
+    def _next_indices(self) -> np.ndarray | None:
         try:
             item = next(self._sampler_iter)
         except StopIteration:
@@ -616,9 +740,9 @@ class _FastIterator:
             idx = idx.reshape(-1)
         else:
             idx = np.asarray([int(item)])
-        if idx.size and not np.issubdtype(idx.dtype, np.integer):
-            if np.issubdtype(idx.dtype, np.floating) or idx.dtype == object:
-                idx = np.asarray([int(i) for i in idx.tolist()])
+        floating = np.issubdtype(idx.dtype, np.floating) or idx.dtype == object
+        if idx.size and not np.issubdtype(idx.dtype, np.integer) and floating:
+            idx = np.asarray([int(i) for i in idx.tolist()])
         idx = idx.astype(np.int64, copy=False)
         n = self._dataset_len
         idx = np.where(idx < 0, idx + n, idx)  # negative indices count from the end, as list indexing
@@ -662,7 +786,7 @@ class _FastIterator:
                 raise ValueError("the batch sampler yielded an empty batch")
             # A batch larger than the ring's slots goes through in slot-sized parts, joined again on
             # the way out (a copy).
-            parts = [idx[lo:lo + self._capacity] for lo in range(0, len(idx), self._capacity)]
+            parts = [idx[lo : lo + self._capacity] for lo in range(0, len(idx), self._capacity)]
             for part in parts:
                 self._feed.put(part)
             self._parts.append(len(parts))
@@ -670,7 +794,7 @@ class _FastIterator:
 
     # --- the batch side -------------------------------------------------------------------
 
-    def __iter__(self) -> "_FastIterator":
+    def __iter__(self) -> _FastIterator:
         return self
 
     def __len__(self) -> int:
@@ -678,8 +802,10 @@ class _FastIterator:
 
     def __next__(self):
         if self._superseded and not self.finished:
-            raise RuntimeError("this DataLoader iterator was superseded by a newer iter() of the same "
-                               "fastload.torch.DataLoader, which runs one pass at a time")
+            raise RuntimeError(
+                "this DataLoader iterator was superseded by a newer iter() of the same "
+                "fastload.torch.DataLoader, which runs one pass at a time"
+            )
         if self._core.closed:
             raise LoaderClosed("the DataLoader is closed")
         if self._closed or self.finished:
@@ -730,15 +856,16 @@ class _FastIterator:
             if self._placement is not None:
                 core = self._core
                 with core.timer.span(Stage.COPY, batch=batches[0].number):
-                    placed = self._placement.place(images, targets, batches[0].add_fence if len(batches) == 1
-                                                   else (lambda fence: None))
+                    placed = self._placement.place(
+                        images, targets, batches[0].add_fence if len(batches) == 1 else (lambda fence: None)
+                    )
                 return [list(p) for p in placed] if isinstance(placed, list) else list(placed)
             out = [images, targets]
             return _pin(out) if self._pin else out
         out = self._samples_collated(images, targets)
         return _pin(out) if self._pin else out
 
-    def _tensors(self, batches) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _tensors(self, batches) -> tuple[torch.Tensor, torch.Tensor]:
         if len(batches) == 1:
             b = batches[0]
             images = torch.from_numpy(b.images)
@@ -757,7 +884,7 @@ class _FastIterator:
             from PIL import Image
 
             arr = images.numpy()
-            pics = [Image.fromarray(arr[i]) for i in range(n)]
+            pics: list[Any] = [Image.fromarray(arr[i]) for i in range(n)]
         else:
             pics = list(images.unbind(0))
             if plan.tv_image:
@@ -765,7 +892,7 @@ class _FastIterator:
 
                 pics = [tv_tensors.Image(p) for p in pics]
         if self._multi_label:
-            tgts: List[Any] = list(targets.unbind(0))
+            tgts: list[Any] = list(targets.unbind(0))
         else:
             tgts = targets.tolist()
         rng = _WorkerLikeRNG((self.base_seed + self.taken) & _MASK63) if self._num_workers > 0 else None
@@ -777,7 +904,7 @@ class _FastIterator:
                 pics = [_apply(plan.rest, p) for p in pics]
             if self._target_transform is not None:
                 tgts = [self._target_transform(t) for t in tgts]
-            samples = list(zip(pics, tgts))
+            samples: list[Any] = list(zip(pics, tgts, strict=False))
             out = self._collate_fn(samples) if self._auto_collation else self._collate_fn(samples[0])
         finally:
             if rng is not None:
@@ -788,10 +915,14 @@ class _FastIterator:
             key = ("rest", plan.describe())
             if key not in self._warned:
                 self._warned.add(key)
-                warnings.warn(f"fastload: {plan.stop}; it and the ops after it run per sample in Python on the "
-                              f"calling thread, outside the engine: {seconds * 1e3:.1f} ms for this batch of {n} "
-                              f"({seconds / max(n, 1) * 1e6:.0f} us per sample) on top of the engine's decode. "
-                              f"Plan: {plan.describe()}", UserWarning, stacklevel=4)
+                warnings.warn(
+                    f"fastload: {plan.stop}; it and the ops after it run per sample in Python on the "
+                    f"calling thread, outside the engine: {seconds * 1e3:.1f} ms for this batch of {n} "
+                    f"({seconds / max(n, 1) * 1e6:.0f} us per sample) on top of the engine's decode. "
+                    f"Plan: {plan.describe()}",
+                    UserWarning,
+                    stacklevel=4,
+                )
         return out
 
     def _finish(self) -> None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ import torch
 from fastload.errors import CorruptRecordError
 from fastload.torch.compile import is_fastload_transform
 
-__all__ = ["ImageDataset", "Source", "resolve_source", "FileRecords"]
+__all__ = ["FileRecords", "ImageDataset", "Source", "resolve_source"]
 
 
 class FileRecords:
@@ -56,8 +57,9 @@ class FileRecords:
             with open(self.paths[i], "rb") as f:
                 return memoryview(f.read())
         except OSError as exc:
-            raise CorruptRecordError(f"cannot read image file: {exc.strerror or exc}", shard=self.paths[i],
-                                     record=int(i)) from None
+            raise CorruptRecordError(
+                f"cannot read image file: {exc.strerror or exc}", shard=self.paths[i], record=int(i)
+            ) from None
 
     def locate(self, i: int) -> str:
         return self.paths[int(i)]
@@ -93,7 +95,7 @@ class Source:
     """
 
     records: Any
-    index_map: Optional[np.ndarray]
+    index_map: np.ndarray | None
     holder: Any
     multi_label: bool = False
 
@@ -106,7 +108,7 @@ class Source:
         return getattr(self.holder, "target_transform", None)
 
 
-def _torchvision_folder_reason(dataset) -> Optional[str]:
+def _torchvision_folder_reason(dataset) -> str | None:
     """None when ``dataset`` is a torchvision DatasetFolder the engine can read, else why not."""
     try:
         from torchvision import get_image_backend
@@ -123,7 +125,7 @@ def _torchvision_folder_reason(dataset) -> Optional[str]:
     return f"{type(dataset).__name__} loads its files with {getattr(loader, '__name__', loader)!r}, not PIL"
 
 
-def resolve_source(dataset) -> Union[Source, str]:
+def resolve_source(dataset) -> Source | str:
     """The engine's view of ``dataset``, or a sentence saying why the engine cannot read it."""
     from torch.utils.data import Subset
 
@@ -150,8 +152,7 @@ def resolve_source(dataset) -> Union[Source, str]:
         return Source(FileRecords([p for p, _ in samples], targets), None, dataset)
     if reason != "not a DatasetFolder":
         return reason
-    return (f"{type(dataset).__name__} is neither a torchvision ImageFolder/DatasetFolder nor a fastload "
-            "dataset")
+    return f"{type(dataset).__name__} is neither a torchvision ImageFolder/DatasetFolder nor a fastload dataset"
 
 
 class ImageDataset(torch.utils.data.Dataset):
@@ -179,7 +180,7 @@ class ImageDataset(torch.utils.data.Dataset):
         targets: Every record's label (ints; lists of floats for multi-label datasets).
     """
 
-    def __init__(self, root, transform: Optional[Callable] = None, target_transform: Optional[Callable] = None) -> None:
+    def __init__(self, root, transform: Callable | None = None, target_transform: Callable | None = None) -> None:
         self._owns = isinstance(root, (str, os.PathLike))
         classes = None
         if self._owns:
@@ -199,8 +200,10 @@ class ImageDataset(torch.utils.data.Dataset):
             target_transform = root.target_transform if target_transform is None else target_transform
             name = os.fspath(getattr(root, "root", "") or "")
         else:
-            raise ValueError(f"root={root!r} must be a fastload dataset (fastload.open_dataset), a path to one, or a "
-                             "torchvision ImageFolder / DatasetFolder the engine can read")
+            raise ValueError(
+                f"root={root!r} must be a fastload dataset (fastload.open_dataset), a path to one, or a "
+                "torchvision ImageFolder / DatasetFolder the engine can read"
+            )
         self.root = name
         self.records = records
         self.transform = transform
@@ -209,8 +212,9 @@ class ImageDataset(torch.utils.data.Dataset):
         self.multi_label = labels.ndim == 2 and labels.shape[1] > 1
         if classes is None:
             classes = getattr(records, "classes", None)
-        if classes is None and getattr(records, "manifest", None):
-            classes = records.manifest.get("classes")
+        manifest = getattr(records, "manifest", None)
+        if classes is None and manifest:
+            classes = manifest.get("classes")
         if isinstance(classes, dict):
             self.class_to_idx = {str(k): int(v) for k, v in classes.items()}
             self.classes = [k for k, _ in sorted(self.class_to_idx.items(), key=lambda kv: kv[1])]
@@ -222,7 +226,7 @@ class ImageDataset(torch.utils.data.Dataset):
         self._finalizer = weakref.finalize(self, records.close) if self._owns else None
 
     @property
-    def targets(self) -> List[Any]:
+    def targets(self) -> list[Any]:
         if self.multi_label:
             return self._labels.tolist()
         return self._labels[:, 0].astype(np.int64).tolist()
@@ -268,7 +272,7 @@ class ImageDataset(torch.utils.data.Dataset):
                 image = transform(image)
         return image, self._target(i)
 
-    def __getitems__(self, indices: Sequence[int]) -> List[Tuple[Any, Any]]:
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
         """Samples for a whole batch; the engine decodes them in one call when the transform compiles.
 
         torch's DataLoader calls this instead of ``__getitem__`` per sample. Random draws come from
@@ -280,7 +284,7 @@ class ImageDataset(torch.utils.data.Dataset):
         transform = self.transform
         if transform is not None and is_fastload_transform(transform):
             images = _decode_fastload(self.records, idx, transform)
-            return [(img, self._target(i)) for img, i in zip(images, idx)]
+            return [(img, self._target(i)) for img, i in zip(images, idx, strict=False)]
         plan = compile_transform(transform) if transform is not None else None
         if plan is None or plan.geometry is None or plan.rest or not plan.is_tensor:
             return [self[i] for i in idx]
@@ -290,7 +294,7 @@ class ImageDataset(torch.utils.data.Dataset):
             from torchvision import tv_tensors
 
             images = [tv_tensors.Image(img) for img in images]
-        return [(img, self._target(i)) for img, i in zip(images, idx)]
+        return [(img, self._target(i)) for img, i in zip(images, idx, strict=False)]
 
     def close(self) -> None:
         """Close the fastload dataset when this view opened it (from a path). Idempotent."""
@@ -301,9 +305,7 @@ class ImageDataset(torch.utils.data.Dataset):
         return f"ImageDataset({self.root!r}, {len(self)} records, transform={self.transform!r})"
 
 
-
-
-def _decode_fastload(records, indices: Sequence[int], op, output=None) -> List[torch.Tensor]:
+def _decode_fastload(records, indices: Sequence[int], op, output=None) -> list[torch.Tensor]:
     """Decode ``indices`` with the fastload geometry ``op`` in one call; per-sample CHW tensors."""
     from fastload.decode import decode_batch
     from fastload.errors import DecodeError
@@ -313,10 +315,11 @@ def _decode_fastload(records, indices: Sequence[int], op, output=None) -> List[t
     from fastload.loader import transform_image_dtype
 
     out = np.empty((len(indices), 3, h, w), dtype=transform_image_dtype(op) or np.uint8)
-    seed = int(torch.randint(0, 2 ** 62, ()).item())
+    seed = int(torch.randint(0, 2**62, ()).item())
     views = [records.image(i) for i in indices]
-    result = decode_batch(views, out, op, seed=seed, epoch=0, indices=np.asarray(indices, dtype=np.int64),
-                          threads=1, layout="NCHW")
+    result = decode_batch(
+        views, out, op, seed=seed, epoch=0, indices=np.asarray(indices, dtype=np.int64), threads=1, layout="NCHW"
+    )
     if result.errors:
         pos = min(result.errors)
         i = int(indices[pos])

@@ -22,19 +22,34 @@ entries.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["pinned_allocator", "cuda_release_fences", "split_sizes", "FloatOutput", "Placement", "TORCH_DTYPES", "FLOAT_DTYPES"]
+__all__ = [
+    "FLOAT_DTYPES",
+    "TORCH_DTYPES",
+    "FloatOutput",
+    "Placement",
+    "cuda_release_fences",
+    "pinned_allocator",
+    "split_sizes",
+]
 
-TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32,
-                np.dtype(np.float16): torch.float16, np.dtype(np.int64): torch.int64}
+TORCH_DTYPES = {
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.int64): torch.int64,
+}
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def pinned_allocator(shape: Tuple[int, ...], dtype: np.dtype, *, pin: Optional[bool] = None) -> Tuple[np.ndarray, torch.Tensor]:
+def pinned_allocator(
+    shape: tuple[int, ...], dtype: np.dtype, *, pin: bool | None = None
+) -> tuple[np.ndarray, torch.Tensor]:
     """Allocate a ring buffer as a torch tensor, page-locked when CUDA is available.
 
     ``torch.empty(..., pin_memory=True)`` raises on a CPU-only build, so pinning is requested only
@@ -49,7 +64,7 @@ def pinned_allocator(shape: Tuple[int, ...], dtype: np.dtype, *, pin: Optional[b
     return tensor.numpy(), tensor
 
 
-def cuda_release_fences() -> List[Any]:
+def cuda_release_fences() -> list[Any]:
     """The ring's release hook: a CUDA event on each initialized device's current stream.
 
     Called (on any thread) when a batch's last view dies. Work the consumer queued on those streams
@@ -75,7 +90,7 @@ def cuda_release_fences() -> List[Any]:
     return events
 
 
-def split_sizes(n: int, parts: int) -> List[int]:
+def split_sizes(n: int, parts: int) -> list[int]:
     """Sizes of ``parts`` contiguous slices of ``n`` rows, the first ones larger by one when uneven."""
     base, extra = divmod(n, parts)
     return [base + (1 if p < extra else 0) for p in range(parts)]
@@ -100,15 +115,17 @@ class FloatOutput:
         # (x * scale - mean) / std == x * (scale / std) - mean / std: one multiply-subtract pass.
         self._scale64 = (scale / std64).view(1, -1, 1, 1)
         self._shift64 = (mean64 / std64).view(1, -1, 1, 1)
-        self._cache: Dict[torch.device, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._cache: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self.key = (dtype, float(scale), tuple(float(v) for v in mean), tuple(float(v) for v in std))
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         """A new ``dtype`` tensor (NCHW logical shape, same memory format as ``images``)."""
         key = images.device
         if key not in self._cache:
-            self._cache[key] = (self._scale64.to(device=key, dtype=self.dtype),
-                                self._shift64.to(device=key, dtype=self.dtype))
+            self._cache[key] = (
+                self._scale64.to(device=key, dtype=self.dtype),
+                self._shift64.to(device=key, dtype=self.dtype),
+            )
         scale, shift = self._cache[key]
         out = images.to(self.dtype)
         return out.mul_(scale).sub_(shift)
@@ -125,10 +142,16 @@ class Placement:
         memory_format: ``torch.contiguous_format`` or ``torch.channels_last`` for device copies.
     """
 
-    def __init__(self, devices: Optional[List[torch.device]], *, single: bool, convert: Optional[FloatOutput],
-                 memory_format: torch.memory_format) -> None:
+    def __init__(
+        self,
+        devices: list[torch.device] | None,
+        *,
+        single: bool,
+        convert: FloatOutput | None,
+        memory_format: torch.memory_format,
+    ) -> None:
         self.devices, self.single, self.convert, self.memory_format = devices, single, convert, memory_format
-        self._streams: Dict[torch.device, Any] = {}
+        self._streams: dict[torch.device, Any] = {}
         if devices is not None and torch.cuda.is_available():
             for d in devices:
                 if d.type == "cuda":
@@ -145,8 +168,9 @@ class Placement:
         """Copy ``images``/``labels`` to the target devices; ``fence(event)`` guards the source slot."""
         outputs = []
         lo = 0
-        for device, size in zip(self.devices, split_sizes(images.shape[0], len(self.devices))):
-            img, lab = images[lo:lo + size], labels[lo:lo + size]
+        devices = self.devices or []
+        for device, size in zip(devices, split_sizes(images.shape[0], len(devices)), strict=False):
+            img, lab = images[lo : lo + size], labels[lo : lo + size]
             lo += size
             if device.type == "cuda":
                 outputs.append(self._copy_cuda(img, lab, device, fence))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Dict, Iterator, Optional, Union
+from collections.abc import Iterator, Sized
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -26,10 +27,10 @@ from torch.utils.data import DistributedSampler
 
 from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum, epoch_permutation, rank_share
 
-__all__ = ["OrderSampler", "IndexFeed", "distributed_rank_world"]
+__all__ = ["IndexFeed", "OrderSampler", "distributed_rank_world"]
 
 
-def distributed_rank_world(rank: Optional[int] = None, world_size: Optional[int] = None):
+def distributed_rank_world(rank: int | None = None, world_size: int | None = None):
     """``(rank, world_size)``: the given values, else ``torch.distributed``'s when initialized, else (0, 1)."""
     dist = torch.distributed
     initialized = dist.is_available() and dist.is_initialized()
@@ -66,8 +67,18 @@ class OrderSampler(DistributedSampler):
         window: Blocks per shuffling window for ``"block"``; shards per window for ``"shard"``.
     """
 
-    def __init__(self, data_source, *, shuffle: Union[bool, str] = True, seed: int = 0, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, even: str = "pad", block_size: int = 256, window: int = 8) -> None:
+    def __init__(
+        self,
+        data_source,
+        *,
+        shuffle: bool | str = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        even: str = "pad",
+        block_size: int = 256,
+        window: int = 8,
+    ) -> None:
         # DistributedSampler.__init__ is not called: it reads the process group now, this sampler when
         # each epoch starts. The attributes it documents are provided (some as properties).
         if shuffle is True:
@@ -87,40 +98,43 @@ class OrderSampler(DistributedSampler):
         if world_size is not None:
             _check_int(world_size, "world_size", 1)
         self._rank, self._world_size = rank, world_size
-        self._shard_starts: Optional[tuple] = None
+        self._shard_starts: tuple | None = None
         if self.mode is Shuffle.SHARD:
             starts = getattr(data_source, "shard_starts", None)
             if starts is None:
                 starts = getattr(getattr(data_source, "records", None), "shard_starts", None)  # ImageDataset
             if starts is None:
-                raise ValueError(f"shuffle='shard' needs a dataset with shard_starts (a fastload dataset), not "
-                                 f"{type(data_source).__name__}")
+                raise ValueError(
+                    f"shuffle='shard' needs a dataset with shard_starts (a fastload dataset), not "
+                    f"{type(data_source).__name__}"
+                )
             self._shard_starts = tuple(int(s) for s in np.asarray(starts).tolist())
         self.epoch = 0
-        self._explicit: Optional[int] = None
+        self._explicit: int | None = None
         self._started = False
 
     @property
-    def num_replicas(self) -> int:
+    def num_replicas(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
         return distributed_rank_world(self._rank, self._world_size)[1]
 
     @property
-    def rank(self) -> int:
+    def rank(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
         rank, world = distributed_rank_world(self._rank, self._world_size)
         if not 0 <= rank < world:
             raise ValueError(f"rank={rank} must be in [0, world_size={world})")
         return rank
 
     @property
-    def num_samples(self) -> int:
-        n, world = len(self.dataset), self.num_replicas
+    def num_samples(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
+        n, world = len(cast(Sized, self.dataset)), self.num_replicas
         if self.even is Even.DROP and n < world:
-            raise ValueError(f"even='drop' with {n} records and world_size={world} leaves some ranks nothing; "
-                             "use even='pad'")
+            raise ValueError(
+                f"even='drop' with {n} records and world_size={world} leaves some ranks nothing; use even='pad'"
+            )
         return -(-n // world) if self.even is Even.PAD else n // world
 
     @property
-    def total_size(self) -> int:
+    def total_size(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
         return self.num_samples * self.num_replicas
 
     def __len__(self) -> int:
@@ -137,30 +151,42 @@ class OrderSampler(DistributedSampler):
         else:
             epoch = self.epoch + 1 if self._started else self.epoch
         self.epoch, self._started = epoch, True
-        n = len(self.dataset)
+        n = len(cast(Sized, self.dataset))
         if n == 0:
             return iter(())
         rank, world = self.rank, self.num_replicas
         if self.mode is Shuffle.SHARD:
-            spec = OrderSpec(num_records=n, batch_size=1, shuffle=Shuffle.SHARD, seed=self.seed, rank=rank,
-                             world_size=world, even=self.even, window=self.window, shard_starts=self._shard_starts)
+            spec = OrderSpec(
+                num_records=n,
+                batch_size=1,
+                shuffle=Shuffle.SHARD,
+                seed=self.seed,
+                rank=rank,
+                world_size=world,
+                even=self.even,
+                window=self.window,
+                shard_starts=self._shard_starts,
+            )
             return iter(EpochOrder(spec, epoch).share.tolist())
-        perm = epoch_permutation(n, self.mode, seed=self.seed, epoch=epoch, block_size=self.block_size,
-                                 window=self.window)
+        perm = epoch_permutation(
+            n, self.mode, seed=self.seed, epoch=epoch, block_size=self.block_size, window=self.window
+        )
         return iter(rank_share(perm, rank=rank, world_size=world, even=self.even).tolist())
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """Which epoch the next ``iter()`` runs (the order needs nothing else)."""
         return {"epoch": self.epoch, "explicit": self._explicit, "started": self._started}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = _check_int(state["epoch"], "epoch", 0)
         self._explicit = None if state.get("explicit") is None else _check_int(state["explicit"], "epoch", 0)
         self._started = bool(state.get("started", False))
 
     def __repr__(self) -> str:
-        return (f"OrderSampler({len(self.dataset)} records, shuffle={self.mode.value!r}, seed={self.seed}, "
-                f"even={self.even.value!r})")
+        return (
+            f"OrderSampler({len(cast(Sized, self.dataset))} records, shuffle={self.mode.value!r}, seed={self.seed}, "
+            f"even={self.even.value!r})"
+        )
 
 
 _END = object()
@@ -173,7 +199,7 @@ class IndexFeed:
     """
 
     def __init__(self) -> None:
-        self._queue: "queue.Queue" = queue.Queue()
+        self._queue: queue.Queue = queue.Queue()
 
     def put(self, indices: np.ndarray) -> None:
         self._queue.put(indices)

@@ -15,71 +15,70 @@ Pillow fallback) interprets while decoding. One module per kind of op:
   batch-level :mod:`~fastload.transforms.mixing`.
 """
 
+# Pixel, output-stage and batch ops.
+from fastload.transforms.color import ColorJitter, Grayscale, Lighting, RandomGrayscale
+from fastload.transforms.erasing import RandomErasing
 from fastload.transforms.geometry import (
+    INTERPOLATIONS,
     PADDING_MODES,
     CenterCrop,
-    OpKind,
     CropWindow,
     ImageTooSmall,
+    OpKind,
     RandomCrop,
     RandomResizedCrop,
     Resize,
     SampleParams,
     Transform,
-    INTERPOLATIONS,
     eval_transform,
     random_crop_window,
     resample,
     sample_params,
     train,
 )
+from fastload.transforms.mixing import CutMix, MixUp, RandomChoice, mix_batch
+from fastload.transforms.mxnet_color import MXNetColorAugment
 from fastload.transforms.output import Normalize
 from fastload.transforms.pipeline import Pipeline, as_pipeline, op_counter_base
+from fastload.transforms.policy import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 from fastload.transforms.rng import sample_key, splitmix64, uniform
 
-# Pixel, output-stage and batch ops.
-from fastload.transforms.color import ColorJitter, Grayscale, Lighting, RandomGrayscale  # noqa: E402
-from fastload.transforms.erasing import RandomErasing  # noqa: E402
-from fastload.transforms.mixing import CutMix, MixUp, RandomChoice, mix_batch  # noqa: E402
-from fastload.transforms.mxnet_color import MXNetColorAugment  # noqa: E402
-from fastload.transforms.policy import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide  # noqa: E402
-
 __all__ = [
-    "OpKind",
-    "RandomResizedCrop",
-    "RandomCrop",
-    "CropWindow",
-    "ImageTooSmall",
-    "random_crop_window",
-    "PADDING_MODES",
-    "CenterCrop",
-    "Resize",
-    "Transform",
-    "SampleParams",
-    "train",
-    "eval_transform",
-    "sample_params",
-    "resample",
     "INTERPOLATIONS",
-    "Normalize",
-    "Pipeline",
-    "as_pipeline",
-    "op_counter_base",
-    "splitmix64",
-    "sample_key",
-    "uniform",
-    "ColorJitter",
-    "RandomGrayscale",
-    "Grayscale",
-    "Lighting",
-    "MXNetColorAugment",
+    "PADDING_MODES",
     "AutoAugment",
     "AutoAugmentPolicy",
-    "RandAugment",
-    "TrivialAugmentWide",
-    "RandomErasing",
-    "MixUp",
+    "CenterCrop",
+    "ColorJitter",
+    "CropWindow",
     "CutMix",
+    "Grayscale",
+    "ImageTooSmall",
+    "Lighting",
+    "MXNetColorAugment",
+    "MixUp",
+    "Normalize",
+    "OpKind",
+    "Pipeline",
+    "RandAugment",
     "RandomChoice",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomResizedCrop",
+    "Resize",
+    "SampleParams",
+    "Transform",
+    "TrivialAugmentWide",
+    "as_pipeline",
+    "eval_transform",
     "mix_batch",
+    "op_counter_base",
+    "random_crop_window",
+    "resample",
+    "sample_key",
+    "sample_params",
+    "splitmix64",
+    "train",
+    "uniform",
 ]

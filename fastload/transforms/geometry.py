@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Tuple, Union
+from typing import Any
 
 import numpy as np
 
@@ -39,22 +39,22 @@ from fastload.engine_abi import GeometryKind
 from fastload.transforms.rng import sample_key, uniform
 
 __all__ = [
-    "OpKind",
-    "RandomResizedCrop",
-    "CenterCrop",
-    "Resize",
-    "Transform",
-    "SampleParams",
-    "train",
-    "eval_transform",
-    "sample_params",
-    "resample",
     "INTERPOLATIONS",
-    "RandomCrop",
-    "ImageTooSmall",
-    "CropWindow",
-    "random_crop_window",
     "PADDING_MODES",
+    "CenterCrop",
+    "CropWindow",
+    "ImageTooSmall",
+    "OpKind",
+    "RandomCrop",
+    "RandomResizedCrop",
+    "Resize",
+    "SampleParams",
+    "Transform",
+    "eval_transform",
+    "random_crop_window",
+    "resample",
+    "sample_params",
+    "train",
 ]
 # Which counter value feeds which decision. Fixed so the C++ engine and this module agree.
 _DRAWS_PER_ATTEMPT = 4  # area, log-aspect, y, x
@@ -71,7 +71,7 @@ _CROP_TOP_DRAW, _CROP_LEFT_DRAW = 0, 1
 OpKind = GeometryKind
 
 
-def _pair(size: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:
+def _pair(size: int | tuple[int, int], name: str) -> tuple[int, int]:
     if isinstance(size, int):
         size = (size, size)
     if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
@@ -79,7 +79,7 @@ def _pair(size: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:
     return (int(size[0]), int(size[1]))
 
 
-def _check_range(value: Tuple[float, float], name: str, lower: float) -> Tuple[float, float]:
+def _check_range(value: tuple[float, float], name: str, lower: float) -> tuple[float, float]:
     lo, hi = float(value[0]), float(value[1])
     if not (lower < lo <= hi) or not math.isfinite(hi):
         raise ValueError(f"{name}={value!r} must satisfy {lower} < low <= high")
@@ -126,9 +126,9 @@ class RandomResizedCrop:
         vflip: Probability of a vertical flip (torchvision's ``RandomVerticalFlip(p)``).
     """
 
-    size: Union[int, Tuple[int, int]] = 224
-    scale: Tuple[float, float] = (0.08, 1.0)
-    ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    size: int | tuple[int, int] = 224
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
     flip: float = 0.5
     interpolation: str = "bilinear"
     antialias: bool = True
@@ -162,8 +162,8 @@ class CenterCrop:
         vflip: Probability of a vertical flip.
     """
 
-    size: Union[int, Tuple[int, int]] = 224
-    resize: Union[int, None] = 256
+    size: int | tuple[int, int] = 224
+    resize: int | None = 256
     flip: float = 0.0
     interpolation: str = "bilinear"
     antialias: bool = True
@@ -194,7 +194,7 @@ class Resize:
         vflip: Probability of a vertical flip.
     """
 
-    size: Union[int, Tuple[int, int]] = 224
+    size: int | tuple[int, int] = 224
     flip: float = 0.0
     interpolation: str = "bilinear"
     antialias: bool = True
@@ -217,16 +217,25 @@ class ImageTooSmall(ValueError):
 PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 
 
-def _padding(value: Any) -> Tuple[int, int, int, int]:
-    """torchvision's padding: an int (all borders), (left/right, top/bottom) or (left, top, right, bottom)."""
+def _padding(value: Any) -> tuple[int, int, int, int]:
+    """Torchvision's padding: an int (all borders), (left/right, top/bottom) or (left, top, right, bottom)."""
     if value is None:
         return (0, 0, 0, 0)
-    items = (value,) if isinstance(value, int) and not isinstance(value, bool) else tuple(value) \
-        if isinstance(value, (tuple, list)) else None
-    if items is None or len(items) not in (1, 2, 4) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in items):
-        raise ValueError(f"padding={value!r} must be a non-negative int, (left/right, top/bottom) or "
-                         "(left, top, right, bottom)")
+    items = (
+        (value,)
+        if isinstance(value, int) and not isinstance(value, bool)
+        else tuple(value)
+        if isinstance(value, (tuple, list))
+        else None
+    )
+    if (
+        items is None
+        or len(items) not in (1, 2, 4)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in items)
+    ):
+        raise ValueError(
+            f"padding={value!r} must be a non-negative int, (left/right, top/bottom) or (left, top, right, bottom)"
+        )
     if len(items) == 1:
         return (items[0],) * 4  # type: ignore[return-value]
     if len(items) == 2:
@@ -234,19 +243,28 @@ def _padding(value: Any) -> Tuple[int, int, int, int]:
     return items  # type: ignore[return-value]
 
 
-def _fill(value: Any) -> Tuple[int, int, int]:
-    items = (value,) * 3 if isinstance(value, int) and not isinstance(value, bool) else \
-        tuple(value) if isinstance(value, (tuple, list)) else None
-    if items is None or len(items) != 3 or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in items):
+def _fill(value: Any) -> tuple[int, int, int]:
+    items = (
+        (value,) * 3
+        if isinstance(value, int) and not isinstance(value, bool)
+        else tuple(value)
+        if isinstance(value, (tuple, list))
+        else None
+    )
+    if (
+        items is None
+        or len(items) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in items)
+    ):
         raise ValueError(f"fill={value!r} must be an int in 0..255 or 3 of them (one per channel)")
     return items  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RandomCrop:
-    """torchvision's ``RandomCrop(size, padding, pad_if_needed, fill, padding_mode)``: pad, then an
-    unscaled random crop (the CIFAR recipes: ``RandomCrop(32, padding=4)`` + flip).
+    """torchvision's ``RandomCrop(size, padding, pad_if_needed, fill, padding_mode)``.
+
+    Pad, then an unscaled random crop (the CIFAR recipes: ``RandomCrop(32, padding=4)`` + flip).
 
     Args:
         size: Output ``(height, width)`` or one int for a square.
@@ -265,7 +283,7 @@ class RandomCrop:
     ``TOO_SMALL`` (torchvision raises).
     """
 
-    size: Union[int, Tuple[int, int]] = 32
+    size: int | tuple[int, int] = 32
     padding: Any = None
     fill: Any = 0
     pad_if_needed: bool = False
@@ -289,18 +307,43 @@ class RandomCrop:
     antialias = True
 
 
-Transform = Union[RandomResizedCrop, CenterCrop, Resize, RandomCrop]
+_CUBIC_A = -0.75  # the Keys cubic of PIL and torchvision
 
 
-def train(size: int = 224, *, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), flip: float = 0.5,
-          interpolation: str = "bilinear", antialias: bool = True, vflip: float = 0.0) -> RandomResizedCrop:
+def _cubic_near(v: float) -> float:
+    """Cubic convolution weight for a tap within one pixel of the sample point."""
+    a = _CUBIC_A
+    return ((a + 2.0) * v - (a + 3.0)) * v * v + 1.0
+
+
+def _cubic_far(v: float) -> float:
+    """Cubic convolution weight for a tap one to two pixels from the sample point."""
+    a = _CUBIC_A
+    return ((a * v - 5.0 * a) * v + 8.0 * a) * v - 4.0 * a
+
+
+Transform = RandomResizedCrop | CenterCrop | Resize | RandomCrop
+
+
+def train(
+    size: int = 224,
+    *,
+    scale=(0.08, 1.0),
+    ratio=(3.0 / 4.0, 4.0 / 3.0),
+    flip: float = 0.5,
+    interpolation: str = "bilinear",
+    antialias: bool = True,
+    vflip: float = 0.0,
+) -> RandomResizedCrop:
     """The standard ImageNet training transform: RandomResizedCrop(size) + RandomHorizontalFlip."""
-    return RandomResizedCrop(size=size, scale=scale, ratio=ratio, flip=flip, interpolation=interpolation,
-                             antialias=antialias, vflip=vflip)
+    return RandomResizedCrop(
+        size=size, scale=scale, ratio=ratio, flip=flip, interpolation=interpolation, antialias=antialias, vflip=vflip
+    )
 
 
-def eval_transform(size: int = 224, *, resize: int = 256, interpolation: str = "bilinear",
-                   antialias: bool = True) -> CenterCrop:
+def eval_transform(
+    size: int = 224, *, resize: int = 256, interpolation: str = "bilinear", antialias: bool = True
+) -> CenterCrop:
     """The standard ImageNet evaluation transform: Resize(resize) + CenterCrop(size)."""
     return CenterCrop(size=size, resize=resize, interpolation=interpolation, antialias=antialias)
 
@@ -308,7 +351,7 @@ def eval_transform(size: int = 224, *, resize: int = 256, interpolation: str = "
 def _round_half_even(x: float) -> int:
     # torchvision rounds with Python's round() (ties to even); the C++ engine uses std::nearbyint
     # under the default rounding mode, which is the same IEEE round-half-even.
-    return int(round(x))
+    return round(x)
 
 
 @dataclass(frozen=True)
@@ -327,11 +370,11 @@ class SampleParams:
     vflip: bool = False
 
     @property
-    def box(self) -> Tuple[float, float, float, float]:
+    def box(self) -> tuple[float, float, float, float]:
         return (self.x0, self.y0, self.x1, self.y1)
 
 
-def _rrc_box(width: int, height: int, t: RandomResizedCrop, key: int) -> Tuple[int, int, int, int]:
+def _rrc_box(width: int, height: int, t: RandomResizedCrop, key: int) -> tuple[int, int, int, int]:
     area = float(width * height)
     log_lo, log_hi = math.log(t.ratio[0]), math.log(t.ratio[1])
     for attempt in range(_MAX_ATTEMPTS):
@@ -362,7 +405,7 @@ def _rrc_box(width: int, height: int, t: RandomResizedCrop, key: int) -> Tuple[i
 class CropWindow:
     """Where a RandomCrop takes its window: the two paddings and the window in the padded image."""
 
-    pad: Tuple[int, int, int, int]  # the op's padding (left, top, right, bottom)
+    pad: tuple[int, int, int, int]  # the op's padding (left, top, right, bottom)
     pad_x: int  # pad_if_needed's padding on the left and on the right
     pad_y: int  # ... on the top and at the bottom
     top: int  # the window's origin in the twice-padded image
@@ -378,8 +421,8 @@ class CropWindow:
         return self.top - self.pad_y - self.pad[1]
 
 
-def random_crop_window(width: int, height: int, t: RandomCrop, key: int) -> "CropWindow | None":
-    """torchvision's RandomCrop arithmetic for one sample; None when the padded image is too small."""
+def random_crop_window(width: int, height: int, t: RandomCrop, key: int) -> CropWindow | None:
+    """Torchvision's RandomCrop arithmetic for one sample; None when the padded image is too small."""
     out_h, out_w = t.size
     left_pad, top_pad, right_pad, bottom_pad = t.padding
     w1, h1 = width + left_pad + right_pad, height + top_pad + bottom_pad
@@ -393,8 +436,8 @@ def random_crop_window(width: int, height: int, t: RandomCrop, key: int) -> "Cro
     return CropWindow(pad=t.padding, pad_x=pad_x, pad_y=pad_y, top=top, left=left)
 
 
-def _center_crop_window(width: int, height: int, t: CenterCrop) -> Tuple[int, int, int, int]:
-    """torchvision's Resize(int) + CenterCrop: the resized size and the crop's left, top in it."""
+def _center_crop_window(width: int, height: int, t: CenterCrop) -> tuple[int, int, int, int]:
+    """Torchvision's Resize(int) + CenterCrop: the resized size and the crop's left, top in it."""
     out_h, out_w = t.size
     assert t.resize is not None
     # Resize(int): shorter side -> resize, longer side truncated to int.
@@ -425,13 +468,17 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
         raise ValueError(f"image size {width}x{height} must be positive")
     key = sample_key(seed, epoch, index)
     out_h, out_w = transform.size
-    flips = {"flip": uniform(key, _FLIP_DRAW) < transform.flip,
-             "vflip": uniform(key, _VFLIP_DRAW) < getattr(transform, "vflip", 0.0)}
+    flips = {
+        "flip": uniform(key, _FLIP_DRAW) < transform.flip,
+        "vflip": uniform(key, _VFLIP_DRAW) < getattr(transform, "vflip", 0.0),
+    }
     if transform.kind == OpKind.RANDOM_CROP:
         window = random_crop_window(width, height, transform, key)
         if window is None:
-            raise ImageTooSmall(f"image {width}x{height} is smaller than the crop {out_w}x{out_h} after padding "
-                             f"{transform.padding} (pad_if_needed=False)")
+            raise ImageTooSmall(
+                f"image {width}x{height} is smaller than the crop {out_w}x{out_h} after padding "
+                f"{transform.padding} (pad_if_needed=False)"
+            )
         x0, y0 = window.x0, window.y0
         return SampleParams(float(x0), float(y0), float(x0 + out_w), float(y0 + out_h), **flips)
     if transform.kind == OpKind.RANDOM_RESIZED_CROP:
@@ -482,10 +529,7 @@ def _plain_weights(in0: float, in1: float, out_size: int, clip0: int, clip1: int
         else:
             i = math.floor(src)
             t = src - i
-            a = -0.75
-            near = lambda v: ((a + 2.0) * v - (a + 3.0)) * v * v + 1.0  # noqa: E731
-            far = lambda v: ((a * v - 5.0 * a) * v + 8.0 * a) * v - 4.0 * a  # noqa: E731
-            for k, value in enumerate((far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t))):
+            for k, value in enumerate((_cubic_far(t + 1.0), _cubic_near(t), _cubic_near(1.0 - t), _cubic_far(2.0 - t))):
                 put(x, i - 1 + k, value)
     return w
 
@@ -534,7 +578,7 @@ def resample(image: Any, params: SampleParams, transform: Transform) -> np.ndarr
         cy = (int(y0), int(y1)) if crop else (0, height)
         wx = _plain_weights(x0, x1, out_w, cx[0], cx[1], interpolation)
         wy = _plain_weights(y0, y1, out_h, cy[0], cy[1], interpolation)
-        src = np.asarray(image, np.float64)[cy[0]:cy[1], cx[0]:cx[1]]
+        src = np.asarray(image, np.float64)[cy[0] : cy[1], cx[0] : cx[1]]
         # Separable, horizontal pass first, rounded to uint8 in between, as torch's uint8 kernels
         # (which torchvision uses for uint8 images on CPU) and Pillow do.
         rows = np.clip(np.floor(np.einsum("ijc,xj->ixc", src, wx, optimize=True) + 0.5), 0, 255)
@@ -552,13 +596,13 @@ def _pad(arr: np.ndarray, top: int, bottom: int, left: int, right: int, t: Rando
     if t.padding_mode == "constant":
         out = np.empty((arr.shape[0] + top + bottom, arr.shape[1] + left + right, 3), np.uint8)
         out[...] = np.asarray(t.fill, np.uint8)
-        out[top:top + arr.shape[0], left:left + arr.shape[1]] = arr
+        out[top : top + arr.shape[0], left : left + arr.shape[1]] = arr
         return out
     return np.pad(arr, widths, mode=t.padding_mode)
 
 
 def _random_crop_reference(arr: np.ndarray, params: SampleParams, t: RandomCrop) -> np.ndarray:
-    """torchvision's RandomCrop (PIL backend): pad, pad again if needed, crop."""
+    """Torchvision's RandomCrop (PIL backend): pad, pad again if needed, crop."""
     out_h, out_w = t.size
     left, top, right, bottom = t.padding
     if any(t.padding):
@@ -571,4 +615,4 @@ def _random_crop_reference(arr: np.ndarray, params: SampleParams, t: RandomCrop)
         arr = _pad(arr, pad_y, pad_y, 0, 0, t)
     y = int(params.y0) + top + pad_y
     x = int(params.x0) + left + pad_x
-    return arr[y:y + out_h, x:x + out_w]
+    return arr[y : y + out_h, x : x + out_w]

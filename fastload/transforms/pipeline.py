@@ -71,27 +71,33 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         if not _is_geometry(self.geometry):
-            raise ValueError(f"geometry={self.geometry!r} must be a geometry op of fastload.transforms "
-                             "(RandomResizedCrop, CenterCrop, Resize, RandomCrop, ...)")
+            raise ValueError(
+                f"geometry={self.geometry!r} must be a geometry op of fastload.transforms "
+                "(RandomResizedCrop, CenterCrop, Resize, RandomCrop, ...)"
+            )
         if isinstance(self.ops, (str, bytes)) or not hasattr(self.ops, "__iter__"):
             raise ValueError(f"ops={self.ops!r} must be a sequence of pixel ops")
         ops = tuple(self.ops)
         for i, op in enumerate(ops):
             if _is_geometry(op) or not callable(getattr(op, "apply", None)):
-                raise ValueError(f"ops[{i}]={op!r} is not a pixel op (an op spec with an apply(image, key, base=) "
-                                 "reference); the geometry goes in geometry=")
+                raise ValueError(
+                    f"ops[{i}]={op!r} is not a pixel op (an op spec with an apply(image, key, base=) "
+                    "reference); the geometry goes in geometry="
+                )
         op_counter_base(len(ops))  # the counter layout has room for them
         object.__setattr__(self, "ops", ops)
         if self.normalize is not None and not isinstance(self.normalize, Normalize):
             raise ValueError(f"normalize={self.normalize!r} must be a fastload.transforms.Normalize or None")
-        if self.erase is not None and not (callable(getattr(self.erase, "sample", None))
-                                           and callable(getattr(self.erase, "apply_params", None))):
+        if self.erase is not None and not (
+            callable(getattr(self.erase, "sample", None)) and callable(getattr(self.erase, "apply_params", None))
+        ):
             raise ValueError(f"erase={self.erase!r} must be a RandomErasing or None")
 
     @property
     def size(self) -> tuple[int, int]:
         """Output ``(height, width)``."""
-        return tuple(self.geometry.size)  # type: ignore[return-value]
+        h, w = self.geometry.size  # type: ignore[misc]  # every geometry stores (h, w) once constructed
+        return (int(h), int(w))
 
     @property
     def kind(self) -> Any:
@@ -110,5 +116,7 @@ def as_pipeline(transform: Pipeline | Transform) -> Pipeline:
         return transform
     if _is_geometry(transform):
         return Pipeline(geometry=transform)
-    raise ValueError(f"transform={transform!r} must be a fastload.transforms Pipeline or geometry op "
-                     "(RandomResizedCrop, CenterCrop, Resize, RandomCrop, ...)")
+    raise ValueError(
+        f"transform={transform!r} must be a fastload.transforms Pipeline or geometry op "
+        "(RandomResizedCrop, CenterCrop, Resize, RandomCrop, ...)"
+    )

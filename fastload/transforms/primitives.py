@@ -16,32 +16,32 @@ engine as numbers, so both backends use the very same matrices.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Tuple
 
 import numpy as np
 
 from fastload.engine_abi import PixelPrim, WarpMode
 
 __all__ = [
-    "Prim",
     "GEOMETRIC_PRIMS",
+    "Prim",
     "WarpMode",
     "WarpPlan",
-    "warp_plan",
     "apply_prim",
+    "autocontrast",
     "brightness",
     "contrast",
+    "equalize",
+    "grayscale",
+    "hue",
+    "invert",
+    "posterize",
     "saturation",
     "sharpness",
-    "hue",
-    "grayscale",
-    "posterize",
     "solarize",
-    "autocontrast",
-    "equalize",
-    "invert",
     "warp",
+    "warp_plan",
 ]
 
 
@@ -124,7 +124,7 @@ def solarize(image: np.ndarray, threshold: float) -> np.ndarray:
     """Inverts the values at or above ``threshold``."""
     from PIL import ImageOps
 
-    return _np(ImageOps.solarize(_pil(image), threshold))
+    return _np(ImageOps.solarize(_pil(image), threshold))  # type: ignore[arg-type]  # Pillow's stub says int; floats work
 
 
 def autocontrast(image: np.ndarray) -> np.ndarray:
@@ -151,15 +151,16 @@ class WarpPlan:
     """A geometric primitive as Pillow runs it: ``mode`` and, for AFFINE, the inverse matrix."""
 
     mode: WarpMode
-    matrix: Tuple[float, float, float, float, float, float] = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+    matrix: tuple[float, float, float, float, float, float] = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 
-    def as_row(self) -> Tuple[float, ...]:
+    def as_row(self) -> tuple[float, ...]:
         """``(mode, a0..a5)``: the seven numbers the engine receives."""
-        return (float(int(self.mode)),) + tuple(float(v) for v in self.matrix)
+        return (float(int(self.mode)), *tuple(float(v) for v in self.matrix))
 
 
-def _inverse_affine(center: Sequence[float], angle: float, translate: Sequence[float], scale: float,
-                    shear: Sequence[float]) -> Tuple[float, ...]:
+def _inverse_affine(
+    center: Sequence[float], angle: float, translate: Sequence[float], scale: float, shear: Sequence[float]
+) -> tuple[float, ...]:
     # torchvision's inverse of T * C * R(angle) S(scale) SHy SHx * C^-1, in its order of operations:
     # the nearest-neighbour sampler truncates coordinates, so the last bit of a coefficient matters.
     rot = math.radians(angle)
@@ -190,13 +191,19 @@ def _rotate_plan(angle: float, height: int, width: int) -> WarpPlan:
         return WarpPlan(WarpMode.ROTATE_90 if angle == 90 else WarpMode.ROTATE_270)
     cx, cy = width / 2, height / 2
     rad = -math.radians(angle)
-    m = [round(math.cos(rad), 15), round(math.sin(rad), 15), 0.0,
-         round(-math.sin(rad), 15), round(math.cos(rad), 15), 0.0]
+    m = [
+        round(math.cos(rad), 15),
+        round(math.sin(rad), 15),
+        0.0,
+        round(-math.sin(rad), 15),
+        round(math.cos(rad), 15),
+        0.0,
+    ]
     x, y = -cx, -cy
     m[2], m[5] = m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]
     m[2] += cx
     m[5] += cy
-    return WarpPlan(WarpMode.AFFINE, tuple(m))
+    return WarpPlan(WarpMode.AFFINE, (m[0], m[1], m[2], m[3], m[4], m[5]))
 
 
 def warp_plan(prim: Prim, magnitude: float, height: int, width: int) -> WarpPlan:
@@ -213,10 +220,10 @@ def warp_plan(prim: Prim, magnitude: float, height: int, width: int) -> WarpPlan
         return _rotate_plan(magnitude, height, width)
     else:
         raise ValueError(f"{prim!r} is not a geometric primitive")
-    return WarpPlan(WarpMode.AFFINE, m)
+    return WarpPlan(WarpMode.AFFINE, (m[0], m[1], m[2], m[3], m[4], m[5]))
 
 
-def warp(image: np.ndarray, plan: WarpPlan, *, bilinear: bool, fill: Tuple[int, int, int]) -> np.ndarray:
+def warp(image: np.ndarray, plan: WarpPlan, *, bilinear: bool, fill: tuple[int, int, int]) -> np.ndarray:
     """Runs a :class:`WarpPlan` as Pillow does (``Image.transform`` / ``Image.transpose``)."""
     from PIL import Image
 
@@ -224,16 +231,20 @@ def warp(image: np.ndarray, plan: WarpPlan, *, bilinear: bool, fill: Tuple[int, 
     if plan.mode == WarpMode.IDENTITY:
         return _np(img)
     if plan.mode != WarpMode.AFFINE:
-        op = {WarpMode.ROTATE_90: Image.Transpose.ROTATE_90, WarpMode.ROTATE_180: Image.Transpose.ROTATE_180,
-              WarpMode.ROTATE_270: Image.Transpose.ROTATE_270}[plan.mode]
+        op = {
+            WarpMode.ROTATE_90: Image.Transpose.ROTATE_90,
+            WarpMode.ROTATE_180: Image.Transpose.ROTATE_180,
+            WarpMode.ROTATE_270: Image.Transpose.ROTATE_270,
+        }[plan.mode]
         return _np(img.transpose(op))
     resample = Image.Resampling.BILINEAR if bilinear else Image.Resampling.NEAREST
     return _np(img.transform(img.size, Image.Transform.AFFINE, plan.matrix, resample, fillcolor=tuple(fill)))
 
 
-def apply_prim(image: np.ndarray, prim: Prim, magnitude: float, *, bilinear: bool,
-               fill: Tuple[int, int, int]) -> np.ndarray:
-    """torchvision's ``_apply_op(img, op_name, magnitude, interpolation, fill)`` on a PIL image."""
+def apply_prim(
+    image: np.ndarray, prim: Prim, magnitude: float, *, bilinear: bool, fill: tuple[int, int, int]
+) -> np.ndarray:
+    """Torchvision's ``_apply_op(img, op_name, magnitude, interpolation, fill)`` on a PIL image."""
     prim = Prim(prim)
     if prim == Prim.IDENTITY:
         return image.copy()
