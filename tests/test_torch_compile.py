@@ -66,7 +66,16 @@ def test_flip_before_the_crop_and_normalize_chains():
 @pytest.mark.parametrize(
     ("ops", "first_rest", "reason"),
     [
-        ([T.RandomResizedCrop(64), T.ColorJitter(0.4), T.ToTensor()], "ColorJitter", "not an op fastload compiles"),
+        ([T.RandomResizedCrop(64), T.AugMix(), T.ToTensor()], "AugMix", "not an op fastload compiles"),
+        ([T.ColorJitter(0.4), T.RandomResizedCrop(64), T.ToTensor()], "ColorJitter", "before the crop"),
+        ([T.RandomResizedCrop(64), T.PILToTensor(), T.ColorJitter(0.4)], "ColorJitter", "tensor backend"),
+        (
+            [T.RandomResizedCrop(64), T.TrivialAugmentWide(), T.RandomHorizontalFlip()],
+            "RandomHorizontalFlip",
+            "commute",
+        ),
+        ([T.RandomCrop(32, padding=4, padding_mode="reflect"), T.ToTensor()], "RandomCrop", "reflect"),
+        ([T.RandomResizedCrop(64), T.ToTensor(), T.RandomErasing(), T.Normalize(MEAN, STD)], "Normalize", "after"),
         (
             [T.RandomResizedCrop(64, interpolation=T.InterpolationMode.LANCZOS), T.ToTensor()],
             "RandomResizedCrop",

@@ -67,6 +67,9 @@ class Plan:
         scale: Multiplier of the uint8 pixels before ``mean`` / ``std`` (1/255 after ToTensor).
         mean: Per-channel mean subtracted (after scaling).
         std: Per-channel std divided by.
+        ops: Pixel ops of :mod:`fastload.transforms` run by the engine after the geometry (colour,
+            AutoAugment policies), in order.
+        erase: The engine's ``RandomErasing`` on the compiled prefix's output, or None.
         rest: The ops after the compiled prefix (the original objects), run per sample.
         compiled: Names of the ops folded into the engine plan, in order.
         stop: Why ``rest[0]`` did not compile (None when everything did).
@@ -79,6 +82,8 @@ class Plan:
     scale: float = 1.0
     mean: tuple[float, ...] = (0.0, 0.0, 0.0)
     std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    ops: tuple[Any, ...] = ()
+    erase: Any = None
     rest: tuple[Any, ...] = ()
     compiled: tuple[str, ...] = ()
     stop: str | None = None
@@ -105,21 +110,23 @@ class Plan:
         writes the normalized float32 / float16 values straight into the batch, with no second pass.
         Without it (or for float64 / bfloat16), the engine writes uint8 and torch converts after.
         """
-        if not self.is_float:
-            return self.geometry, None
         from fastload import transforms
 
-        pipeline, normalize = getattr(transforms, "Pipeline", None), getattr(transforms, "Normalize", None)
+        if not self.is_float:
+            if not self.ops and self.erase is None:
+                return self.geometry, None
+            return transforms.Pipeline(geometry=self.geometry, ops=self.ops, erase=self.erase), None
         dtypes = {torch.float32: "float32", torch.float16: "float16"}
-        if pipeline is None or normalize is None or self.dtype not in dtypes:
-            return self.geometry, self.float_output()
-        try:
-            spec = pipeline(
-                geometry=self.geometry,
-                normalize=normalize(mean=self.mean, std=self.std, scale=self.scale, dtype=dtypes[self.dtype]),
-            )
-        except (TypeError, ValueError):
-            return self.geometry, self.float_output()
+        if self.dtype not in dtypes:
+            # float64 / bfloat16: the engine writes uint8, torch converts (compile() never folds
+            # RandomErasing into such a plan, whose values the engine does not write).
+            spec = transforms.Pipeline(geometry=self.geometry, ops=self.ops) if self.ops else self.geometry
+            return spec, self.float_output()
+        m, sd = self.mean, self.std  # three values each (_scalars)
+        normalize = transforms.Normalize(
+            mean=(m[0], m[1], m[2]), std=(sd[0], sd[1], sd[2]), scale=self.scale, dtype=dtypes[self.dtype]
+        )
+        spec = transforms.Pipeline(geometry=self.geometry, ops=self.ops, normalize=normalize, erase=self.erase)
         return spec, None
 
     def describe(self) -> str:
@@ -131,7 +138,17 @@ class Plan:
     @property
     def key(self) -> tuple:
         """Identifies what the engine does (two plans with equal keys decode identically)."""
-        return (self.geometry, self.kind, self.tv_image, self.dtype, self.scale, self.mean, self.std)
+        return (
+            self.geometry,
+            self.kind,
+            self.tv_image,
+            self.dtype,
+            self.scale,
+            self.mean,
+            self.std,
+            self.ops,
+            self.erase,
+        )
 
 
 @dataclass
@@ -144,6 +161,9 @@ class _State:
     scale: float = 1.0
     mean: tuple[float, ...] = (0.0, 0.0, 0.0)
     std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    pending_vflip: float | None = None
+    ops: tuple[Any, ...] = ()
+    erase: Any = None
     compiled: list[str] = field(default_factory=list)
 
     def require_uint8_image(self, what: str) -> None:
@@ -153,12 +173,26 @@ class _State:
     def set_geometry(self, op) -> None:
         if self.geometry is not None:
             raise _Unsupported("a second geometry op after the first is not in the engine")
-        flip = self.pending_flip or 0.0
+        flips = {"flip": self.pending_flip or 0.0, "vflip": self.pending_vflip or 0.0}
         try:
-            self.geometry = dataclasses.replace(op, flip=flip) if flip else op
-        except ValueError as exc:
+            self.geometry = dataclasses.replace(op, **{k: v for k, v in flips.items() if v})
+        except (ValueError, TypeError) as exc:
             raise _Unsupported(str(exc)) from None
-        self.pending_flip = None
+        self.pending_flip = self.pending_vflip = None
+
+    def require_pixel_stage(self, what: str) -> None:
+        """A pixel op runs in the engine only on the PIL image after the crop, before any output op."""
+        if self.geometry is None:
+            raise _Unsupported(
+                f"{what} before the crop / resize is not in the engine (it runs on the output-sized image)"
+            )
+        if self.kind != "pil":
+            raise _Unsupported(
+                f"{what} on a tensor is not in the engine (its ops reproduce torchvision's PIL backend; the "
+                "tensor backend rounds differently)"
+            )
+        if self.erase is not None:
+            raise _Unsupported(f"{what} after RandomErasing is not in the engine")
 
 
 def _name(op) -> str:
@@ -283,8 +317,19 @@ def _center_crop(state: _State, ops: Sequence[Any], i: int) -> int:
     raise _Unsupported("CenterCrop without a Resize(s) before it is not in the engine yet")
 
 
+def _flip_commutes(state: _State, what: str) -> None:
+    """A flip is fused into the geometry, i.e. moved before the pixel ops: only colour ops commute with it."""
+    from fastload.transforms import ColorJitter, RandomGrayscale
+
+    if state.erase is not None or (state.kind != "pil" and state.dtype != torch.uint8):
+        raise _Unsupported(f"{what} after the output ops is not in the engine")
+    if any(not isinstance(op, (ColorJitter, RandomGrayscale)) for op in state.ops):
+        raise _Unsupported(f"{what} after an AutoAugment-style policy is not in the engine (they do not commute)")
+
+
 def _hflip(state: _State, ops: Sequence[Any], i: int) -> int:
     p = float(ops[i].p)
+    _flip_commutes(state, "RandomHorizontalFlip")
     if state.geometry is None:
         if state.pending_flip is not None:
             raise _Unsupported("a second horizontal flip is not in the engine")
@@ -296,6 +341,152 @@ def _hflip(state: _State, ops: Sequence[Any], i: int) -> int:
             state.geometry = dataclasses.replace(state.geometry, flip=p)
         except ValueError as exc:
             raise _Unsupported(str(exc)) from None
+    return 1
+
+
+def _vflip(state: _State, ops: Sequence[Any], i: int) -> int:
+    p = float(ops[i].p)
+    _flip_commutes(state, "RandomVerticalFlip")
+    if state.geometry is None:
+        if state.pending_vflip is not None:
+            raise _Unsupported("a second vertical flip is not in the engine")
+        state.pending_vflip = p
+        return 1
+    if getattr(state.geometry, "vflip", 0.0):
+        raise _Unsupported("a second vertical flip is not in the engine")
+    try:
+        state.geometry = dataclasses.replace(state.geometry, vflip=p)
+    except (ValueError, TypeError) as exc:
+        raise _Unsupported(str(exc)) from None
+    return 1
+
+
+def _random_crop(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import RandomCrop
+
+    op = ops[i]
+    state.require_uint8_image("RandomCrop")
+    if getattr(op, "padding_mode", "constant") != "constant":
+        raise _Unsupported(f"padding_mode={op.padding_mode!r} is not in the engine (constant padding only)")
+    fill = op.fill
+    if isinstance(fill, dict):  # v2: a fill per tv_tensor type
+        fill = next(iter(fill.values()), 0) if len(fill) == 1 else None
+        if fill is None:
+            raise _Unsupported("a fill per tensor type is not in the engine")
+    padding = op.padding
+    if isinstance(padding, (list, tuple)) and len(padding) == 1:
+        padding = padding[0]
+    try:
+        geo = RandomCrop(
+            size=_pair(op.size, "RandomCrop"),
+            padding=tuple(padding) if isinstance(padding, (list, tuple)) else padding,
+            fill=tuple(fill) if isinstance(fill, (list, tuple)) else (0 if fill is None else fill),
+            pad_if_needed=bool(op.pad_if_needed),
+        )
+    except (ValueError, TypeError) as exc:
+        raise _Unsupported(str(exc)) from None
+    state.set_geometry(geo)
+    return 1
+
+
+def _add_pixel_op(state: _State, what: str, build: Callable[[], Any]) -> int:
+    state.require_pixel_stage(what)
+    try:
+        spec = build()
+    except (ValueError, TypeError) as exc:
+        raise _Unsupported(str(exc)) from None
+    state.ops = (*state.ops, spec)
+    return 1
+
+
+def _range(value: Any) -> Any:
+    """Torchvision stores a jitter as ``[min, max]`` (or None); fastload's op takes a pair."""
+    return None if value is None else tuple(float(v) for v in value)
+
+
+def _color_jitter(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import ColorJitter
+
+    op = ops[i]
+    return _add_pixel_op(
+        state,
+        "ColorJitter",
+        lambda: ColorJitter(
+            brightness=_range(op.brightness),
+            contrast=_range(op.contrast),
+            saturation=_range(op.saturation),
+            hue=_range(op.hue),
+        ),
+    )
+
+
+def _random_grayscale(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import RandomGrayscale
+
+    return _add_pixel_op(state, "RandomGrayscale", lambda: RandomGrayscale(p=float(ops[i].p)))
+
+
+def _policy_fields(op: Any) -> dict[str, Any]:
+    fill = op.fill
+    if isinstance(fill, dict):  # v2: a fill per tv_tensor type
+        values = list(fill.values())
+        if len(values) != 1:
+            raise _Unsupported("a fill per tensor type is not in the engine")
+        fill = values[0]
+    return {"interpolation": _interpolation(op.interpolation), "fill": fill}
+
+
+def _auto_augment(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import AutoAugment
+
+    op = ops[i]
+    return _add_pixel_op(state, "AutoAugment", lambda: AutoAugment(policy=op.policy.value, **_policy_fields(op)))
+
+
+def _rand_augment(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import RandAugment
+
+    op = ops[i]
+    return _add_pixel_op(
+        state,
+        "RandAugment",
+        lambda: RandAugment(
+            num_ops=int(op.num_ops),
+            magnitude=int(op.magnitude),
+            num_magnitude_bins=int(op.num_magnitude_bins),
+            **_policy_fields(op),
+        ),
+    )
+
+
+def _trivial_augment(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import TrivialAugmentWide
+
+    op = ops[i]
+    return _add_pixel_op(
+        state,
+        "TrivialAugmentWide",
+        lambda: TrivialAugmentWide(num_magnitude_bins=int(op.num_magnitude_bins), **_policy_fields(op)),
+    )
+
+
+def _random_erasing(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import RandomErasing
+
+    op = ops[i]
+    if state.kind != "tensor":
+        raise _Unsupported("RandomErasing of a PIL image")
+    if state.erase is not None:
+        raise _Unsupported("a second RandomErasing is not in the engine")
+    if state.dtype not in (torch.uint8, torch.float32, torch.float16):
+        raise _Unsupported(f"RandomErasing of a {state.dtype} tensor is not in the engine")
+    value = op.value
+    if isinstance(value, (list, tuple)):
+        value = tuple(float(v) for v in value)
+    try:
+        state.erase = RandomErasing(p=float(op.p), scale=tuple(op.scale), ratio=tuple(op.ratio), value=value)
+    except (ValueError, TypeError) as exc:
+        raise _Unsupported(str(exc)) from None
     return 1
 
 
@@ -324,6 +515,8 @@ def _to_pure_tensor(state: _State, ops: Sequence[Any], i: int) -> int:
 
 
 def _convert_dtype(state: _State, dtype, scale: bool) -> None:
+    if state.erase is not None:
+        raise _Unsupported("a dtype conversion after RandomErasing is not in the engine (it erases the output)")
     if state.kind != "tensor":
         raise _Unsupported("a dtype conversion of a PIL image")
     if not isinstance(dtype, torch.dtype):
@@ -351,6 +544,8 @@ def _normalize(state: _State, ops: Sequence[Any], i: int) -> int:
     op = ops[i]
     if state.kind != "tensor" or state.dtype == torch.uint8:
         raise _Unsupported("Normalize of a non-float image")
+    if state.erase is not None:
+        raise _Unsupported("Normalize after RandomErasing is not in the engine (it erases the output)")
     mean, std = _scalars(op.mean, "Normalize mean"), _scalars(op.std, "Normalize std")
     if any(s == 0 or not math.isfinite(s) for s in std) or not all(math.isfinite(m) for m in mean):
         raise _Unsupported("Normalize with a zero or non-finite std")
@@ -396,6 +591,30 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("ToDtype", ("torchvision.transforms.v2:ToDtype",), _to_dtype),
     Rule("Normalize", ("torchvision.transforms:Normalize", "torchvision.transforms.v2:Normalize"), _normalize),
+    Rule(
+        "RandomVerticalFlip",
+        ("torchvision.transforms:RandomVerticalFlip", "torchvision.transforms.v2:RandomVerticalFlip"),
+        _vflip,
+    ),
+    Rule("RandomCrop", ("torchvision.transforms:RandomCrop", "torchvision.transforms.v2:RandomCrop"), _random_crop),
+    Rule("ColorJitter", ("torchvision.transforms:ColorJitter", "torchvision.transforms.v2:ColorJitter"), _color_jitter),
+    Rule(
+        "RandomGrayscale",
+        ("torchvision.transforms:RandomGrayscale", "torchvision.transforms.v2:RandomGrayscale"),
+        _random_grayscale,
+    ),
+    Rule("AutoAugment", ("torchvision.transforms:AutoAugment", "torchvision.transforms.v2:AutoAugment"), _auto_augment),
+    Rule("RandAugment", ("torchvision.transforms:RandAugment", "torchvision.transforms.v2:RandAugment"), _rand_augment),
+    Rule(
+        "TrivialAugmentWide",
+        ("torchvision.transforms:TrivialAugmentWide", "torchvision.transforms.v2:TrivialAugmentWide"),
+        _trivial_augment,
+    ),
+    Rule(
+        "RandomErasing",
+        ("torchvision.transforms:RandomErasing", "torchvision.transforms.v2:RandomErasing"),
+        _random_erasing,
+    ),
 )
 
 _TABLE: dict[type, Rule] | None = None
@@ -503,7 +722,7 @@ def compile_transform(transform) -> Plan:
         i += consumed
     if state.geometry is None:
         return Plan(geometry=None, rest=tuple(ops), stop=stop or "no crop or resize gives the engine a fixed size")
-    if state.pending_flip is not None:  # cannot happen once a geometry exists; kept for safety
+    if state.pending_flip is not None or state.pending_vflip is not None:  # set_geometry consumed them
         raise AssertionError("a pending flip with a geometry")
     return Plan(
         geometry=state.geometry,
@@ -513,6 +732,8 @@ def compile_transform(transform) -> Plan:
         scale=state.scale,
         mean=state.mean,
         std=state.std,
+        ops=state.ops,
+        erase=state.erase,
         rest=tuple(ops[i:]),
         compiled=tuple(state.compiled),
         stop=stop,
