@@ -157,7 +157,15 @@ def test_ctrl_c_stops_a_pack_at_any_stage(tiny_folder, tmp_path, moment):
         os.link(files[k % len(files)], src / f"class_00{k % 3}" / f"copy{k:05d}.jpg")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "fastload", "pack", str(src), str(out), "--resize", "48", "--workers", "1", "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # As in a terminal: a process started in the background (CI runners, `cmd &`) inherits SIGINT
+    # ignored, and Python then never installs its KeyboardInterrupt handler.
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         if moment == "starting":
             time.sleep(0.2)  # imports and the walk of the tree
