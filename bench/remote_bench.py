@@ -221,7 +221,7 @@ def bench_ray(work: str, *, images: int, pairs: int) -> dict[str, object]:
 
 def bench_stage(work: str, *, megabytes: int, pairs: int) -> dict[str, object]:
     """``fastload stage`` into /dev/shm vs ``cp -r`` of the same folder (MB/s)."""
-    from fastload.records.checksum import checksum_bytes
+    from fastload.checksum import checksum_bytes
     from fastload.stage import StageOptions, stage_dataset
 
     src = os.path.join(work, "stage-src")

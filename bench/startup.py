@@ -109,8 +109,8 @@ def build_records_dataset(
     """
     import numpy as np
 
+    from fastload.checksum import checksum_bytes, checksum_file
     from fastload.records import recordio
-    from fastload.records.checksum import checksum_bytes, checksum_file
     from fastload.records.durable import write_json_atomic
     from fastload.records.manifest import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, empty_index, write_index
     from fastload.version import __version__

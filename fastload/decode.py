@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fastload import engine_abi
+import fastload.engine_abi as engine_abi
 from fastload.errors import DecodeError
 from fastload.transforms import (
     OpKind,
@@ -198,10 +198,10 @@ class BatchResult:
 
 # --- backend selection -----------------------------------------------------------------------
 
-_engine = None
+_engine: Any = None
 _engine_reason = ""
 try:
-    from fastload import _engine  # type: ignore[attr-defined,no-redef]
+    import fastload._engine as _engine
 except ImportError as exc:  # built without libjpeg-turbo, or not built yet
     _engine = None
     _engine_reason = f"fastload._engine is not available ({exc})"

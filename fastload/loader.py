@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from fastload import transforms as _transforms
+import fastload.transforms as _transforms
 from fastload.batch import HELD_BATCHES, Allocator, Batch, BatchRing, Layout, ReleaseHook, Slot, image_fields
 from fastload.errors import CorruptRecordError, DecodeError, KeptBatchesWarning, LoaderBusy, LoaderClosed, OnError
 from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum

@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from fastload.checksum import Checksum, checksum_file, recorded_checksum
 from fastload.errors import UserError
 from fastload.order import OrderSpec, shards_read
-from fastload.records.checksum import Checksum, checksum_file, recorded_checksum
 from fastload.records.durable import write_json_atomic
 from fastload.records.manifest import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, load_index
 from fastload.remote.cache import CACHE_MARKER, object_lock, remove_stale_parts, shard_objects

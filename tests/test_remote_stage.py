@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from remote_fixtures import BUCKET, images_folder, packed_folder, requires_s3, s3_dataset, s3_server  # noqa: F401
 
+from fastload.checksum import checksum_bytes
 from fastload.errors import UserError
 from fastload.order import OrderSpec, shards_read
-from fastload.records.checksum import checksum_bytes
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 from fastload.stage import StageOptions, stage_dataset

@@ -49,7 +49,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-from fastload import order as order_mod
+import fastload.order as order_mod
 from fastload.batch import HELD_BATCHES, Batch, BatchRing
 from fastload.errors import KeptBatchesWarning
 from fastload.mxnet.distributed import resolve_parts

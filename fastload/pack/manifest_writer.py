@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from fastload.checksum import checksum_file
 from fastload.errors import UserError
 from fastload.pack.convert import NOT_INDEXED
 from fastload.pack.options import PackOptions
 from fastload.pack.restart import manifest_settings
 from fastload.pack.staging import USER_WRITE_ERRNOS, ShardDone, write_error
-from fastload.records.checksum import checksum_file
 from fastload.records.durable import write_json_atomic
 from fastload.records.folder_tree import Source
 from fastload.records.manifest import (

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from fastload.checksum import Checksum, checksum_file
 from fastload.errors import OnError, UserError
 from fastload.pack.convert_batch import batch_size, convert_batch, convert_options, resolve_transcoder
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
@@ -64,7 +65,6 @@ from fastload.pack.staging import (
     write_error,
 )
 from fastload.records import recordio
-from fastload.records.checksum import Checksum, checksum_file
 from fastload.records.durable import write_json_atomic
 from fastload.records.folder_tree import Source, SourceItem
 from fastload.records.manifest import read_manifest

@@ -27,10 +27,10 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fastload.checksum import recorded_checksum
 from fastload.errors import UserError
 from fastload.pack.options import PackOptions
 from fastload.pack.result import PackResult
-from fastload.records.checksum import recorded_checksum
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.remote.fetch import fetch_to_file
 from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from fastload.checksum import Checksum, checksum_bytes, checksum_file
 from fastload.errors import OnError, UserError
 from fastload.pack.convert import Converted
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
@@ -24,7 +25,6 @@ from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.progress import Progress
 from fastload.pack.staging import PARTIAL, USER_WRITE_ERRNOS, ShardDone, fsync_file, remove, write_done, write_error
 from fastload.records import recordio
-from fastload.records.checksum import Checksum, checksum_bytes, checksum_file
 from fastload.records.durable import fsync_dir
 from fastload.records.folder_tree import SourceItem
 from fastload.records.lmdb_shard import LmdbShardWriter

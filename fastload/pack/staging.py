@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from fastload.checksum import file_matches, recorded_checksum
 from fastload.errors import CorruptDatasetError, UserError
-from fastload.records.checksum import file_matches, recorded_checksum
 from fastload.records.containment import contained_path, show_name
 from fastload.records.durable import fsync_dir, write_json_atomic
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, STAGING_DIR, read_manifest

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from fastload.errors import CorruptDatasetError, UserError
+from fastload.folder import INDEX_NAME, MANIFEST_NAME, STAGING_DIR
 from fastload.records.containment import open_regular, show_name
 from fastload.records.durable import atomic_write
 
@@ -59,9 +60,6 @@ __all__ = [
     "write_index",
 ]
 
-MANIFEST_NAME = "fastload.json"
-INDEX_NAME = "fastload-index.npy"
-STAGING_DIR = ".fastload-staging"  # where `fastload pack` builds a dataset before moving it into place
 # 3: per-record XXH3-64 checksums in the index; 2: XXH3-128 file checksums; 1: SHA-256 (all still read)
 FORMAT_VERSION = 3
 RECORD_CHECKSUM = "xxh3_64"  # what the index's ``checksum`` column holds (manifest: index.record_checksum)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from fastload.checksum import recorded_checksum
 from fastload.errors import UserError
-from fastload.records.checksum import recorded_checksum
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME, read_manifest
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from fastload.checksum import file_matches, recorded_checksum
 from fastload.errors import CorruptDatasetError, CorruptRecordError
 from fastload.records import recordio
 from fastload.records.base import Dataset
-from fastload.records.checksum import file_matches, recorded_checksum
 from fastload.records.containment import contained_path
 from fastload.records.dataset import open_dataset
 from fastload.records.lmdb_shard import LmdbValueHeader, unpack_value_header

@@ -45,9 +45,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fastload.checksum import file_matches, recorded_checksum
 from fastload.errors import FastloadError, UserError
-from fastload.records.checksum import file_matches, recorded_checksum
-from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
+from fastload.folder import INDEX_NAME, MANIFEST_NAME
 from fastload.remote.fetch import DEFAULT_RETRY, RetryPolicy, fetch_to_file
 from fastload.remote.storage import RemoteStore
 

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fastload.checksum import Checksum
 from fastload.errors import FastloadError
-from fastload.records.checksum import Checksum
 from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
 
 __all__ = ["DEFAULT_RETRY", "ChecksumMismatch", "FetchError", "RetryPolicy", "fetch_to_file"]

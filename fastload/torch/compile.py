@@ -110,7 +110,7 @@ class Plan:
         writes the normalized float32 / float16 values straight into the batch, with no second pass.
         Without it (or for float64 / bfloat16), the engine writes uint8 and torch converts after.
         """
-        from fastload import transforms
+        import fastload.transforms as transforms
 
         if not self.is_float:
             if not self.ops and self.erase is None:

@@ -1,4 +1,7 @@
-"""Read stage, integrity: the checksums a manifest records for shards, ``.idx`` files and the index.
+"""Folder stage, integrity: the checksums a manifest records for shards, ``.idx`` files and the index.
+
+Below every other stage: the pack writes these checksums, the remote cache checks downloads
+against them, the readers and ``fastload verify`` check files.
 
 New datasets record XXH3-128 (``"xxh3_128:<hex>"``); manifests of format version 1 recorded
 SHA-256, which is still read and verified.
