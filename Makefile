@@ -11,7 +11,7 @@ STAMP    := $(VENV)/.fastload-installed
 DEMO     ?= demo-out
 COUNT    ?= 1000
 
-.PHONY: demo test system-deps venv build bench bench-quick clean
+.PHONY: demo test test-pillow lint sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean
 
 system-deps:
 	@bash tools/install_system_deps.sh
@@ -23,7 +23,7 @@ $(STAMP): setup.py pyproject.toml $(wildcard csrc/*.cpp csrc/*.h)
 	# torch first and pinned: these versions are local wheels (a CUDA build that runs on the CPU);
 	# torchvision does not import beside the CPU-only 2.13.0 wheel, and a bare "torch" would download.
 	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench]"
+	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench,dev]"
 	$(VPY) -m fastload info
 	@touch $(STAMP)
 
@@ -41,6 +41,44 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
 
+# The whole suite with Pillow decoding every image (the path used where the engine is not built).
+test-pillow: $(STAMP)
+	FASTLOAD_DECODER=pillow $(VPY) -m pytest -q tests
+
+# ruff and mypy over the scope pyproject.toml gives them (the same hooks as .pre-commit-config.yaml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# The engine built with AddressSanitizer + UndefinedBehaviorSanitizer (setup.py's FASTLOAD_SANITIZE=1)
+# in build/sanitize/, a copy of the checkout (which keeps its normal build), then the tests that drive
+# the engine hardest, run from the copy. Python itself is not instrumented: libasan is preloaded, leak checks are off
+# (the interpreter keeps its memory to the end), any UBSan report fails the run.
+SAN_DIR   := build/sanitize
+SAN_TESTS ?= tests/test_decode.py tests/test_restart_index.py tests/test_framing.py tests/test_pack.py \
+	tests/test_pixel_ops.py tests/test_pipeline.py tests/test_arrays.py tests/test_fuzz.py
+sanitize: $(STAMP)
+	rm -rf $(SAN_DIR)
+	$(VPY) -c "import shutil; [shutil.copytree(d, '$(SAN_DIR)/' + d, ignore=shutil.ignore_patterns('__pycache__', '*.so')) for d in ('fastload', 'tests', 'tools', 'bench', 'csrc')]; shutil.copy('pyproject.toml', '$(SAN_DIR)'); shutil.copy('setup.py', '$(SAN_DIR)')"
+	cd $(SAN_DIR) && FASTLOAD_SANITIZE=1 FASTLOAD_REQUIRE_EXTENSION=1 $(abspath $(VPY)) setup.py -q build_ext --inplace
+	nm -D $(SAN_DIR)/fastload/_engine*.so | grep -q __asan_report  # the build is instrumented
+	# The copy is its own checkout: its conftest puts it first on sys.path, and FASTLOAD_EXPECT_SANITIZED
+	# makes the session fail if the engine it imports is not the instrumented one.
+	cd $(SAN_DIR) && LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		FASTLOAD_EXPECT_SANITIZED=1 $(abspath $(VPY)) -m pytest -q --capture=sys -p no:cacheprovider $(SAN_TESTS)
+
+# A wheel a user installs without libjpeg-turbo's -dev package: the system libjpeg-turbo is bundled
+# by auditwheel (manylinux_2_35: GCC 12's libstdc++, which the engine needs, sets the floor).
+wheel: $(STAMP)
+	rm -rf dist
+	$(VPY) -m pip wheel . --no-deps --no-build-isolation -w dist/raw -q
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/auditwheel repair dist/raw/fastload-*.whl -w dist
+
+wheel-smoke: wheel
+	bash .ci/wheel-smoke dist/fastload-*manylinux*.whl
+
 bench: $(STAMP)
 	# DALI and FFCV run in their own environments; a peer whose set-up fails is reported as skipped.
 	-bash tools/setup_peer_envs.sh --apt dali ffcv
@@ -50,4 +88,4 @@ bench-quick: $(STAMP)
 	$(VENV)/bin/fastload bench --quick --out bench-out
 
 clean:
-	rm -rf build *.egg-info fastload/*.so $(DEMO) bench-out
+	rm -rf build dist *.egg-info fastload/*.so $(DEMO) bench-out

@@ -1,4 +1,7 @@
-"""Build script: the Python package, plus the C++ decode engine when libjpeg-turbo is found.
+"""Build script: the C++ decode engine, built when libjpeg-turbo is found.
+
+The package's metadata, dependencies and extras are in ``pyproject.toml``; this file only adds the
+optional native extension.
 
 libjpeg-turbo is found, never fetched: ``FASTLOAD_JPEG_ROOT`` (a prefix with include/ and lib/),
 then ``pkg-config libjpeg``, then the usual prefixes. The build prints where it looked and what it
@@ -12,10 +15,9 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 USUAL_PREFIXES = ["/usr", "/usr/local", "/opt/libjpeg-turbo", "/opt/homebrew", "/opt/local"]
 
 
@@ -25,7 +27,8 @@ def _say(msg):
 
 def _jpeg_version(include_dir):
     """LIBJPEG_TURBO_VERSION from jconfig.h, or None when the headers are not libjpeg-turbo's."""
-    candidates = [os.path.join(include_dir, "jconfig.h")] + glob.glob(os.path.join(include_dir, "*-linux-gnu", "jconfig.h"))
+    multiarch = glob.glob(os.path.join(include_dir, "*-linux-gnu", "jconfig.h"))
+    candidates = [os.path.join(include_dir, "jconfig.h"), *multiarch]
     for path in candidates:
         try:
             with open(path) as fh:
@@ -41,9 +44,15 @@ def _from_prefix(prefix):
     inc = os.path.join(prefix, "include")
     if not os.path.exists(os.path.join(inc, "jpeglib.h")):
         return None
-    libdirs = [d for d in (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64"))
-               + tuple(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu")))
-               if glob.glob(os.path.join(d, "libjpeg.*"))]
+    libdirs = [
+        d
+        for d in (
+            os.path.join(prefix, "lib"),
+            os.path.join(prefix, "lib64"),
+            *glob.glob(os.path.join(prefix, "lib", "*-linux-gnu")),
+        )
+        if glob.glob(os.path.join(d, "libjpeg.*"))
+    ]
     if not libdirs:
         return None
     return {"include_dirs": [inc], "library_dirs": libdirs, "libraries": ["jpeg"], "how": f"prefix {prefix}"}
@@ -53,23 +62,38 @@ def _from_pkg_config():
     if not shutil.which("pkg-config"):
         return None
     try:
-        cflags = subprocess.run(["pkg-config", "--cflags-only-I", "libjpeg"], capture_output=True, text=True, check=True).stdout.split()
-        libs = subprocess.run(["pkg-config", "--libs", "libjpeg"], capture_output=True, text=True, check=True).stdout.split()
+        cflags = subprocess.run(
+            ["pkg-config", "--cflags-only-I", "libjpeg"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        libs = subprocess.run(
+            ["pkg-config", "--libs", "libjpeg"], capture_output=True, text=True, check=True
+        ).stdout.split()
     except (subprocess.CalledProcessError, OSError):
         return None
     inc = [f[2:] for f in cflags if f.startswith("-I")] or ["/usr/include"]
-    return {"include_dirs": inc, "library_dirs": [f[2:] for f in libs if f.startswith("-L")],
-            "libraries": [f[2:] for f in libs if f.startswith("-l")] or ["jpeg"], "how": "pkg-config libjpeg"}
+    return {
+        "include_dirs": inc,
+        "library_dirs": [f[2:] for f in libs if f.startswith("-L")],
+        "libraries": [f[2:] for f in libs if f.startswith("-l")] or ["jpeg"],
+        "how": "pkg-config libjpeg",
+    }
 
 
 def find_libjpeg_turbo():
     """Locate libjpeg-turbo's headers and library; returns build settings or None."""
     tried = []
     env_root = os.environ.get("FASTLOAD_JPEG_ROOT")
-    searches = ([lambda: _from_prefix(env_root)] if env_root else []) + [_from_pkg_config] + [
-        (lambda p=p: _from_prefix(p)) for p in USUAL_PREFIXES]
-    labels = ([f"FASTLOAD_JPEG_ROOT={env_root}"] if env_root else []) + ["pkg-config libjpeg"] + [f"prefix {p}" for p in USUAL_PREFIXES]
-    for label, search in zip(labels, searches):
+    searches = (
+        ([lambda: _from_prefix(env_root)] if env_root else [])
+        + [_from_pkg_config]
+        + [(lambda p=p: _from_prefix(p)) for p in USUAL_PREFIXES]
+    )
+    labels = (
+        ([f"FASTLOAD_JPEG_ROOT={env_root}"] if env_root else [])
+        + ["pkg-config libjpeg"]
+        + [f"prefix {p}" for p in USUAL_PREFIXES]
+    )
+    for label, search in zip(labels, searches, strict=False):
         tried.append(label)
         found = search()
         if not found:
@@ -79,29 +103,162 @@ def find_libjpeg_turbo():
             _say(f"{label}: found a libjpeg that is not libjpeg-turbo; skipping it")
             continue
         found["version"] = version
-        _say(f"found libjpeg-turbo {version} via {found['how']} (include {found['include_dirs']}, lib {found['library_dirs'] or 'default'})")
+        _say(
+            f"found libjpeg-turbo {version} via {found['how']} "
+            f"(include {found['include_dirs']}, lib {found['library_dirs'] or 'default'})"
+        )
         # jpegint.h (libjpeg's module interfaces) lets restart-interval slices use fastload's own
         # Huffman decoder; without it they go through libjpeg's (same pixels, slower).
-        internal = next((d for d in found["include_dirs"] + ["/usr/include"] if os.path.exists(os.path.join(d, "jpegint.h"))), None)
+        internal = next(
+            (d for d in found["include_dirs"] + ["/usr/include"] if os.path.exists(os.path.join(d, "jpegint.h"))), None
+        )
         decoder = "fastload's interval Huffman decoder" if internal else "libjpeg's Huffman decoder"
         _say(f"jpegint.h {'found in ' + internal if internal else 'not found'}: restart-interval slices use {decoder}")
         return found
-    _say("libjpeg-turbo not found (looked at: " + ", ".join(tried) + "); installing without the C++ engine. "
-         "On Debian/Ubuntu: apt-get install libjpeg62-turbo-dev (or libjpeg-turbo8-dev), or set FASTLOAD_JPEG_ROOT.")
+    _say(
+        "libjpeg-turbo not found (looked at: " + ", ".join(tried) + "); installing without the C++ engine. "
+        "On Debian/Ubuntu: apt-get install libjpeg62-turbo-dev (or libjpeg-turbo8-dev), or set FASTLOAD_JPEG_ROOT."
+    )
     return None
+
+
+# ---- the native boundary's generated declarations ---------------------------------------------
+# fastload/engine_abi.py holds the one definition of every enum and parameter struct that crosses
+# the Python/C++ boundary; the C++ side is generated from it at build time (never copied by hand).
+
+ABI_SOURCE = os.path.join("fastload", "engine_abi.py")
+
+
+def _camel(name):
+    """UPPER_SNAKE -> kUpperSnake (the C++ enumerator spelling)."""
+    return "k" + "".join(part.capitalize() for part in name.split("_"))
+
+
+def _cpp_default(ctype, value, enums):
+    if ctype == "bool":
+        return "true" if value else "false"
+    if ctype in ("int", "int64"):
+        return str(int(value))
+    if ctype == "double":
+        return repr(float(value))
+    if ctype == "double3":
+        return "{" + ", ".join(repr(float(v)) for v in value) + "}"
+    if ctype in enums:
+        return f"{ctype}::{_camel(value)}"
+    raise ValueError(f"{ABI_SOURCE}: unknown field type {ctype!r}")
+
+
+def _c_string(text):
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def abi_header_text(source=ABI_SOURCE):
+    """The C++ header generated from fastload/engine_abi.py: enum classes, structs, X-macro lists."""
+    import runpy
+
+    abi = runpy.run_path(source)
+    enums, structs = abi["ENUMS"], abi["STRUCTS"]
+    types = {"bool": "bool", "int": "int", "int64": "long long", "double": "double", "double3": "std::array<double, 3>"}
+    lines = [
+        f"// Generated by setup.py from {ABI_SOURCE}: edit that file, not this one.",
+        "#pragma once",
+        "",
+        "#include <array>",
+        "",
+        "namespace fastload {",
+        "",
+    ]
+    for name, cls in enums.items():
+        members = list(cls)
+        lines.append(
+            f"enum class {name} : int {{ " + ", ".join(f"{_camel(m.name)} = {int(m)}" for m in members) + " };"
+        )
+        lines.append(f"constexpr int k{name}Count = {len(members)};")
+        lines.append(f"inline const char* abi_name({name} v) {{")
+        lines.append("  switch (v) {")
+        for m in members:
+            lines.append(f'    case {name}::{_camel(m.name)}: return "{m.name.lower()}";')
+        lines += ["  }", '  return "unknown";', "}"]
+        lines.append(
+            f"#define FASTLOAD_ABI_ENUM_{name}(X) "
+            + " ".join(f'X({name}, {_camel(m.name)}, "{m.name}")' for m in members)
+        )
+        lines.append("")
+    for name, fields in structs.items():
+        lines.append(f"struct {name} {{")
+        for ctype, field, default, doc in fields:
+            if ctype not in types and ctype not in enums:
+                raise ValueError(f"{ABI_SOURCE}: {name}.{field} has unknown type {ctype!r}")
+            lines.append(f"  {types.get(ctype, ctype)} {field} = {_cpp_default(ctype, default, enums)};  // {doc}")
+        lines.append("};")
+        lines.append(
+            f"#define FASTLOAD_ABI_FIELDS_{name}(X) "
+            + " ".join(f'X({name}, {f[1]}, "{_c_string(f[3])}")' for f in fields)
+        )
+        lines.append("")
+    lines += ["}  // namespace fastload", ""]
+    return "\n".join(lines)
+
+
+def write_abi_header(directory):
+    """Writes fastload_abi.h into `directory`; rewritten only when its text changes."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "fastload_abi.h")
+    text = abi_header_text()
+    try:
+        with open(path) as fh:
+            if fh.read() == text:
+                return path
+    except OSError:
+        pass
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+def _sanitizer_flags():
+    """(compile, link) flags of FASTLOAD_SANITIZE=1: an ASan + UBSan build of the engine.
+
+    Meant for CI runs of the decode, restart-index and fuzz tests. Python itself is not
+    instrumented, so the ASan runtime must be preloaded (with libstdc++, or ASan cannot intercept
+    C++ exceptions) and leak checking left off (the interpreter's own allocations would drown the
+    report); --capture=sys lets a sanitizer report reach the log::
+
+        FASTLOAD_SANITIZE=1 python setup.py build_ext --inplace --force
+        LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
+            ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+            python -m pytest -q --capture=sys tests/test_decode.py tests/test_restart_index.py
+
+    Any UBSan finding aborts the process (-fno-sanitize-recover). ``fastload._engine.info()``
+    reports ``sanitized=True``. Rebuild without the variable (with --force) to get the optimized
+    engine back.
+    """
+    if os.environ.get("FASTLOAD_SANITIZE") != "1":
+        return [], []
+    _say("FASTLOAD_SANITIZE=1: building the engine with AddressSanitizer + UndefinedBehaviorSanitizer")
+    return (
+        ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g", "-O1"],
+        ["-fsanitize=address,undefined"],
+    )
 
 
 class OptionalBuildExt(build_ext):
     """Builds the engine; a failed native build degrades to the Pillow path instead of failing the install."""
 
     def run(self):
+        """Build, reporting a failure instead of raising it."""
         try:
             super().run()
         except Exception as exc:  # the install must still succeed; the fallback is reported at runtime
             _say(f"C++ engine build failed ({exc}); fastload will use the Pillow decode path")
 
     def build_extension(self, ext):
+        """Generate the ABI header from fastload/engine_abi.py, then build ``ext``."""
         try:
+            generated = os.path.join(self.build_temp, "fastload_abi")
+            write_abi_header(generated)
+            if generated not in ext.include_dirs:
+                ext.include_dirs.append(generated)
             super().build_extension(ext)
             _say(f"built {ext.name}")
         except Exception as exc:
@@ -111,6 +268,7 @@ class OptionalBuildExt(build_ext):
 
 
 def extensions():
+    """The engine extension, or none when FASTLOAD_NO_EXTENSION=1."""
     if os.environ.get("FASTLOAD_NO_EXTENSION") == "1":
         _say("FASTLOAD_NO_EXTENSION=1: building without the C++ engine")
         return []
@@ -125,38 +283,27 @@ def extensions():
         _say("pybind11 is not installed in the build environment; building without the C++ engine")
         return []
     sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
-    return [Pybind11Extension(
-        "fastload._engine",
-        sources,
-        include_dirs=jpeg["include_dirs"] + ["csrc"],
-        library_dirs=jpeg["library_dirs"],
-        libraries=jpeg["libraries"],
-        define_macros=[("FASTLOAD_JPEG_TURBO_VERSION", f'"{jpeg["version"]}"')],
-        extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall"],
-        cxx_std=17,
-    )]
+    sanitize_compile, sanitize_link = _sanitizer_flags()
+    return [
+        Pybind11Extension(
+            "fastload._engine",
+            sources,
+            # Headers and the ABI definition too: editing any of them rebuilds the engine.
+            depends=[*sorted(glob.glob(os.path.join("csrc", "*.h"))), ABI_SOURCE],
+            include_dirs=jpeg["include_dirs"] + ["csrc"],
+            library_dirs=jpeg["library_dirs"],
+            libraries=jpeg["libraries"],
+            define_macros=[("FASTLOAD_JPEG_TURBO_VERSION", f'"{jpeg["version"]}"')],
+            # The sanitizer build's -O1 comes after -O3 and wins.
+            extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall", *sanitize_compile],
+            extra_link_args=sanitize_link,
+            cxx_std=17,
+        )
+    ]
 
 
 setup(
-    name="fastload",
-    version="0.1.0",
-    description="High-throughput data loading for deep-learning training: pack, decode, prefetch, per-device copies",
-    long_description=open(os.path.join(HERE, "README.md")).read() if os.path.exists(os.path.join(HERE, "README.md")) else "",
-    long_description_content_type="text/markdown",
-    python_requires=">=3.9",
-    packages=find_packages(include=["fastload", "fastload.*"]) + ["fastload_bench", "fastload_bench.peers", "fastload_tools"],
-    package_dir={"fastload_bench": "bench", "fastload_tools": "tools"},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
-    install_requires=["numpy", "lmdb", "pillow", "tqdm", "xxhash"],
-    extras_require={
-        "torch": ["torch>=2.0"],
-        "mxnet": ["mxnet>=1.9.1", "numpy<1.24"],
-        # opencv: MXNet's tools/im2rec.py imports cv2 even for pass-through packing (the peer and
-        # the interop tests run it); 4.12 and later want numpy 2, which MXNet 1.9.1 cannot use.
-        "bench": ["matplotlib", "psutil", "simplejpeg", "opencv-python-headless<4.12"],
-        "test": ["pytest", "torchvision", "scikit-image", "scipy", "matplotlib", "psutil", "simplejpeg", "opencv-python-headless<4.12"],
-    },
-    entry_points={"console_scripts": ["fastload=fastload.cli:main"]},
     zip_safe=False,
 )

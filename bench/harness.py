@@ -14,6 +14,7 @@ like any other.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -25,22 +26,22 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
-    "Skip",
-    "Sample",
     "Contender",
     "FunctionContender",
-    "PeerProcess",
     "PeerContender",
+    "PeerProcess",
     "Result",
     "RunConfig",
+    "Sample",
+    "Skip",
+    "cpu_count",
+    "environment",
     "measure",
     "skipped",
-    "environment",
-    "cpu_count",
     "warm_inputs",
 ]
 
@@ -63,7 +64,7 @@ class Sample:
     images: int
     bytes: int
     seconds: float
-    extra: Dict[str, object] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
 
 class Contender:
@@ -81,15 +82,24 @@ class Contender:
             through the page cache (untimed) before every repeat, see :func:`warm_inputs`.
     """
 
-    def __init__(self, name: str, *, group: str, family: Optional[str] = None, threads: int = 1,
-                 reference: bool = False, unit: str = "images", notes: str = "",
-                 inputs: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        group: str,
+        family: str | None = None,
+        threads: int = 1,
+        reference: bool = False,
+        unit: str = "images",
+        notes: str = "",
+        inputs: Sequence[str] = (),
+    ) -> None:
         self.name, self.group, self.family = name, group, family or name
         self.threads, self.reference, self.unit, self.notes = int(threads), reference, unit, notes
         self._inputs = tuple(p for p in inputs if p)
 
     @property
-    def inputs(self) -> Tuple[str, ...]:
+    def inputs(self) -> tuple[str, ...]:
         """Paths read by a repeat (known after :meth:`start` for contenders that create them)."""
         return self._inputs
 
@@ -110,8 +120,15 @@ class FunctionContender(Contender):
     ``work`` is timed with ``time.perf_counter`` around the call.
     """
 
-    def __init__(self, name: str, *, setup: Callable[[], object], work: Callable[[object], tuple],
-                 teardown: Optional[Callable[[object], None]] = None, **kwargs) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        setup: Callable[[], object],
+        work: Callable[[object], tuple],
+        teardown: Callable[[object], None] | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(name, **kwargs)
         self._setup, self._work, self._teardown = setup, work, teardown
         self._state = None
@@ -146,16 +163,24 @@ class PeerProcess:
         timeout: Seconds to wait for any single reply (a hung peer is killed and reported).
     """
 
-    def __init__(self, argv: Sequence[str], *, label: str, env: Optional[Dict[str, str]] = None,
-                 timeout: float = 900.0) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, label: str, env: dict[str, str] | None = None, timeout: float = 900.0
+    ) -> None:
         self.argv, self.label, self.timeout = list(argv), label, timeout
         full_env = dict(os.environ)
         full_env.update(env or {})
-        self._stderr_tail: List[str] = []
+        self._stderr_tail: list[str] = []
         self._lock = threading.Lock()
         try:
-            self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True, bufsize=1, env=full_env)
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env=full_env,
+            )
         except OSError as exc:
             raise Skip(f"cannot start {label} peer ({self.argv[0]}): {exc}") from exc
         # Keep the peer's stderr (library logs) out of the report but available for errors.
@@ -172,11 +197,12 @@ class PeerProcess:
         """Send one request and wait for its reply."""
         with self._lock:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"{self.label} peer exited with code {self._proc.returncode}: "
-                                   + " | ".join(self._stderr_tail[-8:]))
+                raise RuntimeError(
+                    f"{self.label} peer exited with code {self._proc.returncode}: " + " | ".join(self._stderr_tail[-8:])
+                )
             self._proc.stdin.write(json.dumps(obj) + "\n")
             self._proc.stdin.flush()
-            reply: List[str] = []
+            reply: list[str] = []
             reader = threading.Thread(target=lambda: reply.append(self._proc.stdout.readline()), daemon=True)
             reader.start()
             reader.join(self.timeout)
@@ -186,8 +212,10 @@ class PeerProcess:
             line = reply[0] if reply else ""
             if not line:
                 self._proc.wait(timeout=10)
-                raise RuntimeError(f"{self.label} peer exited (code {self._proc.returncode}) during "
-                                   f"{obj.get('op')}: " + " | ".join(self._stderr_tail[-8:]))
+                raise RuntimeError(
+                    f"{self.label} peer exited (code {self._proc.returncode}) during "
+                    f"{obj.get('op')}: " + " | ".join(self._stderr_tail[-8:])
+                )
             return json.loads(line)
 
     def close(self) -> None:
@@ -210,13 +238,12 @@ class PeerProcess:
 class PeerContender(Contender):
     """One contender hosted by a :class:`PeerProcess` (several may share a process)."""
 
-    def __init__(self, name: str, *, process: Callable[[], PeerProcess], kind: str, spec: dict,
-                 **kwargs) -> None:
+    def __init__(self, name: str, *, process: Callable[[], PeerProcess], kind: str, spec: dict, **kwargs) -> None:
         super().__init__(name, **kwargs)
         self._process_factory, self.kind, self.spec = process, kind, spec
-        self._process: Optional[PeerProcess] = None
+        self._process: PeerProcess | None = None
         self._id = f"{name}#{id(self)}"
-        self.info: Dict[str, object] = {}
+        self.info: dict[str, object] = {}
 
     def start(self) -> None:
         self._process = self._process_factory()
@@ -228,7 +255,7 @@ class PeerContender(Contender):
         self.info = reply.get("info") or {}
 
     @property
-    def inputs(self) -> Tuple[str, ...]:
+    def inputs(self) -> tuple[str, ...]:
         # The shared dataset forms named in the spec, plus files the peer made itself (FFCV's .beton).
         named = [self.spec.get(k) for k in ("rec", "idx", "root", "packed")]
         named += list(self.info.get("inputs") or ()) if isinstance(self.info, dict) else []
@@ -238,16 +265,18 @@ class PeerContender(Contender):
         reply = self._process.request({"op": "run", "id": self._id})
         if not reply.get("ok"):
             raise RuntimeError(f"{self.name}: {reply.get('error')}\n{reply.get('traceback', '')}")
-        return Sample(images=int(reply["images"]), bytes=int(reply["bytes"]), seconds=float(reply["seconds"]),
-                      extra=dict(reply.get("extra") or {}))
+        return Sample(
+            images=int(reply["images"]),
+            bytes=int(reply["bytes"]),
+            seconds=float(reply["seconds"]),
+            extra=dict(reply.get("extra") or {}),
+        )
 
     def close(self) -> None:
         if self._process is not None:
             process, self._process = self._process, None
-            try:
+            with contextlib.suppress(Exception):
                 process.request({"op": "close", "id": self._id})
-            except Exception:
-                pass
 
 
 @dataclass(kw_only=True)
@@ -261,16 +290,16 @@ class Result:
     unit: str = "images"
     reference: bool = False
     notes: str = ""
-    skipped: Optional[str] = None
-    error: Optional[str] = None
-    samples: List[Dict[str, float]] = field(default_factory=list)
-    median_ips: Optional[float] = None
-    min_ips: Optional[float] = None
-    max_ips: Optional[float] = None
-    median_mbps: Optional[float] = None
-    per_core_ips: Optional[float] = None
-    ratio_to_reference: Optional[float] = None
-    extra: Dict[str, object] = field(default_factory=dict)
+    skipped: str | None = None
+    error: str | None = None
+    samples: list[dict[str, float]] = field(default_factory=list)
+    median_ips: float | None = None
+    min_ips: float | None = None
+    max_ips: float | None = None
+    median_mbps: float | None = None
+    per_core_ips: float | None = None
+    ratio_to_reference: float | None = None
+    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -280,8 +309,9 @@ class Result:
         return dataclasses.asdict(self)
 
 
-def skipped(name: str, *, group: str, reason: str, family: Optional[str] = None, threads: int = 0,
-            notes: str = "") -> Result:
+def skipped(
+    name: str, *, group: str, reason: str, family: str | None = None, threads: int = 0, notes: str = ""
+) -> Result:
     """A result row for a contender that was never started (missing dependency, no device...)."""
     return Result(name=name, group=group, family=family or name, threads=threads, skipped=reason, notes=notes)
 
@@ -305,7 +335,7 @@ class RunConfig:
             raise ValueError(f"warmup={self.warmup} must be >= 0")
 
 
-def _summarize(result: Result, samples: List[Sample]) -> None:
+def _summarize(result: Result, samples: list[Sample]) -> None:
     rates = [s.images / s.seconds for s in samples if s.seconds > 0]
     mbps = [s.bytes / s.seconds / 1e6 for s in samples if s.seconds > 0]
     result.samples = [{"images": s.images, "bytes": s.bytes, "seconds": round(s.seconds, 6)} for s in samples]
@@ -350,7 +380,7 @@ def warm_inputs(paths: Sequence[str]) -> int:
     """
     total = 0
     buf = bytearray(_WARM_CHUNK)
-    files: List[str] = []
+    files: list[str] = []
     for path in paths:
         if os.path.isdir(path):
             for dirpath, _dirs, names in os.walk(path, followlinks=True):
@@ -370,7 +400,7 @@ def warm_inputs(paths: Sequence[str]) -> int:
     return total
 
 
-def measure(contenders: Sequence[Contender], config: RunConfig, *, quiet: bool = False) -> List[Result]:
+def measure(contenders: Sequence[Contender], config: RunConfig, *, quiet: bool = False) -> list[Result]:
     """Start, warm up and run ``contenders`` interleaved; always closes them.
 
     Args:
@@ -381,10 +411,20 @@ def measure(contenders: Sequence[Contender], config: RunConfig, *, quiet: bool =
     Returns:
         One :class:`Result` per contender, in the given order, with ratios to the group's reference.
     """
-    results = {id(c): Result(name=c.name, group=c.group, family=c.family, threads=c.threads, unit=c.unit,
-                             reference=c.reference, notes=c.notes) for c in contenders}
-    samples: Dict[int, List[Sample]] = {id(c): [] for c in contenders}
-    live: List[Contender] = []
+    results = {
+        id(c): Result(
+            name=c.name,
+            group=c.group,
+            family=c.family,
+            threads=c.threads,
+            unit=c.unit,
+            reference=c.reference,
+            notes=c.notes,
+        )
+        for c in contenders
+    }
+    samples: dict[int, list[Sample]] = {id(c): [] for c in contenders}
+    live: list[Contender] = []
     try:
         for c in contenders:
             try:
@@ -474,11 +514,15 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_sha(repo: str) -> Optional[str]:
+def _git_sha(repo: str) -> str | None:
     try:
         sha = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if sha.returncode != 0:
@@ -486,25 +530,36 @@ def _git_sha(repo: str) -> Optional[str]:
     return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def _version(module: str) -> Optional[str]:
+def _version(module: str) -> str | None:
     # Versions from package metadata: importing torch or mxnet here would drag them into the
     # harness process (MXNet and torch in one process is one of the conflicts peers avoid).
     from importlib import metadata
-    names = {"PIL": "pillow", "mxnet": "mxnet", "torch": "torch", "numpy": "numpy", "simplejpeg": "simplejpeg",
-             "matplotlib": "matplotlib", "lmdb": "lmdb", "psutil": "psutil"}
+
+    names = {
+        "PIL": "pillow",
+        "mxnet": "mxnet",
+        "torch": "torch",
+        "numpy": "numpy",
+        "simplejpeg": "simplejpeg",
+        "matplotlib": "matplotlib",
+        "lmdb": "lmdb",
+        "psutil": "psutil",
+    }
     try:
         return metadata.version(names.get(module, module))
     except metadata.PackageNotFoundError:
         return None
 
 
-def environment(argv: Sequence[str], *, extra_versions: Optional[Dict[str, Optional[str]]] = None) -> dict:
+def environment(argv: Sequence[str], *, extra_versions: dict[str, str | None] | None = None) -> dict:
     """Where and with what the benchmark ran: command, host, CPU, cores, versions, git sha, time."""
     versions = {name: _version(name) for name in ("numpy", "torch", "mxnet", "PIL", "simplejpeg", "lmdb", "matplotlib")}
     try:
         import fastload
+
         versions["fastload"] = fastload.__version__
-        from fastload.decode import engine_info  # noqa: WPS433 (lands with the decode stage)
+        from fastload.decode import engine_info
+
         versions["fastload_engine"] = engine_info()
     except Exception as exc:
         versions.setdefault("fastload_engine", f"unavailable: {type(exc).__name__}: {exc}")
@@ -513,12 +568,13 @@ def environment(argv: Sequence[str], *, extra_versions: Optional[Dict[str, Optio
     mem = None
     try:
         import psutil
+
         mem = psutil.virtual_memory().total
     except Exception:
         pass
     return {
         "command": " ".join(argv),
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],

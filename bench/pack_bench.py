@@ -2,7 +2,7 @@
 
 Both tools are timed as a user runs them (the whole command, interpreter start-up included), with
 the same number of workers, pass-through and ``--resize 256``. A plain copy of the same files into
-one file is the page-cache bandwidth reference pass-through packing is measured against (issue 2);
+one file is the page-cache bandwidth reference pass-through packing is measured against (its target);
 as that copy runs inside the benchmark process, ``pack_folder()`` is also timed in-process (no
 interpreter start-up or imports), and a copy that ends with an fsync shows what durability costs
 (the pack fsyncs every shard before it counts as written).
@@ -19,31 +19,47 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional, Tuple
 
 from .harness import Contender, Result, Sample, Skip, skipped, warm_inputs
 from .paired import PairedRatio, run_pair
 from .prepare import image_files, pack_command
 
-__all__ = ["CommandContender", "CopyContender", "InProcessPackContender", "PACK_PAIR_CHECK", "im2rec_path",
-           "pack_contenders", "pack_pair"]
+__all__ = [
+    "PACK_PAIR_CHECK",
+    "CommandContender",
+    "CopyContender",
+    "InProcessPackContender",
+    "im2rec_path",
+    "pack_contenders",
+    "pack_pair",
+]
 
 
-def im2rec_path() -> Optional[str]:
+def im2rec_path() -> str | None:
     """MXNet's im2rec.py as shipped inside the mxnet wheel, found without importing mxnet."""
     spec = importlib.util.find_spec("mxnet")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "tools", "im2rec.py")
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "tools", "im2rec.py")
     return path if os.path.exists(path) else None
 
 
 class CommandContender(Contender):
     """Runs one command per repeat into an emptied scratch folder and times it."""
 
-    def __init__(self, name: str, *, argv: List[str], scratch: str, images: int, nbytes: int,
-                 prepare: Optional[List[str]] = None, cwd: Optional[str] = None,
-                 pycache: Optional[str] = None, **kwargs) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        argv: list[str],
+        scratch: str,
+        images: int,
+        nbytes: int,
+        prepare: list[str] | None = None,
+        cwd: str | None = None,
+        pycache: str | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(name, group="pack", **kwargs)
         self.argv, self.scratch, self.images, self.nbytes = argv, scratch, images, nbytes
         self.prepare, self.cwd = prepare, cwd
@@ -71,8 +87,10 @@ class CommandContender(Contender):
         if self.prepare:
             proc = subprocess.run(self.prepare, capture_output=True, text=True, cwd=self.cwd)
             if proc.returncode != 0:
-                raise Skip(f"{os.path.basename(self.prepare[1])} list step failed: "
-                           + " | ".join(proc.stderr.strip().splitlines()[-2:]))
+                raise Skip(
+                    f"{os.path.basename(self.prepare[1])} list step failed: "
+                    + " | ".join(proc.stderr.strip().splitlines()[-2:])
+                )
 
     def run(self) -> Sample:
         self._empty()
@@ -80,8 +98,10 @@ class CommandContender(Contender):
         proc = subprocess.run(self.argv, capture_output=True, text=True, cwd=self.cwd, env=self.env)
         seconds = time.perf_counter() - t0
         if proc.returncode != 0:
-            raise RuntimeError(f"{self.argv[:4]} exited {proc.returncode}: "
-                               + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:]))
+            raise RuntimeError(
+                f"{self.argv[:4]} exited {proc.returncode}: "
+                + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+            )
         written = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(self.scratch) for f in fs)
         return Sample(images=self.images, bytes=self.nbytes, seconds=seconds, extra={"output_bytes": written})
 
@@ -92,11 +112,16 @@ class CommandContender(Contender):
 class CopyContender(Contender):
     """Read every source file and append it to one output file: the copy bandwidth reference."""
 
-    def __init__(self, files: List[str], scratch: str, nbytes: int, *, fsync: bool = False) -> None:
+    def __init__(self, files: list[str], scratch: str, nbytes: int, *, fsync: bool = False) -> None:
         name = "copy files into one file, then fsync" if fsync else "copy files into one file (reference)"
-        super().__init__(name, group="pack", family="copy+fsync" if fsync else "copy", threads=1,
-                         notes="read + write of the same bytes" + (", fsync at the end" if fsync else ", page cache"),
-                         inputs=files)
+        super().__init__(
+            name,
+            group="pack",
+            family="copy+fsync" if fsync else "copy",
+            threads=1,
+            notes="read + write of the same bytes" + (", fsync at the end" if fsync else ", page cache"),
+            inputs=files,
+        )
         self.files, self.scratch, self.nbytes, self.fsync = files, scratch, nbytes, fsync
 
     def start(self) -> None:
@@ -124,14 +149,25 @@ class InProcessPackContender(Contender):
     """``fastload.pack.pack_folder()`` called in this process: the pack without interpreter start-up."""
 
     def __init__(self, images_root: str, scratch: str, *, images: int, nbytes: int, workers: int) -> None:
-        super().__init__(f"fastload pack_folder() in-process (pass-through, {workers} workers)", group="pack",
-                         family="fastload pack in-process", threads=workers,
-                         notes="same options as the command, timed without start-up and imports",
-                         inputs=(images_root,))
-        self.images_root, self.scratch, self.images, self.nbytes, self.workers = images_root, scratch, images, nbytes, workers
+        super().__init__(
+            f"fastload pack_folder() in-process (pass-through, {workers} workers)",
+            group="pack",
+            family="fastload pack in-process",
+            threads=workers,
+            notes="same options as the command, timed without start-up and imports",
+            inputs=(images_root,),
+        )
+        self.images_root, self.scratch, self.images, self.nbytes, self.workers = (
+            images_root,
+            scratch,
+            images,
+            nbytes,
+            workers,
+        )
 
     def start(self) -> None:
         from fastload.pack.packer import pack_folder
+
         self._pack = pack_folder
         os.makedirs(self.scratch, exist_ok=True)
 
@@ -146,8 +182,9 @@ class InProcessPackContender(Contender):
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
-                    workdir: Optional[str] = None) -> Tuple[List[Contender], List[Result], str]:
+def pack_contenders(
+    images_root: str | None, *, workers: int, quick: bool, workdir: str | None = None
+) -> tuple[list[Contender], list[Result], str]:
     """fastload pack vs im2rec, pass-through and (not in quick mode) --resize 256.
 
     Returns:
@@ -160,48 +197,83 @@ def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
     nbytes = sum(os.path.getsize(f) for f in files)
     im2rec = im2rec_path()
     have_cv2 = importlib.util.find_spec("cv2") is not None
-    out: List[Contender] = [CopyContender(files, os.path.join(scratch, "copy"), nbytes),
-                            CopyContender(files, os.path.join(scratch, "copy-fsync"), nbytes, fsync=True),
-                            InProcessPackContender(images_root, os.path.join(scratch, "fl-inproc"), images=len(files),
-                                                   nbytes=nbytes, workers=workers)]
+    out: list[Contender] = [
+        CopyContender(files, os.path.join(scratch, "copy"), nbytes),
+        CopyContender(files, os.path.join(scratch, "copy-fsync"), nbytes, fsync=True),
+        InProcessPackContender(
+            images_root, os.path.join(scratch, "fl-inproc"), images=len(files), nbytes=nbytes, workers=workers
+        ),
+    ]
     pycache = os.path.join(scratch, "pycache")
-    skips: List[Result] = []
+    skips: list[Result] = []
     modes = [(None, "pass-through")] + ([] if quick else [(256, "--resize 256")])
     for resize, label in modes:
-        out.append(CommandContender(
-            f"fastload pack ({label}, {workers} workers)", reference=True if resize is None else False,
-            argv=pack_command(images_root, os.path.join(scratch, f"fl-{label[:6]}", "out"), workers=workers, resize=resize),
-            scratch=os.path.join(scratch, f"fl-{label[:6]}"), images=len(files), nbytes=nbytes,
-            family=f"fastload pack {label}", threads=workers, notes="RecordIO, one shard", pycache=pycache,
-            inputs=(images_root,)))
+        out.append(
+            CommandContender(
+                f"fastload pack ({label}, {workers} workers)",
+                reference=resize is None,
+                argv=pack_command(
+                    images_root, os.path.join(scratch, f"fl-{label[:6]}", "out"), workers=workers, resize=resize
+                ),
+                scratch=os.path.join(scratch, f"fl-{label[:6]}"),
+                images=len(files),
+                nbytes=nbytes,
+                family=f"fastload pack {label}",
+                threads=workers,
+                notes="RecordIO, one shard",
+                pycache=pycache,
+                inputs=(images_root,),
+            )
+        )
         name = f"MXNet im2rec.py ({label}, {workers} workers)"
         if im2rec is None:
             skips.append(skipped(name, group="pack", reason="mxnet (and its tools/im2rec.py) is not installed"))
             continue
         if not have_cv2:
-            skips.append(skipped(name, group="pack", reason="im2rec.py imports cv2: pip install opencv-python-headless"))
+            skips.append(
+                skipped(name, group="pack", reason="im2rec.py imports cv2: pip install opencv-python-headless")
+            )
             continue
         folder = os.path.join(scratch, f"im2rec-{label[:6]}")
         prefix = os.path.join(folder, "data")
         argv = [sys.executable, im2rec, "--num-thread", str(workers), "--quality", "95"]
         argv += ["--pass-through"] if resize is None else ["--resize", str(resize)]
-        out.append(CommandContender(
-            name, argv=argv + [prefix, images_root], scratch=folder, images=len(files), nbytes=nbytes,
-            prepare=[sys.executable, im2rec, "--list", "--recursive", prefix, images_root],
-            family=f"im2rec {label}", threads=workers, notes="list made beforehand, untimed", pycache=pycache,
-            inputs=(images_root,)))
+        out.append(
+            CommandContender(
+                name,
+                argv=[*argv, prefix, images_root],
+                scratch=folder,
+                images=len(files),
+                nbytes=nbytes,
+                prepare=[sys.executable, im2rec, "--list", "--recursive", prefix, images_root],
+                family=f"im2rec {label}",
+                threads=workers,
+                notes="list made beforehand, untimed",
+                pycache=pycache,
+                inputs=(images_root,),
+            )
+        )
         if resize is None:
             # The same job as `fastload pack FOLDER`: im2rec needs its --list step to pack a folder,
             # and fastload's own folder scan is inside its timing, so this row times both steps.
             folder_all = os.path.join(scratch, "im2rec-list-pack")
             prefix_all = os.path.join(folder_all, "data")
             listing = [sys.executable, im2rec, "--list", "--recursive", prefix_all, images_root]
-            script = " && ".join(shlex.join(cmd) for cmd in (listing, argv + [prefix_all, images_root]))
-            out.append(CommandContender(
-                f"MXNet im2rec.py --list, then pack ({label}, {workers} workers)", argv=["sh", "-c", script],
-                scratch=folder_all, images=len(files), nbytes=nbytes, family=f"im2rec list+pack {label}",
-                threads=workers, notes="folder to .rec: the list step is timed too", pycache=pycache,
-                inputs=(images_root,)))
+            script = " && ".join(shlex.join(cmd) for cmd in (listing, [*argv, prefix_all, images_root]))
+            out.append(
+                CommandContender(
+                    f"MXNet im2rec.py --list, then pack ({label}, {workers} workers)",
+                    argv=["sh", "-c", script],
+                    scratch=folder_all,
+                    images=len(files),
+                    nbytes=nbytes,
+                    family=f"im2rec list+pack {label}",
+                    threads=workers,
+                    notes="folder to .rec: the list step is timed too",
+                    pycache=pycache,
+                    inputs=(images_root,),
+                )
+            )
     # Fix the reference per mode: the ratio column compares like with like.
     if not quick:
         for c in out:
@@ -214,8 +286,8 @@ def pack_contenders(images_root: Optional[str], *, workers: int, quick: bool,
 PACK_PAIR_CHECK = "fastload pack_folder() in-process / page-cache copy of the same files, MB/s"
 
 
-def pack_pair(images_root: str, *, workers: int, rounds: int, workdir: Optional[str] = None) -> PairedRatio:
-    """Issue 2's "close to the page-cache copy bandwidth", from alternated runs.
+def pack_pair(images_root: str, *, workers: int, rounds: int, workdir: str | None = None) -> PairedRatio:
+    """The packing target, "close to the page-cache copy bandwidth", from alternated runs.
 
     ``pack_folder()`` in-process and the copy of the same files take turns (their order swapped
     every pair), each after its input files are read through the page cache; the ratio is of MB/s
@@ -226,17 +298,28 @@ def pack_pair(images_root: str, *, workers: int, rounds: int, workdir: Optional[
     scratch = tempfile.mkdtemp(prefix="fastload-bench-packpair-", dir=workdir)
     files = image_files(images_root)
     nbytes = sum(os.path.getsize(f) for f in files)
-    num = InProcessPackContender(images_root, os.path.join(scratch, "fl-inproc"), images=len(files), nbytes=nbytes,
-                                 workers=workers)
+    num = InProcessPackContender(
+        images_root, os.path.join(scratch, "fl-inproc"), images=len(files), nbytes=nbytes, workers=workers
+    )
     den = CopyContender(files, os.path.join(scratch, "copy"), nbytes)
     try:
         num.start()
         den.start()
         return run_pair(PACK_PAIR_CHECK, num, den, rounds=rounds, before=lambda c: warm_inputs(c.inputs))
-    except Exception as exc:  # noqa: BLE001 - reported as a skipped pair, like any contender
+    except Exception as exc:
         nan = float("nan")
-        return PairedRatio(check=PACK_PAIR_CHECK, numerator=num.name, denominator=den.name, median=nan, q1=nan,
-                           q3=nan, total=nan, pairs=0, chunk=0, skipped=f"{type(exc).__name__}: {exc}")
+        return PairedRatio(
+            check=PACK_PAIR_CHECK,
+            numerator=num.name,
+            denominator=den.name,
+            median=nan,
+            q1=nan,
+            q3=nan,
+            total=nan,
+            pairs=0,
+            chunk=0,
+            skipped=f"{type(exc).__name__}: {exc}",
+        )
     finally:
         num.close()
         den.close()

@@ -17,11 +17,10 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
 
 from fastload.errors import UserError
 
-__all__ = ["BenchData", "prepare", "SHARED_DATASET", "pack_command", "image_files", "manifest"]
+__all__ = ["SHARED_DATASET", "BenchData", "image_files", "manifest", "pack_command", "prepare"]
 
 # Another helper of this project leaves a ready-made realistic dataset here on shared machines.
 SHARED_DATASET = "/tmp/fl-data"
@@ -33,37 +32,45 @@ class BenchData:
     """The benchmark's dataset in each form; ``None`` fields come with a reason in ``missing``."""
 
     source: str
-    images_root: Optional[str] = None
-    packed: Optional[str] = None
-    rec: Optional[str] = None
-    idx: Optional[str] = None
-    restart_packed: Optional[str] = None
-    tmpfs_packed: Optional[str] = None
+    images_root: str | None = None
+    packed: str | None = None
+    rec: str | None = None
+    idx: str | None = None
+    restart_packed: str | None = None
+    tmpfs_packed: str | None = None
     count: int = 0
     image_bytes: int = 0
-    missing: Dict[str, str] = field(default_factory=dict)
-    notes: List[str] = field(default_factory=list)
-    _cleanup: List[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    _cleanup: list[str] = field(default_factory=list)
 
     def close(self) -> None:
         """Delete the temporary folders (idempotent)."""
         while self._cleanup:
             shutil.rmtree(self._cleanup.pop(), ignore_errors=True)
 
-    def __enter__(self) -> "BenchData":
+    def __enter__(self) -> BenchData:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def describe(self) -> dict:
-        return {"source": self.source, "images": self.count, "image_bytes": self.image_bytes,
-                "mean_kb": round(self.image_bytes / max(1, self.count) / 1e3, 1),
-                "packed": self.packed, "rec": self.rec, "restart_packed": self.restart_packed,
-                "tmpfs_packed": self.tmpfs_packed, "missing": dict(self.missing), "notes": list(self.notes)}
+        return {
+            "source": self.source,
+            "images": self.count,
+            "image_bytes": self.image_bytes,
+            "mean_kb": round(self.image_bytes / max(1, self.count) / 1e3, 1),
+            "packed": self.packed,
+            "rec": self.rec,
+            "restart_packed": self.restart_packed,
+            "tmpfs_packed": self.tmpfs_packed,
+            "missing": dict(self.missing),
+            "notes": list(self.notes),
+        }
 
 
-def image_files(root: str) -> List[str]:
+def image_files(root: str) -> list[str]:
     """Image files under ``root`` (recursively, sorted), as an ImageFolder would find them."""
     found = []
     for dirpath, dirs, files in os.walk(root, followlinks=True):
@@ -72,8 +79,15 @@ def image_files(root: str) -> List[str]:
     return found
 
 
-def pack_command(src: str, out: str, *, workers: Optional[int] = None, resize: Optional[int] = None,
-                 restart_index: bool = False, shards: Optional[int] = 1) -> List[str]:
+def pack_command(
+    src: str,
+    out: str,
+    *,
+    workers: int | None = None,
+    resize: int | None = None,
+    restart_index: bool = False,
+    shards: int | None = 1,
+) -> list[str]:
     """The ``fastload pack`` command line the benchmark uses (the same one a user would type)."""
     cmd = [sys.executable, "-m", "fastload", "pack", src, out, "--overwrite", "--quiet"]
     if shards:
@@ -87,7 +101,7 @@ def pack_command(src: str, out: str, *, workers: Optional[int] = None, resize: O
     return cmd
 
 
-def _run_pack(src: str, out: str, **kwargs) -> Optional[str]:
+def _run_pack(src: str, out: str, **kwargs) -> str | None:
     """Pack; returns None on success or the reason it failed (last lines of its stderr)."""
     proc = subprocess.run(pack_command(src, out, **kwargs), capture_output=True, text=True)
     if proc.returncode != 0:
@@ -104,8 +118,10 @@ def _find_rec(packed: str, data: BenchData) -> None:
     data.rec = recs[0]
     data.idx = os.path.splitext(recs[0])[0] + ".idx"
     if len(recs) > 1:
-        data.notes.append(f"{len(recs)} RecordIO shards: MXNet's ImageRecordIter takes one file, so MXNet "
-                          f"and DALI read the first shard only ({os.path.basename(recs[0])})")
+        data.notes.append(
+            f"{len(recs)} RecordIO shards: MXNet's ImageRecordIter takes one file, so MXNet "
+            f"and DALI read the first shard only ({os.path.basename(recs[0])})"
+        )
 
 
 def _subset(src_root: str, dst: str, count: int) -> None:
@@ -120,7 +136,7 @@ def _subset(src_root: str, dst: str, count: int) -> None:
 
 def _generate(dst: str, count: int, seed: int) -> None:
     try:
-        from fastload_tools.make_dataset import make_dataset
+        from tools.make_dataset import make_dataset
     except ImportError as exc:
         raise UserError(f"no DATASET given and the dataset generator is unavailable ({exc})") from exc
     make_dataset(dst, count=count, seed=seed, quiet=True)
@@ -129,6 +145,7 @@ def _generate(dst: str, count: int, seed: int) -> None:
 def _export_images(packed: str, dst: str) -> int:
     """Write every record of a packed dataset as a JPEG file in class folders (for the torch peer)."""
     from fastload.records.dataset import open_dataset
+
     n = 0
     with open_dataset(packed) as ds:
         labels = ds.labels
@@ -158,8 +175,16 @@ def _copy_to_tmpfs(packed: str, data: BenchData) -> None:
     data.tmpfs_packed = target
 
 
-def prepare(dataset: Optional[str], *, quick: bool, count: Optional[int] = None, seed: int = 0,
-            restart_index: bool = True, tmpfs: bool = True, workdir: Optional[str] = None) -> BenchData:
+def prepare(
+    dataset: str | None,
+    *,
+    quick: bool,
+    count: int | None = None,
+    seed: int = 0,
+    restart_index: bool = True,
+    tmpfs: bool = True,
+    workdir: str | None = None,
+) -> BenchData:
     """Build every form of the benchmark dataset.
 
     Args:
@@ -182,8 +207,11 @@ def prepare(dataset: Optional[str], *, quick: bool, count: Optional[int] = None,
         packed_given = False
         if dataset is None:
             shared_images = os.path.join(SHARED_DATASET, "images")
-            shared = (len(image_files(shared_images)) if os.path.exists(os.path.join(SHARED_DATASET, "READY"))
-                      and os.path.isdir(shared_images) else 0)
+            shared = (
+                len(image_files(shared_images))
+                if os.path.exists(os.path.join(SHARED_DATASET, "READY")) and os.path.isdir(shared_images)
+                else 0
+            )
             n = count or (96 if quick else 2000)
             data.images_root = os.path.join(tmp, "images")
             if shared and n < shared:
@@ -197,8 +225,12 @@ def prepare(dataset: Optional[str], *, quick: bool, count: Optional[int] = None,
                 data.source = f"generated: tools/make_dataset.py --count {n} --seed {seed}"
         elif not os.path.exists(dataset):
             raise UserError(f"dataset {dataset} does not exist")
-        elif os.path.isdir(dataset) and not os.path.exists(os.path.join(dataset, "fastload.json")) \
-                and not glob.glob(os.path.join(dataset, "*.rec")) and not os.path.exists(os.path.join(dataset, "data.mdb")):
+        elif (
+            os.path.isdir(dataset)
+            and not os.path.exists(os.path.join(dataset, "fastload.json"))
+            and not glob.glob(os.path.join(dataset, "*.rec"))
+            and not os.path.exists(os.path.join(dataset, "data.mdb"))
+        ):
             data.images_root = os.path.abspath(dataset)
             data.source = data.images_root
         else:
@@ -252,7 +284,7 @@ def prepare(dataset: Optional[str], *, quick: bool, count: Optional[int] = None,
         raise
 
 
-def manifest(packed: str) -> Optional[dict]:
+def manifest(packed: str) -> dict | None:
     """The fastload.json of a packed folder, or None."""
     path = os.path.join(packed, "fastload.json")
     if not os.path.exists(path):

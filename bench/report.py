@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from .harness import Result
 
-__all__ = ["format_table", "format_targets", "write_outputs", "plot", "GROUP_TITLES"]
+__all__ = ["GROUP_TITLES", "format_table", "format_targets", "plot", "write_outputs"]
 
 GROUP_TITLES = {
     "read": "read only (records from the shards, no decode)",
@@ -26,12 +26,15 @@ GROUP_TITLES = {
     "h2d": "host-to-device copy",
     "pack": "packing, pass-through (whole command, same workers)",
     "pack-resize": "packing, --resize 256 (whole command, same workers)",
-    "startup": "first batch after constructing the loader (fresh process per repeat; rate = first batch's images / its seconds)",
+    "startup": (
+        "first batch after constructing the loader "
+        "(fresh process per repeat; rate = first batch's images / its seconds)"
+    ),
     "memory": "memory over 5 epochs (fresh process; rate = images/s over the 5 epochs)",
 }
 
 
-def _num(x: Optional[float], fmt: str = ",.0f") -> str:
+def _num(x: float | None, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
@@ -39,7 +42,9 @@ def _details(r: Result) -> str:
     """One indented line of what a row's counters say (loader stages, sliced decodes, failures)."""
     e = r.extra
     parts = []
-    stages = {k.split(".", 1)[1]: v for k, v in e.items() if k.startswith("stage_seconds.") and isinstance(v, (int, float))}
+    stages = {
+        k.split(".", 1)[1]: v for k, v in e.items() if k.startswith("stage_seconds.") and isinstance(v, (int, float))
+    }
     if stages:
         parts.append("stage seconds " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
     if "input_bound_fraction" in e:
@@ -47,15 +52,19 @@ def _details(r: Result) -> str:
     if "first_batch_ms_mean" in e:
         parts.append(f"first batch {e['first_batch_ms_mean']:.0f} ms")
     if "index_load_ms_mean" in e:
-        parts.append(f"constructing {e.get('construct_ms_mean', 0):.0f} ms, index load {e['index_load_ms_mean']:.0f} ms, "
-                     f"open_dataset {e.get('open_dataset_ms_mean', 0):.0f} ms, {e.get('records_max', 0):,.0f} records, "
-                     f".rec {e.get('rec_mb_max', 0):,.0f} MB of which {e.get('rec_resident_kb_after_construct_max', 0):,.0f}"
-                     f" KB mapped in after constructing")
+        parts.append(
+            f"constructing {e.get('construct_ms_mean', 0):.0f} ms, index load {e['index_load_ms_mean']:.0f} ms, "
+            f"open_dataset {e.get('open_dataset_ms_mean', 0):.0f} ms, {e.get('records_max', 0):,.0f} records, "
+            f".rec {e.get('rec_mb_max', 0):,.0f} MB of which {e.get('rec_resident_kb_after_construct_max', 0):,.0f}"
+            f" KB mapped in after constructing"
+        )
     if "rss_peak_mb_max" in e:
-        parts.append(f"peak RSS {e['rss_peak_mb_max']:,.0f} MB (bound {e.get('rss_bound_mb_max', 0):,.0f} MB), "
-                     f"anon peak {e.get('rss_anon_peak_mb_max', 0):,.0f} MB, after imports "
-                     f"{e.get('rss_after_imports_mb_max', 0):,.0f} MB; per epoch: RSS peak {e.get('rss_epoch_peak_mb')}, "
-                     f"RSS at the end {e.get('rss_epoch_end_mb')}, anon at the end {e.get('rss_anon_epoch_end_mb')} MB")
+        parts.append(
+            f"peak RSS {e['rss_peak_mb_max']:,.0f} MB (bound {e.get('rss_bound_mb_max', 0):,.0f} MB), "
+            f"anon peak {e.get('rss_anon_peak_mb_max', 0):,.0f} MB, after imports "
+            f"{e.get('rss_after_imports_mb_max', 0):,.0f} MB; per epoch: RSS peak {e.get('rss_epoch_peak_mb')}, "
+            f"RSS at the end {e.get('rss_epoch_end_mb')}, anon at the end {e.get('rss_anon_epoch_end_mb')} MB"
+        )
     if e.get("sliced"):
         parts.append(f"{e['sliced']:,} decodes took the restart-interval (sliced) path")
     if e.get("failed"):
@@ -67,11 +76,13 @@ def _details(r: Result) -> str:
 
 def format_table(results: Sequence[Result]) -> str:
     """A fixed-width table, one block per group, skipped rows with their reason."""
-    lines: List[str] = []
-    groups: Dict[str, List[Result]] = {}
+    lines: list[str] = []
+    groups: dict[str, list[Result]] = {}
     for r in results:
         groups.setdefault(r.group, []).append(r)
-    header = f"{'contender':<64} {'thr':>3} {'median/s':>10} {'min-max/s':>17} {'MB/s':>8} {'per core':>9} {'vs ref':>7}"
+    header = (
+        f"{'contender':<64} {'thr':>3} {'median/s':>10} {'min-max/s':>17} {'MB/s':>8} {'per core':>9} {'vs ref':>7}"
+    )
     for group, rows in groups.items():
         lines.append("")
         lines.append(f"== {GROUP_TITLES.get(group, group)}")
@@ -87,14 +98,18 @@ def format_table(results: Sequence[Result]) -> str:
                 continue
             span = f"{_num(r.min_ips)}-{_num(r.max_ips)}"
             ratio = "-" if r.ratio_to_reference is None else f"{r.ratio_to_reference:.2f}x"
-            lines.append(f"{name:<64} {r.threads:>3} {_num(r.median_ips):>10} {span:>17} "
-                         f"{_num(r.median_mbps, ',.1f'):>8} {_num(r.per_core_ips):>9} {ratio:>7}")
+            lines.append(
+                f"{name:<64} {r.threads:>3} {_num(r.median_ips):>10} {span:>17} "
+                f"{_num(r.median_mbps, ',.1f'):>8} {_num(r.per_core_ips):>9} {ratio:>7}"
+            )
             detail = _details(r)
             if detail:
                 lines.append(f"    {detail}")
     lines.append("")
-    lines.append("* = the group's reference row (fastload); 'vs ref' = median / reference median; "
-                 "thr = threads or processes allowed; per core = median / thr.")
+    lines.append(
+        "* = the group's reference row (fastload); 'vs ref' = median / reference median; "
+        "thr = threads or processes allowed; per core = median / thr."
+    )
     return "\n".join(lines)
 
 
@@ -115,11 +130,12 @@ def format_targets(targets: Sequence[dict]) -> str:
 def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
     """Two panels: throughput against threads (decode families), and pipelines side by side."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [1, 1.4]})
-    families: Dict[str, List[Result]] = {}
+    families: dict[str, list[Result]] = {}
     for r in results:
         if r.ok and r.group == "decode":
             families.setdefault(r.family, []).append(r)
@@ -149,7 +165,7 @@ def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
         right.barh(ys, [r.median_ips for r in rows], xerr=err, color=colors, capsize=3)
         right.set_yticks(ys)
         right.set_yticklabels(labels, fontsize=7)
-        for y, r in zip(ys, rows):
+        for y, r in zip(ys, rows, strict=False):
             ratio = "" if r.ratio_to_reference is None else f" ({r.ratio_to_reference:.2f}x)"
             right.text(r.max_ips, y, f" {r.median_ips:,.0f}{ratio}", va="center", fontsize=7)
         right.set_xlim(0, max(r.max_ips for r in rows) * 1.18)  # room for the labels
@@ -165,16 +181,37 @@ def plot(results: Sequence[Result], path: str, *, title: str = "") -> None:
     plt.close(fig)
 
 
-def write_outputs(out_dir: str, *, env: dict, dataset: dict, config: dict, results: Sequence[Result],
-                  targets: Sequence[dict], model_step: Optional[dict], model_step_text: str = "",
-                  paired: Sequence[dict] = (), paired_text: str = "") -> Dict[str, str]:
+def write_outputs(
+    out_dir: str,
+    *,
+    env: dict,
+    dataset: dict,
+    config: dict,
+    results: Sequence[Result],
+    targets: Sequence[dict],
+    model_step: dict | None,
+    model_step_text: str = "",
+    paired: Sequence[dict] = (),
+    paired_text: str = "",
+) -> dict[str, str]:
     """Write results.json, results.jsonl (appended), table.txt and throughput.png; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    doc = {"format": "fastload-bench/1", "environment": env, "dataset": dataset, "config": config,
-           "results": [r.to_json() for r in results], "paired": list(paired), "targets": list(targets),
-           "model_step": model_step}
-    paths = {"json": os.path.join(out_dir, "results.json"), "jsonl": os.path.join(out_dir, "results.jsonl"),
-             "table": os.path.join(out_dir, "table.txt"), "png": os.path.join(out_dir, "throughput.png")}
+    doc = {
+        "format": "fastload-bench/1",
+        "environment": env,
+        "dataset": dataset,
+        "config": config,
+        "results": [r.to_json() for r in results],
+        "paired": list(paired),
+        "targets": list(targets),
+        "model_step": model_step,
+    }
+    paths = {
+        "json": os.path.join(out_dir, "results.json"),
+        "jsonl": os.path.join(out_dir, "results.jsonl"),
+        "table": os.path.join(out_dir, "table.txt"),
+        "png": os.path.join(out_dir, "throughput.png"),
+    }
     tmp = paths["json"] + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=1, default=str)
@@ -184,21 +221,37 @@ def write_outputs(out_dir: str, *, env: dict, dataset: dict, config: dict, resul
     text = render_text(env, dataset, results, targets, model_step_text, paired_text)
     with open(paths["table"], "w") as fh:
         fh.write(text + "\n")
-    plot(results, paths["png"], title=f"{env.get('cpu_model')} x{env.get('cores')} cores | {dataset.get('source')} "
-                                      f"| {env.get('timestamp')}")
+    plot(
+        results,
+        paths["png"],
+        title=f"{env.get('cpu_model')} x{env.get('cores')} cores | {dataset.get('source')} | {env.get('timestamp')}",
+    )
     return paths
 
 
-def render_text(env: dict, dataset: dict, results: Sequence[Result], targets: Sequence[dict],
-                model_step_text: str = "", paired_text: str = "") -> str:
-    head = [f"$ {env.get('command')}",
-            f"{env.get('cpu_model')}, {env.get('cores')} cores, python {env.get('python')}, git {env.get('git_sha')}, "
-            f"{env.get('timestamp')}",
-            f"dataset: {dataset.get('source')} ({dataset.get('images')} images, mean {dataset.get('mean_kb')} KB)"]
+def render_text(
+    env: dict,
+    dataset: dict,
+    results: Sequence[Result],
+    targets: Sequence[dict],
+    model_step_text: str = "",
+    paired_text: str = "",
+) -> str:
+    head = [
+        f"$ {env.get('command')}",
+        f"{env.get('cpu_model')}, {env.get('cores')} cores, python {env.get('python')}, git {env.get('git_sha')}, "
+        f"{env.get('timestamp')}",
+        f"dataset: {dataset.get('source')} ({dataset.get('images')} images, mean {dataset.get('mean_kb')} KB)",
+    ]
     for note in dataset.get("notes") or []:
         head.append(f"note: {note}")
-    text = "\n".join(head) + "\n" + format_table(results) + (paired_text + "\n" if paired_text else "") \
+    text = (
+        "\n".join(head)
+        + "\n"
+        + format_table(results)
+        + (paired_text + "\n" if paired_text else "")
         + format_targets(targets)
+    )
     if model_step_text:
         text += "\n\n" + model_step_text
     return text

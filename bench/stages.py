@@ -3,7 +3,7 @@
 Stages: read only (records from the mmap'd shards, page cache or tmpfs), the decode engine alone
 (full-size decode and the fused train/eval ops at 1..N threads), the whole loader (order, read,
 decode, ring, prefetch) and the PyTorch adapter, host-to-device copies. The decode references are
-what issue 3's targets are ratios against: simplejpeg's and Pillow's full-size decode and the
+what the decode-speed targets are ratios against: simplejpeg's and Pillow's full-size decode and the
 per-image Python pipeline (decode, crop, resize, flip one image at a time).
 
 Every contender works on the same images; bytes read from the dataset are copied out before the
@@ -15,26 +15,26 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
 from .harness import Contender, FunctionContender, Sample, Skip
 
 __all__ = [
-    "read_contender",
+    "clear_image_cache",
     "engine_contender",
     "engine_full_contender",
-    "simplejpeg_full_contender",
-    "pillow_full_contender",
-    "python_pipeline_contender",
-    "loader_contender",
-    "torch_loader_contender",
     "h2d_contenders",
     "load_images",
-    "clear_image_cache",
+    "loader_contender",
+    "pillow_full_contender",
+    "python_pipeline_contender",
     "quiesce",
+    "read_contender",
+    "simplejpeg_full_contender",
+    "torch_loader_contender",
 ]
 
 
@@ -49,7 +49,7 @@ def _open(path: str):
 _IMAGES: dict = {}
 
 
-def load_images(path: str) -> List[bytes]:
+def load_images(path: str) -> list[bytes]:
     """The encoded image bytes of every record (copied, so decode stages do no I/O).
 
     Cached per path: a dozen decode contenders share one read-only copy instead of holding a
@@ -66,7 +66,7 @@ def clear_image_cache() -> None:
     _IMAGES.clear()
 
 
-def _rss_mb() -> Optional[float]:
+def _rss_mb() -> float | None:
     try:
         import psutil
     except ImportError:
@@ -76,6 +76,7 @@ def _rss_mb() -> Optional[float]:
 
 def _transform(kind: str, size: int = 224):
     from fastload import transforms
+
     return transforms.train(size) if kind == "train" else transforms.eval_transform(size)
 
 
@@ -101,8 +102,18 @@ def read_contender(name: str, path: str, *, reference: bool = False, notes: str 
             total += n
         return len(ds), total
 
-    return FunctionContender(name, setup=setup, work=work, teardown=lambda s: s[0].close(), group="read",
-                             threads=1, reference=reference, unit="records", notes=notes, inputs=(path,))
+    return FunctionContender(
+        name,
+        setup=setup,
+        work=work,
+        teardown=lambda s: s[0].close(),
+        group="read",
+        threads=1,
+        reference=reference,
+        unit="records",
+        notes=notes,
+        inputs=(path,),
+    )
 
 
 # --- decode engine alone -------------------------------------------------------------------
@@ -119,9 +130,21 @@ def _decode_api():
 class EngineContender(Contender):
     """``fastload.decode.decode_batch`` over pre-read images, batch by batch, into one buffer."""
 
-    def __init__(self, name: str, path: str, *, kind: str, threads: int, batch_size: int, group: str,
-                 family: str, reference: bool = False, notes: str = "", size: int = 224,
-                 layout: str = "NHWC") -> None:
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        *,
+        kind: str,
+        threads: int,
+        batch_size: int,
+        group: str,
+        family: str,
+        reference: bool = False,
+        notes: str = "",
+        size: int = 224,
+        layout: str = "NHWC",
+    ) -> None:
         super().__init__(name, group=group, family=family, threads=threads, reference=reference, notes=notes)
         self.path, self.kind, self.batch_size, self.size, self.layout = path, kind, batch_size, size, layout
         self._epoch = 0
@@ -145,28 +168,58 @@ class EngineContender(Contender):
         t0 = time.perf_counter()
         for s in range(0, n, self.batch_size):
             e = min(n, s + self.batch_size)
-            res = self._decode.decode_batch(self._images[s:e], self._out[: e - s], self._transform, seed=0,
-                                            epoch=self._epoch, indices=np.arange(s, e, dtype=np.int64),
-                                            threads=self.threads, layout=self.layout)
+            res = self._decode.decode_batch(
+                self._images[s:e],
+                self._out[: e - s],
+                self._transform,
+                seed=0,
+                epoch=self._epoch,
+                indices=np.arange(s, e, dtype=np.int64),
+                threads=self.threads,
+                layout=self.layout,
+            )
             failed += len(res.errors)
             sliced += int(getattr(res, "sliced", 0) or 0)
             self.backend = res.backend
         seconds = time.perf_counter() - t0
-        return Sample(images=n, bytes=self._bytes, seconds=seconds,
-                      extra={"failed": failed, "sliced": sliced, "backend": self.backend})
+        return Sample(
+            images=n,
+            bytes=self._bytes,
+            seconds=seconds,
+            extra={"failed": failed, "sliced": sliced, "backend": self.backend},
+        )
 
     def close(self) -> None:
         self._images = []
         self._out = None
 
 
-def engine_contender(name: str, path: str, *, kind: str = "train", threads: int, batch_size: int,
-                     group: str = "decode", family: Optional[str] = None, reference: bool = False,
-                     notes: str = "", layout: str = "NHWC") -> Contender:
+def engine_contender(
+    name: str,
+    path: str,
+    *,
+    kind: str = "train",
+    threads: int,
+    batch_size: int,
+    group: str = "decode",
+    family: str | None = None,
+    reference: bool = False,
+    notes: str = "",
+    layout: str = "NHWC",
+) -> Contender:
     """The fused decode+crop+resize+flip (``kind="train"``) or resize+center-crop (``"eval"``)."""
-    return EngineContender(name, path, kind=kind, threads=threads, batch_size=batch_size, group=group,
-                           family=family or name.rsplit(",", 1)[0], reference=reference, notes=notes,
-                           layout=layout)
+    return EngineContender(
+        name,
+        path,
+        kind=kind,
+        threads=threads,
+        batch_size=batch_size,
+        group=group,
+        family=family or name.rsplit(",", 1)[0],
+        reference=reference,
+        notes=notes,
+        layout=layout,
+    )
 
 
 def _threaded_map(threads: int, fn: Callable[[bytes], object], images: Sequence[bytes]) -> None:
@@ -180,8 +233,9 @@ def _threaded_map(threads: int, fn: Callable[[bytes], object], images: Sequence[
         list(pool.map(lambda chunk: [fn(b) for b in chunk], chunks))
 
 
-def _full_decode_contender(name: str, path: str, *, threads: int, family: str, decode_one: Callable,
-                           check: Callable[[], None], notes: str) -> Contender:
+def _full_decode_contender(
+    name: str, path: str, *, threads: int, family: str, decode_one: Callable, check: Callable[[], None], notes: str
+) -> Contender:
     def setup():
         check()
         images = load_images(path)
@@ -192,8 +246,7 @@ def _full_decode_contender(name: str, path: str, *, threads: int, family: str, d
         _threaded_map(threads, decode_one, images)
         return len(images), nbytes
 
-    return FunctionContender(name, setup=setup, work=work, group="decode", family=family, threads=threads,
-                             notes=notes)
+    return FunctionContender(name, setup=setup, work=work, group="decode", family=family, threads=threads, notes=notes)
 
 
 def engine_full_contender(path: str, *, threads: int) -> Contender:
@@ -203,14 +256,19 @@ def engine_full_contender(path: str, *, threads: int) -> Contender:
     def check():
         state["decode"] = _decode_api()
 
-    return _full_decode_contender(f"fastload full-size decode, {threads}t", path, threads=threads,
-                                  family="fastload full-size decode",
-                                  decode_one=lambda b: state["decode"].decode_image(b), check=check,
-                                  notes="decode_image per image, Python thread pool")
+    return _full_decode_contender(
+        f"fastload full-size decode, {threads}t",
+        path,
+        threads=threads,
+        family="fastload full-size decode",
+        decode_one=lambda b: state["decode"].decode_image(b),
+        check=check,
+        notes="decode_image per image, Python thread pool",
+    )
 
 
 def simplejpeg_full_contender(path: str, *, threads: int) -> Contender:
-    """simplejpeg (libjpeg-turbo) full-size RGB decode: issue 3's reference."""
+    """simplejpeg (libjpeg-turbo) full-size RGB decode: the decode-speed targets' reference."""
     mod = {}
 
     def check():
@@ -220,10 +278,15 @@ def simplejpeg_full_contender(path: str, *, threads: int) -> Contender:
             raise Skip(f"simplejpeg is not installed: {exc}") from exc
         mod["sj"] = simplejpeg
 
-    return _full_decode_contender(f"simplejpeg full-size decode, {threads}t", path, threads=threads,
-                                  family="simplejpeg full-size decode",
-                                  decode_one=lambda b: mod["sj"].decode_jpeg(b, colorspace="RGB"), check=check,
-                                  notes="simplejpeg.decode_jpeg, GIL released, thread pool")
+    return _full_decode_contender(
+        f"simplejpeg full-size decode, {threads}t",
+        path,
+        threads=threads,
+        family="simplejpeg full-size decode",
+        decode_one=lambda b: mod["sj"].decode_jpeg(b, colorspace="RGB"),
+        check=check,
+        notes="simplejpeg.decode_jpeg, GIL released, thread pool",
+    )
 
 
 def pillow_full_contender(path: str, *, threads: int) -> Contender:
@@ -234,9 +297,15 @@ def pillow_full_contender(path: str, *, threads: int) -> Contender:
         with Image.open(io.BytesIO(b)) as im:
             im.convert("RGB").load()
 
-    return _full_decode_contender(f"Pillow full-size decode, {threads}t", path, threads=threads,
-                                  family="Pillow full-size decode", decode_one=one, check=lambda: None,
-                                  notes="Image.open(...).convert('RGB'), thread pool")
+    return _full_decode_contender(
+        f"Pillow full-size decode, {threads}t",
+        path,
+        threads=threads,
+        family="Pillow full-size decode",
+        decode_one=one,
+        check=lambda: None,
+        notes="Image.open(...).convert('RGB'), thread pool",
+    )
 
 
 def python_pipeline_contender(path: str, *, decoder: str, size: int = 224) -> Contender:
@@ -250,6 +319,7 @@ def python_pipeline_contender(path: str, *, decoder: str, size: int = 224) -> Co
 
     def setup():
         from fastload.transforms import sample_params, train
+
         sj = cv2 = None
         if decoder.startswith("simplejpeg"):
             try:
@@ -263,8 +333,16 @@ def python_pipeline_contender(path: str, *, decoder: str, size: int = 224) -> Co
                 raise Skip(f"OpenCV (cv2) is not installed: {exc}") from exc
         images = load_images(path)
         out = np.empty((size, size, 3), dtype=np.uint8)
-        return {"images": images, "bytes": sum(len(b) for b in images), "sj": sj, "cv2": cv2, "out": out,
-                "t": train(size), "sample": sample_params, "epoch": 0}
+        return {
+            "images": images,
+            "bytes": sum(len(b) for b in images),
+            "sj": sj,
+            "cv2": cv2,
+            "out": out,
+            "t": train(size),
+            "sample": sample_params,
+            "epoch": 0,
+        }
 
     def work(st):
         st["epoch"] += 1
@@ -290,11 +368,20 @@ def python_pipeline_contender(path: str, *, decoder: str, size: int = 224) -> Co
                 out[...] = np.asarray(im)
         return len(st["images"]), st["bytes"]
 
-    label = {"pillow": "Pillow", "simplejpeg": "simplejpeg + Pillow resize",
-             "simplejpeg+cv2": "simplejpeg + cv2 resize"}[decoder]
-    return FunctionContender(f"Python per-image pipeline ({label}), 1t", setup=setup, work=work, group="decode",
-                             family=f"Python per-image pipeline ({label})", threads=1,
-                             notes="decode + crop + resize + flip, one image at a time")
+    label = {
+        "pillow": "Pillow",
+        "simplejpeg": "simplejpeg + Pillow resize",
+        "simplejpeg+cv2": "simplejpeg + cv2 resize",
+    }[decoder]
+    return FunctionContender(
+        f"Python per-image pipeline ({label}), 1t",
+        setup=setup,
+        work=work,
+        group="decode",
+        family=f"Python per-image pipeline ({label})",
+        threads=1,
+        notes="decode + crop + resize + flip, one image at a time",
+    )
 
 
 # --- whole loader --------------------------------------------------------------------------
@@ -315,10 +402,22 @@ def quiesce(loader) -> None:
 class LoaderContender(Contender):
     """``fastload.Loader`` over a packed dataset: one epoch per repeat, uint8 NHWC batches."""
 
-    def __init__(self, name: str, path: str, *, kind: str, threads: int, batch_size: int, group: str,
-                 reference: bool = False, notes: str = "", family: Optional[str] = None) -> None:
-        super().__init__(name, group=group, family=family or name, threads=threads, reference=reference,
-                         notes=notes, inputs=(path,))
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        *,
+        kind: str,
+        threads: int,
+        batch_size: int,
+        group: str,
+        reference: bool = False,
+        notes: str = "",
+        family: str | None = None,
+    ) -> None:
+        super().__init__(
+            name, group=group, family=family or name, threads=threads, reference=reference, notes=notes, inputs=(path,)
+        )
         self.path, self.kind, self.batch_size = path, kind, batch_size
         self._loader = None
         self._epoch = 0
@@ -330,9 +429,15 @@ class LoaderContender(Contender):
             raise Skip(f"fastload.loader is not available: {exc}") from exc
         self._ds = _open(self.path)
         self._bytes = sum(len(self._ds.image(i)) for i in range(len(self._ds)))
-        config = LoaderConfig(batch_size=self.batch_size, transform=_transform(self.kind),
-                              shuffle="global" if self.kind == "train" else "none", seed=0,
-                              num_threads=self.threads, drop_last=False, layout="NCHW")
+        config = LoaderConfig(
+            batch_size=self.batch_size,
+            transform=_transform(self.kind),
+            shuffle="global" if self.kind == "train" else "none",
+            seed=0,
+            num_threads=self.threads,
+            drop_last=False,
+            layout="NCHW",
+        )
         self._loader = Loader(self._ds, config)
 
     def run(self) -> Sample:
@@ -372,10 +477,20 @@ class LoaderContender(Contender):
             self._ds = None
 
 
-def loader_contender(name: str, path: str, *, kind: str = "train", threads: int, batch_size: int,
-                     group: str = "pipeline", reference: bool = False, notes: str = "") -> Contender:
-    return LoaderContender(name, path, kind=kind, threads=threads, batch_size=batch_size, group=group,
-                           reference=reference, notes=notes)
+def loader_contender(
+    name: str,
+    path: str,
+    *,
+    kind: str = "train",
+    threads: int,
+    batch_size: int,
+    group: str = "pipeline",
+    reference: bool = False,
+    notes: str = "",
+) -> Contender:
+    return LoaderContender(
+        name, path, kind=kind, threads=threads, batch_size=batch_size, group=group, reference=reference, notes=notes
+    )
 
 
 class TorchLoaderContender(LoaderContender):
@@ -388,8 +503,15 @@ class TorchLoaderContender(LoaderContender):
             raise Skip(f"fastload.torch is not available: {exc}") from exc
         with _open(self.path) as ds:
             self._bytes = sum(len(ds.image(i)) for i in range(len(ds)))
-        self._loader = ft.DataLoader(self.path, batch_size=self.batch_size, shuffle=self.kind == "train", seed=0,
-                                     transform=_transform(self.kind), num_threads=self.threads, drop_last=False)
+        self._loader = ft.DataLoader(
+            self.path,
+            batch_size=self.batch_size,
+            shuffle=self.kind == "train",
+            seed=0,
+            transform=_transform(self.kind),
+            num_threads=self.threads,
+            drop_last=False,
+        )
 
     def run(self) -> Sample:
         self._epoch += 1
@@ -404,10 +526,17 @@ class TorchLoaderContender(LoaderContender):
         return Sample(images=images, bytes=self._bytes, seconds=seconds)
 
 
-def torch_loader_contender(name: str, path: str, *, kind: str = "train", threads: int, batch_size: int,
-                           group: str = "pipeline", notes: str = "") -> Contender:
-    return TorchLoaderContender(name, path, kind=kind, threads=threads, batch_size=batch_size, group=group,
-                                notes=notes)
+def torch_loader_contender(
+    name: str,
+    path: str,
+    *,
+    kind: str = "train",
+    threads: int,
+    batch_size: int,
+    group: str = "pipeline",
+    notes: str = "",
+) -> Contender:
+    return TorchLoaderContender(name, path, kind=kind, threads=threads, batch_size=batch_size, group=group, notes=notes)
 
 
 # --- host to device ------------------------------------------------------------------------
@@ -417,13 +546,19 @@ class H2DContender(Contender):
     """Copy one uint8 batch to the GPU, pinned or pageable source (GB/s in the MB/s column)."""
 
     def __init__(self, *, pinned: bool, batch_size: int, reference: bool = False) -> None:
-        super().__init__(f"host-to-device copy, {'pinned' if pinned else 'pageable'}", group="h2d",
-                         family="host-to-device copy", reference=reference, unit="batches",
-                         notes=f"uint8 [{batch_size},3,224,224]")
+        super().__init__(
+            f"host-to-device copy, {'pinned' if pinned else 'pageable'}",
+            group="h2d",
+            family="host-to-device copy",
+            reference=reference,
+            unit="batches",
+            notes=f"uint8 [{batch_size},3,224,224]",
+        )
         self.pinned, self.batch_size = pinned, batch_size
 
     def start(self) -> None:
         import torch
+
         self._torch = torch
         self._src = torch.empty((self.batch_size, 3, 224, 224), dtype=torch.uint8, pin_memory=self.pinned)
         self._dst = torch.empty_like(self._src, device="cuda")
@@ -441,7 +576,7 @@ class H2DContender(Contender):
         self._src = self._dst = None
 
 
-def cuda_available() -> Optional[str]:
+def cuda_available() -> str | None:
     """None when a CUDA device is usable from torch, else the reason it is not."""
     if not (os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/dxg")):
         return "no CUDA device"  # decided without importing torch (seconds, and memory) into the harness
@@ -454,6 +589,8 @@ def cuda_available() -> Optional[str]:
     return None
 
 
-def h2d_contenders(batch_size: int) -> List[Contender]:
-    return [H2DContender(pinned=True, batch_size=batch_size, reference=True),
-            H2DContender(pinned=False, batch_size=batch_size)]
+def h2d_contenders(batch_size: int) -> list[Contender]:
+    return [
+        H2DContender(pinned=True, batch_size=batch_size, reference=True),
+        H2DContender(pinned=False, batch_size=batch_size),
+    ]

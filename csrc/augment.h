@@ -1,6 +1,6 @@
 // Augmentation stage (native side): the counter-based RNG and the crop/flip sampler.
 //
-// This is a line-for-line twin of fastload/transforms.py (splitmix64, sample_key, uniform,
+// This is a line-for-line twin of fastload/transforms/geometry.py and rng.py (splitmix64, sample_key, uniform,
 // _rrc_box, sample_params): same double arithmetic in the same order, round-half-even rounding
 // (Python's round(), torchvision's choice; std::nearbyint under the default rounding mode),
 // draw counters 4 * attempt + {0: area, 1: log-aspect, 2: y, 3: x}, flip draw 40. The Python tests
@@ -11,23 +11,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fastload_abi.h"  // GeometryKind, GeometryParams (generated from fastload/engine_abi.py)
+
 namespace fastload {
 
-enum class OpKind : int { kRandomResizedCrop = 0, kResizeCenterCrop = 1, kResize = 2 };
-
-struct OpParams {
-  OpKind kind = OpKind::kResize;
-  int out_h = 0, out_w = 0;
-  double scale_lo = 0.08, scale_hi = 1.0;
-  double ratio_lo = 3.0 / 4.0, ratio_hi = 4.0 / 3.0;
-  double flip = 0.0;
-  int resize = 0;  // CenterCrop's shorter-side resize; 0 = none (largest centered box)
-};
-
-// A source box in float full-size pixel coordinates plus the flip decision.
+// A source box in float full-size pixel coordinates plus the flip decisions.
 struct SampleBox {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
   bool flip = false;
+  bool vflip = false;
 };
 
 inline uint64_t splitmix64(uint64_t x) {
@@ -53,10 +45,12 @@ inline long long round_half_even(double x) { return static_cast<long long>(std::
 
 constexpr int kDrawsPerAttempt = 4;
 constexpr int kMaxAttempts = 10;
-constexpr int kFlipDraw = kDrawsPerAttempt * kMaxAttempts;
+constexpr int kFlipDraw = kDrawsPerAttempt * kMaxAttempts;  // 40
+constexpr int kVFlipDraw = kFlipDraw + 1;                   // 41
+constexpr int kCropTopDraw = 0, kCropLeftDraw = 1;          // RandomCrop (torchvision draws i, then j)
 
 // torchvision RandomResizedCrop sampling; returns an integer box (x, y, w, h).
-inline void rrc_box(long long width, long long height, const OpParams& op, uint64_t key, long long* bx, long long* by,
+inline void rrc_box(long long width, long long height, const GeometryParams& op, uint64_t key, long long* bx, long long* by,
                     long long* bw, long long* bh) {
   const double area = static_cast<double>(width * height);
   const double log_lo = std::log(op.ratio_lo), log_hi = std::log(op.ratio_hi);
@@ -90,16 +84,16 @@ inline void rrc_box(long long width, long long height, const OpParams& op, uint6
 }
 
 // The source box and flip for one sample of a width x height image (transforms.sample_params).
-inline SampleBox sample_box(long long width, long long height, const OpParams& op, uint64_t key) {
+inline SampleBox sample_box(long long width, long long height, const GeometryParams& op, uint64_t key) {
   SampleBox b;
   const double W = static_cast<double>(width), H = static_cast<double>(height);
   const int out_h = op.out_h, out_w = op.out_w;
-  if (op.kind == OpKind::kRandomResizedCrop) {
+  if (op.kind == GeometryKind::kRandomResizedCrop) {
     long long x, y, w, h;
     rrc_box(width, height, op, key, &x, &y, &w, &h);
     b.x0 = static_cast<double>(x), b.y0 = static_cast<double>(y);
     b.x1 = static_cast<double>(x + w), b.y1 = static_cast<double>(y + h);
-  } else if (op.kind == OpKind::kResizeCenterCrop) {
+  } else if (op.kind == GeometryKind::kResizeCenterCrop) {
     if (op.resize == 0) {
       const double s = std::min(W / out_w, H / out_h);
       const double w = out_w * s, h = out_h * s;
@@ -126,7 +120,39 @@ inline SampleBox sample_box(long long width, long long height, const OpParams& o
     b.x0 = 0.0, b.y0 = 0.0, b.x1 = W, b.y1 = H;
   }
   b.flip = uniform(key, kFlipDraw) < op.flip;
+  b.vflip = uniform(key, kVFlipDraw) < op.vflip;
   return b;
+}
+
+// RandomCrop (torchvision): pad by the op's padding, then (pad_if_needed) by the shortfall on both
+// sides, then an unscaled window drawn uniformly. geometry.py's random_crop_window is its twin.
+struct CropWindow {
+  bool fits = false;        // false: the padded image is smaller than the crop
+  long long pad_x = 0;      // pad_if_needed's padding, on each side
+  long long pad_y = 0;
+  long long top = 0;        // the window in the twice-padded image
+  long long left = 0;
+  SampleBox box;            // the window in original-image coordinates, and the flips
+};
+
+inline CropWindow random_crop_window(long long width, long long height, const GeometryParams& op, uint64_t key) {
+  CropWindow c;
+  const long long w1 = width + op.pad_left + op.pad_right, h1 = height + op.pad_top + op.pad_bottom;
+  c.pad_x = op.pad_if_needed && w1 < op.out_w ? op.out_w - w1 : 0;
+  c.pad_y = op.pad_if_needed && h1 < op.out_h ? op.out_h - h1 : 0;
+  const long long w2 = w1 + 2 * c.pad_x, h2 = h1 + 2 * c.pad_y;
+  if (w2 < op.out_w || h2 < op.out_h) return c;
+  c.fits = true;
+  c.top = std::min(static_cast<long long>(uniform(key, kCropTopDraw) * static_cast<double>(h2 - op.out_h + 1)),
+                   h2 - op.out_h);
+  c.left = std::min(static_cast<long long>(uniform(key, kCropLeftDraw) * static_cast<double>(w2 - op.out_w + 1)),
+                    w2 - op.out_w);
+  const long long x0 = c.left - c.pad_x - op.pad_left, y0 = c.top - c.pad_y - op.pad_top;
+  c.box.x0 = static_cast<double>(x0), c.box.y0 = static_cast<double>(y0);
+  c.box.x1 = static_cast<double>(x0 + op.out_w), c.box.y1 = static_cast<double>(y0 + op.out_h);
+  c.box.flip = uniform(key, kFlipDraw) < op.flip;
+  c.box.vflip = uniform(key, kVFlipDraw) < op.vflip;
+  return c;
 }
 
 }  // namespace fastload

@@ -2,6 +2,8 @@
 #include "batch_decode.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -10,12 +12,8 @@
 #include "jpeg_encode.h"
 #include "thread_pool.h"
 
-// The restart-interval slicer (issue 7) is compiled in when its header is present.
-#if __has_include("restart_index.h")
 #include "entropy_decode.h"
-#include "restart_index.h"
-#define FASTLOAD_HAVE_RESTART_SLICES 1
-#endif
+#include "restart_slice.h"
 
 namespace fastload {
 
@@ -26,11 +24,13 @@ struct Worker {
   JpegDecoder decoder;
   Resampler resampler;
   AxisTable xt, yt;
-#ifdef FASTLOAD_HAVE_RESTART_SLICES
   RestartSlice slice;
   IntervalEntropyDecoder entropy;
-#endif
   std::string why;
+  std::vector<uint8_t> hwc;       // output-sized HWC uint8 scratch (pixel ops, the scratch path)
+  std::vector<uint8_t> region;    // RandomCrop: the decoded source rows and columns its window reads
+  std::vector<int> xmap, ymap;    // RandomCrop: output column / row -> source column / row (-1: fill)
+  std::vector<int> pad1, pad2;    // RandomCrop: the two paddings' index maps of one axis
   JpegEncoder encoder;            // pack --resize only
   std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
 };
@@ -57,7 +57,7 @@ class OffsetSink final : public RowSink {
 // IDCT is a box-like reduction, sharper than Pillow's support-scaled triangle filter; letting the
 // antialiased resize do at least a 2x step keeps the mean difference to the reference near 1
 // grey level (measured 2.3 with 1/4 at f = 5), and at these sizes the deeper scales gain little.
-int choose_denom(const SampleBox& b, const OpParams& op, bool enabled) {
+int choose_denom(const SampleBox& b, const GeometryParams& op, bool enabled) {
   if (!enabled) return 1;
   const double f = std::min((b.x1 - b.x0) / op.out_w, (b.y1 - b.y0) / op.out_h);
   if (f >= 16.0) return 8;
@@ -74,15 +74,14 @@ struct ImageOutcome {
   bool slice_fallback = false;
 };
 
-#ifdef FASTLOAD_HAVE_RESTART_SLICES
 // Decodes the region through a restart-interval slice; false when slicing does not apply (the
 // caller then re-opens the original and decodes it the plain way).
-bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int denom, const BatchOptions& options,
+bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int denom, const DecodeSettings& options,
                       ImageOutcome* oc) {
   const int cx = w.xt.src_first * denom, cy = w.yt.src_first * denom;
   const int cx1 = std::min(info.width, w.xt.src_last * denom), cy1 = std::min(info.height, w.yt.src_last * denom);
   // denom: the slice's padding is decided in scaled pixels (4:2:2 at 1/2 still upsamples chroma).
-  const bool own_entropy = interval_entropy_enabled();
+  const bool own_entropy = options.slice_entropy == EntropyDecoder::kFastload && interval_entropy_available();
   if (!build_restart_slice(im.data, im.size, cx, cy, cx1 - cx, cy1 - cy, &w.slice, &w.why, denom, own_entropy)) {
     // Only records that carry restart markers count as fallbacks; plain JPEGs simply have none.
     oc->slice_fallback = w.slice.claimed.restart_interval > 0;
@@ -92,7 +91,7 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
     oc->slice_fallback = true;
     return false;
   }
-  DecodeSettings settings = options.decode;
+  DecodeSettings settings = options;
   settings.apply_exif = false;  // orientation was read from the original's headers
   JpegInfo slice_info;
   Status st = w.decoder.open(w.slice.jpeg.data(), w.slice.jpeg.size(), settings, &slice_info);
@@ -115,19 +114,18 @@ bool decode_via_slice(Worker& w, const ImageRef& im, const JpegInfo& info, int d
   oc->sliced = true;
   return true;
 }
-#endif
 
 // Parses the header on the calling thread's decoder; false (with the outcome filled in) when the
 // image cannot take the engine's path.
-bool open_image(Worker& w, const ImageRef& im, const BatchOptions& options, JpegInfo* info, ImageOutcome* oc) {
-  const Status st = w.decoder.open(im.data, im.size, options.decode, info);
+bool open_image(Worker& w, const ImageRef& im, const DecodeSettings& options, JpegInfo* info, ImageOutcome* oc) {
+  const Status st = w.decoder.open(im.data, im.size, options, info);
   if (st != Status::kOk) {
     oc->status = st;
     oc->message = w.decoder.message();
     oc->warnings = w.decoder.warnings();
     return false;
   }
-  if (options.decode.apply_exif && info->orientation != 1) {
+  if (options.apply_exif && info->orientation != 1) {
     oc->status = Status::kNeedsPillow;
     oc->message = "EXIF orientation " + std::to_string(info->orientation) + " is applied by the Pillow path";
     return false;
@@ -135,34 +133,222 @@ bool open_image(Worker& w, const ImageRef& im, const BatchOptions& options, Jpeg
   return true;
 }
 
-// Decodes an image open_image() has just opened on `w`, with `op`, into `slot`.
-ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, uint8_t* slot, Layout layout,
-                           const OpParams& op, uint64_t key, const BatchOptions& options, SampleBox* box_out) {
+std::atomic<bool> g_force_scratch{false};
+
+// The per-thread output-sized HWC image (rows of 3 * width bytes, 32 spare bytes at the end).
+uint8_t* scratch_image(Worker& w, int height, int width) {
+  const size_t need = static_cast<size_t>(height) * width * 3 + 32;
+  if (w.hwc.size() < need) w.hwc.resize(need);
+  return w.hwc.data();
+}
+
+// Hands the resampled image to the output stage: straight into the slot (the vertical pass writes
+// the final dtype and layout), or, with pixel ops, through the thread's HWC scratch.
+void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, void* slot, uint64_t key,
+                  bool vflip, double* op_trace) {
+  if (!spec.has_pixel_ops() && !g_force_scratch.load(std::memory_order_relaxed)) {
+    w.resampler.finish(fmt, slot, vflip);
+    return;
+  }
+  const int h = fmt.height, wd = fmt.width;
+  OutputFormat hwc_fmt;
+  hwc_fmt.height = h, hwc_fmt.width = wd;  // uint8 NHWC, not normalized
+  uint8_t* hwc = scratch_image(w, h, wd);
+  w.resampler.finish(hwc_fmt, hwc, vflip);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (spec.has_pixel_ops()) {
+    PixelOpsTrace trace{op_trace};
+    apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
+  }
+#else
+  (void)key;
+  (void)op_trace;
+#endif
+  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+}
+
+// Collects a decoded region [x0, x1) x [y0, y1) (full-size pixels) into a packed RGB buffer.
+class RegionSink final : public RowSink {
+ public:
+  RegionSink(int x0, int x1, int y0, int y1, uint8_t* buf) : x0_(x0), x1_(x1), y0_(y0), y1_(y1), buf_(buf) {}
+  void begin(int x_origin, int /*width*/) override { x_origin_ = x_origin; }
+  void rows(int y, const uint8_t* const* rgb, int count) override {
+    const size_t stride = 3 * static_cast<size_t>(x1_ - x0_);
+    for (int r = 0; r < count; ++r) {
+      if (y + r < y0_ || y + r >= y1_) continue;
+      std::memcpy(buf_ + static_cast<size_t>(y + r - y0_) * stride, rgb[r] + 3 * static_cast<size_t>(x0_ - x_origin_),
+                  stride);
+      ++received_;
+    }
+  }
+  int received() const { return received_; }
+
+ private:
+  int x0_, x1_, y0_, y1_;
+  uint8_t* buf_;
+  int x_origin_ = 0;
+  int received_ = 0;
+};
+
+// numpy.pad's index map of one axis (what torchvision's PIL backend pads with): map[k] is the
+// source index of padded position k of n + before + after, or -1 for the constant fill. numpy
+// reflects large pads in rounds, each reflecting what is filled so far (the other side's padding
+// included), so an uneven pad wider than the image is not a plain periodic reflection: the rounds
+// are replayed here as numpy runs them (numpy/lib/arraypad.py, _set_reflect_both).
+void numpy_pad_map(long long n, long long before, long long after, PaddingMode mode, std::vector<int>* map) {
+  const long long total = n + before + after;
+  map->assign(static_cast<size_t>(total), -1);
+  int* m = map->data();
+  for (long long i = 0; i < n; ++i) m[before + i] = static_cast<int>(i);
+  if (mode == PaddingMode::kConstant) return;
+  if (mode == PaddingMode::kEdge || n == 1) {  // numpy extends a one-pixel axis by its edge too
+    for (long long k = 0; k < before; ++k) m[k] = 0;
+    for (long long k = before + n; k < total; ++k) m[k] = static_cast<int>(n - 1);
+    return;
+  }
+  const long long edge_offset = mode == PaddingMode::kSymmetric ? 1 : 0;
+  thread_local std::vector<int> chunk;
+  long long left = before, right = after;
+  while (left > 0 || right > 0) {
+    long long filled = total - left - right;
+    if (edge_offset == 0) filled -= 1;  // reflect leaves the edge pixel out of the mirrored run
+    if (left > 0) {
+      const long long len = std::min(filled, left);
+      const long long start = left - edge_offset + len;  // mirrored from start, start - 1, ...
+      chunk.assign(m + start - len + 1, m + start + 1);
+      for (long long k = 0; k < len; ++k) m[left - len + k] = chunk[static_cast<size_t>(len - 1 - k)];
+      left -= len;
+    }
+    if (right > 0) {
+      const long long len = std::min(filled, right);
+      const long long start = total - right + edge_offset - 2;  // mirrored from start, start - 1, ...
+      chunk.assign(m + start - len + 1, m + start + 1);
+      for (long long k = 0; k < len; ++k) m[total - right + k] = chunk[static_cast<size_t>(len - 1 - k)];
+      right -= len;
+    }
+  }
+}
+
+// One axis of a RandomCrop window: the source pixel of each output pixel (mirrored when `flip`),
+// -1 for the fill, and the source range [*first, *last) the window reads (empty: fill only).
+// `origin` is the window's first pixel in the twice-padded axis; torchvision pads twice (the op's
+// padding, then pad_if_needed's `pad2` on both sides), and so does this map.
+void crop_axis(long long origin, int out, long long pad2, long long pad_before, long long pad_after, long long size,
+               PaddingMode mode, bool flip, std::vector<int>* stage1, std::vector<int>* stage2, std::vector<int>* map,
+               int* first, int* last) {
+  numpy_pad_map(size, pad_before, pad_after, mode, stage1);
+  numpy_pad_map(size + pad_before + pad_after, pad2, pad2, mode, stage2);
+  map->resize(out);
+  long long lo = size, hi = -1;
+  for (int k = 0; k < out; ++k) {
+    const long long p = origin + (flip ? out - 1 - k : k);
+    int i = (*stage2)[static_cast<size_t>(p)];
+    if (i >= 0) i = (*stage1)[static_cast<size_t>(i)];
+    (*map)[k] = i;
+    if (i >= 0) lo = std::min<long long>(lo, i), hi = std::max<long long>(hi, i);
+  }
+  *first = static_cast<int>(lo), *last = static_cast<int>(hi + 1);
+}
+
+// RandomCrop: decodes the source rows and columns the window reads (full size: the crop is
+// unscaled), then assembles the window (padding, flips) in the thread's HWC scratch and hands it to
+// the output stage.
+ImageOutcome decode_random_crop(Worker& w, const JpegInfo& info, const PipelineSpec& spec, const OutputFormat& fmt,
+                                void* slot, uint64_t key, SampleBox* box_out) {
+  const GeometryParams& op = spec.geometry;
+  ImageOutcome oc;
+  const CropWindow c = random_crop_window(info.width, info.height, op, key);
+  if (!c.fits) {
+    oc.status = Status::kTooSmall;
+    oc.message = "image is " + std::to_string(info.width) + "x" + std::to_string(info.height) +
+                 ", smaller than the crop " + std::to_string(op.out_w) + "x" + std::to_string(op.out_h) +
+                 " after padding (pad_if_needed=False)";
+    return oc;
+  }
+  *box_out = c.box;
+  int x0, x1, y0, y1;
+  crop_axis(c.left, op.out_w, c.pad_x, op.pad_left, op.pad_right, info.width, op.padding_mode, c.box.flip,
+            &w.pad1, &w.pad2, &w.xmap, &x0, &x1);
+  crop_axis(c.top, op.out_h, c.pad_y, op.pad_top, op.pad_bottom, info.height, op.padding_mode, c.box.vflip,
+            &w.pad1, &w.pad2, &w.ymap, &y0, &y1);
+  const bool any_source = x1 > x0 && y1 > y0;
+  const size_t region_stride = any_source ? 3 * static_cast<size_t>(x1 - x0) : 0;
+  if (any_source) {
+    w.region.resize(region_stride * static_cast<size_t>(y1 - y0));
+    RegionSink sink(x0, x1, y0, y1, w.region.data());
+    Status st = w.decoder.decode_region(1, x0, y0, x1, y1, &sink);
+    oc.warnings += w.decoder.warnings();
+    if (st == Status::kOk && sink.received() != y1 - y0) st = Status::kCorrupt;
+    if (st != Status::kOk) {
+      oc.status = st;
+      oc.message = w.decoder.message();
+      if (oc.message.empty()) oc.message = "decoder produced fewer rows than the crop needs";
+      return oc;
+    }
+  }
+  const int h = op.out_h, wd = op.out_w;
+  uint8_t* hwc = scratch_image(w, h, wd);
+  uint8_t fill[3];
+  for (int ch = 0; ch < 3; ++ch)
+    fill[ch] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, std::nearbyint(op.fill[ch]))));
+  for (int y = 0; y < h; ++y) {
+    uint8_t* d = hwc + 3 * static_cast<size_t>(y) * wd;
+    const int sy = w.ymap[y];
+    const uint8_t* row = sy >= 0 ? w.region.data() + static_cast<size_t>(sy - y0) * region_stride : nullptr;
+    for (int x = 0; x < wd; ++x, d += 3) {
+      const int sx = w.xmap[x];
+      const uint8_t* px = row != nullptr && sx >= 0 ? row + 3 * static_cast<size_t>(sx - x0) : fill;
+      d[0] = px[0], d[1] = px[1], d[2] = px[2];
+    }
+  }
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (spec.has_pixel_ops()) apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, nullptr);
+#endif
+  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+  return oc;
+}
+
+// Decodes an image open_image() has just opened on `w`, with the pipeline's geometry, into `slot`.
+ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, const PipelineSpec& spec,
+                           const OutputFormat& fmt, void* slot, uint64_t key, const DecodeSettings& options,
+                           SampleBox* box_out, double* op_trace = nullptr) {
+  const GeometryParams& op = spec.geometry;
+  if (op.kind == GeometryKind::kRandomCrop) return decode_random_crop(w, opened, spec, fmt, slot, key, box_out);
   ImageOutcome oc;
   JpegInfo info = opened;
   Status st = Status::kOk;
   const SampleBox b = sample_box(info.width, info.height, op, key);
   *box_out = b;
-  const int denom = choose_denom(b, op, options.decode.dct_scaling);
-  build_axis(b.x0 / denom, b.x1 / denom, scaled_size(info.width, denom), op.out_w, &w.xt);
-  build_axis(b.y0 / denom, b.y1 / denom, scaled_size(info.height, denom), op.out_h, &w.yt);
+  // DCT scaling averages pixels before the resize: right for the antialiased filters (whose support
+  // spans them anyway), not for nearest or the 2- and 4-tap plain filters, which sample the source.
+  const bool filtered = op.antialias && op.interpolation != Interpolation::kNearest;
+  const int denom = choose_denom(b, op, options.dct_scaling && filtered);
+  const int sw = scaled_size(info.width, denom), sh = scaled_size(info.height, denom);
+  // RandomResizedCrop resizes its crop (torchvision crops, then resizes): the filters stop at the
+  // crop's edges. CenterCrop resizes the whole image, then crops: they stop at the image's edges.
+  int cx0 = 0, cy0 = 0, cx1 = sw, cy1 = sh;
+  if (op.kind == GeometryKind::kRandomResizedCrop) {
+    cx0 = static_cast<int>(std::floor(b.x0 / denom)), cx1 = static_cast<int>(std::ceil(b.x1 / denom));
+    cy0 = static_cast<int>(std::floor(b.y0 / denom)), cy1 = static_cast<int>(std::ceil(b.y1 / denom));
+  }
+  build_axis(b.x0 / denom, b.x1 / denom, sw, op.out_w, &w.xt, op.interpolation, op.antialias, cx0, cx1);
+  build_axis(b.y0 / denom, b.y1 / denom, sh, op.out_h, &w.yt, op.interpolation, op.antialias, cy0, cy1);
   w.resampler.setup(&w.xt, &w.yt, b.flip);
   bool done = false;
-#ifdef FASTLOAD_HAVE_RESTART_SLICES
   const bool partial = w.xt.src_first > 0 || w.yt.src_first > 0 || w.xt.src_last < scaled_size(info.width, denom) ||
                        w.yt.src_last < scaled_size(info.height, denom);
   // A whole image goes through a slice of all its intervals too when fastload's interval decoder
   // is on: it Huffman-decodes faster than libjpeg does in restart mode (plain JPEGs cost one header
   // parse here, then take the plain path).
-  if (options.use_restart_slices && (partial || interval_entropy_enabled())) {
+  if (options.use_restart_slices &&
+      (partial || (options.slice_entropy == EntropyDecoder::kFastload && interval_entropy_available()))) {
     done = decode_via_slice(w, im, info, denom, options, &oc);
     if (!done && oc.slice_fallback) {
       // The decoder's state now belongs to the slice: start over on the original bytes.
-      st = w.decoder.open(im.data, im.size, options.decode, &info);
+      st = w.decoder.open(im.data, im.size, options, &info);
       w.resampler.setup(&w.xt, &w.yt, b.flip);
     }
   }
-#endif
   if (!done && st == Status::kOk) {
     st = w.decoder.decode_region(denom, w.xt.src_first, w.yt.src_first, w.xt.src_last, w.yt.src_last, &w.resampler);
     oc.warnings += w.decoder.warnings();
@@ -176,36 +362,59 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
     if (oc.message.empty()) oc.message = "decoder produced fewer rows than the crop needs";
     return oc;
   }
-  w.resampler.finish(slot, layout);
+  finish_image(w, spec, fmt, slot, key, b.vflip, op_trace);
   return oc;
 }
 
-ImageOutcome decode_one(const ImageRef& im, uint8_t* slot, Layout layout, const OpParams& op, uint64_t key,
-                        const BatchOptions& options, SampleBox* box_out) {
+ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const OutputFormat& fmt, void* slot,
+                        uint64_t key, const DecodeSettings& options, SampleBox* box_out, double* op_trace,
+                        double* erase_trace) {
   Worker& w = this_worker();
   JpegInfo info;
   ImageOutcome oc;
   if (!open_image(w, im, options, &info, &oc)) return oc;
-  return decode_opened(w, im, info, slot, layout, op, key, options, box_out);
+  oc = decode_opened(w, im, info, spec, fmt, slot, key, options, box_out, op_trace);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (oc.status == Status::kOk && spec.erasing.active()) {
+    ErasingTrace trace{erase_trace};
+    apply_erasing(slot, fmt.dtype, fmt.layout == Layout::kNchw, fmt.height, fmt.width, spec.erasing, key,
+                  erase_trace ? &trace : nullptr);
+  }
+#else
+  (void)erase_trace;
+#endif
+  return oc;
 }
 
 }  // namespace
 
-void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const OpParams& op,
-                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const BatchOptions& options,
+void force_hwc_scratch(bool on) { g_force_scratch.store(on); }
+
+void decode_batch(const std::vector<ImageRef>& images, void* out, const PipelineSpec& spec, const OutputFormat& format,
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
                   BatchResults* results) {
   const int n = static_cast<int>(images.size());
-  const size_t slot_bytes = static_cast<size_t>(op.out_h) * op.out_w * 3;
+  const size_t slot_bytes = format.slot_bytes();
   results->errors.assign(n, std::string());
   std::atomic<long long> warnings{0}, sliced{0}, fallbacks{0};
   auto work = [&](int i) {
     SampleBox box;
     box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
-    uint8_t* slot = out + slot_bytes * i;
+    void* slot = static_cast<uint8_t*>(out) + slot_bytes * i;
     ImageOutcome oc;
     try {
       const uint64_t key = sample_key(seed, epoch, static_cast<uint64_t>(indices[i]));
-      oc = decode_one(images[i], slot, layout, op, key, options, &box);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+      double* op_trace = results->pixel_traces
+                             ? results->pixel_traces + static_cast<size_t>(i) * spec.pixel_ops.ops.size() * kTraceValuesPerOp
+                             : nullptr;
+      double* erase_trace = results->erase_traces ? results->erase_traces + static_cast<size_t>(i) * kErasingTraceValues
+                                                  : nullptr;
+#else
+      double* op_trace = nullptr;
+      double* erase_trace = nullptr;
+#endif
+      oc = decode_one(images[i], spec, format, slot, key, options, &box, op_trace, erase_trace);
     } catch (const std::bad_alloc&) {
       oc.status = Status::kInternal;
       oc.message = "out of memory";
@@ -219,11 +428,12 @@ void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layo
       // A failed slot holds zeros, never stale pixels (the Pillow path overwrites deferred ones).
       if (oc.status != Status::kNeedsPillow) std::memset(slot, 0, slot_bytes);
       box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
-      box.flip = false;
+      box.flip = box.vflip = false;
     }
     results->boxes[4 * i] = box.x0, results->boxes[4 * i + 1] = box.y0;
     results->boxes[4 * i + 2] = box.x1, results->boxes[4 * i + 3] = box.y1;
     results->flips[i] = box.flip ? 1 : 0;
+    if (results->vflips != nullptr) results->vflips[i] = box.vflip ? 1 : 0;
     if (oc.warnings) warnings.fetch_add(oc.warnings, std::memory_order_relaxed);
     if (oc.sliced) sliced.fetch_add(1, std::memory_order_relaxed);
     if (oc.slice_fallback) fallbacks.fetch_add(1, std::memory_order_relaxed);
@@ -235,7 +445,7 @@ void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layo
 }
 
 void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int quality, int threads,
-                         const BatchOptions& options, std::vector<EncodedImage>* results) {
+                         const DecodeSettings& options, std::vector<EncodedImage>* results) {
   const int n = static_cast<int>(images.size());
   results->assign(n, EncodedImage());
   auto work = [&](int i) {
@@ -244,7 +454,7 @@ void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int q
       Worker& w = this_worker();
       JpegInfo info;
       ImageOutcome opened;
-      BatchOptions plain = options;
+      DecodeSettings plain = options;
       plain.use_restart_slices = false;  // a whole-image resize has nothing to slice
       if (!open_image(w, images[i], plain, &info, &opened)) {
         r.status = opened.status;
@@ -261,13 +471,16 @@ void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int q
                     std::to_string(shorter);
         return;
       }
-      OpParams op;
-      op.kind = OpKind::kResize;
-      op.out_w = static_cast<int>(ow);
-      op.out_h = static_cast<int>(oh);
-      w.pixels.resize(static_cast<size_t>(ow) * oh * 3);
+      PipelineSpec spec;
+      spec.geometry.kind = GeometryKind::kResize;
+      spec.geometry.out_w = static_cast<int>(ow);
+      spec.geometry.out_h = static_cast<int>(oh);
+      const GeometryParams& op = spec.geometry;
+      OutputFormat fmt;  // uint8 NHWC
+      fmt.height = op.out_h, fmt.width = op.out_w;
+      w.pixels.resize(fmt.slot_bytes());
       SampleBox box;
-      const ImageOutcome oc = decode_opened(w, images[i], info, w.pixels.data(), Layout::kNHWC, op, 0, plain, &box);
+      const ImageOutcome oc = decode_opened(w, images[i], info, spec, fmt, w.pixels.data(), 0, plain, &box);
       if (oc.status != Status::kOk) {
         r.status = oc.status;
         r.message = oc.message;

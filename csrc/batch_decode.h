@@ -1,11 +1,18 @@
 // Pixels stage (native): one call decodes a whole batch into caller memory.
 //
-// Per image: parse the header (bomb guard first), draw the crop box and flip from the counter-based
+// Per image: parse the header (bomb guard first), draw the crop box and flips from the counter-based
 // generator (augment.h), pick a power-of-two DCT scale when the crop is at least twice the output,
 // decode only the needed region (restart-interval slice first when the record has restart markers,
 // else jpeg_crop_scanline + jpeg_skip_scanlines + early stop), resample each decoded row as it comes
-// out and write the slot in NHWC or NCHW. Images are spread over the persistent pool through an
-// atomic counter; every thread keeps its own decoder and buffers for the life of the thread.
+// out and write the slot through the output stage (output.h): the final dtype and layout,
+// normalized, fused into the resampler's vertical pass. Images are spread over the persistent pool
+// through an atomic counter; every thread keeps its own decoder and buffers for the life of the
+// thread.
+//
+// Pixel ops (csrc/pixel_ops.h, when the build has it): when a pipeline has any, the resampler
+// writes a per-thread HWC uint8 scratch image instead, apply_pixel_ops runs on it, and the output
+// stage writes the scratch into the slot; apply_erasing then runs on the written slot. Without pixel
+// ops the direct write stays.
 // Plain C++: bindings.cpp holds the Python glue.
 #pragma once
 
@@ -16,18 +23,36 @@
 
 #include "augment.h"
 #include "jpeg_decode.h"
+#include "output.h"
 #include "resize.h"
 
+#if __has_include("pixel_ops.h")
+#include "pixel_ops.h"
+#define FASTLOAD_HAVE_PIXEL_OPS 1
+#endif
+
 namespace fastload {
+
+// One batch's transform: the geometry, the pixel ops (when built) and the output stage.
+struct PipelineSpec {
+  GeometryParams geometry;
+  OutputParams output;
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  PixelOpsSpec pixel_ops;
+  ErasingSpec erasing;
+#endif
+  bool has_pixel_ops() const {
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+    return !pixel_ops.empty();
+#else
+    return false;
+#endif
+  }
+};
 
 struct ImageRef {
   const uint8_t* data = nullptr;
   size_t size = 0;
-};
-
-struct BatchOptions {
-  DecodeSettings decode;
-  bool use_restart_slices = true;
 };
 
 // Where results go; arrays hold one entry per image (boxes: 4 per image) and are caller-owned.
@@ -35,16 +60,26 @@ struct BatchResults {
   int32_t* status = nullptr;
   double* boxes = nullptr;
   uint8_t* flips = nullptr;
+  uint8_t* vflips = nullptr;
   std::vector<std::string> errors;  // "" where the image decoded
   long long warnings = 0;
   long long sliced = 0;           // decoded through a restart-interval slice
   long long slice_fallbacks = 0;  // restart-indexed, but slicing failed and the plain path decoded it
+  // Sampled parameters of the pixel ops (n * ops * kTraceValuesPerOp doubles) and of the output
+  // stage (n * kErasingTraceValues), when the caller asks for them (pixel_ops.h); else nullptr.
+  double* pixel_traces = nullptr;
+  double* erase_traces = nullptr;
 };
 
-// Decodes images[i] into out + i * out_h * out_w * 3 for every i. Never throws for a bad image.
-void decode_batch(const std::vector<ImageRef>& images, uint8_t* out, Layout layout, const OpParams& op,
-                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const BatchOptions& options,
+// Decodes images[i] into out + i * (slot bytes of `format`) for every i. `format` is the prepared
+// form of spec.output for the geometry's output size. Never throws for a bad image.
+void decode_batch(const std::vector<ImageRef>& images, void* out, const PipelineSpec& spec, const OutputFormat& format,
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
                   BatchResults* results);
+
+// Testing hook: true sends every image through the per-thread HWC scratch and the output stage's
+// whole-image write (the pixel-op path) even without pixel ops; the bytes must not change.
+void force_hwc_scratch(bool on);
 
 // One re-encoded image of resize_encode_batch.
 struct EncodedImage {
@@ -59,7 +94,7 @@ struct EncodedImage {
 // DCT-domain downscaling first when the image is at least twice the target) and re-encodes it at
 // `quality`. Images that are not JPEG, or fail, get a non-OK status for the caller's slower path.
 void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int quality, int threads,
-                         const BatchOptions& options, std::vector<EncodedImage>* results);
+                         const DecodeSettings& options, std::vector<EncodedImage>* results);
 
 // Single full-size decode on the calling thread's decoder: open (header checks) then decode into
 // a width * height * 3 buffer the caller allocates in between.

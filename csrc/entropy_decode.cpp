@@ -1,7 +1,6 @@
 // Pixels stage (native): the Huffman decoder restart-interval slices run instead of libjpeg's.
 #include "entropy_decode.h"
 
-#include <atomic>
 #include <cstring>
 
 // jpegint.h declares jpeg_entropy_decoder, the module interface this decoder implements; libjpeg
@@ -17,8 +16,6 @@ extern "C" {
 namespace fastload {
 
 namespace {
-
-std::atomic<bool> g_enabled{true};
 
 // Zigzag position -> natural (row-major) position, with libjpeg's 16 guard entries: a corrupt run
 // can push k past 63, and libjpeg then writes coefficient 63, as does this decoder.
@@ -115,7 +112,9 @@ inline int decode_symbol(const IntervalEntropyDecoder::Table& t, uint64_t w, int
 
 // The s-bit magnitude category value x (T.81 F.2.2.1 EXTEND), without a branch: the sign of a
 // coefficient is a coin toss the branch predictor cannot learn.
-inline int extend(int x, int s) { return x + (((x - (1 << (s - 1))) >> 31) & ((-1 << s) + 1)); }
+// For s in 1..15: x < 2^(s-1) (a negative value) adds 1 - 2^s. Written without left-shifting a
+// negative number, which is undefined before C++20.
+inline int extend(int x, int s) { return x + (((x - (1 << (s - 1))) >> 31) & (1 - (1 << s))); }
 
 }  // namespace
 
@@ -126,8 +125,9 @@ struct EntropyGlue {
   jpeg_entropy_decoder pub;
   IntervalEntropyDecoder* self;
 
-  static void start_pass(j_decompress_ptr) {}  // install() has set the state up
-  static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  // libjpeg calls these from its C frames: noexcept, and nothing in them allocates.
+  static void start_pass(j_decompress_ptr) noexcept {}  // install() has set the state up
+  static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) noexcept {
     EntropyGlue* g = reinterpret_cast<EntropyGlue*>(cinfo->entropy);
     return g->self->decode_mcu(cinfo, mcu) ? TRUE : FALSE;
   }
@@ -143,10 +143,6 @@ bool interval_entropy_available() {
   return false;
 #endif
 }
-
-bool interval_entropy_enabled() { return interval_entropy_available() && g_enabled.load(std::memory_order_relaxed); }
-
-void set_interval_entropy_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 
 IntervalEntropyDecoder::IntervalEntropyDecoder() : tables_(8), glue_(new EntropyGlue()) {
 #ifdef FASTLOAD_HAVE_JPEGINT
@@ -164,7 +160,7 @@ void IntervalEntropyDecoder::reset(const SliceEntropy* data) {
   failed_ = false;
 }
 
-bool IntervalEntropyDecoder::fail() {
+bool IntervalEntropyDecoder::fail() noexcept {
   failed_ = true;
   return false;
 }
@@ -209,7 +205,7 @@ bool IntervalEntropyDecoder::install(jpeg_decompress_struct* cinfo) {
 #endif
 }
 
-bool IntervalEntropyDecoder::next_interval() {
+bool IntervalEntropyDecoder::next_interval() noexcept {
   // A well-formed interval ends with fewer than 8 padding bits; libjpeg would skip (and warn
   // about) anything more, which the plain path reproduces.
   if (end_ - pos_ >= 8) return fail();
@@ -222,7 +218,7 @@ bool IntervalEntropyDecoder::next_interval() {
   return true;
 }
 
-bool IntervalEntropyDecoder::decode_mcu(jpeg_decompress_struct*, JBLOCKROW* mcu) {
+bool IntervalEntropyDecoder::decode_mcu(jpeg_decompress_struct*, JBLOCKROW* mcu) noexcept {
   if (failed_) return false;
   if (mcus_left_ == 0 && !next_interval()) return false;
   const uint8_t* base = data_->bytes.data();

@@ -25,18 +25,16 @@
 #include <vector>
 
 #include "jpeg_decode.h"
-#include "restart_index.h"
+#include "restart_slice.h"
 
 namespace fastload {
 
 struct EntropyGlue;
 
-// Whether this build can replace libjpeg's entropy decoder (it needs libjpeg's jpegint.h).
+// Whether this build can replace libjpeg's entropy decoder (it needs libjpeg's jpegint.h). Each
+// decode call chooses (DecodeSettings::slice_entropy); where it is not built, or with
+// EntropyDecoder::kLibjpeg, slices keep their RST markers and go through libjpeg's decoder.
 bool interval_entropy_available();
-// Whether slices use it (default: when available). Off: slices keep their RST markers and go
-// through libjpeg's decoder (an A/B switch, and the path of builds without jpegint.h).
-bool interval_entropy_enabled();
-void set_interval_entropy_enabled(bool on);
 
 // One per decode thread, reused. Hooked into a JpegDecoder for one decode_region call.
 class IntervalEntropyDecoder final : public EntropyOverride {
@@ -55,9 +53,9 @@ class IntervalEntropyDecoder final : public EntropyOverride {
   struct Table;  // a Huffman table in lookup form (defined in the .cpp)
 
  private:
-  bool decode_mcu(jpeg_decompress_struct* cinfo, JBLOCKROW* mcu);
-  bool next_interval();
-  bool fail();
+  bool decode_mcu(jpeg_decompress_struct* cinfo, JBLOCKROW* mcu) noexcept;
+  bool next_interval() noexcept;
+  bool fail() noexcept;
   friend struct EntropyGlue;
 
   const SliceEntropy* data_ = nullptr;

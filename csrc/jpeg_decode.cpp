@@ -10,51 +10,10 @@ extern "C" {
 
 namespace fastload {
 
-const char* status_name(Status s) {
-  switch (s) {
-    case Status::kOk: return "ok";
-    case Status::kNeedsPillow: return "needs_pillow";
-    case Status::kEmpty: return "empty";
-    case Status::kTruncated: return "truncated";
-    case Status::kCorrupt: return "corrupt";
-    case Status::kUnsupported: return "unsupported";
-    case Status::kTooLarge: return "too_large";
-    case Status::kInternal: return "internal";
-  }
-  return "unknown";
-}
-
-// libjpeg calls these through function pointers from C frames; error_exit must not return, so it
-// longjmps back to the setjmp of the JpegDecoder method that called into libjpeg. Those methods keep
-// only trivially destructible locals after their setjmp, so the jump skips no destructor.
-void fastload_error_exit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<JpegDecoder::ErrorManager*>(cinfo->err);
-  char buf[JMSG_LENGTH_MAX];
-  (*cinfo->err->format_message)(cinfo, buf);
-  err->owner->message_ = buf;
-  err->owner->error_code_ = cinfo->err->msg_code;
-  std::longjmp(err->jump, 1);
-}
-
-void fastload_emit_message(j_common_ptr cinfo, int level) {
-  if (level >= 0) return;  // trace messages
-  auto* err = reinterpret_cast<JpegDecoder::ErrorManager*>(cinfo->err);
-  JpegDecoder* self = err->owner;
-  self->warnings_++;
-  if (cinfo->err->msg_code == JWRN_JPEG_EOF) {
-    self->saw_eof_ = true;
-    char buf[JMSG_LENGTH_MAX];
-    (*cinfo->err->format_message)(cinfo, buf);
-    self->message_ = buf;
-  }
-}
-
 JpegDecoder::JpegDecoder() {
   std::memset(&cinfo_, 0, sizeof(cinfo_));
-  cinfo_.err = jpeg_std_error(&err_.pub);
-  err_.pub.error_exit = fastload_error_exit;
-  err_.pub.emit_message = fastload_emit_message;
-  err_.owner = this;
+  init_error_manager(&err_);
+  cinfo_.err = &err_.pub;
   // jpeg_create_decompress only fails on a library/struct version mismatch, which the build rules out.
   jpeg_create_decompress(&cinfo_);
 }
@@ -63,18 +22,18 @@ JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&cinfo_); }
 
 void JpegDecoder::reset_state() {
   message_.clear();
-  warnings_ = 0;
-  saw_eof_ = false;
-  error_code_ = 0;
+  reset_error_state(&err_);
   header_ok_ = false;
   cmyk_ = false;
   adobe_ = false;
   entropy_override_ = nullptr;
 }
 
-Status JpegDecoder::fail_status() const {
-  if (saw_eof_) return Status::kTruncated;
-  switch (error_code_) {
+Status JpegDecoder::failed() {
+  jpeg_abort_decompress(&cinfo_);
+  message_ = err_.message;
+  if (err_.saw_eof) return Status::kTruncated;
+  switch (err_.error_code) {
     case JERR_INPUT_EMPTY:
     case JERR_INPUT_EOF:
       return Status::kTruncated;
@@ -132,11 +91,8 @@ Status JpegDecoder::open(const uint8_t* data, size_t size, const DecodeSettings&
     message_ = "not a JPEG (no SOI marker)";
     return Status::kNeedsPillow;
   }
-  if (setjmp(err_.jump)) {
-    jpeg_abort_decompress(&cinfo_);
-    return fail_status();
-  }
-  jpeg_mem_src(&cinfo_, const_cast<unsigned char*>(data), static_cast<unsigned long>(size));
+  if (setjmp(err_.jump)) return failed();
+  use_memory_source(&cinfo_, data, size);
   jpeg_save_markers(&cinfo_, JPEG_APP0 + 1, settings.apply_exif ? 0xFFFF : 0);
   if (jpeg_read_header(&cinfo_, TRUE) != JPEG_HEADER_OK) {
     jpeg_abort_decompress(&cinfo_);
@@ -222,8 +178,8 @@ void JpegDecoder::cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int width) cons
 
 Status JpegDecoder::finish(bool complete) {
   jpeg_abort_decompress(&cinfo_);
-  if (saw_eof_) {
-    message_ = "truncated JPEG data: " + message_;
+  if (err_.saw_eof) {
+    message_ = std::string("truncated JPEG data: ") + err_.message;
     return Status::kTruncated;
   }
   if (!complete) {
@@ -239,10 +195,7 @@ Status JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int y1, Row
     return Status::kInternal;
   }
   header_ok_ = false;
-  if (setjmp(err_.jump)) {
-    jpeg_abort_decompress(&cinfo_);
-    return fail_status();
-  }
+  if (setjmp(err_.jump)) return failed();
   configure_output(denom);
   jpeg_start_decompress(&cinfo_);
   if (entropy_override_ != nullptr) {
@@ -313,10 +266,7 @@ Status JpegDecoder::decode_full(uint8_t* dst) {
     return Status::kInternal;
   }
   header_ok_ = false;
-  if (setjmp(err_.jump)) {
-    jpeg_abort_decompress(&cinfo_);
-    return fail_status();
-  }
+  if (setjmp(err_.jump)) return failed();
   configure_output(1);
   jpeg_start_decompress(&cinfo_);
   const int w = static_cast<int>(cinfo_.output_width), h = static_cast<int>(cinfo_.output_height);

@@ -2,44 +2,22 @@
 //
 // One JpegDecoder per worker thread, created once and reused: the jpeg_decompress_struct is kept
 // between images (jpeg_abort_decompress resets it), so no per-image setup beyond the header parse.
-// libjpeg errors never exit(): a setjmp/longjmp error manager turns them into a Status plus
-// libjpeg's message; warnings are counted, never printed.
+// libjpeg errors never exit(): the shared error manager (jpeg_io.h) longjmps back and they come out
+// as a Status plus libjpeg's message; warnings are counted, never printed.
 #pragma once
 
-#include <csetjmp>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
-extern "C" {
-#include <jpeglib.h>
-}
+#include "fastload_abi.h"  // Status, DecodeSettings (generated from fastload/engine_abi.py)
+#include "jpeg_io.h"
 
 namespace fastload {
 
-// Per-image outcome; values shared with fastload/decode.py (DecodeStatus).
-enum class Status : int {
-  kOk = 0,
-  kNeedsPillow = 1,  // not a JPEG, or an EXIF orientation to apply: the Pillow path takes it
-  kEmpty = 2,
-  kTruncated = 3,
-  kCorrupt = 4,
-  kUnsupported = 5,
-  kTooLarge = 6,
-  kInternal = 7,
-};
-
-const char* status_name(Status s);
-
-struct DecodeSettings {
-  long long max_pixels = 89478485;
-  bool fast_idct = false;
-  bool fancy_upsampling = true;
-  bool apply_exif = false;
-  bool dct_scaling = true;
-};
+// Lower-case name of a status ("truncated"), as error messages start.
+inline const char* status_name(Status s) { return abi_name(s); }
 
 // What the header said.
 struct JpegInfo {
@@ -99,38 +77,28 @@ class JpegDecoder {
   Status decode_full(uint8_t* dst);
 
   const std::string& message() const { return message_; }
-  int warnings() const { return warnings_; }  // warnings since the last open()
-
-  struct ErrorManager {
-    jpeg_error_mgr pub;
-    std::jmp_buf jump;
-    JpegDecoder* owner;
-  };
+  int warnings() const { return err_.warnings; }  // warnings since the last open()
 
  private:
   void reset_state();
-  Status fail_status() const;
+  // After a libjpeg error jumped back: aborts the decompressor, keeps libjpeg's message and maps
+  // its error code to a status.
+  Status failed();
   void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int width) const;
   void configure_output(int denom);
   // Ends a decode: releases libjpeg's state and turns early EOF / missing rows into a status.
   Status finish(bool complete);
 
   jpeg_decompress_struct cinfo_;
-  ErrorManager err_;
+  JpegErrorManager err_;
   bool header_ok_ = false;
   bool cmyk_ = false;
   bool adobe_ = false;
   DecodeSettings settings_;
   std::string message_;
-  int warnings_ = 0;
-  bool saw_eof_ = false;
-  int error_code_ = 0;
   EntropyOverride* entropy_override_ = nullptr;
   std::vector<uint8_t> row_buf_;   // RGB rows handed to the sink
   std::vector<uint8_t> cmyk_buf_;  // raw CMYK rows before conversion
-
-  friend void fastload_error_exit(j_common_ptr cinfo);
-  friend void fastload_emit_message(j_common_ptr cinfo, int level);
 };
 
 // Scans the APP1 Exif segment for the orientation tag; returns 1 when absent or unreadable.

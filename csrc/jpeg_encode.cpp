@@ -1,65 +1,26 @@
 // Write stage (native): RGB pixels -> baseline JPEG bytes; see jpeg_encode.h.
 #include "jpeg_encode.h"
 
-#include <cstdio>
+#include <cstring>
 
 namespace fastload {
 
-namespace {
-
-void encoder_error_exit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<JpegEncoder::ErrorManager*>(cinfo->err);
-  std::longjmp(err->jump, 1);
-}
-
-// The compressor emits no warnings worth counting; silence the default stderr printer.
-void encoder_emit_message(j_common_ptr, int) {}
-
-// Start with room for a typical re-encoded image; empty_output_buffer doubles it when needed.
-constexpr size_t kInitialBytes = 64 << 10;
-
-void vector_init(j_compress_ptr cinfo) {
-  std::vector<uint8_t>* out = reinterpret_cast<VectorDestination*>(cinfo->dest)->out;
-  if (out->size() < kInitialBytes) out->resize(kInitialBytes);
-  cinfo->dest->next_output_byte = out->data();
-  cinfo->dest->free_in_buffer = out->size();
-}
-
-boolean vector_empty(j_compress_ptr cinfo) {
-  std::vector<uint8_t>* out = reinterpret_cast<VectorDestination*>(cinfo->dest)->out;
-  // libjpeg calls this only when the whole buffer is full (free_in_buffer == 0).
-  const size_t used = out->size();
-  out->resize(used * 2);
-  cinfo->dest->next_output_byte = out->data() + used;
-  cinfo->dest->free_in_buffer = out->size() - used;
-  return TRUE;
-}
-
-void vector_term(j_compress_ptr cinfo) {
-  std::vector<uint8_t>* out = reinterpret_cast<VectorDestination*>(cinfo->dest)->out;
-  out->resize(out->size() - cinfo->dest->free_in_buffer);
-}
-
-}  // namespace
-
 JpegEncoder::JpegEncoder() {
-  cinfo_.err = jpeg_std_error(&err_.pub);
-  err_.pub.error_exit = encoder_error_exit;
-  err_.pub.emit_message = encoder_emit_message;
+  std::memset(&cinfo_, 0, sizeof cinfo_);
+  init_error_manager(&err_);
+  cinfo_.err = &err_.pub;
   jpeg_create_compress(&cinfo_);
-  dest_.pub.init_destination = vector_init;
-  dest_.pub.empty_output_buffer = vector_empty;
-  dest_.pub.term_destination = vector_term;
-  dest_.out = nullptr;
+  init_destination(&dest_);
   cinfo_.dest = &dest_.pub;
 }
 
-JpegEncoder::~JpegEncoder() { jpeg_destroy_compress(&cinfo_); }
+JpegEncoder::~JpegEncoder() {
+  jpeg_destroy_compress(&cinfo_);
+  release_destination(&dest_);
+}
 
 bool JpegEncoder::encode(const uint8_t* rgb, int width, int height, int quality, std::vector<uint8_t>* out,
                          std::string* err) {
-  // Nothing with a destructor may be created between setjmp and the last libjpeg call: longjmp
-  // would skip it.
   if (width <= 0 || height <= 0 || width > JPEG_MAX_DIMENSION || height > JPEG_MAX_DIMENSION) {
     *err = "cannot encode a " + std::to_string(width) + "x" + std::to_string(height) + " image";
     return false;
@@ -69,13 +30,12 @@ bool JpegEncoder::encode(const uint8_t* rgb, int width, int height, int quality,
     return false;
   }
   out->clear();
-  dest_.out = out;
+  reset_error_state(&err_);
+  // From here to jpeg_finish_compress only trivially destructible objects: a libjpeg error
+  // longjmps back to this setjmp.
   if (setjmp(err_.jump)) {
-    char msg[JMSG_LENGTH_MAX];
-    (*cinfo_.err->format_message)(reinterpret_cast<j_common_ptr>(&cinfo_), msg);
     jpeg_abort_compress(&cinfo_);
-    *err = std::string("libjpeg: ") + msg;
-    out->clear();
+    *err = std::string("libjpeg: ") + err_.message;
     return false;
   }
   cinfo_.image_width = static_cast<JDIMENSION>(width);
@@ -94,6 +54,7 @@ bool JpegEncoder::encode(const uint8_t* rgb, int width, int height, int quality,
     jpeg_write_scanlines(&cinfo_, rows, static_cast<JDIMENSION>(count));
   }
   jpeg_finish_compress(&cinfo_);
+  out->assign(dest_.data, dest_.data + dest_.size);  // libjpeg is done: C++ allocation is safe here
   return true;
 }
 

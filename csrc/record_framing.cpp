@@ -2,6 +2,7 @@
 #include "record_framing.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,10 +26,17 @@ inline void put_le32(uint8_t* p, uint32_t v) {
   p[2] = static_cast<uint8_t>(v >> 16), p[3] = static_cast<uint8_t>(v >> 24);
 }
 
-// Reads up to `want` bytes (fewer at end of file). Returns the count, or -1 on error.
+// Reads up to `want` bytes (fewer at end of file). Returns the count, or -1 on error or when the
+// path is not a regular file: O_NONBLOCK so that a FIFO (or device) put where a listed file was
+// never blocks the open, and fstat on the opened descriptor so it is never read either.
 long long read_file(const char* path, uint8_t* dst, size_t want) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
   size_t got = 0;
   while (got < want) {
     const ssize_t n = ::read(fd, dst + got, want - got);

@@ -19,6 +19,8 @@
 // ImageNet-like images, RandomResizedCrop(224)+flip) with identical output bytes.
 #include "resize.h"
 
+#include "output.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -64,10 +66,6 @@ void vpass_scalar(const uint8_t* const* rows, const int16_t* k, int taps, int by
     for (int j = 0; j < taps; ++j) acc += k[j] * rows[j][i];
     line[i] = clip8(acc >> kCoefBits);
   }
-}
-
-void emit_nchw_scalar(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g, uint8_t* b) {
-  for (int x = 0; x < out_w; ++x) r[x] = line[3 * x], g[x] = line[3 * x + 1], b[x] = line[3 * x + 2];
 }
 
 #ifdef FASTLOAD_X86
@@ -189,44 +187,6 @@ __attribute__((target("ssse3"))) void vpass_ssse3(const uint8_t* const* rows, co
   }
 }
 
-// Packed RGB -> three planes, 16 pixels (48 bytes, three loads) per step: each plane gathers its
-// bytes from the three loads with one shuffle each (-1 lanes give zero) and ORs them together.
-struct PlaneMasks {
-  __m128i m[3][3];  // [channel][load]
-};
-
-PlaneMasks make_plane_masks() {
-  PlaneMasks pm;
-  for (int c = 0; c < 3; ++c) {
-    for (int l = 0; l < 3; ++l) {
-      alignas(16) int8_t m[16];
-      for (int x = 0; x < 16; ++x) {
-        const int byte = 3 * x + c - 16 * l;
-        m[x] = (byte >= 0 && byte < 16) ? static_cast<int8_t>(byte) : static_cast<int8_t>(-1);
-      }
-      std::memcpy(&pm.m[c][l], m, 16);
-    }
-  }
-  return pm;
-}
-
-__attribute__((target("ssse3"))) void emit_nchw_ssse3(const uint8_t* line, int out_w, uint8_t* r, uint8_t* g,
-                                                      uint8_t* b) {
-  static const PlaneMasks pm = make_plane_masks();
-  uint8_t* planes[3] = {r, g, b};
-  int x = 0;
-  for (; x + 16 <= out_w; x += 16) {
-    const __m128i* p = reinterpret_cast<const __m128i*>(line + 3 * x);
-    const __m128i v0 = _mm_loadu_si128(p), v1 = _mm_loadu_si128(p + 1), v2 = _mm_loadu_si128(p + 2);
-    for (int c = 0; c < 3; ++c) {
-      const __m128i v = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, pm.m[c][0]), _mm_shuffle_epi8(v1, pm.m[c][1])),
-                                     _mm_shuffle_epi8(v2, pm.m[c][2]));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[c] + x), v);
-    }
-  }
-  emit_nchw_scalar(line + 3 * x, out_w - x, r + x, g + x, b + x);
-}
-
 // AVX2: four source rows per call, two per 256-bit register (one per 128-bit lane), so the
 // coefficient broadcasts and the loop overhead are shared and four independent accumulator chains
 // run at once. Output pixels go in pairs: one pack and one shuffle put both pixels' RGB of a row
@@ -301,10 +261,12 @@ __attribute__((target("avx2"))) void hpass4_avx2_t(const uint8_t* const* src, co
         _mm256_packus_epi16(_mm256_packs_epi32(a01, a23), _mm256_packs_epi32(b01, b23)), join);
     const __m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
     const size_t dx = 3 * static_cast<size_t>(i);
+    // movhps through its builtin: _mm_storeh_pd is written as a plain (aligned) double store, which
+    // the destination's 3-byte pixel offsets would make undefined behaviour (UBSan flags it).
     _mm_storel_epi64(reinterpret_cast<__m128i*>(d0 + dx), lo);
-    _mm_storeh_pd(reinterpret_cast<double*>(d2 + dx), _mm_castsi128_pd(lo));
+    _mm_storeh_pi(reinterpret_cast<__m64*>(d2 + dx), _mm_castsi128_ps(lo));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(d1 + dx), hi);
-    _mm_storeh_pd(reinterpret_cast<double*>(d3 + dx), _mm_castsi128_pd(hi));
+    _mm_storeh_pi(reinterpret_cast<__m64*>(d3 + dx), _mm_castsi128_ps(hi));
   }
   if (i < out_w) {
     __m256i a01, a23;
@@ -480,18 +442,17 @@ struct Kernels {
   void (*hpass4)(const uint8_t* const*, const int*, const int16_t*, int, int, uint8_t* const*, bool);
   // Processes bytes rounded up to its vector width: writes may run up to 31 bytes past `bytes`.
   void (*vpass)(const uint8_t* const*, const int16_t*, int, int, uint8_t*);
-  void (*nchw)(const uint8_t*, int, uint8_t*, uint8_t*, uint8_t*);
   // Horizontal pass over up to 4 rows from a GroupPlan (source columns counted from x_origin), or null. Used whenever the axis admits a
   // plan; the per-pixel kernels above cover the rest (downscales past about 2.5x).
   void (*hgroups)(const uint8_t* const*, int, int, const GroupPlan&, uint8_t* const*);
   const char* name;
 };
 
-const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, emit_nchw_scalar, nullptr, "scalar"};
+const Kernels kScalar = {hpass_scalar, nullptr, vpass_scalar, nullptr, "scalar"};
 #ifdef FASTLOAD_X86
-const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, emit_nchw_ssse3, nullptr, "ssse3"};
-const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, nullptr, "avx2"};
-const Kernels kAvx512 = {hpass_ssse3, hpass4_avx2, vpass_avx2, emit_nchw_ssse3, hgroups_avx512, "avx512"};
+const Kernels kSsse3 = {hpass_ssse3, hpass4_ssse3, vpass_ssse3, nullptr, "ssse3"};
+const Kernels kAvx2 = {hpass_ssse3, hpass4_avx2, vpass_avx2, nullptr, "avx2"};
+const Kernels kAvx512 = {hpass_ssse3, hpass4_avx2, vpass_avx2, hgroups_avx512, "avx512"};
 #endif
 
 const Kernels* best_kernels() {
@@ -546,58 +507,157 @@ bool resize_force_kernels(const std::string& name) {
   return false;
 }
 
-void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t) {
+namespace {
+
+// Pillow's bicubic filter (libImaging/Resample.c, a = -0.5), support 2.
+double pillow_bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+  return 0.0;
+}
+
+// One output pixel's filter: source window [first, first + weights.size()) and its weights.
+struct Window {
+  int first = 0;
+  std::vector<double> weights;
+};
+
+// torch's upsample_bicubic2d weights (A = -0.75) for the fraction t, taps at floor(src) - 1 .. + 2.
+void torch_cubic_weights(double t, double w[4]) {
+  constexpr double A = -0.75;
+  auto near = [](double x) { return ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0; };
+  auto far = [](double x) { return ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A; };
+  w[0] = far(t + 1.0);
+  w[1] = near(t);
+  w[2] = near(1.0 - t);
+  w[3] = far(2.0 - t);
+}
+
+// Adds weight w at source index i, clamped into [clip0, clip1), to a window growing to cover it.
+void add_clamped(int i, double w, int clip0, int clip1, int* lo, int* hi, double* acc) {
+  i = std::max(clip0, std::min(clip1 - 1, i));
+  acc[i - *lo] += w;
+  *hi = std::max(*hi, i + 1);
+}
+
+// The source pixels, counted from the crop's first, of the out_size outputs of nearest, where the
+// resized axis starts `rel0` source pixels into the crop (0 for a crop resized whole; left * scale
+// for the window of a resized image, whose output pixel x is pixel j0 + x of the resized axis).
+// Exact ties between two source pixels (4/7 scales: 224 from 128) are decided the way the
+// references' own arithmetic decides them, so whole rows and columns do not land one pixel off:
+//   antialias (PIL's NEAREST): Pillow's affine walk, xx = 0.5 * scale, then xx += scale per pixel,
+//     truncated;
+//   plain (torch's "nearest"): floorf(j * scale) in float32.
+void nearest_indices(double rel0, double scale, int out_size, bool antialias, std::vector<int>* idx) {
+  idx->resize(out_size);
+  long long j0 = 0;
+  if (rel0 != 0.0) {
+    j0 = std::llround(rel0 / scale);
+    if (std::fabs(static_cast<double>(j0) * scale - rel0) > 1e-9 * std::max(1.0, rel0)) {
+      // Not a window of a resized axis (no geometry op makes this): the closed form.
+      for (int x = 0; x < out_size; ++x)
+        (*idx)[x] = static_cast<int>(std::floor(rel0 + (antialias ? x + 0.5 : static_cast<double>(x)) * scale));
+      return;
+    }
+  }
+  if (!antialias) {
+    const float sf = static_cast<float>(scale);
+    for (int x = 0; x < out_size; ++x) (*idx)[x] = static_cast<int>(std::floor(static_cast<float>(j0 + x) * sf));
+    return;
+  }
+  double xx = 0.5 * scale;
+  for (long long k = 0; k < j0; ++k) xx += scale;
+  for (int x = 0; x < out_size; ++x, xx += scale) (*idx)[x] = static_cast<int>(xx);
+}
+
+}  // namespace
+
+void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t, Interpolation interp,
+                bool antialias, int clip0, int clip1) {
+  if (clip1 < 0 || clip1 > in_size) clip1 = in_size;
+  clip0 = std::max(0, std::min(clip0, clip1 - 1));
   const double scale = (in1 - in0) / out_size;
-  const double filterscale = scale < 1.0 ? 1.0 : scale;
-  const double support = filterscale;  // the bilinear (triangle) filter's support is 1
-  const double ss = 1.0 / filterscale;
   t->out_size = out_size;
   t->start.resize(out_size);
-  // First pass: Pillow's per-output window [xmin, xmax) clipped to the image.
+  thread_local std::vector<Window> windows;
+  if (windows.size() < static_cast<size_t>(out_size)) windows.resize(out_size);
+  thread_local std::vector<int> nearest;
+  if (interp == Interpolation::kNearest) nearest_indices(in0 - clip0, scale, out_size, antialias, &nearest);
   int max_count = 1;
-  std::vector<int>& start = t->start;
-  thread_local std::vector<int> count;
-  count.resize(out_size);
   for (int xx = 0; xx < out_size; ++xx) {
-    const double center = in0 + (xx + 0.5) * scale;
-    int xmin = static_cast<int>(center - support + 0.5);
-    if (xmin < 0) xmin = 0;
-    int xmax = static_cast<int>(center + support + 0.5);
-    if (xmax > in_size) xmax = in_size;
-    start[xx] = xmin;
-    count[xx] = std::max(0, xmax - xmin);
-    max_count = std::max(max_count, count[xx]);
+    Window& win = windows[xx];
+    win.weights.clear();
+    if (interp == Interpolation::kNearest) {
+      win.first = std::max(clip0, std::min(clip1 - 1, nearest[xx] + clip0));
+      win.weights.push_back(1.0);
+    } else if (antialias) {
+      // Pillow's precompute_coeffs: the filter's support grows with the downscale factor, the
+      // window is clipped to [clip0, clip1) and the weights renormalized.
+      const double filterscale = scale < 1.0 ? 1.0 : scale;
+      const double support = (interp == Interpolation::kBicubic ? 2.0 : 1.0) * filterscale;
+      const double ss = 1.0 / filterscale;
+      const double center = in0 + (xx + 0.5) * scale;
+      int xmin = static_cast<int>(center - support + 0.5);
+      if (xmin < clip0) xmin = clip0;
+      int xmax = static_cast<int>(center + support + 0.5);
+      if (xmax > clip1) xmax = clip1;
+      win.first = xmin;
+      double ww = 0.0;
+      for (int x = xmin; x < xmax; ++x) {
+        const double d = (x - center + 0.5) * ss;
+        const double w = interp == Interpolation::kBicubic ? pillow_bicubic(d) : bilinear(d);
+        win.weights.push_back(w);
+        ww += w;
+      }
+      if (win.weights.empty()) win.weights.push_back(0.0);
+      if (ww != 0.0)
+        for (double& w : win.weights) w /= ww;
+    } else {
+      // torch's interpolate(align_corners=False) without antialiasing: src = (x + 0.5) * scale - 0.5
+      // in the crop; bilinear clamps src at the first pixel and the second tap at the last,
+      // bicubic clamps each of its four taps into the crop.
+      double src = in0 + (xx + 0.5) * scale - 0.5;
+      double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int lo, hi;
+      if (interp == Interpolation::kBilinear) {
+        if (src < clip0) src = clip0;
+        const int i0 = std::min(clip1 - 1, static_cast<int>(std::floor(src)));
+        const double lambda = src - i0;
+        lo = i0, hi = i0 + 1;
+        add_clamped(i0, 1.0 - lambda, clip0, clip1, &lo, &hi, acc);
+        add_clamped(i0 + 1, lambda, clip0, clip1, &lo, &hi, acc);
+      } else {
+        const int i = static_cast<int>(std::floor(src));
+        double w[4];
+        torch_cubic_weights(src - i, w);
+        lo = std::max(clip0, std::min(clip1 - 1, i - 1)), hi = lo + 1;
+        for (int k = 0; k < 4; ++k) add_clamped(i - 1 + k, w[k], clip0, clip1, &lo, &hi, acc);
+      }
+      win.first = lo;
+      win.weights.assign(acc, acc + (hi - lo));
+    }
+    max_count = std::max(max_count, static_cast<int>(win.weights.size()));
   }
   const int taps = max_count <= 2 ? 2 : (max_count + 3) / 4 * 4;
   t->taps = taps;
   t->coef.assign(static_cast<size_t>(out_size) * taps, 0);
   int first = in_size, last = 0;
   for (int xx = 0; xx < out_size; ++xx) {
-    const double center = in0 + (xx + 0.5) * scale;
-    const int xmin = start[xx];
-    double w[1024];
-    double* wp = count[xx] <= 1024 ? w : nullptr;
-    std::vector<double> big;
-    if (!wp) {
-      big.resize(count[xx]);
-      wp = big.data();
-    }
-    double ww = 0.0;
-    for (int x = 0; x < count[xx]; ++x) {
-      wp[x] = bilinear((x + xmin - center + 0.5) * ss);
-      ww += wp[x];
-    }
+    const Window& win = windows[xx];
+    const int count = static_cast<int>(win.weights.size());
     // Keep every tap inside the image so the padded taps never read past its right edge.
     int shift = 0;
-    if (xmin + taps > in_size && in_size >= taps) shift = xmin + taps - in_size;
-    start[xx] = xmin - shift;
+    if (win.first + taps > in_size && in_size >= taps) shift = win.first + taps - in_size;
+    t->start[xx] = win.first - shift;
     int16_t* k = &t->coef[static_cast<size_t>(xx) * taps];
-    for (int x = 0; x < count[xx]; ++x) {
-      const double v = ww != 0.0 ? wp[x] / ww : 0.0;
+    for (int x = 0; x < count; ++x) {
+      const double v = win.weights[x];
       k[x + shift] = static_cast<int16_t>(v < 0 ? -0.5 + v * (1 << kCoefBits) : 0.5 + v * (1 << kCoefBits));
     }
-    first = std::min(first, start[xx]);
-    last = std::max(last, std::min(in_size, start[xx] + taps));
+    first = std::min(first, t->start[xx]);
+    last = std::max(last, std::min(in_size, t->start[xx] + taps));
   }
   t->src_first = std::max(0, first);
   t->src_last = std::max(t->src_first + 1, last);
@@ -698,7 +758,7 @@ void Resampler::rows(int y, const uint8_t* const* rgb, int count) {
   }
 }
 
-void Resampler::finish(uint8_t* dst, Layout layout) {
+void Resampler::finish(const OutputFormat& out, void* slot, bool vflip) {
   const Kernels& kr = kernels();
   const int out_w = xt_->out_size, out_h = yt_->out_size, taps = yt_->taps;
   const int bytes = out_w * 3;
@@ -709,27 +769,27 @@ void Resampler::finish(uint8_t* dst, Layout layout) {
     many.resize(taps);
     rp = many.data();
   }
-  const size_t plane = static_cast<size_t>(out_h) * out_w;
-  const size_t slot = plane * 3;
-  for (int y = 0; y < out_h; ++y) {
+  uint8_t* raw = static_cast<uint8_t*>(slot);
+  const size_t slot_bytes = static_cast<size_t>(out_h) * bytes;
+  // Output rows in ascending memory order (the vertical flip walks the table backwards): the
+  // direct NHWC kernel's overrun then always lands in a row written later.
+  for (int i = 0; i < out_h; ++i) {
+    const int y = vflip ? out_h - 1 - i : i;  // table row; `i` is the output row
     const uint8_t* base = tmp_.data() + static_cast<size_t>(yt_->start[y] - yt_->src_first) * tmp_stride_;
     for (int j = 0; j < taps; ++j) rp[j] = base + static_cast<size_t>(j) * tmp_stride_;
     const int16_t* k = yt_->coef.data() + static_cast<size_t>(y) * taps;
-    if (layout == Layout::kNHWC) {
-      // NHWC rows are packed RGB like the intermediate: the vertical pass writes the slot directly.
-      // Its chunked stores run up to 31 bytes past the row, into rows written later; only where
-      // that would leave the slot (another image's, maybe another thread's) does it go via line_.
-      const size_t at = static_cast<size_t>(y) * bytes;
-      if (at + bytes + 32 <= slot) {
-        kr.vpass(rp, k, taps, bytes, dst + at);
-      } else {
-        kr.vpass(rp, k, taps, bytes, line_.data());
-        std::memcpy(dst + at, line_.data(), bytes);
-      }
+    const size_t at = static_cast<size_t>(i) * bytes;
+    if (out.is_raw_nhwc() && at + bytes + 32 <= slot_bytes) {
+      // uint8 NHWC rows are packed RGB like the intermediate: the vertical pass writes the slot
+      // directly. Its chunked stores run up to 31 bytes past the row, into rows written later;
+      // only where that would leave the slot (another image's, maybe another thread's) does it go
+      // through line_.
+      kr.vpass(rp, k, taps, bytes, raw + at);
     } else {
+      // Every other format: the row goes through line_ (in L1) and the output stage writes it in
+      // the final dtype and layout, normalized: the fused float write, no second pass.
       kr.vpass(rp, k, taps, bytes, line_.data());
-      uint8_t* r = dst + static_cast<size_t>(y) * out_w;
-      kr.nchw(line_.data(), out_w, r, r + plane, r + 2 * plane);
+      write_output_row(out, line_.data(), i, slot);
     }
   }
 }

@@ -1,12 +1,14 @@
-// Pixels stage (native): antialiased bilinear resampling of a decoded region into a batch slot.
+// Pixels stage (native): separable resampling of a decoded region into a batch slot.
 //
-// Same geometry as Pillow's Image.resize(size, BILINEAR, box=box): a triangle filter whose support
-// grows with the downscale factor, float box coordinates, horizontal pass first (only over the rows
-// the vertical pass needs), uint8 intermediate. Coefficients are 14-bit fixed point in int16 so the
+// Same geometry as Pillow's Image.resize(size, filter, box=box) (bilinear or bicubic with the
+// filter's support growing with the downscale factor, or nearest), or torch's interpolate without
+// antialiasing (build_axis): float box coordinates, horizontal pass first (only over the rows the
+// vertical pass needs), uint8 intermediate. Coefficients are 14-bit fixed point in int16 so the
 // inner loops are pmaddwd or vpdpwssd (AVX-512, AVX2 or SSSE3 kernels picked at run time, with a
 // portable scalar twin giving the same integers). The horizontal pass consumes decoder rows as they
 // come out of libjpeg (the RowSink interface), writes columns mirrored when the flip is drawn, and
-// the vertical pass writes NHWC or NCHW straight into the caller's buffer.
+// the vertical pass hands each output row to the output stage (output.h), which writes it in the
+// final dtype and layout, normalized, straight into the caller's buffer.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +16,9 @@
 #include <vector>
 
 #include "jpeg_decode.h"
+#include "output.h"
 
 namespace fastload {
-
-enum class Layout : int { kNHWC = 0, kNCHW = 1 };
 
 constexpr int kCoefBits = 14;
 
@@ -31,8 +32,16 @@ struct AxisTable {
   std::vector<int16_t> coef;    // out_size * taps
 };
 
-// Builds the table following Pillow's precompute_coeffs (bilinear, support scaled by the factor).
-void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t);
+// Builds the table of one axis: the box [in0, in1) of an axis of in_size pixels to out_size
+// outputs, taps clipped to the source range [clip0, clip1) (clip1 < 0: in_size), as the crop a
+// torchvision op resizes (RandomResizedCrop resizes its crop; Resize + CenterCrop the whole image).
+//   antialias (bilinear, bicubic): Pillow's precompute_coeffs, the triangle or a = -0.5 cubic filter
+//     with its support scaled by the downscale factor (torchvision's PIL backend and antialias=True);
+//   plain: torch's interpolate(align_corners=False, antialias=False): 2 taps, or 4 with A = -0.75;
+//   nearest: PIL's NEAREST (antialias) or torch's "nearest" (plain), one tap.
+void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t,
+                Interpolation interp = Interpolation::kBilinear, bool antialias = true, int clip0 = 0,
+                int clip1 = -1);
 
 // The horizontal pass as a gather plan over the output row in 16-byte groups (see resize.cpp):
 // for each group, the source pixel its one vector load starts at and, per pair of taps, the byte
@@ -53,8 +62,9 @@ class Resampler final : public RowSink {
   void setup(const AxisTable* xt, const AxisTable* yt, bool flip);
   void begin(int x_origin, int width) override;
   void rows(int y, const uint8_t* const* rgb, int count) override;
-  // Vertical pass into dst: [out_h, out_w, 3] (NHWC) or [3, out_h, out_w] (NCHW).
-  void finish(uint8_t* dst, Layout layout);
+  // Vertical pass into one image of the batch, `slot`, in out's dtype and layout (output.h),
+  // rows mirrored top to bottom when vflip.
+  void finish(const OutputFormat& out, void* slot, bool vflip);
   // Rows received so far (all needed rows must have arrived before finish()).
   int rows_received() const { return rows_received_; }
 

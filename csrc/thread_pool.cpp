@@ -1,23 +1,54 @@
 // Pixels stage (native): the persistent decode thread pool.
 #include "thread_pool.h"
 
-#include <unistd.h>
+#include <pthread.h>
+
+#include <chrono>
+#include <future>
 
 namespace fastload {
 
+namespace {
+
+// The process-wide pool and the mutex that guards its creation. fork() copies a mutex in whatever
+// state it is in: had another thread been inside instance() at that moment, the child's copy would
+// stay locked forever and its first decode would deadlock. The pthread_atfork handlers below take
+// the mutex around fork(), so the child's copy is always consistent and owned by the one thread the
+// child has.
+std::mutex g_create_mu;
+ThreadPool* g_pool = nullptr;
+
+void before_fork() { g_create_mu.lock(); }
+void after_fork_in_parent() { g_create_mu.unlock(); }
+void after_fork_in_child() {
+  // The child inherits the pool object but none of its threads, and its job mutex may be held by
+  // a thread that no longer exists: the object is abandoned (never joined or destroyed) and a fresh
+  // pool is made on first use.
+  g_pool = nullptr;
+  g_create_mu.unlock();
+}
+
+// Registered when the engine is loaded, before any of its threads exist.
+const int g_atfork_registered = pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+
+}  // namespace
+
+void hold_pool_creation_lock_for_testing(int milliseconds) {
+  std::promise<void> held;
+  std::future<void> ready = held.get_future();
+  std::thread([milliseconds, held = std::move(held)]() mutable {
+    std::lock_guard<std::mutex> guard(g_create_mu);
+    held.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds));
+  }).detach();
+  ready.wait();
+}
+
 ThreadPool& ThreadPool::instance() {
-  static ThreadPool* pool = nullptr;
-  static pid_t owner = 0;
-  static std::mutex create_mu;
-  std::lock_guard<std::mutex> guard(create_mu);
-  const pid_t pid = getpid();
-  if (pool == nullptr || owner != pid) {
-    // After fork the child holds a copy of the pool whose threads do not exist; it is abandoned
-    // (never joined or destroyed) and a fresh one made.
-    pool = new ThreadPool();
-    owner = pid;
-  }
-  return *pool;
+  (void)g_atfork_registered;
+  std::lock_guard<std::mutex> guard(g_create_mu);
+  if (g_pool == nullptr) g_pool = new ThreadPool();
+  return *g_pool;
 }
 
 ThreadPool::~ThreadPool() {

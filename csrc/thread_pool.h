@@ -1,9 +1,10 @@
 // Pixels stage (native): the persistent decode thread pool.
 //
-// Created once per process (re-created after fork, whose child inherits no threads) and grown on
-// demand. A batch is one job: the calling thread works on it too, pool workers join up to the
-// requested thread count, and items are handed out through an atomic counter so big and small
-// images balance. Several jobs (e.g. two loaders in two Python threads) may run at once.
+// Created once per process and grown on demand; re-created in a forked child, which inherits no
+// threads (fork-safe: see thread_pool.cpp). A batch is one job: the calling thread works on it too,
+// pool workers join up to the requested thread count, and items are handed out through an atomic
+// counter so big and small images balance. Several jobs (e.g. two loaders in two Python threads) may
+// run at once.
 #pragma once
 
 #include <atomic>
@@ -56,5 +57,10 @@ class ThreadPool {
   bool stop_ = false;
   int active_jobs_ = 0;
 };
+
+// Testing hook: a background thread takes the lock that guards the pool's creation and holds it
+// for `milliseconds` (returns once it is held), so a test can fork while another thread is inside
+// ThreadPool::instance() and check that the child does not inherit a locked mutex.
+void hold_pool_creation_lock_for_testing(int milliseconds);
 
 }  // namespace fastload

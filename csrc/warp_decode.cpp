@@ -1,6 +1,8 @@
 // Pixels stage (native): region decode + warp of one image (see warp_decode.h).
 #include "warp_decode.h"
 
+#include "output.h"
+
 #include <cmath>
 
 namespace fastload {
@@ -32,7 +34,9 @@ Status resample_then_gather(JpegDecoder& decoder, const JpegInfo& info, const Wa
   if (st != Status::kOk) return st;
   if (ws->resampler.rows_received() != ws->yt.src_last - ws->yt.src_first) return Status::kCorrupt;
   ws->frame.resize(static_cast<size_t>(fw) * fh * 3);
-  ws->resampler.finish(ws->frame.data(), Layout::kNHWC);
+  OutputFormat raw;  // uint8 NHWC, no normalization: the packed frame the gather reads
+  raw.height = fh, raw.width = fw;
+  ws->resampler.finish(raw, ws->frame.data(), false);
   warp_gather(plan, ws->frame.data(), static_cast<size_t>(fw) * 3, fw, fh, dst, dst_stride);
   *denom_out = denom;
   return Status::kOk;

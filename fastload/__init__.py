@@ -7,22 +7,22 @@ The data path, one module per stage: folder -> shards (:mod:`fastload.pack`) -> 
 :mod:`fastload.mxnet`). torch and mxnet are imported only by their adapters.
 """
 
-__version__ = "0.1.0"
+from fastload.version import __version__
 
 _TRANSFORMS = ("CenterCrop", "RandomResizedCrop", "Resize", "eval_transform", "train")
 
 __all__ = [
-    "__version__",
-    "open_dataset",
-    "pack_folder",
+    "CenterCrop",
     "Loader",
     "LoaderConfig",
     "RandomResizedCrop",
-    "CenterCrop",
     "Resize",
-    "train",
+    "__version__",
     "eval_transform",
     "info",
+    "open_dataset",
+    "pack_folder",
+    "train",
 ]
 
 
@@ -31,20 +31,26 @@ def __getattr__(name):
     # use; the CLI relies on it to configure numpy's BLAS before numpy loads (see fastload.cli).
     if name in _TRANSFORMS:
         from fastload import transforms
+
         return getattr(transforms, name)
     if name == "open_dataset":
         from fastload.records.dataset import open_dataset
+
         return open_dataset
     if name == "pack_folder":
         from fastload.pack.packer import pack_folder
+
         return pack_folder
     if name in ("Loader", "LoaderConfig"):
         from fastload import loader
+
         return getattr(loader, name)
     if name == "info":
         from fastload.decode import engine_info
+
         return engine_info
     if name == "transforms":  # was imported eagerly before; `fastload.transforms.X` keeps working
         import importlib
+
         return importlib.import_module("fastload.transforms")
     raise AttributeError(f"module 'fastload' has no attribute {name!r}")

@@ -1,16 +1,23 @@
-"""Pixels stage: decode a batch of encoded images, fused with crop / resize / flip, into caller memory.
+"""Pixels stage: decode a batch of encoded images through a transform Pipeline, into caller memory.
 
-Two backends share one contract (docs/ARCHITECTURE.md, "Decode"):
+Two backends share one contract (docs/ARCHITECTURE.md, "Decode") and run the same
+:class:`~fastload.transforms.Pipeline`: geometry -> pixel ops -> output stage (dtype, layout,
+normalization) -> erasing, every random draw keyed by ``(seed, epoch, sample index)``:
 
 * ``libjpeg-turbo``: the C++ engine ``fastload._engine``. One call per batch, the GIL released once,
   a persistent thread pool with one reused decompressor per thread, region decode (only the rows and
   iMCU columns the crop needs, power-of-two DCT scaling when the crop is at least twice the output)
-  and a vectorized antialiased bilinear resize with the flip fused, written straight into ``out``.
-  Payloads that are not baseline/progressive JPEG (PNG, WebP, ...) are marked by the engine and then
-  decoded by the Pillow path inside the same call, with the same ops and output.
+  and a vectorized antialiased resize with the flips fused; its vertical pass hands each output row
+  to the output stage, which writes it in the final dtype and layout, normalized, straight into
+  ``out`` (no second pass over the batch). Payloads that are not baseline/progressive JPEG (PNG,
+  WebP, ...) are marked by the engine and then decoded by the Pillow path inside the same call, with
+  the same ops and output.
 * ``pillow``: the reference path (also used when the extension is missing, or with
-  ``FASTLOAD_DECODER=pillow``): full decode, ``convert("RGB")``, ``Image.resize(size, BILINEAR,
-  box=box)`` with the box from :func:`fastload.transforms.sample_params`, then the flip.
+  ``FASTLOAD_DECODER=pillow``): full decode, ``convert("RGB")``, the reference geometry
+  :func:`fastload.transforms.resample` (PIL's filters on the box from
+  :func:`fastload.transforms.sample_params`; numpy for torch's non-antialiased modes), the flips,
+  each pixel op's Python reference, :meth:`Normalize.apply <fastload.transforms.Normalize.apply>`,
+  then erasing.
 
 Both return per-image status codes; a bad image never raises from :func:`decode_batch`.
 """
@@ -20,28 +27,39 @@ from __future__ import annotations
 import enum
 import io
 import os
-import threading
-import warnings
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import numpy as np
 
+import fastload.engine_abi as engine_abi
 from fastload.errors import DecodeError
-from fastload.transforms import OpKind, Transform, sample_params
+from fastload.transforms import (
+    OpKind,
+    Pipeline,
+    Transform,
+    as_pipeline,
+    op_counter_base,
+    resample,
+    sample_key,
+    sample_params,
+)
+from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
+from fastload.transforms.geometry import ImageTooSmall
 
 __all__ = [
+    "BatchResult",
+    "DecodeOptions",
     "DecodeStatus",
     "Layout",
-    "DecodeOptions",
-    "BatchResult",
+    "active_backend",
     "decode_batch",
     "decode_image",
-    "resize_encode_batch",
-    "engine_info",
     "default_threads",
-    "active_backend",
+    "engine_info",
+    "resize_encode_batch",
 ]
 
 # Pillow's own decompression-bomb warning threshold (~89.5 MP, 256 MiB of RGB): a larger image is
@@ -50,18 +68,10 @@ __all__ = [
 _DEFAULT_MAX_PIXELS = 89_478_485
 
 
-class DecodeStatus(enum.IntEnum):
-    """Per-image outcome codes; the values are shared with the C++ engine (``csrc/batch_decode.h``)."""
-
-    OK = 0
-    #: Internal: the engine left this image to the Pillow path (not a JPEG, or EXIF orientation to apply).
-    NEEDS_PILLOW = 1
-    EMPTY = 2
-    TRUNCATED = 3
-    CORRUPT = 4
-    UNSUPPORTED = 5
-    TOO_LARGE = 6
-    INTERNAL = 7
+#: Per-image outcome codes (one definition with the C++ engine: :class:`fastload.engine_abi.Status`).
+#: ``NEEDS_PILLOW`` is internal: the engine left the image to the Pillow path (not a JPEG, or an EXIF
+#: orientation to apply).
+DecodeStatus = engine_abi.Status
 
 
 class Layout(str, enum.Enum):
@@ -90,13 +100,18 @@ class DecodeOptions:
             torchvision (``PIL.Image.open``) and most training pipelines ignore it, so the pixels
             match theirs. When ``True``, images whose tag asks for a transform take the Pillow path.
         use_restart_slices: For records packed with restart-marker indexing, decode only the restart
-            intervals covering the crop (see ``csrc/restart_index.h``); falls back to the plain
+            intervals covering the crop (see ``csrc/restart_slice.h``); falls back to the plain
             region decode when slicing does not apply.
         dct_scaling: Let libjpeg downscale by 1/2 in the DCT domain when the crop is at least
             twice the output in both directions (1/4 from 8x, 1/8 from 16x, so the antialiased
             resize always keeps a 2x step). Measured: RandomResizedCrop(112) about 7% faster, mean
             difference to Pillow 1.26 levels instead of 0.004; at 224 on ImageNet-sized images it
             rarely applies (0.11 vs 0.04).
+        slice_entropy: Huffman decoder of restart-interval slices: ``"fastload"`` (the interval
+            decoder, where the build has it) or ``"libjpeg"`` (slices keep their RST markers and go
+            through libjpeg's decoder: same pixels, slower). ``None`` (default): the
+            ``FASTLOAD_SLICE_ENTROPY`` environment variable when the call is made, else
+            ``"fastload"``. Per call: nothing process-wide changes. C++ engine only.
     """
 
     max_pixels: int = _DEFAULT_MAX_PIXELS
@@ -105,6 +120,7 @@ class DecodeOptions:
     apply_exif: bool = False
     use_restart_slices: bool = True
     dct_scaling: bool = True
+    slice_entropy: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_pixels, int) or isinstance(self.max_pixels, bool) or self.max_pixels <= 0:
@@ -112,6 +128,23 @@ class DecodeOptions:
         for name in ("fast_idct", "fancy_upsampling", "apply_exif", "use_restart_slices", "dct_scaling"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
+        if self.slice_entropy is not None:
+            _entropy_decoder(self.slice_entropy, "slice_entropy")
+
+
+def _entropy_decoder(name: str, what: str) -> engine_abi.EntropyDecoder:
+    try:
+        return engine_abi.EntropyDecoder[str(name).strip().upper()]
+    except KeyError:
+        raise ValueError(f"{what}={name!r} must be 'fastload' or 'libjpeg'") from None
+
+
+def _slice_entropy(options: DecodeOptions) -> engine_abi.EntropyDecoder:
+    """The slice Huffman decoder a call uses: the option, else FASTLOAD_SLICE_ENTROPY read now."""
+    if options.slice_entropy is not None:
+        return _entropy_decoder(options.slice_entropy, "slice_entropy")
+    env = os.environ.get("FASTLOAD_SLICE_ENTROPY", "").strip()
+    return _entropy_decoder(env, "FASTLOAD_SLICE_ENTROPY") if env else engine_abi.EntropyDecoder.FASTLOAD
 
 
 @dataclass(frozen=True)
@@ -123,24 +156,34 @@ class BatchResult:
         errors: Position in the batch -> human-readable reason, for every failed position.
         boxes: float64 ``[B, 4]`` source boxes ``(x0, y0, x1, y1)`` in full-size pixels (NaN where
             the image failed); ``None`` unless ``want_params``.
-        flips: bool ``[B]``; ``None`` unless ``want_params``.
+        flips: bool ``[B]``, horizontal flips; ``None`` unless ``want_params``.
+        vflips: bool ``[B]``, vertical flips; ``None`` unless ``want_params``.
         warnings: Number of libjpeg warnings (slightly corrupt data that still decoded).
         sliced: Images decoded through restart-interval slices.
         slice_fallbacks: Restart-indexed images whose slicing failed and that the plain region decode
             handled instead.
         pillow: Images decoded by the Pillow path.
         backend: ``"libjpeg-turbo"`` or ``"pillow"``.
+        op_params: Per sample, each pixel op's drawn parameters (``op.sample``'s dicts; replay them
+            with ``op.apply_params``), None for a failed sample; ``None`` unless ``want_params`` and
+            the pipeline has pixel ops.
+        output_params: Per sample, the output stage's draws (:func:`fastload.transforms.erasing.apply_output_ops`'s
+            dict: the erased box, MXNet's normalization contrast and illumination); ``None`` unless
+            ``want_params`` and the pipeline has an output-stage op.
     """
 
     status: np.ndarray
-    errors: Dict[int, str]
-    boxes: Optional[np.ndarray]
-    flips: Optional[np.ndarray]
+    errors: dict[int, str]
+    boxes: np.ndarray | None
+    flips: np.ndarray | None
+    vflips: np.ndarray | None
     warnings: int
     sliced: int
     slice_fallbacks: int
     pillow: int
     backend: str
+    op_params: list[list[dict[str, Any]] | None] | None = None
+    output_params: list[dict[str, Any] | None] | None = None
 
     @property
     def ok(self) -> bool:
@@ -148,26 +191,20 @@ class BatchResult:
         return not self.errors
 
     @property
-    def failed(self) -> List[int]:
+    def failed(self) -> list[int]:
         """Positions that failed, ascending."""
         return sorted(self.errors)
 
 
 # --- backend selection -----------------------------------------------------------------------
 
-_engine = None
+_engine: Any = None
 _engine_reason = ""
 try:
-    from fastload import _engine  # type: ignore[attr-defined,no-redef]
+    import fastload._engine as _engine
 except ImportError as exc:  # built without libjpeg-turbo, or not built yet
     _engine = None
     _engine_reason = f"fastload._engine is not available ({exc})"
-
-# Restart-interval slices are Huffman-decoded by fastload's interval decoder where the build has it;
-# FASTLOAD_SLICE_ENTROPY=libjpeg hands them to libjpeg's decoder instead (same pixels, slower).
-if _engine is not None and hasattr(_engine, "_slice_entropy"):
-    if os.environ.get("FASTLOAD_SLICE_ENTROPY", "").strip().lower() == "libjpeg":
-        _engine._slice_entropy("libjpeg")
 
 
 def active_backend() -> str:
@@ -190,29 +227,39 @@ def engine_info() -> dict:
 
     Returns:
         ``backend`` (``"libjpeg-turbo"`` or ``"pillow"``), ``libjpeg_turbo`` (version or None),
-        ``simd`` (the resize kernel in use), ``slice_entropy`` (the Huffman decoder of restart-interval
-        slices: ``"fastload"`` or ``"libjpeg"``), ``threads`` (default thread count), ``pillow``
+        ``simd`` (the resize kernel in use), ``slice_entropy`` (the Huffman decoder restart-interval
+        slices get by default now: ``"fastload"`` or ``"libjpeg"``), ``threads`` (default thread
+        count), ``pillow``
         (version) and ``reason`` (why the Pillow path is live, when it is).
     """
     import PIL
 
     backend = active_backend()
-    info = {"backend": backend, "libjpeg_turbo": None, "simd": None, "slice_entropy": None,
-            "threads": default_threads(), "pillow": PIL.__version__, "reason": ""}
+    info = {
+        "backend": backend,
+        "libjpeg_turbo": None,
+        "simd": None,
+        "slice_entropy": None,
+        "threads": default_threads(),
+        "pillow": PIL.__version__,
+        "reason": "",
+    }
     if _engine is not None:
         native = _engine.info()
         info["libjpeg_turbo"] = native["libjpeg_turbo"]
         info["simd"] = native["simd"]
-        info["slice_entropy"] = native.get("slice_entropy")
+        wanted = _slice_entropy(DecodeOptions())
+        usable = wanted is engine_abi.EntropyDecoder.LIBJPEG or native["slice_entropy_available"]
+        info["slice_entropy"] = wanted.name.lower() if usable else "libjpeg"
     if backend == "pillow":
-        info["reason"] = ("FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason)
+        info["reason"] = "FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason
     return info
 
 
 # --- argument checks -------------------------------------------------------------------------
 
 
-def _resolve_layout(out: np.ndarray, size: Tuple[int, int], layout: Union[str, Layout, None]) -> Layout:
+def _resolve_layout(out: np.ndarray, size: tuple[int, int], layout: str | Layout | None) -> Layout:
     h, w = size
     nhwc = out.shape[1:] == (h, w, 3)
     nchw = out.shape[1:] == (3, h, w)
@@ -223,24 +270,27 @@ def _resolve_layout(out: np.ndarray, size: Tuple[int, int], layout: Union[str, L
             raise ValueError(f"layout={layout!r} must be 'NHWC' or 'NCHW'") from None
         if (layout is Layout.NHWC and not nhwc) or (layout is Layout.NCHW and not nchw):
             want = (h, w, 3) if layout is Layout.NHWC else (3, h, w)
-            raise ValueError(f"out.shape={out.shape} does not match layout {layout.value} for transform size "
-                             f"{size}: expected [B, {', '.join(map(str, want))}]")
+            raise ValueError(
+                f"out.shape={out.shape} does not match layout {layout.value} for transform size "
+                f"{size}: expected [B, {', '.join(map(str, want))}]"
+            )
         return layout
     if nhwc:
         return Layout.NHWC
     if nchw:
         return Layout.NCHW
-    raise ValueError(f"out.shape={out.shape} must be [B, {h}, {w}, 3] (NHWC) or [B, 3, {h}, {w}] (NCHW) "
-                     f"for transform size (H, W)={size}")
+    raise ValueError(
+        f"out.shape={out.shape} must be [B, {h}, {w}, 3] (NHWC) or [B, 3, {h}, {w}] (NCHW) "
+        f"for transform size (H, W)={size}"
+    )
 
 
-def _check_args(images, out, transform, indices, threads, layout, options):
-    if not hasattr(transform, "kind") or not hasattr(transform, "size"):
-        raise ValueError(f"transform={transform!r} must be a fastload.transforms op (RandomResizedCrop, CenterCrop, Resize)")
+def _check_args(images, out, pipeline: Pipeline, indices, threads, layout, options):
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy.ndarray (got {type(out).__name__}); wrap torch tensors with .numpy()")
-    if out.dtype != np.uint8:
-        raise ValueError(f"out.dtype={out.dtype} must be uint8")
+    if out.dtype != pipeline.output_dtype:
+        why = "the Pipeline's Normalize dtype" if pipeline.normalize is not None else "uint8: no Normalize"
+        raise ValueError(f"out.dtype={out.dtype} must be {pipeline.output_dtype} ({why})")
     if out.ndim != 4:
         raise ValueError(f"out.ndim={out.ndim} must be 4 ([B, H, W, 3] or [B, 3, H, W])")
     if not out.flags.c_contiguous:
@@ -259,28 +309,10 @@ def _check_args(images, out, transform, indices, threads, layout, options):
         raise ValueError(f"threads={threads!r} must be a positive int")
     if not isinstance(options, DecodeOptions):
         raise ValueError(f"options={options!r} must be a fastload.decode.DecodeOptions")
-    return _resolve_layout(out, tuple(transform.size), layout), idx, int(threads)
+    return _resolve_layout(out, tuple(pipeline.size), layout), idx, int(threads)
 
 
 # --- Pillow path -----------------------------------------------------------------------------
-
-_pool_lock = threading.Lock()
-_pool: Optional[ThreadPoolExecutor] = None
-_pool_key = (0, 0)  # (threads, pid)
-
-
-def _pillow_pool(threads: int) -> ThreadPoolExecutor:
-    global _pool, _pool_key
-    with _pool_lock:
-        # A forked child (e.g. a torch DataLoader worker) inherits the executor but not its threads:
-        # it would queue work nobody runs, so each process makes its own.
-        key = (threads, os.getpid())
-        if _pool is None or _pool_key != key:
-            if _pool is not None and _pool_key[1] == key[1]:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fastload-pillow")
-            _pool_key = key
-        return _pool
 
 
 def _pillow_open_rgb(buf, options: DecodeOptions):
@@ -291,17 +323,21 @@ def _pillow_open_rgb(buf, options: DecodeOptions):
     if view.nbytes == 0:
         raise _Failure(DecodeStatus.EMPTY, "empty record (0 bytes)")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            img = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
-            w, h = img.size
-            if w * h > options.max_pixels:
-                raise _Failure(DecodeStatus.TOO_LARGE, f"image is {w}x{h} = {w * h} pixels, above max_pixels={options.max_pixels}")
-            img.load()
-            if options.apply_exif:
-                img = ImageOps.exif_transpose(img)
-            if img.mode != "RGB":
-                img = img.convert("RGB")
+        # Pillow's warnings (a damaged EXIF block, its own decompression-bomb notice when max_pixels is
+        # raised above Image.MAX_IMAGE_PIXELS) reach the user as Pillow emits them: a
+        # warnings.catch_warnings() here would change the process-wide filters from a decode thread,
+        # which is not thread-safe and would hide or show other threads' warnings.
+        img = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
+        w, h = img.size
+        if w * h > options.max_pixels:
+            raise _Failure(
+                DecodeStatus.TOO_LARGE, f"image is {w}x{h} = {w * h} pixels, above max_pixels={options.max_pixels}"
+            )
+        img.load()
+        if options.apply_exif:
+            img = ImageOps.exif_transpose(img)
+        if img.mode != "RGB":
+            img = img.convert("RGB")
         return img
     except _Failure:
         raise
@@ -312,7 +348,9 @@ def _pillow_open_rgb(buf, options: DecodeOptions):
         raise _Failure(DecodeStatus.CORRUPT, "not a recognized image format") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         msg = str(exc) or type(exc).__name__
-        status = DecodeStatus.TRUNCATED if "truncated" in msg.lower() or isinstance(exc, EOFError) else DecodeStatus.CORRUPT
+        status = (
+            DecodeStatus.TRUNCATED if "truncated" in msg.lower() or isinstance(exc, EOFError) else DecodeStatus.CORRUPT
+        )
         raise _Failure(status, msg) from None
     except MemoryError:
         raise _Failure(DecodeStatus.TOO_LARGE, "out of memory while decoding") from None
@@ -326,42 +364,95 @@ class _Failure(Exception):
         self.status = status
 
 
-def _pillow_one(buf, slot: np.ndarray, layout: Layout, transform: Transform, seed: int, epoch: int,
-                index: int, options: DecodeOptions):
-    """Decode one image into ``slot``; returns (status, message, box, flip)."""
-    from PIL import Image
-
+def _pillow_one(
+    buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed: int, epoch: int, index: int, options: DecodeOptions
+):
+    """Decode one image into ``slot`` through the pipeline; returns (status, message, box, flip, vflip)."""
     try:
         img = _pillow_open_rgb(buf, options)
-        params = sample_params(img.width, img.height, transform, seed=seed, epoch=epoch, index=index)
-        out_h, out_w = transform.size
-        img = img.resize((out_w, out_h), Image.BILINEAR, box=params.box)
-        if params.flip:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        arr = np.asarray(img)
-        if layout is Layout.NHWC:
-            slot[...] = arr
-        else:
-            slot[...] = arr.transpose(2, 0, 1)
-        return DecodeStatus.OK, "", params.box, params.flip
+        geometry = pipeline.geometry
+        try:
+            params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
+        except ImageTooSmall as exc:
+            raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
+        out_h, out_w = pipeline.size
+        arr = resample(img, params, geometry)
+        key = sample_key(seed, epoch, index)
+        op_params = []
+        for position, op in enumerate(pipeline.ops):
+            base = op_counter_base(position)
+            if hasattr(op, "sample") and hasattr(op, "apply_params"):  # the pixel ops: draws kept for want_params
+                drawn = op.sample(key, base, out_h, out_w)
+                arr = op.apply_params(arr, drawn)
+            else:  # any op with contract 3's apply(image, key, base=) reference
+                drawn = None
+                arr = op.apply(arr, key, base=base)
+            op_params.append(drawn)
+        if pipeline.normalize is not None:
+            arr = pipeline.normalize.apply(arr)
+        channels_first = layout is Layout.NCHW
+        slot[...] = arr.transpose(2, 0, 1) if channels_first else arr
+        # The output stage (MXNet's normalization jitter, RandomErasing) on the written sample.
+        output_params = apply_output_ops(
+            slot,
+            key=key,
+            channels_first=channels_first,
+            ops=pipeline.ops,
+            normalize=pipeline.normalize,
+            erase=pipeline.erase,
+        )
+        return (
+            DecodeStatus.OK,
+            "",
+            params.box,
+            params.flip,
+            bool(getattr(params, "vflip", False)),
+            op_params,
+            output_params,
+        )
     except _Failure as exc:
         slot[...] = 0
-        return exc.status, str(exc), (np.nan,) * 4, False
+        return exc.status, str(exc), (np.nan,) * 4, False, False, None, None
 
 
-def _pillow_batch(images, positions, out, layout, transform, seed, epoch, idx, threads, options,
-                  status, errors, boxes, flips) -> None:
+def _pillow_batch(
+    images,
+    positions,
+    out,
+    layout,
+    pipeline,
+    seed,
+    epoch,
+    idx,
+    threads,
+    options,
+    status,
+    errors,
+    boxes,
+    flips,
+    vflips,
+    op_params,
+    output_params,
+) -> None:
     def run(p):
-        return p, _pillow_one(images[p], out[p], layout, transform, seed, epoch, int(idx[p]), options)
+        return p, _pillow_one(images[p], out[p], layout, pipeline, seed, epoch, int(idx[p]), options)
 
     if threads == 1 or len(positions) <= 1:
-        results = map(run, positions)
+        results = list(map(run, positions))
     else:
-        results = _pillow_pool(threads).map(run, positions)
-    for p, (st, msg, box, flip) in results:
+        # An executor per call, owned by this call: no process-wide pool that one caller could shut
+        # down or resize under another (two loaders with different thread counts), and nothing
+        # inherited across fork. Starting the threads costs ~0.1 ms against the tens of
+        # milliseconds Pillow spends per batch.
+        with ThreadPoolExecutor(max_workers=min(threads, len(positions)), thread_name_prefix="fastload-pillow") as pool:
+            results = list(pool.map(run, positions))
+    for p, (st, msg, box, flip, vflip, drawn_ops, drawn_output) in results:
+        op_params[p] = drawn_ops
+        output_params[p] = drawn_output
         status[p] = int(st)
         boxes[p] = box
         flips[p] = flip
+        vflips[p] = vflip
         if st != DecodeStatus.OK:
             errors[p] = f"{st.name.lower()}: {msg}"
         else:
@@ -371,38 +462,114 @@ def _pillow_batch(images, positions, out, layout, transform, seed, epoch, idx, t
 # --- public API ------------------------------------------------------------------------------
 
 
-def _op_tuple(transform: Transform):
+def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
+    """The engine's ``name`` struct (a ``py::class_`` generated from :data:`engine_abi.STRUCTS`)."""
+    types = {field: ctype for ctype, field, _default, _doc in engine_abi.STRUCTS[name]}
+    obj = getattr(_engine, name)()
+    for field, value in values.items():
+        ctype = types[field]
+        if ctype in engine_abi.ENUMS:
+            value = getattr(_engine, ctype)(int(value))
+        setattr(obj, field, value)
+    return obj
+
+
+def _native_options(options: DecodeOptions) -> Any:
+    return _native_struct(
+        "DecodeSettings",
+        {
+            "max_pixels": int(options.max_pixels),
+            "fast_idct": options.fast_idct,
+            "fancy_upsampling": options.fancy_upsampling,
+            "apply_exif": options.apply_exif,
+            "use_restart_slices": options.use_restart_slices,
+            "dct_scaling": options.dct_scaling,
+            "slice_entropy": _slice_entropy(options),
+        },
+    )
+
+
+def _native_geometry(transform: Transform) -> Any:
     out_h, out_w = transform.size
-    kind = int(transform.kind)
-    scale = getattr(transform, "scale", (1.0, 1.0))
-    ratio = getattr(transform, "ratio", (1.0, 1.0))
-    resize = getattr(transform, "resize", None) if kind == OpKind.RESIZE_CENTER_CROP else None
-    return (kind, int(out_h), int(out_w), float(scale[0]), float(scale[1]), float(ratio[0]), float(ratio[1]),
-            float(transform.flip), int(resize or 0))
+    kind = OpKind(int(transform.kind))
+    values: dict[str, Any] = {
+        "kind": kind,
+        "out_h": int(out_h),
+        "out_w": int(out_w),
+        "flip": float(transform.flip),
+        "vflip": float(getattr(transform, "vflip", 0.0)),
+        "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
+        "antialias": bool(transform.antialias),
+    }
+    if kind == OpKind.RANDOM_CROP:
+        left, top, right, bottom = transform.padding
+        values.update(
+            pad_left=left,
+            pad_top=top,
+            pad_right=right,
+            pad_bottom=bottom,
+            pad_if_needed=transform.pad_if_needed,
+            padding_mode=engine_abi.PaddingMode[transform.padding_mode.upper()],
+            fill=[float(v) for v in transform.fill],
+        )
+    if kind == OpKind.RANDOM_RESIZED_CROP:
+        values.update(
+            scale_lo=float(transform.scale[0]),
+            scale_hi=float(transform.scale[1]),
+            ratio_lo=float(transform.ratio[0]),
+            ratio_hi=float(transform.ratio[1]),
+        )
+    elif kind == OpKind.RESIZE_CENTER_CROP:
+        values["resize"] = int(transform.resize or 0)
+    return _native_struct("GeometryParams", values)
 
 
-def _options_tuple(options: DecodeOptions):
-    return (int(options.max_pixels), options.fast_idct, options.fancy_upsampling, options.apply_exif,
-            options.use_restart_slices, options.dct_scaling)
+def _native_output(pipeline: Pipeline, layout: Layout) -> Any:
+    values: dict[str, Any] = {"layout": engine_abi.Layout[layout.value]}
+    norm = pipeline.normalize
+    if norm is None:
+        values["dtype"] = engine_abi.DType.UINT8
+    else:
+        values.update(
+            dtype=engine_abi.DType[norm.dtype.upper()],
+            normalize=True,
+            scale=norm.scale,
+            mean=list(norm.mean),
+            std_dev=list(norm.std),
+        )
+    return _native_struct("OutputParams", values)
 
 
-def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, seed: int, epoch: int,
-                 indices, threads: Optional[int] = None, layout: Union[str, Layout, None] = None,
-                 want_params: bool = False, options: DecodeOptions = DecodeOptions()) -> BatchResult:
-    """Decode ``images`` with ``transform`` into ``out``, one slot per image.
+def decode_batch(
+    images: Sequence,
+    out: np.ndarray,
+    transform: Pipeline | Transform,
+    *,
+    seed: int,
+    epoch: int,
+    indices,
+    threads: int | None = None,
+    layout: str | Layout | None = None,
+    want_params: bool = False,
+    options: DecodeOptions = DecodeOptions(),
+) -> BatchResult:
+    """Decode ``images`` through ``transform`` into ``out``, one slot per image.
 
     Args:
         images: Encoded images, any objects exporting the buffer protocol (bytes, memoryviews into
             mmap'd shards, numpy arrays); they are not copied.
-        out: Caller-owned C-contiguous uint8 ``[B, H, W, 3]`` or ``[B, 3, H, W]`` with
-            ``(H, W) == transform.size``; may be pinned memory.
-        transform: The op spec (:mod:`fastload.transforms`).
+        out: Caller-owned C-contiguous ``[B, H, W, 3]`` or ``[B, 3, H, W]`` with
+            ``(H, W) == transform.size``, of the pipeline's output dtype (uint8 without a
+            Normalize, else the Normalize's float32 / float16); may be pinned memory.
+        transform: A :class:`~fastload.transforms.Pipeline`, or a bare geometry op
+            (:mod:`fastload.transforms`).
         seed: Loader seed.
         epoch: Epoch number.
         indices: Global sample index of each image (int64 ``[B]``); keys the per-sample randomness.
         threads: Decode threads (default: :func:`default_threads`).
         layout: ``"NHWC"`` or ``"NCHW"``; inferred from ``out.shape`` when omitted.
-        want_params: Return the crop boxes and flips used.
+        want_params: Return the crop boxes and flips used, and each sample's pixel-op and output-stage
+            parameters.
         options: :class:`DecodeOptions`.
 
     Returns:
@@ -412,7 +579,8 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, see
     Raises:
         ValueError: On API misuse (wrong ``out`` shape, dtype or contiguity, mismatched lengths).
     """
-    layout, idx, threads = _check_args(images, out, transform, indices, threads, layout, options)
+    pipeline = as_pipeline(transform)
+    layout, idx, threads = _check_args(images, out, pipeline, indices, threads, layout, options)
     n = len(images)
     seed = int(seed)
     epoch = int(epoch)
@@ -420,29 +588,84 @@ def decode_batch(images: Sequence, out: np.ndarray, transform: Transform, *, see
     warnings_count = sliced = slice_fallbacks = 0
     if backend == "pillow":
         status = np.zeros(n, np.int32)
-        errors: Dict[int, str] = {}
+        errors: dict[int, str] = {}
         boxes = np.zeros((n, 4), np.float64)
         flips = np.zeros(n, bool)
+        vflips = np.zeros(n, bool)
         pending = list(range(n))
     else:
         mask = (1 << 64) - 1
         native = _engine.decode_batch(
-            images if isinstance(images, (list, tuple)) else list(images), out,
-            0 if layout is Layout.NHWC else 1, _op_tuple(transform), seed & mask, epoch & mask, idx, threads,
-            _options_tuple(options))
-        status, errors, boxes, flips = native["status"], dict(native["errors"]), native["boxes"], native["flips"]
+            images if isinstance(images, (list, tuple)) else list(images),
+            out,
+            _native_geometry(pipeline.geometry),
+            _native_output(pipeline, layout),
+            pipeline.ops,
+            pipeline.erase,
+            seed & mask,
+            epoch & mask,
+            idx,
+            threads,
+            _native_options(options),
+            bool(want_params),
+        )
+        status, errors, boxes = native["status"], dict(native["errors"]), native["boxes"]
+        flips, vflips = native["flips"], native["vflips"]
         warnings_count, sliced, slice_fallbacks = native["warnings"], native["sliced"], native["slice_fallbacks"]
         pending = np.flatnonzero(status == DecodeStatus.NEEDS_PILLOW).tolist()
+    op_params: list[Any] = [None] * n
+    output_params: list[Any] = [None] * n
+    if backend != "pillow" and want_params:
+        ok = status == DecodeStatus.OK
+        if native.get("pixel_traces") is not None:
+            traces = native["pixel_traces"]
+            op_params = [
+                [op.params_from_trace(traces[i, k]) for k, op in enumerate(pipeline.ops)] if ok[i] else None
+                for i in range(n)
+            ]
+        if native.get("erase_traces") is not None:
+            traces = native["erase_traces"]
+            output_params = [output_params_from_trace(traces[i]) if ok[i] else None for i in range(n)]
     if pending:
-        _pillow_batch(images, pending, out, layout, transform, seed, epoch, idx, threads, options,
-                      status, errors, boxes, flips)
-    return BatchResult(status=status, errors=errors, boxes=boxes if want_params else None,
-                       flips=flips if want_params else None, warnings=int(warnings_count), sliced=int(sliced),
-                       slice_fallbacks=int(slice_fallbacks), pillow=len(pending), backend=backend)
+        _pillow_batch(
+            images,
+            pending,
+            out,
+            layout,
+            pipeline,
+            seed,
+            epoch,
+            idx,
+            threads,
+            options,
+            status,
+            errors,
+            boxes,
+            flips,
+            vflips,
+            op_params,
+            output_params,
+        )
+    has_output_ops = pipeline.erase is not None or any(getattr(op, "has_output_jitter", False) for op in pipeline.ops)
+    return BatchResult(
+        status=status,
+        errors=errors,
+        boxes=boxes if want_params else None,
+        flips=flips if want_params else None,
+        vflips=vflips if want_params else None,
+        warnings=int(warnings_count),
+        sliced=int(sliced),
+        slice_fallbacks=int(slice_fallbacks),
+        pillow=len(pending),
+        backend=backend,
+        op_params=op_params if want_params and pipeline.ops else None,
+        output_params=output_params if want_params and has_output_ops else None,
+    )
 
 
-def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads: int = 1,
-                        options: DecodeOptions = DecodeOptions()) -> List[Optional[bytes]]:
+def resize_encode_batch(
+    images: Sequence, *, shorter: int, quality: int, threads: int = 1, options: DecodeOptions = DecodeOptions()
+) -> list[bytes | None]:
     """Decode, resize and re-encode JPEGs in one GIL-free engine call (``fastload pack --resize``).
 
     Each image's shorter side becomes ``shorter`` (the longer side scaled by floor division, as
@@ -468,8 +691,9 @@ def resize_encode_batch(images: Sequence, *, shorter: int, quality: int, threads
     """
     if active_backend() != "libjpeg-turbo":
         raise RuntimeError(f"resize_encode_batch needs the C++ engine: {engine_info()['reason']}")
-    native = _engine.resize_encode_batch(list(images), int(shorter), int(quality), int(threads),
-                                         _options_tuple(options))
+    native = _engine.resize_encode_batch(
+        list(images), int(shorter), int(quality), int(threads), _native_options(options)
+    )
     return [data for _status, _message, data in native]
 
 
@@ -490,11 +714,12 @@ def decode_image(buf, *, options: DecodeOptions = DecodeOptions()) -> np.ndarray
     if not isinstance(options, DecodeOptions):
         raise ValueError(f"options={options!r} must be a fastload.decode.DecodeOptions")
     if active_backend() != "pillow":
-        st, msg, arr = _engine.decode_image(buf, _options_tuple(options))
+        native_status, msg, arr = _engine.decode_image(buf, _native_options(options))
+        st = DecodeStatus(int(native_status))
         if st == DecodeStatus.OK:
             return arr
         if st != DecodeStatus.NEEDS_PILLOW:
-            raise DecodeError(f"{DecodeStatus(st).name.lower()}: {msg}")
+            raise DecodeError(f"{st.name.lower()}: {msg}")
     try:
         img = _pillow_open_rgb(buf, options)
     except _Failure as exc:

@@ -10,7 +10,8 @@ Stages of the computation, each a function here:
    ``Shuffle.NONE`` (0, 1, 2, ...), ``Shuffle.GLOBAL`` (a full permutation; right when the data sits
    in RAM or tmpfs) or ``Shuffle.BLOCK`` (the order of blocks of ``block_size`` consecutive records
    is shuffled, then records are shuffled within windows of ``window`` consecutive blocks: reads stay
-   mostly sequential, which matters when the data is larger than RAM).
+   mostly sequential, which matters when the data is larger than RAM). ``Shuffle.SHARD`` is the
+   shard-aware mode for remote and larger-than-RAM data, described below.
 2. :func:`rank_share` -- make the length a multiple of ``world_size`` (``Even.PAD`` repeats records
    from the start of the permutation, as ``DistributedSampler`` does; ``Even.DROP`` drops the tail),
    then cut it into ``world_size`` contiguous equal shares. Every rank therefore gets exactly the
@@ -19,26 +20,46 @@ Stages of the computation, each a function here:
 
 :class:`EpochOrder` bundles the three for a loader and maps a batch number to record indices, which
 is all a mid-epoch resume needs: the position is just ``(epoch, batch)``.
+
+Shard-aware order (``Shuffle.SHARD``, :func:`shard_sequence`, :func:`window_shuffle`): every rank
+reads a few whole shards at a time, so a node fetches and caches only its own share of the shards.
+
+1. The shards are permuted from ``(seed, epoch)``; the epoch's sequence is their records, shard
+   after shard, each shard's records in stored order.
+2. ``Even.PAD`` repeats the sequence's last records (the last rank's own shard, so padding fetches
+   nothing more); ``Even.DROP`` drops them. The sequence is cut into ``world_size`` contiguous equal
+   shares, exactly like the other modes: every rank gets the same number of batches. Ranks of one
+   node are consecutive (torchrun numbers them so), so a node's share is a contiguous run of the
+   permuted shards: each node and each rank reads its own subset of shards, reassigned every epoch.
+   Only the shard at a cut is split, between two neighbouring ranks.
+3. Within a rank's share, the records of each window of ``window`` consecutive shards are shuffled
+   together (a generator keyed by seed, epoch, rank and world size), so a rank holds about ``window``
+   shards open at a time. A pure function of its inputs like the other modes, so resume is exact.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Tuple, Union
 
 import numpy as np
 
 __all__ = [
-    "Shuffle",
+    "EpochOrder",
     "Even",
     "OrderSpec",
-    "EpochOrder",
-    "epoch_permutation",
-    "rank_share",
+    "Shuffle",
     "batch_bounds",
-    "num_batches",
+    "check_shard_starts",
     "coerce_enum",
+    "epoch_permutation",
+    "num_batches",
+    "rank_share",
+    "shard_sequence",
+    "shards_read",
+    "window_shuffle",
 ]
 
 
@@ -48,6 +69,7 @@ class Shuffle(str, enum.Enum):
     NONE = "none"
     GLOBAL = "global"
     BLOCK = "block"
+    SHARD = "shard"
 
 
 class Even(str, enum.Enum):
@@ -89,19 +111,22 @@ class OrderSpec:
             remainder) to give every rank the same number of samples.
         drop_last: Drop a final batch smaller than ``batch_size``.
         block_size: Records per block for ``Shuffle.BLOCK``.
-        window: Blocks per shuffling window for ``Shuffle.BLOCK``.
+        window: Blocks per shuffling window for ``Shuffle.BLOCK``; shards per window for ``Shuffle.SHARD``.
+        shard_starts: ``Shuffle.SHARD`` only: the first record of every shard, then ``num_records``
+            (a dataset's ``shard_starts``); records are grouped by shard in index order.
     """
 
     num_records: int
     batch_size: int
-    shuffle: Union[Shuffle, str] = Shuffle.GLOBAL
+    shuffle: Shuffle | str = Shuffle.GLOBAL
     seed: int = 0
     rank: int = 0
     world_size: int = 1
-    even: Union[Even, str] = Even.PAD
+    even: Even | str = Even.PAD
     drop_last: bool = False
     block_size: int = 256
     window: int = 8
+    shard_starts: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.num_records, "num_records", 1)
@@ -110,24 +135,128 @@ class OrderSpec:
         _check_int(self.world_size, "world_size", 1)
         _check_int(self.block_size, "block_size", 1)
         _check_int(self.window, "window", 1)
-        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.world_size:
+        if (
+            isinstance(self.rank, bool)
+            or not isinstance(self.rank, (int, np.integer))
+            or not 0 <= self.rank < self.world_size
+        ):
             raise ValueError(f"rank={self.rank!r} must be an int in [0, world_size={self.world_size})")
         if not isinstance(self.drop_last, bool):
             raise ValueError(f"drop_last={self.drop_last!r} must be a bool")
         object.__setattr__(self, "shuffle", coerce_enum(Shuffle, self.shuffle, "shuffle"))
         object.__setattr__(self, "even", coerce_enum(Even, self.even, "even"))
+        if self.shard_starts is not None:
+            object.__setattr__(self, "shard_starts", check_shard_starts(self.shard_starts, self.num_records))
+        if self.shuffle is Shuffle.SHARD and self.shard_starts is None:
+            raise ValueError(
+                "shuffle='shard' needs the dataset's shard layout (shard_starts); this dataset has no shards"
+            )
         if self.even is Even.DROP and self.num_records < self.world_size:
-            raise ValueError(f"even='drop' with {self.num_records} records and world_size={self.world_size} "
-                             "leaves no record for some ranks; use even='pad'")
+            raise ValueError(
+                f"even='drop' with {self.num_records} records and world_size={self.world_size} "
+                "leaves no record for some ranks; use even='pad'"
+            )
 
 
-def _generator(seed: int, epoch: int) -> np.random.Generator:
-    # SeedSequence mixes both words, so (seed, epoch) and (seed + 1, epoch - 1) are unrelated streams.
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch)])))
+def check_shard_starts(starts: Iterable[int], num_records: int) -> tuple[int, ...]:
+    """``starts`` as a tuple after checking it: begins at 0, never decreases, ends at ``num_records``.
+
+    Raises:
+        ValueError: Otherwise.
+    """
+    out = tuple(int(x) for x in (starts.tolist() if isinstance(starts, np.ndarray) else starts))
+    if len(out) < 2 or out[0] != 0 or out[-1] != num_records or any(b < a for a, b in itertools.pairwise(out)):
+        shown = out if len(out) <= 8 else (*out[:4], "...", *out[-2:])
+        raise ValueError(f"shard_starts={shown} must start at 0, never decrease and end at num_records={num_records}")
+    return out
 
 
-def epoch_permutation(num_records: int, shuffle: Union[Shuffle, str], *, seed: int, epoch: int,
-                      block_size: int = 256, window: int = 8) -> np.ndarray:
+def _generator(seed: int, epoch: int, *more: int) -> np.random.Generator:
+    # SeedSequence mixes every word, so (seed, epoch) and (seed + 1, epoch - 1) are unrelated streams.
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch), *map(int, more)])))
+
+
+def shard_sequence(shard_starts: Sequence[int], *, seed: int, epoch: int) -> np.ndarray:
+    """The shard-aware epoch sequence: shards permuted from ``(seed, epoch)``, records in stored order.
+
+    Returns int64 record indices, a permutation of ``range(shard_starts[-1])``.
+    """
+    starts = np.asarray(shard_starts, dtype=np.int64)
+    _check_int(epoch, "epoch", 0)
+    lengths = np.diff(starts)
+    order = _generator(seed, epoch).permutation(len(lengths))
+    lengths_o = lengths[order]
+    ends = np.cumsum(lengths_o)
+    # Record k of the sequence is starts[shard] + (k - where that shard begins in the sequence).
+    offsets = np.repeat(starts[:-1][order] - (ends - lengths_o), lengths_o)
+    return np.arange(int(starts[-1]), dtype=np.int64) + offsets
+
+
+def _shard_share(spec: OrderSpec, epoch: int) -> np.ndarray:
+    """This rank's contiguous share of the shard-aware sequence (padding from the tail)."""
+    assert spec.shard_starts is not None  # OrderSpec checks it for Shuffle.SHARD
+    seq = shard_sequence(spec.shard_starts, seed=spec.seed, epoch=epoch)
+    n, w = len(seq), spec.world_size
+    if spec.even is Even.PAD:
+        per_rank = -(-n // w)
+        extra = per_rank * w - n
+        if extra:
+            # The sequence's last records again: the last rank's own shard, nothing more to fetch.
+            seq = np.concatenate([seq, np.resize(seq[::-1], extra)[::-1]])
+    else:
+        per_rank = n // w
+    return seq[spec.rank * per_rank : (spec.rank + 1) * per_rank]
+
+
+def window_shuffle(share: np.ndarray, shard_of: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
+    """Shuffle ``share`` within windows of ``window`` consecutive shard runs.
+
+    Args:
+        share: Record indices in shard-sequence order.
+        shard_of: The shard of each of those records (same length).
+        window: Shard runs per window.
+        rng: The generator.
+
+    Returns:
+        A new int64 array.
+    """
+    out = share.copy()
+    if len(out) == 0:
+        return out
+    run_starts = np.flatnonzero(np.concatenate(([True], shard_of[1:] != shard_of[:-1])))
+    bounds = np.append(run_starts[::window], len(out))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
+        rng.shuffle(out[lo:hi])
+    return out
+
+
+def _shard_of(spec: OrderSpec, records: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.asarray(spec.shard_starts, dtype=np.int64), records, side="right") - 1
+
+
+def shards_read(spec: OrderSpec, epochs: Iterable[int], ranks: Iterable[int]) -> list[int]:
+    """The shards that ``ranks`` read in ``epochs`` under ``spec`` (sorted shard numbers).
+
+    What ``fastload stage --node-rank`` copies for one node: its ranks are ``range(node_rank *
+    local_size, (node_rank + 1) * local_size)``.
+    """
+    shards = set()
+    for epoch in epochs:
+        for rank in ranks:
+            order = EpochOrder(_replace_rank(spec, rank), epoch)
+            shards.update(np.unique(_shard_of(spec, order.share)).tolist())
+    return sorted(shards)
+
+
+def _replace_rank(spec: OrderSpec, rank: int) -> OrderSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, rank=rank)
+
+
+def epoch_permutation(
+    num_records: int, shuffle: Shuffle | str, *, seed: int, epoch: int, block_size: int = 256, window: int = 8
+) -> np.ndarray:
     """The order of all records for one epoch, identical on every rank.
 
     Args:
@@ -143,6 +272,8 @@ def epoch_permutation(num_records: int, shuffle: Union[Shuffle, str], *, seed: i
     """
     shuffle = coerce_enum(Shuffle, shuffle, "shuffle")
     _check_int(epoch, "epoch", 0)
+    if shuffle is Shuffle.SHARD:
+        raise ValueError("shuffle='shard' orders by shards: use shard_sequence() / EpochOrder with shard_starts")
     if shuffle is Shuffle.NONE:
         return np.arange(num_records, dtype=np.int64)
     rng = _generator(seed, epoch)
@@ -159,15 +290,15 @@ def epoch_permutation(num_records: int, shuffle: Union[Shuffle, str], *, seed: i
     offsets = np.repeat(starts - (ends - lengths), lengths)
     order = np.arange(num_records, dtype=np.int64) + offsets
     # Windows are whole groups of `window` blocks (the short last block may sit anywhere).
-    bounds = np.concatenate(([0], ends[window - 1::window]))
+    bounds = np.concatenate(([0], ends[window - 1 :: window]))
     if bounds[-1] != num_records:
         bounds = np.append(bounds, num_records)
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
         rng.shuffle(order[lo:hi])
     return order
 
 
-def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Union[Even, str]) -> np.ndarray:
+def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Even | str) -> np.ndarray:
     """This rank's contiguous, equal-length share of an epoch permutation.
 
     Args:
@@ -190,7 +321,7 @@ def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Uni
             permutation = np.resize(permutation, total)
     else:
         per_rank = n // world_size
-    return permutation[rank * per_rank:(rank + 1) * per_rank]
+    return permutation[rank * per_rank : (rank + 1) * per_rank]
 
 
 def num_batches(share_len: int, batch_size: int, drop_last: bool) -> int:
@@ -198,7 +329,7 @@ def num_batches(share_len: int, batch_size: int, drop_last: bool) -> int:
     return share_len // batch_size if drop_last else -(-share_len // batch_size)
 
 
-def batch_bounds(share_len: int, batch_size: int, drop_last: bool, batch: int) -> Tuple[int, int]:
+def batch_bounds(share_len: int, batch_size: int, drop_last: bool, batch: int) -> tuple[int, int]:
     """``(start, stop)`` positions of batch number ``batch`` inside a share."""
     total = num_batches(share_len, batch_size, drop_last)
     if not 0 <= batch < total:
@@ -223,9 +354,20 @@ class EpochOrder:
     def __init__(self, spec: OrderSpec, epoch: int) -> None:
         self.spec = spec
         self.epoch = _check_int(epoch, "epoch", 0)
-        perm = epoch_permutation(spec.num_records, spec.shuffle, seed=spec.seed, epoch=epoch,
-                                 block_size=spec.block_size, window=spec.window)
-        self.share = rank_share(perm, rank=spec.rank, world_size=spec.world_size, even=spec.even)
+        if spec.shuffle is Shuffle.SHARD:
+            share = _shard_share(spec, epoch)
+            rng = _generator(spec.seed, epoch, spec.rank, spec.world_size)
+            self.share = window_shuffle(share, _shard_of(spec, share), spec.window, rng)
+        else:
+            perm = epoch_permutation(
+                spec.num_records,
+                spec.shuffle,
+                seed=spec.seed,
+                epoch=epoch,
+                block_size=spec.block_size,
+                window=spec.window,
+            )
+            self.share = rank_share(perm, rank=spec.rank, world_size=spec.world_size, even=spec.even)
         self._len = num_batches(len(self.share), spec.batch_size, spec.drop_last)
 
     def __len__(self) -> int:

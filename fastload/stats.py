@@ -20,11 +20,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["Stage", "StageTimer", "LoaderStats"]
+__all__ = ["LoaderStats", "Stage", "StageTimer"]
 
 
 class Stage(str, enum.Enum):
@@ -50,12 +50,17 @@ class LoaderStats:
         input_bound: Fraction of ``wall`` the consumer spent waiting for data.
         skipped: Bad records replaced under ``on_error="skip"`` (occurrences).
         backend: The decode backend that produced the pixels.
-        sliced: Images decoded through restart-interval slices (restart-indexed shards, issue 7).
+        sliced: Images decoded through restart-interval slices (restart-indexed shards).
         slice_fallbacks: Restart-marked images whose markers did not match their claimed geometry
             and took the plain decode path instead.
+        ring_slots: Slots in the batch ring now (more than ``prefetch + 2`` when the consumer kept
+            batches and the ring grew).
+        fresh_batches: Batches handed out in freshly allocated memory because the consumer kept more
+            batches than the ring may grow for.
+        gc_runs: Garbage collections the ring ran to find kept batches held only by reference cycles.
     """
 
-    seconds: Dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
     batches: int = 0
     images: int = 0
     wall: float = 0.0
@@ -65,6 +70,9 @@ class LoaderStats:
     backend: str = ""
     sliced: int = 0
     slice_fallbacks: int = 0
+    ring_slots: int = 0
+    fresh_batches: int = 0
+    gc_runs: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -72,12 +80,20 @@ class LoaderStats:
     def summary(self) -> str:
         """One human-readable paragraph."""
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
-        verdict = ("input-bound" if self.input_bound > 0.5 else
-                   "partly input-bound" if self.input_bound > 0.1 else "not input-bound")
-        return (f"{self.batches} batches, {self.images} images in {self.wall:.2f}s = {self.images_per_s:.0f} images/s; "
-                f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); stages: {stages}; "
-                f"skipped {self.skipped}; backend {self.backend or '?'}; "
-                f"sliced {self.sliced} (fallbacks {self.slice_fallbacks})")
+        verdict = (
+            "input-bound"
+            if self.input_bound > 0.5
+            else "partly input-bound"
+            if self.input_bound > 0.1
+            else "not input-bound"
+        )
+        return (
+            f"{self.batches} batches, {self.images} images in {self.wall:.2f}s = {self.images_per_s:.0f} images/s; "
+            f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); stages: {stages}; "
+            f"skipped {self.skipped}; backend {self.backend or '?'}; "
+            f"sliced {self.sliced} (fallbacks {self.slice_fallbacks}); ring {self.ring_slots} slots, "
+            f"{self.fresh_batches} batches in fresh memory"
+        )
 
 
 class StageTimer:
@@ -91,8 +107,13 @@ class StageTimer:
             ``torch.cuda.nvtx.range_push`` / ``range_pop``; None for no ranges.
     """
 
-    def __init__(self, *, trace: bool = False, max_events: int = 200_000,
-                 range_hooks: Optional[Tuple[Callable[[str], object], Callable[[], object]]] = None) -> None:
+    def __init__(
+        self,
+        *,
+        trace: bool = False,
+        max_events: int = 200_000,
+        range_hooks: tuple[Callable[[str], object], Callable[[], object]] | None = None,
+    ) -> None:
         self._trace = trace
         self._max_events = max_events
         self._hooks = range_hooks
@@ -104,8 +125,8 @@ class StageTimer:
         """Zero every counter and drop the trace."""
         with self._lock:
             self._seconds = {s.value: 0.0 for s in Stage}
-            self._events: List[dict] = []
-            self._thread_names: Dict[int, str] = {}
+            self._events: list[dict] = []
+            self._thread_names: dict[int, str] = {}
             self.batches = 0
             self.images = 0
             self.skipped = 0
@@ -113,7 +134,7 @@ class StageTimer:
             self.sliced = 0
             self.slice_fallbacks = 0
             self._wall = 0.0
-            self._active_since: Optional[float] = None
+            self._active_since: float | None = None
 
     @property
     def tracing(self) -> bool:
@@ -146,9 +167,17 @@ class StageTimer:
             if self._trace and len(self._events) < self._max_events:
                 thread = threading.current_thread()
                 self._thread_names.setdefault(thread.ident, thread.name)
-                self._events.append({"name": stage.value, "ph": "X", "pid": os.getpid(), "tid": thread.ident,
-                                     "ts": (start - self._t0) * 1e6, "dur": (end - start) * 1e6,
-                                     "args": args})
+                self._events.append(
+                    {
+                        "name": stage.value,
+                        "ph": "X",
+                        "pid": os.getpid(),
+                        "tid": thread.ident,
+                        "ts": (start - self._t0) * 1e6,
+                        "dur": (end - start) * 1e6,
+                        "args": args,
+                    }
+                )
 
     def count_slices(self, sliced: int, fallbacks: int) -> None:
         """Add one decode call's restart-slice counters (``BatchResult.sliced`` / ``slice_fallbacks``)."""
@@ -180,11 +209,18 @@ class StageTimer:
     def snapshot(self) -> LoaderStats:
         with self._lock:
             wall = self._wall
-            return LoaderStats(seconds=dict(self._seconds), batches=self.batches, images=self.images, wall=wall,
-                               images_per_s=self.images / wall if wall > 0 else 0.0,
-                               input_bound=min(1.0, self._seconds[Stage.WAIT_DATA.value] / wall) if wall > 0 else 0.0,
-                               skipped=self.skipped, backend=self.backend, sliced=self.sliced,
-                               slice_fallbacks=self.slice_fallbacks)
+            return LoaderStats(
+                seconds=dict(self._seconds),
+                batches=self.batches,
+                images=self.images,
+                wall=wall,
+                images_per_s=self.images / wall if wall > 0 else 0.0,
+                input_bound=min(1.0, self._seconds[Stage.WAIT_DATA.value] / wall) if wall > 0 else 0.0,
+                skipped=self.skipped,
+                backend=self.backend,
+                sliced=self.sliced,
+                slice_fallbacks=self.slice_fallbacks,
+            )
 
     def save_trace(self, path: str) -> str:
         """Write the recorded spans as Chrome-trace JSON (open in chrome://tracing or Perfetto).
@@ -195,8 +231,10 @@ class StageTimer:
         with self._lock:
             events = list(self._events)
             names = dict(self._thread_names)
-        meta = [{"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
-                for tid, name in names.items()]
+        meta = [
+            {"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
+            for tid, name in names.items()
+        ]
         tmp = f"{path}.tmp"
         with open(tmp, "w") as fh:
             json.dump({"traceEvents": meta + events, "displayTimeUnit": "ms"}, fh)

@@ -9,7 +9,8 @@ Fixtures (session-scoped data is made once, in pytest's temporary folder, in wel
 treat the folders as read-only, since other tests share them: write outputs under ``tmp_path``):
 
 - ``repo_root``: the repository root (also put on ``sys.path`` and ``PYTHONPATH``, so ``fastload``
-  imports uninstalled, in subprocesses too).
+  and the checkout's top-level ``bench`` and ``tools`` packages import uninstalled, in subprocesses
+  too).
 - ``tiny_folder``: ImageFolder tree of 40 small (60-200 px) realistic JPEGs over 3 classes.
 - ``odd_folder`` / ``odd_files``: 12 small JPEGs over 3 classes plus the odd files of
   ``make_dataset(odd=True)``; ``odd_files`` maps each kind (``"grayscale"``, ``"cmyk"``,
@@ -21,13 +22,11 @@ treat the folders as read-only, since other tests share them: write outputs unde
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Dict
 
 import pytest
 
@@ -38,42 +37,25 @@ if str(REPO_ROOT) not in sys.path:
 if str(REPO_ROOT) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
 
+# `make sanitize` runs the suite from a copy of the checkout with an ASan + UBSan engine: make sure
+# that engine is the one imported, or the job would pass while testing the optimized build.
+if os.environ.get("FASTLOAD_EXPECT_SANITIZED") == "1":
+    _engine = importlib.import_module("fastload._engine")
+    if not _engine.info().get("sanitized") or not _engine.__file__.startswith(str(REPO_ROOT)):
+        raise RuntimeError(f"FASTLOAD_EXPECT_SANITIZED=1 but the engine imported is {_engine.__file__}, not sanitized")
 
-class _UninstalledPackages(importlib.abc.MetaPathFinder):
-    """Imports ``fastload_tools`` / ``fastload_bench`` from tools/ and bench/ when not installed.
-
-    setup.py maps those package names onto the folders; this does the same for a plain checkout,
-    lazily, so a package is only executed when a test imports it.
-    """
-
-    def __init__(self, folders: Dict[str, Path]) -> None:
-        self.folders = folders
-
-    def find_spec(self, fullname, path=None, target=None):
-        folder = self.folders.get(fullname)
-        if folder is None or not (folder / "__init__.py").is_file():
-            return None
-        return importlib.util.spec_from_file_location(
-            fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
-
-
-_missing = {name: REPO_ROOT / folder for name, folder in (("fastload_tools", "tools"), ("fastload_bench", "bench"))
-            if importlib.util.find_spec(name) is None}
-if _missing:
-    sys.meta_path.append(_UninstalledPackages(_missing))
-
-from fastload_tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image  # noqa: E402
+from tools.make_dataset import ODD_MANIFEST, encode_jpeg, make_dataset, render_image
 
 __all__ = [
-    "REPO_ROOT",
-    "HAVE_TORCH",
-    "HAVE_MXNET",
     "HAVE_ENGINE",
-    "requires_torch",
-    "requires_mxnet",
-    "requires_engine",
-    "make_jpeg",
+    "HAVE_MXNET",
+    "HAVE_TORCH",
+    "REPO_ROOT",
     "load_odd_manifest",
+    "make_jpeg",
+    "requires_engine",
+    "requires_mxnet",
+    "requires_torch",
 ]
 
 
@@ -93,11 +75,20 @@ HAVE_ENGINE = _engine_importable()
 requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 requires_mxnet = pytest.mark.skipif(not HAVE_MXNET, reason="mxnet is not installed")
 requires_engine = pytest.mark.skipif(
-    not HAVE_ENGINE, reason="the C++ engine fastload._engine is not built (setup.py build_ext --inplace)")
+    not HAVE_ENGINE, reason="the C++ engine fastload._engine is not built (setup.py build_ext --inplace)"
+)
 
 
-def make_jpeg(width: int, height: int, *, quality: int = 90, subsampling: str = "4:2:0", mode: str = "RGB",
-              progressive: bool = False, seed: int = 0) -> bytes:
+def make_jpeg(
+    width: int,
+    height: int,
+    *,
+    quality: int = 90,
+    subsampling: str = "4:2:0",
+    mode: str = "RGB",
+    progressive: bool = False,
+    seed: int = 0,
+) -> bytes:
     """JPEG bytes of a natural-looking image (cut from real photographs) of an exact size.
 
     Args:
@@ -116,7 +107,7 @@ def make_jpeg(width: int, height: int, *, quality: int = 90, subsampling: str = 
     return encode_jpeg(img, quality=quality, subsampling=subsampling, mode=mode, progressive=progressive)
 
 
-def load_odd_manifest(root: Path) -> Dict[str, Path]:
+def load_odd_manifest(root: Path) -> dict[str, Path]:
     """Map each odd-file kind in ``root/odd_files.json`` to the file's absolute path."""
     manifest = json.loads((Path(root) / ODD_MANIFEST).read_text())
     return {entry["kind"]: Path(root) / entry["path"] for entry in manifest["files"]}
@@ -145,7 +136,7 @@ def odd_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def odd_files(odd_folder) -> Dict[str, Path]:
+def odd_files(odd_folder) -> dict[str, Path]:
     """Odd-file kind -> absolute path inside ``odd_folder``."""
     return load_odd_manifest(odd_folder)
 

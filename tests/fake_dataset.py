@@ -8,7 +8,7 @@ records can be made undecodable (``bad``) or unreadable (``unreadable``: ``image
 from __future__ import annotations
 
 import io
-from typing import Iterable, List
+from collections.abc import Iterable
 
 import numpy as np
 from PIL import Image
@@ -22,8 +22,9 @@ def jpeg_bytes(height: int, width: int, seed: int, mode: str = "RGB") -> bytes:
     rng = np.random.default_rng(seed)
     # A smooth gradient plus noise: compresses like a photo, differs per seed.
     y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([(x * 255 // max(1, width - 1)), (y * 255 // max(1, height - 1)),
-                     np.full_like(x, seed * 37 % 256)], axis=-1)
+    base = np.stack(
+        [(x * 255 // max(1, width - 1)), (y * 255 // max(1, height - 1)), np.full_like(x, seed * 37 % 256)], axis=-1
+    )
     pixels = np.clip(base + rng.integers(-20, 20, base.shape), 0, 255).astype(np.uint8)
     img = Image.fromarray(pixels, "RGB")
     if mode != "RGB":
@@ -44,10 +45,17 @@ class FakeDataset:
         classes: Classes for single-label data.
     """
 
-    def __init__(self, n: int, *, bad: Iterable[int] = (), unreadable: Iterable[int] = (), label_width: int = 1,
-                 classes: int = 10) -> None:
+    def __init__(
+        self,
+        n: int,
+        *,
+        bad: Iterable[int] = (),
+        unreadable: Iterable[int] = (),
+        label_width: int = 1,
+        classes: int = 10,
+    ) -> None:
         self.bad, self.unreadable = set(bad), set(unreadable)
-        self._blobs: List[bytes] = []
+        self._blobs: list[bytes] = []
         for i in range(n):
             if i in self.bad:
                 self._blobs.append(b"\xff\xd8\xff\xe0 not a jpeg " + bytes(64))
@@ -59,7 +67,7 @@ class FakeDataset:
             self.labels = np.stack([np.arange(n), -np.arange(n)], axis=1).astype(np.float32)
         self.label_width = label_width
         self.ids = np.arange(n, dtype=np.uint64)
-        self.will_need_calls: List[np.ndarray] = []
+        self.will_need_calls: list[np.ndarray] = []
         self.closed = False
 
     def __len__(self) -> int:

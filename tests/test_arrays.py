@@ -11,12 +11,14 @@ import pytest
 
 sp = pytest.importorskip("scipy.sparse")
 
-from fastload.errors import UserError  # noqa: E402
-from fastload.pack.arrays import ArraysPackConfig, add_parser, pack_arrays, parse_size  # noqa: E402
-from fastload.records.arrays import ARRAYS_MANIFEST, open_arrays  # noqa: E402
+from fastload.cli.pack_arrays import add_parser
+from fastload.cli.sizes import parse_size
+from fastload.errors import UserError
+from fastload.pack.arrays import ArraysPackConfig, pack_arrays
+from fastload.records.arrays import ARRAYS_MANIFEST, open_arrays
 
 
-@pytest.fixture()
+@pytest.fixture
 def inputs(tmp_path):
     x = sp.random(97, 300, density=0.05, format="csr", dtype=np.float32, random_state=0)
     dense = np.random.default_rng(0).random((97, 3, 2)).astype(np.float32)
@@ -35,10 +37,26 @@ def _cli(argv):
 
 
 def test_pack_and_read_back_every_row(inputs):
-    tmp, x, dense, y = inputs
+    tmp, x, dense, _y = inputs
     out = tmp / "packed"
-    assert _cli(["pack-arrays", str(out), "--data", f"x={tmp / 'x.npz'}", "--data", f"dense={tmp / 'dense.npy'}",
-                 "--label", str(tmp / "y.npy"), "--shard-size", "3KB", "--quiet"]) == 0
+    assert (
+        _cli(
+            [
+                "pack-arrays",
+                str(out),
+                "--data",
+                f"x={tmp / 'x.npz'}",
+                "--data",
+                f"dense={tmp / 'dense.npy'}",
+                "--label",
+                str(tmp / "y.npy"),
+                "--shard-size",
+                "3KB",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / ARRAYS_MANIFEST).read_text())
     assert len(manifest["row_starts"]) - 1 > 3  # really sharded
     with open_arrays(str(out)) as arrays:
@@ -100,10 +118,16 @@ def test_ndarrayiter_streams_shards_with_order_parts_and_resume(inputs):
     mx = pytest.importorskip("mxnet")
     import fastload.mxnet as fm
 
-    tmp, x, dense, y = inputs
+    tmp, x, dense, _y = inputs
     out = tmp / "packed"
-    pack_arrays(ArraysPackConfig(data={"x": str(tmp / "x.npz"), "dense": str(tmp / "dense.npy")},
-                                 labels={"softmax_label": str(tmp / "y.npy")}, out=str(out), shard_bytes=2048))
+    pack_arrays(
+        ArraysPackConfig(
+            data={"x": str(tmp / "x.npz"), "dense": str(tmp / "dense.npy")},
+            labels={"softmax_label": str(tmp / "y.npy")},
+            out=str(out),
+            shard_bytes=2048,
+        )
+    )
     seen, counts = [], []
     for part in range(2):
         it = fm.NDArrayIter(str(out), batch_size=8, shuffle=True, seed=4, part_index=part, num_parts=2)
@@ -130,7 +154,7 @@ def test_ndarrayiter_streams_shards_with_order_parts_and_resume(inputs):
     c_it.load_state_dict(state)
     got += [b.label[0].asnumpy().copy() for b in c_it]
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=False):
         np.testing.assert_array_equal(g, e)
 
 
@@ -142,3 +166,103 @@ def test_fastload_cli_registers_pack_arrays(inputs, capsys):
     assert "packed 97 rows of 1 arrays" in capsys.readouterr().out
     assert main(["pack-arrays", str(tmp / "cli-out"), "--data", str(tmp / "x.npz"), "--quiet"]) == 2
     assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", [True, False], ids=["engine gather", "python gather"])
+def test_every_gather_path_reads_the_same_rows(inputs, monkeypatch, engine):
+    import fastload.records.arrays as arrays_mod
+
+    if not engine:
+        monkeypatch.setattr(arrays_mod, "_GATHER", None)
+    elif arrays_mod._GATHER is None:
+        pytest.skip("the C++ extension is not built")
+    tmp, x, dense, _ = inputs
+    out = tmp / "packed"
+    pack_arrays(
+        ArraysPackConfig(
+            data={"x": str(tmp / "x.npz"), "dense": str(tmp / "dense.npy")}, out=str(out), shard_bytes=parse_size("2KB")
+        )
+    )
+    rng = np.random.default_rng(5)
+    with open_arrays(str(out)) as arrays:
+        d, c = arrays.array("dense"), arrays.array("x")
+        assert len(d.vector.parts) > 3
+        for rows in (np.arange(97), rng.integers(0, 97, 64), np.array([96, 95, 0, 1, 2, 40, 41, 41, 0])):
+            rows = rows.astype(np.int64)
+            got = np.empty((len(rows), 3, 2), np.float32)
+            np.testing.assert_array_equal(d.take_into(rows, got), dense[rows])
+            np.testing.assert_array_equal(d.vector[rows], dense[rows])
+            from fastload.mxnet.array_iter import csr_take_rows
+
+            vals, idx, ptr = csr_take_rows(c.indptr, c.indices, c.data, rows)
+            np.testing.assert_array_equal(
+                sp.csr_matrix((vals, idx, ptr), shape=(len(rows), 300)).toarray(), x[rows].toarray()
+            )
+        with pytest.raises(IndexError):
+            d.take_into(np.array([97]), np.empty((1, 3, 2), np.float32))
+
+
+_TRUNCATE_WHILE_READING = r"""
+import os, sys
+import numpy as np
+import fastload.mxnet as fm
+from fastload.errors import CorruptRecordError
+out, shard = sys.argv[1], sys.argv[2]
+it = fm.NDArrayIter(out, batch_size=100, shuffle=True)
+it.next()
+with open(shard, "r+b") as f:  # a shard truncated under the running iterator
+    f.truncate(200)
+try:
+    for _ in range(50):
+        try:
+            it.next()
+        except StopIteration:
+            it.reset()
+except CorruptRecordError as e:
+    print("REPORTED", e)
+finally:
+    it.close()
+"""
+
+
+@pytest.mark.parametrize("gather", ["engine", "python"])
+def test_a_shard_truncated_under_ndarrayiter_is_an_error_not_sigbus(tmp_path, gather):
+    pytest.importorskip("mxnet")
+    import subprocess
+    import sys
+
+    big = np.random.default_rng(0).random((2000, 256)).astype(np.float32)
+    np.save(tmp_path / "big.npy", big)
+    out = tmp_path / "packed"
+    pack_arrays(ArraysPackConfig(data={"big": str(tmp_path / "big.npy")}, out=str(out), shard_bytes=parse_size("1MB")))
+    shard = sorted(out.glob("big-*.npy"))[-1]
+    script = tmp_path / "reader.py"
+    script.write_text(
+        _TRUNCATE_WHILE_READING
+        if gather == "engine"
+        else _TRUNCATE_WHILE_READING.replace(
+            "import fastload.mxnet as fm",
+            "import fastload.records.arrays as a; a._GATHER = None\nimport fastload.mxnet as fm",
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out), str(shard)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]  # a mapped read dies here with SIGBUS (-7)
+    assert "REPORTED" in proc.stdout and shard.name in proc.stdout and "short read" in proc.stdout
+
+
+def test_pack_arrays_reads_fortran_order_and_refuses_damage(tmp_path):
+    x = np.asfortranarray(np.arange(60, dtype=np.float32).reshape(12, 5))
+    np.save(tmp_path / "f.npy", x)  # np.save keeps Fortran order in the header
+    out = tmp_path / "packed"
+    pack_arrays(ArraysPackConfig(data={"f": str(tmp_path / "f.npy")}, out=str(out)))
+    with open_arrays(str(out)) as arrays:
+        got = np.empty((12, 5), np.float32)
+        np.testing.assert_array_equal(arrays.array("f").take_into(np.arange(12), got), x)
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY\x01\x00" + b"garbage")
+    with pytest.raises(UserError, match="bad.npy: not a readable .npy array"):
+        pack_arrays(ArraysPackConfig(data={"b": str(tmp_path / "bad.npy")}, out=str(tmp_path / "o2")))
+    np.save(tmp_path / "zero.npy", np.float32(3))
+    with pytest.raises(UserError, match="0-d array has no rows"):
+        pack_arrays(ArraysPackConfig(data={"z": str(tmp_path / "zero.npy")}, out=str(tmp_path / "o3")))

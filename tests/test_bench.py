@@ -17,18 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAVE_ENGINE, HAVE_TORCH, REPO_ROOT
+from bench import harness, model_step, report, targets
+from bench.harness import Contender, Result, RunConfig, Sample, Skip, measure
+from bench.peers.torch_pil import center_crop_box, rrc_params
 
-from fastload_bench import harness, model_step, report, targets
-from fastload_bench.harness import Contender, Result, RunConfig, Sample, Skip, measure
-from fastload_bench.peers.torch_pil import center_crop_box, rrc_params
+from conftest import HAVE_ENGINE, HAVE_TORCH, REPO_ROOT
 
 
 class _Recorder(Contender):
     """A fake contender: records the order of calls; optional failures."""
 
-    def __init__(self, name, log, *, skip=None, fail_run=False, rate=100.0, reference=False, group="g", threads=1,
-                 family=None):
+    def __init__(
+        self, name, log, *, skip=None, fail_run=False, rate=100.0, reference=False, group="g", threads=1, family=None
+    ):
         super().__init__(name, group=group, reference=reference, threads=threads, family=family)
         self.log, self.skip, self.fail_run, self.rate = log, skip, fail_run, rate
         self.closed = 0
@@ -107,17 +108,21 @@ def test_warm_inputs_reads_files_and_folders(tmp_path):
 
 
 def test_fastload_contenders_declare_their_dataset(tiny_folder):
-    from fastload_bench import stages
-    for c in (stages.loader_contender("l", str(tiny_folder), threads=1, batch_size=8),
-              stages.torch_loader_contender("t", str(tiny_folder), threads=1, batch_size=8),
-              stages.read_contender("r", str(tiny_folder))):
+    from bench import stages
+
+    for c in (
+        stages.loader_contender("l", str(tiny_folder), threads=1, batch_size=8),
+        stages.torch_loader_contender("t", str(tiny_folder), threads=1, batch_size=8),
+        stages.read_contender("r", str(tiny_folder)),
+    ):
         assert c.inputs == (str(tiny_folder),)
 
 
 def test_loader_repeats_leave_nothing_running(tiny_folder):
     # fastload's loader decodes on into the next epoch; between timed repeats that would run while
     # another contender is timed, so the contender stops it after each repeat.
-    from fastload_bench import stages
+    from bench import stages
+
     c = stages.loader_contender("loader", str(tiny_folder), threads=1, batch_size=8)
     c.start()
     try:
@@ -146,9 +151,9 @@ def test_environment_records_where_it_ran():
     assert "numpy" in env["versions"] and "fastload" in env["versions"]
 
 
-_FAKE_PEER = textwrap.dedent('''
+_FAKE_PEER = textwrap.dedent("""
     import sys, time
-    from fastload_bench.peers.protocol import PeerSkip, serve
+    from bench.peers.protocol import PeerSkip, serve
 
     class Runner:
         info = {"peer": "fake"}
@@ -167,36 +172,35 @@ _FAKE_PEER = textwrap.dedent('''
         raise ValueError("bad spec")
 
     raise SystemExit(serve({"ok": Runner, "skip": skipper, "broken": broken}))
-''')
+""")
 
 
-def _fastload_bench_path(tmp_path: Path) -> str:
-    """A PYTHONPATH under which subprocesses import this checkout's fastload and fastload_bench."""
-    shim = tmp_path / "shim"
-    shim.mkdir(exist_ok=True)
-    for name, folder in (("fastload_bench", "bench"), ("fastload_tools", "tools")):
-        link = shim / name
-        if not link.exists():
-            link.symlink_to(REPO_ROOT / folder)
-    return os.pathsep.join([str(shim), str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+def _checkout_path(tmp_path: Path) -> str:
+    """A PYTHONPATH under which subprocesses import this checkout's fastload, bench and tools."""
+    return os.pathsep.join([str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 def test_peer_process_protocol(tmp_path):
     script = tmp_path / "fake_peer.py"
     script.write_text(_FAKE_PEER)
-    env_path = _fastload_bench_path(tmp_path)
+    env_path = _checkout_path(tmp_path)
     procs = []
 
     def process():
         if not procs:
-            procs.append(harness.PeerProcess([sys.executable, str(script)], label="fake",
-                                             env={"PYTHONPATH": env_path}, timeout=60))
+            procs.append(
+                harness.PeerProcess(
+                    [sys.executable, str(script)], label="fake", env={"PYTHONPATH": env_path}, timeout=60
+                )
+            )
         return procs[0]
 
-    rows = [harness.PeerContender("fake ok", process=process, kind="ok", spec={"n": 40}, group="g", reference=True),
-            harness.PeerContender("fake skip", process=process, kind="skip", spec={}, group="g"),
-            harness.PeerContender("fake broken", process=process, kind="broken", spec={}, group="g"),
-            harness.PeerContender("fake unknown", process=process, kind="nope", spec={}, group="g")]
+    rows = [
+        harness.PeerContender("fake ok", process=process, kind="ok", spec={"n": 40}, group="g", reference=True),
+        harness.PeerContender("fake skip", process=process, kind="skip", spec={}, group="g"),
+        harness.PeerContender("fake broken", process=process, kind="broken", spec={}, group="g"),
+        harness.PeerContender("fake unknown", process=process, kind="nope", spec={}, group="g"),
+    ]
     try:
         results = measure(rows, RunConfig(repeats=2, warmup=1), quiet=True)
     finally:
@@ -221,7 +225,7 @@ def test_torchvision_crop_sampling_matches_its_definition():
     for _ in range(2000):
         w, h = rng.randint(50, 600), rng.randint(50, 600)
         x, y, cw, ch = rrc_params(w, h, rng)
-        assert 0 <= x and 0 <= y and x + cw <= w and y + ch <= h and cw > 0 and ch > 0
+        assert x >= 0 and y >= 0 and x + cw <= w and y + ch <= h and cw > 0 and ch > 0
         areas.append(cw * ch / (w * h))
     assert 0.3 < sum(areas) / len(areas) < 0.7  # area fraction ~ U(0.08, 1) with some fallbacks
     # A very wide image can never fit the ratio range: the centred fallback clamps to 4/3.
@@ -283,7 +287,9 @@ def test_model_step_verdict_and_cores():
     assert loader["input_bound"] is True and loader["gpu_busy_fraction"] == pytest.approx(1700 / 5120)
     assert rep["fastload_cores_needed"] == 7  # ceil(5120 / 850 per core)
     assert rep["thread_scaling"]["efficiency"] == pytest.approx(0.9)
-    easy = model_step.input_bound_report(rows, model_step.ModelStep(step_ms=1000, gpus=1, batch=256, target=100), cores=2)
+    easy = model_step.input_bound_report(
+        rows, model_step.ModelStep(step_ms=1000, gpus=1, batch=256, target=100), cores=2
+    )
     assert all(not p["input_bound"] for p in easy["pipelines"])
     assert easy["fastload_cores_needed"] == 1
     text = model_step.format_report(rep)
@@ -306,25 +312,35 @@ def test_model_step_callable_is_timed():
 def test_report_files(tmp_path):
     rows = _synthetic_results()
     env = harness.environment(["fastload", "bench"])
-    paths = report.write_outputs(str(tmp_path), env=env, dataset={"source": "synthetic", "images": 3, "mean_kb": 1.0},
-                                 config={}, results=rows, targets=targets.evaluate(rows), model_step=None)
+    paths = report.write_outputs(
+        str(tmp_path),
+        env=env,
+        dataset={"source": "synthetic", "images": 3, "mean_kb": 1.0},
+        config={},
+        results=rows,
+        targets=targets.evaluate(rows),
+        model_step=None,
+    )
     doc = json.loads(Path(paths["json"]).read_text())
     assert doc["format"] == "fastload-bench/1" and len(doc["results"]) == len(rows)
     assert Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = Path(paths["table"]).read_text()
     assert "skipped: no DALI interpreter" in table and "0.50x" in table
-    report.write_outputs(str(tmp_path), env=env, dataset={"source": "synthetic"}, config={}, results=rows,
-                         targets=[], model_step=None)
+    report.write_outputs(
+        str(tmp_path), env=env, dataset={"source": "synthetic"}, config={}, results=rows, targets=[], model_step=None
+    )
     assert len(Path(paths["jsonl"]).read_text().splitlines()) == 2  # runs accumulate
 
 
 def test_options_are_validated():
-    from fastload_bench.command import BenchOptions, _peer_python_arg
+    from bench.command import BenchOptions, _peer_python_arg
+
     with pytest.raises(ValueError, match="suite"):
         BenchOptions(suite="everything")
     with pytest.raises(ValueError, match="repeats"):
         BenchOptions(repeats=0)
     import argparse
+
     with pytest.raises(argparse.ArgumentTypeError, match="NAME="):
         _peer_python_arg("dali")
     assert _peer_python_arg("dali=/x/python") == ("dali", "/x/python")
@@ -333,7 +349,8 @@ def test_options_are_validated():
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built: the smoke run measures it")
 def test_paired_ratio_alternates_and_compares_like_with_like():
-    from fastload_bench import paired
+    from bench import paired
+
     calls = []
     now = [0.0]
     drift = [1.0]
@@ -345,10 +362,12 @@ def test_paired_ratio_alternates_and_compares_like_with_like():
             # call (as a shared machine drifts), equally for both sides.
             now[0] += (stop - start) * cost * drift[0]
             drift[0] *= 1.01
+
         return run
 
-    r = paired.paired_ratio("a / b", "a", work("a", 1.0), "b", work("b", 2.0), images=40, chunk=10, rounds=2,
-                            clock=lambda: now[0])
+    r = paired.paired_ratio(
+        "a / b", "a", work("a", 1.0), "b", work("b", 2.0), images=40, chunk=10, rounds=2, clock=lambda: now[0]
+    )
     assert r.pairs == 8 and r.chunk == 10
     # Only the drift between the two halves of a pair remains: each ratio is 2 * 1.01 or 2 / 1.01.
     assert r.q1 == pytest.approx(2 / 1.01) and r.q3 == pytest.approx(2 * 1.01)
@@ -362,7 +381,7 @@ def test_paired_ratio_alternates_and_compares_like_with_like():
 
 
 def test_run_pair_uses_whole_runs():
-    from fastload_bench import paired
+    from bench import paired
 
     class Fake(Contender):
         def __init__(self, name, ips):
@@ -389,10 +408,15 @@ def test_run_pair_uses_whole_runs():
 
 def test_quick_bench_smoke(tmp_path):
     out = tmp_path / "bench-out"
-    env = dict(os.environ, PYTHONPATH=_fastload_bench_path(tmp_path), MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-m", "fastload", "bench", "--quick", "--out", str(out),
-                           "--model-step", "100", "--gpus", "2"],
-                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
+    env = dict(os.environ, PYTHONPATH=_checkout_path(tmp_path), MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fastload", "bench", "--quick", "--out", str(out), "--model-step", "100", "--gpus", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
     assert doc["format"] == "fastload-bench/1"
@@ -423,12 +447,13 @@ def test_quick_bench_smoke(tmp_path):
     assert "wrote" in proc.stdout
 
 
-# --- issue 4's loader limits: first batch of a large dataset, memory over epochs -------------------
+# --- the loader's limits: first batch of a large dataset, memory over epochs -------------------
 
 
 def test_loader_suite_has_startup_and_memory_groups(tiny_folder, tmp_path):
-    from fastload_bench import command
-    from fastload_bench.prepare import BenchData
+    from bench import command
+    from bench.prepare import BenchData
+
     for suite in ("all", "loader"):
         assert {"startup", "memory"} <= set(command._GROUPS_OF_SUITE[suite])
     data = BenchData(source="test", packed=str(tiny_folder))
@@ -442,7 +467,9 @@ def test_loader_suite_has_startup_and_memory_groups(tiny_folder, tmp_path):
     assert [r.evict for r in rows] == [False, True] and rows[0].records == 1_000_000 and not skips
     rows, skips = command._memory_group(data, threads=2, batch=32)
     assert [(r.group, r.api, r.batch_size, r.prefetch, r.epochs) for r in rows] == [
-        ("memory", "torch", 32, 2, 5), ("memory", "loader", 32, 2, 5)]
+        ("memory", "torch", 32, 2, 5),
+        ("memory", "loader", 32, 2, 5),
+    ]
     missing = BenchData(source="test", missing={"packed": "pack failed"})
     for rows, skips in (command._startup_group(quick, missing, threads=2), command._memory_group(missing, 2, 32)):
         assert rows == [] and [s.skipped for s in skips] == ["pack failed"]
@@ -450,8 +477,9 @@ def test_loader_suite_has_startup_and_memory_groups(tiny_folder, tmp_path):
 
 @pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built: the builder makes thumbnails with it")
 def test_large_dataset_builder_cycles_real_images(tiny_folder, tmp_path):
+    from bench.startup import build_records_dataset
     from fastload.records.dataset import open_dataset
-    from fastload_bench.startup import build_records_dataset
+
     path, info = build_records_dataset(str(tiny_folder), str(tmp_path), records=1000, side=16)
     assert info["cached"] is False and info["distinct_images"] == 40
     with open_dataset(path) as ds, open_dataset(str(tiny_folder)) as src:
@@ -468,13 +496,21 @@ def test_large_dataset_builder_cycles_real_images(tiny_folder, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not (HAVE_ENGINE and HAVE_TORCH), reason="needs the C++ engine and torch")
 def test_startup_and_memory_contenders_report_their_figures(tiny_folder, tmp_path):
-    from fastload_bench import startup
-    env_path = _fastload_bench_path(tmp_path)
+    from bench import startup
+
+    env_path = _checkout_path(tmp_path)
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = env_path  # the children import this checkout's fastload_bench
+    os.environ["PYTHONPATH"] = env_path  # the children import this checkout's bench
     try:
-        first = startup.FirstBatchContender("first", source=str(tiny_folder), cache_dir=str(tmp_path / "cache"),
-                                            records=2000, threads=1, batch_size=8, size=32)
+        first = startup.FirstBatchContender(
+            "first",
+            source=str(tiny_folder),
+            cache_dir=str(tmp_path / "cache"),
+            records=2000,
+            threads=1,
+            batch_size=8,
+            size=32,
+        )
         mem = startup.MemoryContender("mem", path=str(tiny_folder), api="loader", threads=1, batch_size=8, size=32)
         results = measure([first, mem], RunConfig(repeats=1, warmup=0), quiet=True)
     finally:
@@ -490,7 +526,7 @@ def test_startup_and_memory_contenders_report_their_figures(tiny_folder, tmp_pat
     assert e["index_load_ms_mean"] > 0 and e["first_batch_ms_mean"] >= e["construct_ms_mean"]
     e = by["mem"].extra
     assert len(e["rss_epoch_end_mb"]) == len(e["rss_epoch_peak_mb"]) == 5 and e["growth_epochs"] == [2, 5]
-    assert all(p >= end for p, end in zip(e["rss_epoch_peak_mb"], e["rss_epoch_end_mb"]))
+    assert all(p >= end for p, end in zip(e["rss_epoch_peak_mb"], e["rss_epoch_end_mb"], strict=False))
     assert e["rss_peak_mb_max"] >= max(e["rss_epoch_end_mb"]) and e["rss_anon_peak_mb_max"] > 0
     assert e["rss_bound_mb_max"] == pytest.approx(startup.rss_bound_mb(prefetch=2, batch_size=8, size=32), abs=0.05)
     assert by["mem"].samples[0]["images"] == 5 * 40
@@ -505,15 +541,32 @@ def _limit_row(name, group, extra, seconds=(0.5,)):
 
 def test_loader_limit_checks():
     f = targets.FAMILIES
-    mem = {"rss_peak_mb_max": 500.0, "rss_bound_mb_max": 454.1, "rss_anon_growth_mb_max": 1.0,
-           "rss_growth_mb_max": 40.0, "growth_slack_mb_max": 16.0, "growth_epochs": [2, 5]}
-    rows = [_limit_row(f"{f['first_batch']}, 1,000,000 records, page cache warm", "startup", {"records_max": 1_000_000},
-                       seconds=(0.4, 1.5, 0.6)),
-            _limit_row(f"{f['first_batch']}, 1,000,000 records, .rec evicted", "startup", {"records_max": 1_000_000},
-                       seconds=(3.0,)),
-            _limit_row(f"{f['memory_torch']}, batch 256", "memory", mem),
-            _limit_row(f"{f['memory_loader']}, batch 256", "memory", dict(mem, rss_peak_mb_max=300.0,
-                                                                          rss_anon_growth_mb_max=40.0))]
+    mem = {
+        "rss_peak_mb_max": 500.0,
+        "rss_bound_mb_max": 454.1,
+        "rss_anon_growth_mb_max": 1.0,
+        "rss_growth_mb_max": 40.0,
+        "growth_slack_mb_max": 16.0,
+        "growth_epochs": [2, 5],
+    }
+    rows = [
+        _limit_row(
+            f"{f['first_batch']}, 1,000,000 records, page cache warm",
+            "startup",
+            {"records_max": 1_000_000},
+            seconds=(0.4, 1.5, 0.6),
+        ),
+        _limit_row(
+            f"{f['first_batch']}, 1,000,000 records, .rec evicted",
+            "startup",
+            {"records_max": 1_000_000},
+            seconds=(3.0,),
+        ),
+        _limit_row(f"{f['memory_torch']}, batch 256", "memory", mem),
+        _limit_row(
+            f"{f['memory_loader']}, batch 256", "memory", dict(mem, rss_peak_mb_max=300.0, rss_anon_growth_mb_max=40.0)
+        ),
+    ]
     checks = {c["check"]: c for c in targets.evaluate(rows)}
     c = checks["seconds to the first batch, 1,000,000-record dataset"]
     assert c["value"] == pytest.approx(0.6) and c["met"] is True  # median of the warm row's repeats
@@ -528,7 +581,8 @@ def test_loader_limit_checks():
 
 
 def test_pack_pair_alternates_pack_and_copy_and_checks_issue_2(tiny_folder, tmp_path):
-    from fastload_bench import pack_bench
+    from bench import pack_bench
+
     r = pack_bench.pack_pair(str(tiny_folder), workers=1, rounds=2, workdir=str(tmp_path))
     assert r.skipped is None and r.pairs == 2 and r.median > 0
     assert r.numerator.startswith("fastload pack_folder() in-process") and r.denominator.startswith("copy")

@@ -17,13 +17,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import make_jpeg, requires_engine
-from fastload.pack import convert, packer
+from fastload.pack import convert, shard_writer
 from fastload.pack.framing import BufferPool
 from fastload.pack.packer import pack_folder
 from fastload.records import recordio
-from fastload.records.manifest import MANIFEST_NAME, read_manifest, write_json_atomic
+from fastload.records.durable import write_json_atomic
+from fastload.records.manifest import FORMAT_VERSION, MANIFEST_NAME, read_manifest
 from fastload.records.verify import verify_dataset
+
+from conftest import make_jpeg, requires_engine
 
 MAGIC = struct.pack("<I", recordio.MAGIC)
 
@@ -53,10 +55,10 @@ def _variants() -> dict:
         "png_named.jpg": png.getvalue(),
         "truncated.jpg": base[: len(base) // 2],
         "no_eoi.jpg": base[:-2],
-        "header_cut.jpg": base[:sof + 5],
-        "twelve_bit.jpg": base[:sof + 4] + b"\x0c" + base[sof + 5:],
-        "lossless_sof.jpg": base[:sof + 1] + b"\xc3" + base[sof + 2:],
-        "zero_width.jpg": base[:sof + 7] + b"\0\0" + base[sof + 9:],
+        "header_cut.jpg": base[: sof + 5],
+        "twelve_bit.jpg": base[: sof + 4] + b"\x0c" + base[sof + 5 :],
+        "lossless_sof.jpg": base[: sof + 1] + b"\xc3" + base[sof + 2 :],
+        "zero_width.jpg": base[: sof + 7] + b"\0\0" + base[sof + 9 :],
         "empty.jpg": b"",
         "text.jpg": b"hello, not an image\n",
     }
@@ -65,6 +67,7 @@ def _variants() -> dict:
 @requires_engine
 def test_frame_files_verdicts_match_the_python_marker_walk(tmp_path):
     from fastload import _engine
+
     files = _variants()
     base = files["plain.jpg"]
     for cut in range(0, len(base), 37):  # truncated anywhere, headers included
@@ -76,15 +79,15 @@ def test_frame_files_verdicts_match_the_python_marker_walk(tmp_path):
         paths.append(os.fsencode(str(path)))
         sizes.append(len(data))
         heads.append(recordio.pack_header(3.0, len(heads)))
-    buffer = np.empty(1 + sum(recordio.framed_size(len(h) + s) for h, s in zip(heads, sizes)), np.uint8)
+    buffer = np.empty(1 + sum(recordio.framed_size(len(h) + s) for h, s in zip(heads, sizes, strict=False)), np.uint8)
     framed, used = _engine.frame_files(paths, sizes, heads, buffer)
     pos = 0
-    for (name, data), head, n in zip(files.items(), heads, framed.tolist()):
+    for (name, data), head, n in zip(files.items(), heads, framed.tolist(), strict=False):
         ok = bool(data) and convert._cheap_info(data)[1]
         if n >= 0:
             assert ok, name
             # Exactly what the Python framing writes for IRHeader + image.
-            assert bytes(buffer[pos:pos + n]) == b"".join(bytes(c) for c in recordio.frame_parts(head + data)), name
+            assert bytes(buffer[pos : pos + n]) == b"".join(bytes(c) for c in recordio.frame_parts(head + data)), name
             pos += n
         elif name == "magic_aligned.jpg":
             assert n == -4 and ok
@@ -97,15 +100,19 @@ def test_frame_files_verdicts_match_the_python_marker_walk(tmp_path):
 @requires_engine
 def test_frame_files_leaves_changed_and_unreadable_files_to_python(tmp_path):
     from fastload import _engine
+
     data = make_jpeg(24, 24, seed=7)
     path = tmp_path / "a.jpg"
     path.write_bytes(data)
     p = os.fsencode(str(path))
     head = recordio.pack_header(1.0, 0)
     buf = np.full(1 << 16, 0xAB, np.uint8)
-    framed, used = _engine.frame_files([p, p, p, os.fsencode(str(tmp_path / "missing.jpg")), p],
-                                       [len(data) - 1, len(data) + 1, len(data), 10, len(data)],
-                                       [head, head, head, head, b"12345"], buf)
+    framed, used = _engine.frame_files(
+        [p, p, p, os.fsencode(str(tmp_path / "missing.jpg")), p],
+        [len(data) - 1, len(data) + 1, len(data), 10, len(data)],
+        [head, head, head, head, b"12345"],
+        buf,
+    )
     # Grown since stat, shrunk since stat, fine, unreadable, a head that is not whole words.
     assert framed.tolist()[:2] == [-2, -2]
     assert framed.tolist()[2] == recordio.framed_size(len(head) + len(data))
@@ -149,13 +156,19 @@ def _folder(root, files: dict) -> str:
 
 
 def _shard_bytes(out) -> dict:
-    return {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))
-            if name.endswith((".rec", ".idx", ".npy"))}
+    return {
+        name: open(os.path.join(out, name), "rb").read()
+        for name in sorted(os.listdir(out))
+        if name.endswith((".rec", ".idx", ".npy"))
+    }
 
 
 @requires_engine
-@pytest.mark.parametrize("layout", [{"shards": 1}, {"shards": 3}, {"shards": 2}, {"shard_size": 60_000}],
-                         ids=["one-shard", "three-shards", "edge-inside-a-batch", "by-size"])
+@pytest.mark.parametrize(
+    "layout",
+    [{"shards": 1}, {"shards": 3}, {"shards": 2}, {"shard_size": 60_000}],
+    ids=["one-shard", "three-shards", "edge-inside-a-batch", "by-size"],
+)
 def test_engine_and_python_framing_pack_identical_datasets(tmp_path, monkeypatch, layout):
     # 74 files: batches of 32 are taken whole by the writer, or record by record where a shard
     # boundary (fixed edges or the size limit) falls inside one.
@@ -167,9 +180,12 @@ def test_engine_and_python_framing_pack_identical_datasets(tmp_path, monkeypatch
     ref = pack_folder(src, str(tmp_path / "py"), workers=2, progress=False, **layout)
     monkeypatch.delenv("FASTLOAD_PACK_FRAMING")
     whole = []
-    add_framed = packer._ShardSink.add_framed
-    monkeypatch.setattr(packer._ShardSink, "add_framed",
-                        lambda self, b, f, pool: (whole.append(len(b)), add_framed(self, b, f, pool)))
+    add_framed = shard_writer.ShardSink.add_framed
+    monkeypatch.setattr(
+        shard_writer.ShardSink,
+        "add_framed",
+        lambda self, b, f, pool: (whole.append(len(b)), add_framed(self, b, f, pool)),
+    )
     res = pack_folder(src, str(tmp_path / "engine"), workers=2, progress=False, **layout)
     assert whole and sum(whole) < len(files)  # batches taken whole and record by record both happened
     assert len(res.manifest["shards"]) == layout.get("shards", 2)
@@ -204,9 +220,11 @@ def test_checksums_are_xxh3_and_version_1_manifests_still_verify(tiny_folder, tm
     out = str(tmp_path / "ds")
     pack_folder(str(tiny_folder), out, shards=2, progress=False)
     manifest = json.load(open(os.path.join(out, MANIFEST_NAME)))
-    assert manifest["format_version"] == 2
-    assert all(s["checksum"].startswith("xxh3_128:") and s["index_checksum"].startswith("xxh3_128:")
-               for s in manifest["shards"])
+    assert manifest["format_version"] == FORMAT_VERSION >= 2
+    assert all(
+        s["checksum"].startswith("xxh3_128:") and s["index_checksum"].startswith("xxh3_128:")
+        for s in manifest["shards"]
+    )
     # A dataset written by fastload with format_version 1 recorded SHA-256 hex digests.
     old = str(tmp_path / "old")
     shutil.copytree(out, old)
@@ -226,5 +244,6 @@ def test_checksums_are_xxh3_and_version_1_manifests_still_verify(tiny_folder, tm
     data[len(data) // 2] ^= 0x40
     open(shard, "wb").write(bytes(data))
     report = verify_dataset(old)
-    assert not report.ok and any("checksum differs" in p and manifest["shards"][1]["file"] in p
-                                 for p in report.problems)
+    assert not report.ok and any(
+        "checksum differs" in p and manifest["shards"][1]["file"] in p for p in report.problems
+    )

@@ -14,15 +14,19 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
+from tools import make_dataset as md
+
 from conftest import load_odd_manifest, make_jpeg
-from fastload_tools import make_dataset as md
 
 NAME = re.compile(r"^n\d{8}_(\d+)\.(JPEG|jpg)$")
 
 
 def _digests(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _images(root: Path):
@@ -167,7 +171,7 @@ def test_truncated_file_is_cut_inside_the_entropy_data(odd_files):
     data = odd_files["truncated"].read_bytes()
     sos = data.find(b"\xff\xda")
     assert sos > 0, "the header (and the SOS marker) must survive the cut"
-    scan_start = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+    scan_start = sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")
     assert len(data) - scan_start > 100, "the cut must leave some entropy-coded data"
     assert not data.endswith(b"\xff\xd9")
     with Image.open(io.BytesIO(data)) as im:
@@ -204,13 +208,16 @@ def test_empty_existing_folder_is_fine(tmp_path):
     assert md.make_dataset(tmp_path / "empty", count=2, tiny=True)["count"] == 2
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"count": 0}, "count"),
-    ({"count": 3, "classes": 0}, "classes"),
-    ({"count": 3, "seed": -1}, "seed"),
-    ({"count": 3, "quality_range": (96, 80)}, "quality_range"),
-    ({"count": 3, "workers": 0}, "workers"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"count": 0}, "count"),
+        ({"count": 3, "classes": 0}, "classes"),
+        ({"count": 3, "seed": -1}, "seed"),
+        ({"count": 3, "quality_range": (96, 80)}, "quality_range"),
+        ({"count": 3, "workers": 0}, "workers"),
+    ],
+)
 def test_bad_arguments_are_clear_errors(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         md.make_dataset(tmp_path / "bad", tiny=True, **kwargs)
@@ -232,7 +239,7 @@ def test_worker_errors_reach_the_caller_with_traceback(tmp_path, monkeypatch):
 
 
 def test_no_photos_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(md, "_photo_dirs", lambda: [])
+    monkeypatch.setattr(md, "_photo_dirs", list)
     md.source_photos.cache_clear()
     md._texture_tiles.cache_clear()
     try:
@@ -253,10 +260,17 @@ def test_prefers_colour_photos():
     assert sum(p.weight for p in colour) > sum(p.weight for p in photos if p.image.mode == "L")
 
 
-@pytest.mark.parametrize("width, height", [(1, 1), (7, 5), (17, 33), (257, 129)])
-@pytest.mark.parametrize("mode, subsampling, luma_factors", [
-    ("RGB", "4:2:0", (2, 2)), ("RGB", "4:2:2", (2, 1)), ("RGB", "4:4:4", (1, 1)), ("L", "4:2:0", (1, 1)),
-    ("CMYK", "4:4:4", (1, 1))])
+@pytest.mark.parametrize(("width", "height"), [(1, 1), (7, 5), (17, 33), (257, 129)])
+@pytest.mark.parametrize(
+    ("mode", "subsampling", "luma_factors"),
+    [
+        ("RGB", "4:2:0", (2, 2)),
+        ("RGB", "4:2:2", (2, 1)),
+        ("RGB", "4:4:4", (1, 1)),
+        ("L", "4:2:0", (1, 1)),
+        ("CMYK", "4:4:4", (1, 1)),
+    ],
+)
 def test_jpeg_bytes_factory(jpeg_bytes, width, height, mode, subsampling, luma_factors):
     data = jpeg_bytes(width, height, quality=85, subsampling=subsampling, mode=mode, seed=width)
     assert data[:2] == b"\xff\xd8" and data[-2:] == b"\xff\xd9"
@@ -292,8 +306,21 @@ def test_high_entropy_images_encode_progressive_and_optimised():
 
 def test_cli_end_to_end(tmp_path, repo_root):
     out = tmp_path / "cli"
-    cmd = [sys.executable, str(repo_root / "tools" / "make_dataset.py"), str(out),
-           "--count", "4", "--seed", "7", "--classes", "2", "--tiny", "--odd", "--workers", "1"]
+    cmd = [
+        sys.executable,
+        str(repo_root / "tools" / "make_dataset.py"),
+        str(out),
+        "--count",
+        "4",
+        "--seed",
+        "7",
+        "--classes",
+        "2",
+        "--tiny",
+        "--odd",
+        "--workers",
+        "1",
+    ]
     # Run from an unrelated folder: the script must not rely on the repository being the cwd.
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -303,7 +330,7 @@ def test_cli_end_to_end(tmp_path, repo_root):
     assert _digests(out) == _digests(_api_twin(tmp_path))
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "error:" in again.stderr and "--overwrite" in again.stderr
-    bad = subprocess.run(cmd[:2] + [str(tmp_path / "x"), "--count", "0"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run([*cmd[:2], str(tmp_path / "x"), "--count", "0"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "count" in bad.stderr
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 
@@ -12,9 +13,9 @@ os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 mx = pytest.importorskip("mxnet")
 sp = pytest.importorskip("scipy.sparse")
 
-import fastload.mxnet as fm  # noqa: E402
-from fastload.mxnet.array_iter import csr_take_rows, plan_epoch  # noqa: E402
-from fastload.mxnet.placement import numpy_view, pinned_empty, split_slices  # noqa: E402
+import fastload.mxnet as fm
+from fastload.mxnet.array_iter import csr_take_rows, plan_epoch
+from fastload.mxnet.placement import numpy_view, pinned_empty, split_slices
 
 
 def _batches(it, dense=True):
@@ -28,10 +29,10 @@ def _batches(it, dense=True):
 
 def _assert_same(mine, ref):
     assert len(mine) == len(ref)
-    for k, ((d1, l1, p1), (d2, l2, p2)) in enumerate(zip(mine, ref)):
+    for k, ((d1, l1, p1), (d2, l2, p2)) in enumerate(zip(mine, ref, strict=False)):
         assert p1 == p2, f"batch {k}: pad {p1} != {p2}"
         assert len(d1) == len(d2) and len(l1) == len(l2)
-        for a, b in zip(d1 + l1, d2 + l2):
+        for a, b in zip(d1 + l1, d2 + l2, strict=False):
             np.testing.assert_array_equal(a, b, err_msg=f"batch {k}")
 
 
@@ -65,7 +66,7 @@ def test_split_slices_match_module_work_load_list():
 
 
 @pytest.mark.parametrize("mode", ["pad", "discard", "roll_over"])
-@pytest.mark.parametrize("n,bs", [(22, 5), (20, 5), (3, 7)])
+@pytest.mark.parametrize(("n", "bs"), [(22, 5), (20, 5), (3, 7)])
 def test_dense_matches_mx_batch_for_batch(mode, n, bs):
     if mode == "roll_over" and bs > n:
         pytest.skip("MXNet's roll_over needs at least one full batch")
@@ -216,17 +217,22 @@ def test_ctx_list_places_each_slice_on_its_context():
     np.testing.assert_array_equal(np.concatenate([p.asnumpy() for p in parts]), x[:8])
 
 
-def test_default_batches_live_in_pinned_memory_and_previous_batch_stays_valid():
+def test_dense_batches_are_zero_copy_views_of_pinned_ring_slots():
     x = np.arange(200, dtype=np.float32).reshape(100, 2)
     it = fm.NDArrayIter(x, batch_size=10, prefetch=1)
-    prev = it.next()
-    assert prev.data[0].context == mx.cpu_pinned()
-    for k in range(1, 10):
-        cur = it.next()
-        # The rule: the current and the previous batch are intact.
-        np.testing.assert_array_equal(prev.data[0].asnumpy(), x[(k - 1) * 10:k * 10])
-        np.testing.assert_array_equal(cur.data[0].asnumpy(), x[k * 10:(k + 1) * 10])
-        prev = cur
+    batch = it.next()
+    # MXNet labels its zero-copy import cpu(0); the memory is a slot of the ring, allocated cpu_pinned.
+    assert batch.data[0].context == mx.cpu()
+    ptr = batch.data[0].asnumpy().__array_interface__["data"][0]
+    slots = [numpy_view(s.owners["0"]).__array_interface__["data"][0] for s in it.ring.slots]
+    assert all(s.owners["0"].context == mx.cpu_pinned() for s in it.ring.slots)
+    from fastload.mxnet.placement import wrap_view
+
+    data_ptr = ctypes.c_void_p()
+    mx.base.check_call(mx.base._LIB.MXNDArrayGetData(batch.data[0].handle, ctypes.byref(data_ptr)))
+    assert data_ptr.value in slots and ptr not in slots  # asnumpy() copies, the batch array does not
+    assert wrap_view(np.zeros(3, np.int8)).dtype == np.int8  # dtypes DLPack lacks are copied
+    it.close()
 
 
 def test_bad_inputs_are_clear_errors():
@@ -306,10 +312,8 @@ def test_module_fit_sparse_linear_model_on_two_contexts():
     bias = mx.sym.var("bias", shape=(2,))
     out = mx.sym.broadcast_add(mx.sym.sparse.dot(data, weight), bias)
     net = mx.sym.SoftmaxOutput(out, mx.sym.var("softmax_label"), name="softmax")
-    mod = mx.mod.Module(net, data_names=["data"], label_names=["softmax_label"],
-                        context=[mx.cpu(0), mx.cpu(1)])
-    mod.fit(train, num_epoch=4, optimizer="sgd", optimizer_params={"learning_rate": 0.5},
-            initializer=mx.init.Xavier())
+    mod = mx.mod.Module(net, data_names=["data"], label_names=["softmax_label"], context=[mx.cpu(0), mx.cpu(1)])
+    mod.fit(train, num_epoch=4, optimizer="sgd", optimizer_params={"learning_rate": 0.5}, initializer=mx.init.Xavier())
     train.hard_reset()
     acc = dict(mod.score(train, "acc"))["accuracy"]
     assert acc >= 0.95, acc
@@ -335,14 +339,15 @@ def test_bench_sparse_default_size_is_one_mxnet_accepts_and_oversize_is_refused_
     """Regression: a 10,240 x 250,000 comparison died inside MXNet (arrays of 2**31 - 1 elements or more)."""
     import inspect
 
-    from fastload_bench.mxnet_iters import sparse_iters
+    from bench.mxnet_iters import sparse_iters
 
     params = inspect.signature(sparse_iters).parameters
     rows, features = params["rows"].default, params["features"].default
     assert (rows, features) == (1024, 250_000)
     # MXNet checks the logical shape when the array is used, before any batch is densified.
-    csr = mx.nd.sparse.csr_matrix((np.ones(1, np.float32), np.zeros(1, np.int64), np.r_[0, np.ones(rows, np.int64)]),
-                                  shape=(rows, features))
+    csr = mx.nd.sparse.csr_matrix(
+        (np.ones(1, np.float32), np.zeros(1, np.int64), np.r_[0, np.ones(rows, np.int64)]), shape=(rows, features)
+    )
     assert csr.shape == (rows, features)
     with pytest.raises(ValueError, match=r"2\*\*31"):
         sparse_iters(rows=256 * 40, features=250_000, repeats=1, warmup=0)

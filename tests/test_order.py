@@ -31,7 +31,7 @@ def test_block_shuffle_keeps_reads_local():
     order = epoch_permutation(n, "block", seed=1, epoch=0, block_size=block, window=window)
     span = block * window
     for lo in range(0, n, span):
-        chunk = order[lo:lo + span]
+        chunk = order[lo : lo + span]
         # A window draws from at most `window` distinct blocks...
         assert len(np.unique(chunk // block)) <= window
     # ...while the order of blocks is not the identity.
@@ -41,14 +41,26 @@ def test_block_shuffle_keeps_reads_local():
     assert not np.all(np.diff(order[:span]) == 1)
 
 
-@pytest.mark.parametrize("n,world,batch", [(10, 3, 4), (101, 2, 8), (100, 4, 7), (5, 8, 2), (64, 1, 16), (1000, 7, 32)])
+@pytest.mark.parametrize(
+    ("n", "world", "batch"), [(10, 3, 4), (101, 2, 8), (100, 4, 7), (5, 8, 2), (64, 1, 16), (1000, 7, 32)]
+)
 @pytest.mark.parametrize("shuffle", ["none", "global", "block"])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_pad_shares_are_equal_and_cover_the_epoch(n, world, batch, shuffle, drop_last):
     counts, seen = set(), []
     for rank in range(world):
-        spec = OrderSpec(num_records=n, batch_size=batch, shuffle=shuffle, seed=7, rank=rank, world_size=world,
-                         even="pad", drop_last=drop_last, block_size=5, window=2)
+        spec = OrderSpec(
+            num_records=n,
+            batch_size=batch,
+            shuffle=shuffle,
+            seed=7,
+            rank=rank,
+            world_size=world,
+            even="pad",
+            drop_last=drop_last,
+            block_size=5,
+            window=2,
+        )
         order = EpochOrder(spec, epoch=4)
         assert len(order) == EpochOrder.batches_per_epoch(spec)
         counts.add(len(order))
@@ -67,10 +79,12 @@ def test_pad_shares_are_equal_and_cover_the_epoch(n, world, batch, shuffle, drop
         assert len(union) - len(set(union.tolist())) == per_rank * world - n
 
 
-@pytest.mark.parametrize("n,world", [(101, 2), (100, 3), (7, 7), (9, 4)])
+@pytest.mark.parametrize(("n", "world"), [(101, 2), (100, 3), (7, 7), (9, 4)])
 def test_drop_shares_are_disjoint_and_equal(n, world):
-    shares = [rank_share(epoch_permutation(n, "global", seed=1, epoch=0), rank=r, world_size=world, even="drop")
-              for r in range(world)]
+    shares = [
+        rank_share(epoch_permutation(n, "global", seed=1, epoch=0), rank=r, world_size=world, even="drop")
+        for r in range(world)
+    ]
     assert {len(s) for s in shares} == {n // world}
     union = np.concatenate(shares)
     assert len(set(union.tolist())) == len(union) == (n // world) * world
@@ -101,15 +115,18 @@ def test_batch_index_out_of_range():
         order[3]
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(num_records=0, batch_size=1), "num_records"),
-    (dict(num_records=5, batch_size=0), "batch_size"),
-    (dict(num_records=5, batch_size=1, rank=2, world_size=2), "rank"),
-    (dict(num_records=5, batch_size=1, shuffle="random"), "shuffle"),
-    (dict(num_records=5, batch_size=1, even="repeat"), "even"),
-    (dict(num_records=5, batch_size=1, seed=-1), "seed"),
-    (dict(num_records=3, batch_size=1, world_size=4, even="drop"), "even='drop'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(num_records=0, batch_size=1), "num_records"),
+        (dict(num_records=5, batch_size=0), "batch_size"),
+        (dict(num_records=5, batch_size=1, rank=2, world_size=2), "rank"),
+        (dict(num_records=5, batch_size=1, shuffle="random"), "shuffle"),
+        (dict(num_records=5, batch_size=1, even="repeat"), "even"),
+        (dict(num_records=5, batch_size=1, seed=-1), "seed"),
+        (dict(num_records=3, batch_size=1, world_size=4, even="drop"), "even='drop'"),
+    ],
+)
 def test_spec_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         OrderSpec(**kwargs)

@@ -15,22 +15,26 @@ import time
 import numpy as np
 import pytest
 from PIL import Image
+from test_records_data import REPO, odd_folder, tiny_folder  # noqa: F401  (fixtures)
 
+from fastload.cli.sizes import parse_size
 from fastload.errors import UserError
 from fastload.pack import convert
-from fastload.pack.packer import PackOptions, pack_folder, parse_size
+from fastload.pack.options import PackOptions
+from fastload.pack.packer import pack_folder
 from fastload.records import recordio
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.records.verify import verify_dataset
+
 from conftest import make_jpeg, requires_engine
-from test_records_data import REPO, odd_folder, tiny_folder  # noqa: F401  (fixtures)
 
 
 def run_cli(*args, check=None):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, "-m", "fastload", *args], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "fastload", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     if check is not None:
         assert res.returncode == check, (res.returncode, res.stdout, res.stderr)
     return res
@@ -61,7 +65,7 @@ def test_inspect_jpeg_reads_frame_and_detects_truncation():
     assert out.data is data and out.kind == "pass"
 
 
-def test_odd_files_converted_or_reported(odd_folder, tmp_path):  # noqa: F811
+def test_odd_files_converted_or_reported(odd_folder, tmp_path):
     kinds = _odd_kinds(odd_folder)
     res = pack_folder(odd_folder, str(tmp_path / "out"), progress=False, workers=2)
     skipped = dict(res.skipped)
@@ -86,13 +90,13 @@ def test_odd_files_converted_or_reported(odd_folder, tmp_path):  # noqa: F811
     assert verify_dataset(str(tmp_path / "out"), decode=True).ok
 
 
-def test_on_error_fail_names_the_file(odd_folder, tmp_path):  # noqa: F811
+def test_on_error_fail_names_the_file(odd_folder, tmp_path):
     with pytest.raises(UserError, match=r"n0\d+_\d+\.(JPEG|jpg): .*--on-error fail"):
         pack_folder(odd_folder, str(tmp_path / "out"), on_error="fail", progress=False)
     assert not os.path.exists(tmp_path / "out" / MANIFEST_NAME)
 
 
-def test_resize_shorter_side(tiny_folder, tmp_path):  # noqa: F811
+def test_resize_shorter_side(tiny_folder, tmp_path):
     res = pack_folder(tiny_folder, str(tmp_path / "out"), resize=32, quality=80, progress=False, format="lmdb")
     assert res.converted == {"resized": 40}
     with open_dataset(str(tmp_path / "out")) as ds:
@@ -107,12 +111,17 @@ def test_engine_resize_encode_matches_the_decode_path(monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     from fastload import decode
     from fastload.transforms import Resize
-    images = [make_jpeg(403, 351, seed=1), make_jpeg(257, 300, subsampling="4:4:4", seed=2),
-              make_jpeg(640, 480, seed=3), make_jpeg(301, 211, progressive=True, seed=4)]
+
+    images = [
+        make_jpeg(403, 351, seed=1),
+        make_jpeg(257, 300, subsampling="4:4:4", seed=2),
+        make_jpeg(640, 480, seed=3),
+        make_jpeg(301, 211, progressive=True, seed=4),
+    ]
     fn = convert._engine_resize_encode()
     assert fn is not None
     encoded = fn(images, 128, 95)
-    for data, jpeg in zip(images, encoded):
+    for data, jpeg in zip(images, encoded, strict=False):
         info = convert.inspect_jpeg(data)
         w, h = convert._resized_size(info.width, info.height, 128)
         got = np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
@@ -134,11 +143,12 @@ def test_engine_resize_encode_matches_the_decode_path(monkeypatch):
 def test_engine_resize_encode_reports_bad_images_without_crashing(monkeypatch):
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     from fastload import decode
+
     good = make_jpeg(200, 150, seed=5)
     png = io.BytesIO()
     Image.new("RGB", (20, 10)).save(png, "PNG")
     bad = [b"", good[: len(good) // 3], png.getvalue(), b"\xff\xd8\xff" + bytes(100), good]
-    out = decode._engine.resize_encode_batch(bad, 64, 90, 2, decode._options_tuple(decode.DecodeOptions()))
+    out = decode._engine.resize_encode_batch(bad, 64, 90, 2, decode._native_options(decode.DecodeOptions()))
     assert [s == 0 for s, _, _ in out] == [False, False, False, False, True]
     assert all(msg for s, msg, _ in out if s != 0)
     assert [d is not None for d in decode.resize_encode_batch(bad, shorter=64, quality=90)] == [False] * 4 + [True]
@@ -159,7 +169,7 @@ def test_engine_resize_encode_reports_bad_images_without_crashing(monkeypatch):
 # ---------------------------------------------------------------- sources, order, shards
 
 
-def test_shuffle_is_seeded_and_keeps_labels(tiny_folder, tmp_path):  # noqa: F811
+def test_shuffle_is_seeded_and_keeps_labels(tiny_folder, tmp_path):
     a = pack_folder(tiny_folder, str(tmp_path / "a"), shuffle=True, seed=1, progress=False)
     b = pack_folder(tiny_folder, str(tmp_path / "b"), shuffle=True, seed=1, name="tiny", progress=False)
     c = pack_folder(tiny_folder, str(tmp_path / "c"), shuffle=True, seed=2, progress=False)
@@ -175,7 +185,7 @@ def test_shuffle_is_seeded_and_keeps_labels(tiny_folder, tmp_path):  # noqa: F81
             assert open(os.path.join(a.out, name), "rb").read() == open(os.path.join(b.out, name), "rb").read()
 
 
-def test_shard_count_and_size(tiny_folder, tmp_path):  # noqa: F811
+def test_shard_count_and_size(tiny_folder, tmp_path):
     res = pack_folder(tiny_folder, str(tmp_path / "n"), shards=7, progress=False)
     counts = [s["records"] for s in res.manifest["shards"]]
     assert len(counts) == 7 and sum(counts) == 40 and max(counts) - min(counts) <= 1
@@ -190,11 +200,13 @@ def test_shard_count_and_size(tiny_folder, tmp_path):  # noqa: F811
         parse_size("lots")
 
 
-def test_lst_source_with_root_and_bad_lines(tiny_folder, tmp_path):  # noqa: F811
+def test_lst_source_with_root_and_bad_lines(tiny_folder, tmp_path):
     files = sorted(glob.glob(os.path.join(tiny_folder, "*", "*.JPEG")))[:5]
     lst = tmp_path / "x.lst"
-    lst.write_text("".join(f"{50 + i}\t{i}\t{i * 2}\t{os.path.relpath(f, tiny_folder)}\n" for i, f in enumerate(files))
-                   + "\n99\t1\t2\tmissing/file.JPEG\n")
+    lst.write_text(
+        "".join(f"{50 + i}\t{i}\t{i * 2}\t{os.path.relpath(f, tiny_folder)}\n" for i, f in enumerate(files))
+        + "\n99\t1\t2\tmissing/file.JPEG\n"
+    )
     res = pack_folder(str(lst), str(tmp_path / "out"), root=tiny_folder, format="lmdb", progress=False)
     assert res.written == 5 and res.skipped[0][1].startswith("cannot read")
     with open_dataset(str(tmp_path / "out")) as ds:
@@ -236,7 +248,7 @@ def test_bad_inputs_are_user_errors(tmp_path):
         pack_folder(str(tmp_path / "bad"), str(tmp_path / "out3"), shards=0)
 
 
-def test_unwritable_out(tiny_folder, tmp_path):  # noqa: F811
+def test_unwritable_out(tiny_folder, tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UserError, match="exists and is not a folder"):
         pack_folder(tiny_folder, str(tmp_path / "afile"), progress=False)
@@ -246,7 +258,7 @@ def test_unwritable_out(tiny_folder, tmp_path):  # noqa: F811
         pack_folder(tiny_folder, os.path.join(tiny_folder, "packed"), progress=False)
 
 
-def test_existing_dataset_refused_then_overwritten(tiny_folder, tmp_path):  # noqa: F811
+def test_existing_dataset_refused_then_overwritten(tiny_folder, tmp_path):
     out = str(tmp_path / "out")
     pack_folder(tiny_folder, out, shards=3, name="old", progress=False)
     before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
@@ -257,12 +269,13 @@ def test_existing_dataset_refused_then_overwritten(tiny_folder, tmp_path):  # no
     assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
     res = pack_folder(tiny_folder, out, shards=2, name="new", overwrite=True, progress=False)
     names = sorted(os.listdir(out))
-    assert names == sorted([MANIFEST_NAME, INDEX_NAME, "new-00000.rec", "new-00000.idx", "new-00001.rec",
-                            "new-00001.idx"])
+    assert names == sorted(
+        [MANIFEST_NAME, INDEX_NAME, "new-00000.rec", "new-00000.idx", "new-00001.rec", "new-00001.idx"]
+    )
     assert res.manifest["name"] == "new" and verify_dataset(out).ok
 
 
-def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
+def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp_path, monkeypatch):
     out = str(tmp_path / "out")
     pack_folder(tiny_folder, out, shards=2, progress=False)
     before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
@@ -289,8 +302,9 @@ def test_full_disk_is_one_clear_error_and_keeps_the_old_dataset(tiny_folder, tmp
     assert len(res.manifest["shards"]) == 4 and verify_dataset(out).ok
 
 
-def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
-    from fastload.pack import packer
+def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_path, monkeypatch):
+    from fastload.pack import shard_writer
+
     ref = pack_folder(tiny_folder, str(tmp_path / "ref"), shards=2, progress=False)
     real_writev = os.writev
     calls = {"n": 0}
@@ -301,8 +315,8 @@ def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_pat
         return real_writev(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:1000]])
 
     monkeypatch.setattr(os, "writev", short_writev)
-    monkeypatch.setattr(packer._GatherFile, "_MAX_BYTES", 5000)  # many gathered batches per shard
-    monkeypatch.setattr(packer, "_WRITEBACK_STEP", 1)  # start writeback after every batch
+    monkeypatch.setattr(shard_writer.GatherFile, "_MAX_BYTES", 5000)  # many gathered batches per shard
+    monkeypatch.setattr(shard_writer, "_WRITEBACK_STEP", 1)  # start writeback after every batch
     res = pack_folder(tiny_folder, str(tmp_path / "short"), shards=2, progress=False)
     monkeypatch.undo()
     assert calls["n"] > 40
@@ -313,9 +327,10 @@ def test_short_writes_and_small_flushes_give_the_same_bytes(tiny_folder, tmp_pat
     assert verify_dataset(str(tmp_path / "short")).ok
 
 
-def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, monkeypatch):  # noqa: F811
+def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, monkeypatch):
     try:
         from fastload import _engine
+
         if hasattr(_engine, "add_restart_markers"):
             monkeypatch.delattr(_engine, "add_restart_markers")
     except ImportError:
@@ -326,14 +341,14 @@ def test_restart_index_without_engine_is_a_user_error(tiny_folder, tmp_path, mon
         pack_folder(tiny_folder, str(tmp_path / "o"), verify=True, progress=False)
 
 
-def test_restart_index_with_engine_is_lossless(odd_folder, tmp_path):  # noqa: F811
+def test_restart_index_with_engine_is_lossless(odd_folder, tmp_path):
     engine = pytest.importorskip("fastload._engine")
     if not hasattr(engine, "add_restart_markers"):
         pytest.skip("the engine has no add_restart_markers yet")
     out = str(tmp_path / "ri")
     res = pack_folder(odd_folder, out, restart_index=True, verify=True, progress=False)
     meta = res.manifest["restart_index"]
-    assert meta is not None and meta["verified"] == "all"  # "sample" without verify=True (issue 7)
+    assert meta is not None and meta["verified"] == "all"  # "sample" without verify=True
     assert meta["images"] + res.manifest["counts"]["not_restart_indexed"] == res.written
     plain = str(tmp_path / "plain")
     pack_folder(odd_folder, plain, progress=False)
@@ -359,8 +374,14 @@ def test_pack_options_are_validated():
 
 def _start_pack(src, out, *extra):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "fastload", "pack", src, out, "--quiet", *extra],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fastload", "pack", src, out, "--quiet", *extra],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _kill_after(proc, staging, done_files):
@@ -378,7 +399,7 @@ def _kill_after(proc, staging, done_files):
 
 
 @pytest.mark.parametrize("fmt", ["recordio", "lmdb"])
-def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):  # noqa: F811
+def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):
     args = ["--resize", "640", "--quality", "90", "--shard-size", "600KB", "--workers", "1", "--format", fmt]
     ref = str(tmp_path / "ref")
     run_cli("pack", tiny_folder, ref, "--quiet", *args, check=0)
@@ -393,8 +414,10 @@ def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):  # no
             with pytest.raises(UserError, match="unfinished pack"):
                 open_dataset(out)
     assert killed >= 1, "pack finished before it could be killed"
-    kept = {os.path.basename(p)[: -len(".done.json")]: os.stat(p[: -len(".done.json")]).st_ino
-            for p in glob.glob(os.path.join(staging, "*.done.json"))}
+    kept = {
+        os.path.basename(p)[: -len(".done.json")]: os.stat(p[: -len(".done.json")]).st_ino
+        for p in glob.glob(os.path.join(staging, "*.done.json"))
+    }
     res = run_cli("pack", tiny_folder, out, "--quiet", *args, check=0)
     assert f"resumed: {len(kept)} shard(s) kept" in res.stdout
     for name, inode in kept.items():  # completed shards were not rewritten
@@ -417,7 +440,7 @@ def test_kill_and_resume_equals_uninterrupted(tiny_folder, tmp_path, fmt):  # no
 # ---------------------------------------------------------------- CLI
 
 
-def test_cli_pack_info_verify(odd_folder, tmp_path):  # noqa: F811
+def test_cli_pack_info_verify(odd_folder, tmp_path):
     out = str(tmp_path / "ds")
     res = run_cli("pack", odd_folder, out, "--shards", "2", "--workers", "2", check=0)
     assert "packed 24 records into 2 recordio shard(s)" in res.stdout
@@ -446,7 +469,7 @@ def test_cli_pack_info_verify(odd_folder, tmp_path):  # noqa: F811
     assert res.stdout.rstrip().splitlines()[-1].startswith("FAILED")
 
 
-def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):  # noqa: F811
+def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):
     res = run_cli("pack", str(tmp_path / "missing"), str(tmp_path / "o"), check=2)
     assert res.stderr.strip() == f"fastload pack: error: {tmp_path / 'missing'}: no such file or directory"
     out = str(tmp_path / "ds")
@@ -460,8 +483,9 @@ def test_cli_user_errors_have_no_traceback(tiny_folder, tmp_path):  # noqa: F811
     assert "no such file" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_two_packs_never_write_the_same_folder(tiny_folder, tmp_path):  # noqa: F811
+def test_two_packs_never_write_the_same_folder(tiny_folder, tmp_path):
     import fcntl
+
     out = tmp_path / "out"
     out.mkdir()
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
@@ -479,7 +503,7 @@ class _Crash(BaseException):
 
 
 @pytest.mark.parametrize("rerun", ["same", "other"])
-def test_crash_while_moving_into_place(tiny_folder, tmp_path, monkeypatch, rerun):  # noqa: F811
+def test_crash_while_moving_into_place(tiny_folder, tmp_path, monkeypatch, rerun):
     out = str(tmp_path / "out")
     pack_folder(tiny_folder, out, shards=2, name="a", progress=False)
     real_replace, moves = os.replace, []

@@ -9,11 +9,11 @@ import sys
 
 import numpy as np
 import pytest
+from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
 from fastload.errors import CorruptRecordError
 from fastload.records import recordio
 from fastload.records.dataset import open_dataset
-from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M = struct.pack("<I", recordio.MAGIC)
@@ -21,20 +21,22 @@ M = struct.pack("<I", recordio.MAGIC)
 
 def _framing_cases():
     rng = np.random.default_rng(7)
-    cases = {f"len{n}": bytes(rng.integers(0, 255, n, dtype=np.uint8)) for n in range(0, 9)}  # every padding
-    cases.update({
-        "magic_only": M,
-        "magic_at_start": M + b"abcdefg",
-        "magic_at_end": b"abcdefgh" + M,
-        "magic_at_end_unpadded": b"abcd" + M + b"xy",
-        "magic_twice": b"0123" + M + b"4567" + M + b"89",
-        "magic_adjacent": b"abcd" + M + M + b"efghi",
-        "magic_adjacent_at_start": M + M + M,
-        "magic_unaligned": b"ab" + M + b"cd" + b"x" + M,  # not at 4-byte offsets: no split
-        "magic_in_tail": b"abcdefgh" + M[:3],
-        "random_big_with_magic": rng.bytes(4096) + M + rng.bytes(1001) + M + rng.bytes(2),
-        "header_like": recordio.pack_header(3.0, 17) + M + b"jpegbytes",
-    })
+    cases = {f"len{n}": bytes(rng.integers(0, 255, n, dtype=np.uint8)) for n in range(9)}  # every padding
+    cases.update(
+        {
+            "magic_only": M,
+            "magic_at_start": M + b"abcdefg",
+            "magic_at_end": b"abcdefgh" + M,
+            "magic_at_end_unpadded": b"abcd" + M + b"xy",
+            "magic_twice": b"0123" + M + b"4567" + M + b"89",
+            "magic_adjacent": b"abcd" + M + M + b"efghi",
+            "magic_adjacent_at_start": M + M + M,
+            "magic_unaligned": b"ab" + M + b"cd" + b"x" + M,  # not at 4-byte offsets: no split
+            "magic_in_tail": b"abcdefgh" + M[:3],
+            "random_big_with_magic": rng.bytes(4096) + M + rng.bytes(1001) + M + rng.bytes(2),
+            "header_like": recordio.pack_header(3.0, 17) + M + b"jpegbytes",
+        }
+    )
     return cases
 
 
@@ -49,8 +51,7 @@ def test_framing_layout_by_hand():
     assert b"".join(map(bytes, recordio.frame_parts(b"abcde"))) == M + struct.pack("<I", 5) + b"abcde\0\0\0"
     # Split at the magic word: cflag 1 part, magic dropped, cflag 3 part, only the last padded.
     framed = b"".join(map(bytes, recordio.frame_parts(b"abcd" + M + b"xy")))
-    assert framed == (M + struct.pack("<I", (1 << 29) | 4) + b"abcd"
-                      + M + struct.pack("<I", (3 << 29) | 2) + b"xy\0\0")
+    assert framed == (M + struct.pack("<I", (1 << 29) | 4) + b"abcd" + M + struct.pack("<I", (3 << 29) | 2) + b"xy\0\0")
 
 
 def test_byte_equal_with_mxnet_writer(tmp_path):
@@ -94,7 +95,7 @@ def test_header_matches_mx_pack(labels):
     head = recordio.unpack_header(ours)
     assert head.id == 123456789012 and head.id2 == 5
     assert list(head.labels) == ([labels] if isinstance(labels, float) else labels)
-    assert ours[head.image_offset:] == image
+    assert ours[head.image_offset :] == image
 
 
 def test_reader_rejects_damage(tmp_path):
@@ -131,8 +132,12 @@ def test_fastload_reads_im2rec_and_packs_identically(tmp_path, tiny_folder):
     prefix = str(tmp_path / "data")
     # The list im2rec's `--list --recursive` writes (its label = sorted class folder), in a shuffled
     # order; written here to save a second MXNet start-up.
-    rels = sorted(os.path.relpath(os.path.join(d, f), tiny_folder)
-                  for d, _, fs in os.walk(tiny_folder) for f in fs if f.endswith(".JPEG"))
+    rels = sorted(
+        os.path.relpath(os.path.join(d, f), tiny_folder)
+        for d, _, fs in os.walk(tiny_folder)
+        for f in fs
+        if f.endswith(".JPEG")
+    )
     classes = sorted({os.path.dirname(r) for r in rels})
     order = np.random.default_rng(0).permutation(len(rels))
     with open(prefix + ".lst", "w") as f:
@@ -148,8 +153,10 @@ def test_fastload_reads_im2rec_and_packs_identically(tmp_path, tiny_folder):
             assert bytes(ds.image(i)) == open(os.path.join(tiny_folder, rel), "rb").read()
     # fastload packing the same .lst (pass-through) writes exactly im2rec's bytes.
     from fastload.pack.packer import pack_folder
-    pack_folder(prefix + ".lst", str(tmp_path / "fl"), root=tiny_folder, shards=1, name="data", workers=2,
-                progress=False)
+
+    pack_folder(
+        prefix + ".lst", str(tmp_path / "fl"), root=tiny_folder, shards=1, name="data", workers=2, progress=False
+    )
     assert (tmp_path / "fl" / "data-00000.rec").read_bytes() == open(prefix + ".rec", "rb").read()
     assert (tmp_path / "fl" / "data-00000.idx").read_bytes() == open(prefix + ".idx", "rb").read()
 
@@ -157,13 +164,19 @@ def test_fastload_reads_im2rec_and_packs_identically(tmp_path, tiny_folder):
 def test_multilabel_lst_matches_im2rec_pack_label(tmp_path, tiny_folder):
     pytest.importorskip("mxnet")
     pytest.importorskip("cv2")
-    files = sorted(os.path.relpath(os.path.join(d, f), tiny_folder)
-                   for d, _, fs in os.walk(tiny_folder) for f in fs if f.endswith(".JPEG"))[:12]
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), tiny_folder)
+        for d, _, fs in os.walk(tiny_folder)
+        for f in fs
+        if f.endswith(".JPEG")
+    )[:12]
     lst = tmp_path / "multi.lst"
-    lst.write_text("".join(f"{100 + i}\t{i % 3}.000000\t{i * 0.5:f}\t-1.000000\t{rel}\n"
-                           for i, rel in enumerate(files)))
+    lst.write_text(
+        "".join(f"{100 + i}\t{i % 3}.000000\t{i * 0.5:f}\t-1.000000\t{rel}\n" for i, rel in enumerate(files))
+    )
     _im2rec(["--pass-through", "--pack-label", "--num-thread", "1", str(tmp_path / "multi"), tiny_folder], tmp_path)
     from fastload.pack.packer import pack_folder
+
     pack_folder(str(lst), str(tmp_path / "fl"), root=tiny_folder, shards=1, name="multi", progress=False)
     assert (tmp_path / "fl" / "multi-00000.rec").read_bytes() == (tmp_path / "multi.rec").read_bytes()
     with open_dataset(str(tmp_path / "multi.rec")) as bare, open_dataset(str(tmp_path / "fl")) as ds:
@@ -176,6 +189,7 @@ def test_multilabel_lst_matches_im2rec_pack_label(tmp_path, tiny_folder):
 def test_mxnet_reads_fastload_shards(tmp_path, tiny_folder):
     mx = pytest.importorskip("mxnet")
     from fastload.pack.packer import pack_folder
+
     res = pack_folder(tiny_folder, str(tmp_path / "out"), shards=2, progress=False, workers=2)
     expected = {}
     with open_dataset(str(tmp_path / "out")) as ds:
@@ -191,8 +205,15 @@ def test_mxnet_reads_fastload_shards(tmp_path, tiny_folder):
             assert (header.label, image) == expected[key]
             assert header.id == key
         reader.close()
-        it = mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=idx, data_shape=(3, 24, 24), resize=24,
-                                   batch_size=entry["records"], preprocess_threads=1, round_batch=False)
+        it = mx.io.ImageRecordIter(
+            path_imgrec=rec,
+            path_imgidx=idx,
+            data_shape=(3, 24, 24),
+            resize=24,
+            batch_size=entry["records"],
+            preprocess_threads=1,
+            round_batch=False,
+        )
         batch = next(iter(it))
         assert batch.data[0].shape == (entry["records"], 3, 24, 24)
         labels = sorted(batch.label[0].asnumpy().tolist())
@@ -215,6 +236,7 @@ def _jpeg_with_magic(color, magic_count):
     import io
 
     from PIL import Image
+
     buf = io.BytesIO()
     Image.new("RGB", (24, 24), color).save(buf, "JPEG", quality=90)
     data = buf.getvalue()
@@ -231,6 +253,7 @@ def test_mxnet_iterators_read_split_records(tmp_path):
     for k, data in enumerate(images):
         (folder / f"{k}.jpg").write_bytes(data)
     from fastload.pack.packer import pack_folder
+
     res = pack_folder(str(tmp_path / "src"), str(tmp_path / "out"), shards=1, progress=False)
     with open_dataset(str(tmp_path / "out")) as ds:
         assert [bytes(ds.image(i)) for i in range(6)] == images
@@ -240,8 +263,9 @@ def test_mxnet_iterators_read_split_records(tmp_path):
     reader = mx.recordio.MXIndexedRecordIO(idx, rec, "r")
     assert [mx.recordio.unpack(reader.read_idx(k))[1] for k in range(6)] == images
     reader.close()
-    it = mx.io.ImageRecordIter(path_imgrec=rec, path_imgidx=idx, data_shape=(3, 24, 24), batch_size=6,
-                               preprocess_threads=1, round_batch=False)
+    it = mx.io.ImageRecordIter(
+        path_imgrec=rec, path_imgidx=idx, data_shape=(3, 24, 24), batch_size=6, preprocess_threads=1, round_batch=False
+    )
     batch = next(iter(it))
     got = batch.data[0].asnumpy()
     for k in range(6):

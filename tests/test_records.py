@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import builtins
 import json
-import mmap
 import os
 import threading
 import time
 
 import numpy as np
 import pytest
+from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
 from fastload.errors import CorruptRecordError, UserError
 from fastload.pack.packer import pack_folder
 from fastload.records import recordio
 from fastload.records.dataset import open_dataset
+from fastload.records.durable import write_json_atomic
 from fastload.records.lmdb_shard import decode_key, encode_key, pack_value, unpack_value_header
-from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, empty_index, write_index, write_json_atomic
+from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, empty_index, write_index
 from fastload.records.verify import verify_dataset
-from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
 
 def _files_by_label(folder):
@@ -33,13 +33,13 @@ def _files_by_label(folder):
 
 
 @pytest.fixture(scope="module", params=["recordio", "lmdb"])
-def packed(request, tiny_folder, tmp_path_factory):  # noqa: F811
+def packed(request, tiny_folder, tmp_path_factory):
     out = str(tmp_path_factory.mktemp(request.param) / "ds")
     pack_folder(tiny_folder, out, format=request.param, shards=3, progress=False, workers=2)
     return request.param, out
 
 
-def test_round_trip_bytes_and_labels(packed, tiny_folder):  # noqa: F811
+def test_round_trip_bytes_and_labels(packed, tiny_folder):
     fmt, out = packed
     expected = _files_by_label(tiny_folder)
     with open_dataset(out) as ds:
@@ -50,7 +50,7 @@ def test_round_trip_bytes_and_labels(packed, tiny_folder):  # noqa: F811
             assert ds.labels[i, 0] == label and ds.ids[i] == i
             head = recordio.unpack_header(ds.payload(i))
             assert head.labels == (float(label),) and head.id == i
-            assert bytes(ds.payload(i))[head.image_offset:] == bytes(ds.image(i))
+            assert bytes(ds.payload(i))[head.image_offset :] == bytes(ds.image(i))
         assert ds.locate(5).startswith("shard tiny-00000.") and ds.locate(39).endswith("record 13")
         assert ds.manifest["classes"] == {f"class_{k:03d}": k for k in range(4)}
         assert not ds.restart_indexed
@@ -58,14 +58,13 @@ def test_round_trip_bytes_and_labels(packed, tiny_folder):  # noqa: F811
         ds.will_need([39, 0, 17])
 
 
-def test_zero_copy_views(packed):
-    fmt, out = packed
+def test_records_are_read_into_memory_the_caller_owns(packed):
+    _fmt, out = packed
     with open_dataset(out) as ds:
         view = ds.image(3)
-        assert isinstance(view, memoryview)
-        if fmt == "recordio":
-            assert isinstance(view.obj, mmap.mmap)  # a slice of the shard's mapping, not a copy
-            assert view.readonly
+        assert isinstance(view, memoryview) and view.readonly
+        assert isinstance(view.obj, bytes)  # read with pread, not a view of a mapping that could vanish
+        assert not _mapped(out)  # nothing of the dataset is mapped into the process
 
 
 def test_concurrent_reads(packed):
@@ -79,7 +78,7 @@ def test_concurrent_reads(packed):
                 rng = np.random.default_rng(seed)
                 for i in rng.integers(0, len(ds), 400):
                     assert bytes(ds.image(int(i))) == want[i]
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
@@ -129,14 +128,24 @@ def test_bare_rec_without_idx_is_scanned(tmp_path):
         for k, p in enumerate(payloads):
             w.write(p, k)
     with open_dataset(str(tmp_path / "a.rec")) as ds:
-        assert len(ds) == 6 and ds.label_width == 2
+        # The width most records carry; the record with two labels is a bad record (not padded).
+        assert len(ds) == 6 and ds.label_width == 1
         assert ds.ids.tolist() == [10, 11, 12, 13, 14, 15]
-        assert bytes(ds.image(2)) == b"\0" * 4 + recordio._MAGIC_BYTES + b"jpeg"  # split record reassembled
-        assert ds.labels[2].tolist() == [1.0, 2.0] and ds.labels[3, 0] == 3.0 and np.isnan(ds.labels[3, 1])
+        assert bytes(ds.payload(2))[32:] == b"\0" * 4 + recordio._MAGIC_BYTES + b"jpeg"  # split record reassembled
+        with pytest.raises(CorruptRecordError, match=r"carries 2 label\(s\), the shard's records carry 1.*record 2"):
+            ds.image(2)
+        assert ds.labels[3, 0] == 3.0 and np.isnan(ds.labels[2, 0])
         assert bytes(ds.payload(4)) == payloads[4]
+    payloads[2] = recordio.pack_header(2.0, 12) + b"\0" * 4 + recordio._MAGIC_BYTES + b"jpeg"
+    with open(tmp_path / "b.rec", "wb") as f:
+        w = recordio.RecordIOWriter(f)
+        for k, p in enumerate(payloads):
+            w.write(p, k)
+    with open_dataset(str(tmp_path / "b.rec")) as ds:
+        assert bytes(ds.image(2)) == b"\0" * 4 + recordio._MAGIC_BYTES + b"jpeg" and ds.labels[2, 0] == 2.0
 
 
-def test_truncated_and_corrupted_shards_name_the_record(tiny_folder, tmp_path):  # noqa: F811
+def test_truncated_and_corrupted_shards_name_the_record(tiny_folder, tmp_path):
     out = str(tmp_path / "ds")
     pack_folder(tiny_folder, out, shards=2, name="ds", progress=False)
     manifest = json.load(open(os.path.join(out, MANIFEST_NAME)))
@@ -154,7 +163,7 @@ def test_truncated_and_corrupted_shards_name_the_record(tiny_folder, tmp_path): 
     assert any("shard ds-00001.rec record 19" in p for p in report.problems)
     # Bad magic at an indexed offset.
     open(shard, "wb").write(data)
-    keys, offsets = recordio.read_idx(os.path.join(out, manifest["shards"][1]["index_file"]))
+    _keys, offsets = recordio.read_idx(os.path.join(out, manifest["shards"][1]["index_file"]))
     with open(shard, "r+b") as f:
         f.seek(int(offsets[4]))
         f.write(b"XXXX")
@@ -185,23 +194,39 @@ def test_open_reads_only_manifest_and_index(tmp_path, monkeypatch):
         with open(path, "wb") as f:
             f.truncate(per * 1024)  # sparse: all zeros, never read
         entries.append({"file": path.name, "records": per, "bytes": per * 1024, "sha256": "0" * 64})
-    write_json_atomic(str(tmp_path / MANIFEST_NAME), {
-        "format_version": 1, "format": "recordio", "name": "big", "records": n, "label_width": 1,
-        "shards": entries, "index": {"file": INDEX_NAME}, "restart_index": None})
+    write_json_atomic(
+        str(tmp_path / MANIFEST_NAME),
+        {
+            "format_version": 1,
+            "format": "recordio",
+            "name": "big",
+            "records": n,
+            "label_width": 1,
+            "shards": entries,
+            "index": {"file": INDEX_NAME},
+            "restart_index": None,
+        },
+    )
     opened = []
-    real_open = builtins.open
+    real_open, real_os_open = builtins.open, os.open
 
     def spy_open(file, *args, **kwargs):
-        opened.append(os.path.basename(str(file)))
+        if not isinstance(file, int):  # an int is a descriptor os.open gave (recorded there)
+            opened.append(os.path.basename(str(file)))
         return real_open(file, *args, **kwargs)
 
+    def spy_os_open(path, *args, **kwargs):
+        opened.append(os.path.basename(str(path)))
+        return real_os_open(path, *args, **kwargs)
+
     monkeypatch.setattr(builtins, "open", spy_open)
+    monkeypatch.setattr(os, "open", spy_os_open)
     t0 = time.perf_counter()
     ds = open_dataset(str(tmp_path))
     elapsed = time.perf_counter() - t0
     monkeypatch.undo()
     print(f"open_dataset of a 1,000,000-record index: {elapsed * 1000:.0f} ms")
-    # Shards are mapped (open + mmap, no read); the zeros would fail any framing check if read.
+    # Shards are opened (no read); the zeros would fail any framing check if read.
     with ds:
         assert len(ds) == n and ds.labels[999_999, 0] == 999 and ds.ids[123_456] == 123_456
         with pytest.raises(CorruptRecordError, match=r"bad magic.*big-00003\.rec.*record 1"):
@@ -214,13 +239,13 @@ def test_lmdb_layout():
     assert decode_key(encode_key(123456789)) == 123456789
     value = pack_value([1.5, 2.0], 77, b"jpeg")
     head = unpack_value_header(value)
-    assert head.labels == (1.5, 2.0) and head.id == 77 and value[head.image_offset:] == b"jpeg"
+    assert head.labels == (1.5, 2.0) and head.id == 77 and value[head.image_offset :] == b"jpeg"
     assert value[:4] == b"FLDB" and len(value) == 16 + 8 + 4
     with pytest.raises(ValueError, match="magic"):
         unpack_value_header(b"XXXX" + value[4:])
 
 
-def test_imagefolder_dataset(tiny_folder):  # noqa: F811
+def test_imagefolder_dataset(tiny_folder):
     expected = _files_by_label(tiny_folder)
     with open_dataset(tiny_folder) as ds:
         assert ds.kind == "imagefolder" and len(ds) == len(expected)
@@ -252,39 +277,38 @@ def test_bare_rec_with_damaged_header_is_named(tmp_path):
             w.write(recordio.pack_header(float(k), k) + b"x" * 40, k)
     (tmp_path / "d.idx").write_bytes(w.idx_bytes())
     data = bytearray((tmp_path / "d.rec").read_bytes())
-    data[w.offsets[1] + 8: w.offsets[1] + 12] = b"\xff\xff\xff\xff"  # flag: 4 billion labels
+    data[w.offsets[1] + 8 : w.offsets[1] + 12] = b"\xff\xff\xff\xff"  # flag: 4 billion labels
     (tmp_path / "d.rec").write_bytes(bytes(data))
-    with pytest.raises(CorruptRecordError, match=r"more labels than the record holds.*d\.rec.*record 1"):
-        open_dataset(str(tmp_path / "d.rec"))
+    # The damaged record is a bad record (named when read); the others still read.
+    with open_dataset(str(tmp_path / "d.rec")) as ds:
+        with pytest.raises(CorruptRecordError, match=r"more labels than the record holds.*d\.rec.*record 1"):
+            ds.image(1)
+        assert bytes(ds.image(2)) == b"x" * 40 and ds.labels[2, 0] == 2.0
     (tmp_path / "d.rec").write_bytes(bytes(data[: w.offsets[2] + 20]))
-    with pytest.raises(CorruptRecordError, match=r"d\.rec.*record 1"):
-        open_dataset(str(tmp_path / "d.rec"))
+    with open_dataset(str(tmp_path / "d.rec")) as ds:
+        with pytest.raises(CorruptRecordError, match=r"runs past the end.*d\.rec.*record 2"):
+            ds.image(2)
+    report = verify_dataset(str(tmp_path / "d.rec"))
+    assert any("record 1" in p and "more labels" in p for p in report.problems)
+    assert any("record 2" in p and "truncated" in p for p in report.problems)
 
 
-def _mapped_kb(path: str) -> int:
-    """Resident kB of this process's mappings of ``path`` (from /proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as fh:
-        for line in fh:
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5:
-                inside = len(fields) >= 6 and fields[-1] == path
-            elif inside and fields[0] == "Rss:":
-                total += int(fields[1])
-    return total
+def _mapped(folder: str) -> list[str]:
+    """This process's mappings of files inside ``folder`` (from /proc/self/maps)."""
+    real = os.path.realpath(folder)
+    with open("/proc/self/maps") as fh:
+        return [line.split()[-1] for line in fh if line.rstrip().endswith(tuple(os.listdir(real))) and real in line]
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps")
-def test_done_with_releases_mapped_pages_and_views_stay_valid(tiny_folder, tmp_path):  # noqa: F811
-    out = tmp_path / "packed"
-    pack_folder(tiny_folder, str(out), progress=False, workers=1)
-    with open_dataset(str(out)) as ds:
-        rec = os.path.realpath(os.path.join(str(out), ds.manifest["shards"][0]["file"]))
-        before = [bytes(ds.image(i)) for i in range(len(ds))]
-        touched = _mapped_kb(rec)
-        assert touched > 0
-        ds.RELEASE_EVERY_BYTES = 1  # release on every call, to see it happen
-        ds.done_with(np.arange(len(ds)))
-        assert _mapped_kb(rec) < touched
-        # The pages come back from the page cache: the bytes are unchanged.
-        assert [bytes(ds.image(i)) for i in range(len(ds))] == before
+def test_reading_maps_nothing_and_close_releases_the_files(tiny_folder, tmp_path):
+    for fmt in ("recordio", "lmdb"):
+        out = tmp_path / fmt
+        pack_folder(tiny_folder, str(out), format=fmt, progress=False, workers=1)
+        fds_before = len(os.listdir("/proc/self/fd"))
+        with open_dataset(str(out)) as ds:
+            before = [bytes(ds.image(i)) for i in range(len(ds))]
+            assert not _mapped(str(out))
+            assert [bytes(ds.image(i)) for i in range(len(ds))] == before
+            views = [ds.image(i) for i in range(3)]
+        assert len(os.listdir("/proc/self/fd")) == fds_before  # close() closed every shard
+        assert [bytes(v) for v in views] == before[:3]  # bytes handed out stay valid after close

@@ -19,6 +19,7 @@ if REPO not in sys.path:
 def tiny_folder(tmp_path_factory) -> str:
     """40 small JPEGs in 4 class folders."""
     from tools.make_dataset import make_dataset
+
     out = str(tmp_path_factory.mktemp("tiny") / "tiny")
     make_dataset(out, count=40, seed=3, classes=4, tiny=True, workers=1)
     return out
@@ -28,6 +29,7 @@ def tiny_folder(tmp_path_factory) -> str:
 def odd_folder(tmp_path_factory) -> str:
     """20 small JPEGs plus the odd files (grayscale, CMYK, progressive, PNG, truncated, empty, text)."""
     from tools.make_dataset import make_dataset
+
     out = str(tmp_path_factory.mktemp("odd") / "odd")
     make_dataset(out, count=20, seed=5, classes=7, odd=True, tiny=True, workers=1)
     return out

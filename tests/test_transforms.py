@@ -76,10 +76,19 @@ def test_resize_box_is_whole_image():
     assert p.box == (0.0, 0.0, 33.0, 17.0)
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(size=0), dict(size=(3,)), dict(scale=(0.5, 0.1)), dict(scale=(0.0, 1.0)), dict(scale=(0.5, 1.5)),
-    dict(ratio=(-1.0, 2.0)), dict(flip=1.5), dict(size="224"),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(size=0),
+        dict(size=(3,)),
+        dict(scale=(0.5, 0.1)),
+        dict(scale=(0.0, 1.0)),
+        dict(scale=(0.5, 1.5)),
+        dict(ratio=(-1.0, 2.0)),
+        dict(flip=1.5),
+        dict(size="224"),
+    ],
+)
 def test_invalid_specs_raise_value_error(kwargs):
     with pytest.raises(ValueError):
         T.RandomResizedCrop(**kwargs)

@@ -277,7 +277,7 @@ def test_engine_sampler_is_the_reference_for_every_kernel_and_border(realistic_f
 @requires_engine
 def test_engine_region_decode_then_warp(realistic_folder):
     from fastload import _engine
-    from fastload.decode import DecodeOptions, _options_tuple
+    from fastload.decode import DecodeOptions, _native_options
     path = sorted(realistic_folder.rglob("*.JPEG"))[0]
     data = path.read_bytes()
     img = np.asarray(Image.open(path).convert("RGB"))
@@ -286,11 +286,11 @@ def test_engine_region_decode_then_warp(realistic_folder):
     # A small crop (region decode of a corner) and a 3x downscale (DCT scaling when allowed).
     for box, size in [((200.0, 150.0, 300.0, 250.0), (64, 64)), ((0.0, 0.0, float(w), float(h)), (110, 130))]:
         plan, _ = affine_plan(affine, box, True, size, T.sample_key(0, 0, 3))
-        status, message, out, denom = _engine._warp_decode(data, plan, _options_tuple(DecodeOptions(dct_scaling=False)))
+        status, message, out, denom = _engine._warp_decode(data, plan, _native_options(DecodeOptions(dct_scaling=False)))
         assert status == 0 and denom == 1, message
         # The region decode is bit-identical to the full decode: so are the warped pixels.
         np.testing.assert_array_equal(out, warp_image(img, plan))
-        status, _, scaled, denom = _engine._warp_decode(data, plan, _options_tuple(DecodeOptions()))
+        status, _, scaled, denom = _engine._warp_decode(data, plan, _native_options(DecodeOptions()))
         assert status == 0
         if size == (110, 130):
             # libjpeg's 1/2 IDCT replaces part of the filter: close, not equal.
@@ -299,7 +299,7 @@ def test_engine_region_decode_then_warp(realistic_folder):
             assert d.mean() < 2.0
         else:
             assert denom == 1
-    status, message, out, _ = _engine._warp_decode(data[: len(data) // 3], plan, _options_tuple(DecodeOptions()))
+    status, message, out, _ = _engine._warp_decode(data[: len(data) // 3], plan, _native_options(DecodeOptions()))
     assert status != 0 and out is None and message
 
 
@@ -308,7 +308,7 @@ def test_engine_nearest_affine_resamples_the_crop_then_gathers(realistic_folder)
     # interpolation="nearest": the engine resizes the crop with its usual resampler (the plain crop
     # path's bytes) and copies pixels; the reference evaluates the same filter in float.
     from fastload import _engine
-    from fastload.decode import DecodeOptions, _options_tuple
+    from fastload.decode import DecodeOptions, _native_options
     for i, path in enumerate(sorted(realistic_folder.rglob("*.JPEG"))[:4]):
         data = path.read_bytes()
         img = np.asarray(Image.open(path).convert("RGB"))
@@ -316,7 +316,7 @@ def test_engine_nearest_affine_resamples_the_crop_then_gathers(realistic_folder)
         p = T.sample_params(w, h, T.RandomResizedCrop(size=224), seed=0, epoch=0, index=i)
         plan, _ = affine_plan(RandomAffine(degrees=15, translate=(0.1, 0.1), fill=(3, 2, 1)), p.box, p.flip,
                               (224, 224), T.sample_key(0, 0, i))
-        status, message, out, denom = _engine._warp_decode(data, plan, _options_tuple(DecodeOptions(dct_scaling=False)))
+        status, message, out, denom = _engine._warp_decode(data, plan, _native_options(DecodeOptions(dct_scaling=False)))
         assert status == 0, message
         d = np.abs(out.astype(int) - warp_image(img, plan).astype(int))
         assert d.max() <= 1 and d.mean() < 0.25

@@ -17,13 +17,21 @@ import argparse
 import logging
 import sys
 import time
-from typing import List, Optional
 
 __all__ = ["main", "run_demo"]
 
 
-def run_demo(path: str, *, batch_size: int = 64, epochs: int = 2, size: int = 224, threads: Optional[int] = None,
-             device: Optional[str] = None, shuffle: str = "global", out=sys.stdout) -> dict:
+def run_demo(
+    path: str,
+    *,
+    batch_size: int = 64,
+    epochs: int = 2,
+    size: int = 224,
+    threads: int | None = None,
+    device: str | None = None,
+    shuffle: str = "global",
+    out=sys.stdout,
+) -> dict:
     """Iterate ``epochs`` epochs of ``path`` and print a report.
 
     Returns:
@@ -32,42 +40,65 @@ def run_demo(path: str, *, batch_size: int = 64, epochs: int = 2, size: int = 22
     """
     import fastload
     from fastload.decode import engine_info
-    from fastload.torch import DataLoader
+    from fastload.torch import DataLoader, ImageDataset, OrderSampler
 
     info = engine_info()
     report = {"epochs": []}
-    with DataLoader(path, batch_size=batch_size, shuffle=shuffle, seed=0, transform=fastload.train(size),
-                    num_threads=threads, device=device) as loader:
-        ds = loader.dataset
-        print(f"dataset {path}: {len(ds)} records ({getattr(ds, 'kind', '?')}), label width {loader.loader.label_width}; "
-              f"{len(loader)} batches of {batch_size} per epoch, output {size}x{size} uint8 NCHW", file=out)
-        print(f"decoder: {info['backend']}" + (f" (libjpeg-turbo {info['libjpeg_turbo']}, {info['simd']})"
-                                               if info["libjpeg_turbo"] else f" ({info['reason']})")
-              + f", {threads or info['threads']} threads", file=out)
+    dataset = ImageDataset(path, transform=fastload.train(size))
+    with DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=OrderSampler(dataset, shuffle=shuffle, seed=0),
+        seed=0,
+        num_threads=threads,
+        device=device,
+    ) as loader:
+        ds = dataset.records
+        print(
+            f"dataset {path}: {len(ds)} records ({getattr(ds, 'kind', '?')}), label width {ds.label_width}; "
+            f"{len(loader)} batches of {batch_size} per epoch, output {size}x{size} uint8 NCHW",
+            file=out,
+        )
+        print(
+            f"decoder: {info['backend']}"
+            + (
+                f" (libjpeg-turbo {info['libjpeg_turbo']}, {info['simd']})"
+                if info["libjpeg_turbo"]
+                else f" ({info['reason']})"
+            )
+            + f", {threads or info['threads']} threads",
+            file=out,
+        )
         for epoch in range(epochs):
             loader.set_epoch(epoch)
             images = batches = 0
             t0 = time.perf_counter()
-            for x, y in loader:
+            for x, _y in loader:
                 batches += 1
                 images += x.shape[0]
             seconds = time.perf_counter() - t0
             row = {"batches": batches, "images": images, "seconds": seconds, "images_per_s": images / seconds}
             report["epochs"].append(row)
-            print(f"epoch {epoch}: {batches} batches, {images} images in {seconds:.2f}s = "
-                  f"{row['images_per_s']:.0f} images/s", file=out)
+            print(
+                f"epoch {epoch}: {batches} batches, {images} images in {seconds:.2f}s = "
+                f"{row['images_per_s']:.0f} images/s",
+                file=out,
+            )
         stats = loader.stats()
     report["stats"] = stats.as_dict()
     report["backend"] = stats.backend
     report["skipped"] = stats.skipped
     print(f"stats: {stats.summary()}", file=out)
-    print(f"input-bound: the consumer waited {100 * stats.input_bound:.0f}% of the time "
-          "(this demo does no training work, so the loader is the bottleneck by design)", file=out)
+    print(
+        f"input-bound: the consumer waited {100 * stats.input_bound:.0f}% of the time "
+        "(this demo does no training work, so the loader is the bottleneck by design)",
+        file=out,
+    )
     print(f"decoder backend used: {stats.backend}; bad records skipped: {stats.skipped}", file=out)
     return report
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("path", help="packed fastload folder (or .rec, LMDB folder, ImageFolder tree)")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -81,8 +112,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     from fastload.errors import UserError
 
     try:
-        run_demo(args.path, batch_size=args.batch_size, epochs=args.epochs, size=args.size, threads=args.threads,
-                 device=args.device, shuffle=args.shuffle)
+        run_demo(
+            args.path,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            size=args.size,
+            threads=args.threads,
+            device=args.device,
+            shuffle=args.shuffle,
+        )
     except (UserError, ValueError, FileNotFoundError) as exc:
         print(f"demo_load: {exc}", file=sys.stderr)
         return 2

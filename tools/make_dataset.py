@@ -40,25 +40,25 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image, ImageFile, ImageFilter, ImageOps
 
 __all__ = [
-    "DatasetSpec",
-    "SourcePhoto",
-    "OddKind",
     "ODD_MANIFEST",
-    "make_dataset",
-    "format_summary",
-    "render_image",
+    "DatasetSpec",
+    "OddKind",
+    "SourcePhoto",
     "encode_jpeg",
+    "format_summary",
+    "main",
+    "make_dataset",
+    "render_image",
     "source_photos",
     "wnid",
-    "main",
 ]
 
 ODD_MANIFEST = "odd_files.json"
@@ -69,13 +69,25 @@ _CLASS_DIR = re.compile(r"^class_\d{3,}$")
 # (file name, weight). Colour photographs dominate, as in ImageNet; grayscale textures are
 # colourised so they add texture variety without adding grayscale images to the regular set.
 _COLOR_PHOTOS = (
-    ("astronaut.png", 1.0), ("chelsea.png", 1.0), ("coffee.png", 1.0), ("rocket.jpg", 1.0),
-    ("motorcycle_left.png", 1.0), ("motorcycle_right.png", 0.5), ("hubble_deep_field.jpg", 0.8),
-    ("retina.jpg", 0.6), ("ihc.png", 0.6), ("color.png", 0.2), ("grace_hopper.jpg", 1.0),
+    ("astronaut.png", 1.0),
+    ("chelsea.png", 1.0),
+    ("coffee.png", 1.0),
+    ("rocket.jpg", 1.0),
+    ("motorcycle_left.png", 1.0),
+    ("motorcycle_right.png", 0.5),
+    ("hubble_deep_field.jpg", 0.8),
+    ("retina.jpg", 0.6),
+    ("ihc.png", 0.6),
+    ("color.png", 0.2),
+    ("grace_hopper.jpg", 1.0),
 )
 _GRAY_PHOTOS = (
-    ("grass.png", 0.5), ("gravel.png", 0.5), ("brick.png", 0.5), ("camera.png", 0.4),
-    ("coins.png", 0.3), ("moon.png", 0.2),
+    ("grass.png", 0.5),
+    ("gravel.png", 0.5),
+    ("brick.png", 0.5),
+    ("camera.png", 0.4),
+    ("coins.png", 0.3),
+    ("moon.png", 0.2),
 )
 # Photos whose fine structure (stones, blades of grass) serves as the detail layer.
 _TEXTURES = ("grass.png", "gravel.png")
@@ -89,13 +101,13 @@ _MAXBLOCK_LOCK = threading.Lock()  # guards temporary changes of Pillow's global
 class OddKind(str, enum.Enum):
     """The odd files ``--odd`` adds; the value is the ``kind`` field of ``odd_files.json``."""
 
-    GRAYSCALE = "grayscale"      # a valid baseline JPEG with one component (Pillow mode L)
-    CMYK = "cmyk"                # a valid four-component Adobe JPEG (Pillow mode CMYK)
+    GRAYSCALE = "grayscale"  # a valid baseline JPEG with one component (Pillow mode L)
+    CMYK = "cmyk"  # a valid four-component Adobe JPEG (Pillow mode CMYK)
     PROGRESSIVE = "progressive"  # a valid progressive (SOF2) RGB JPEG
-    PNG = "png"                  # a valid PNG whose name says .JPEG
-    TRUNCATED = "truncated"      # a JPEG cut in the middle of its entropy-coded data
-    EMPTY = "empty"              # a zero-byte file
-    TEXT = "text"                # a text file with an image name
+    PNG = "png"  # a valid PNG whose name says .JPEG
+    TRUNCATED = "truncated"  # a JPEG cut in the middle of its entropy-coded data
+    EMPTY = "empty"  # a zero-byte file
+    TEXT = "text"  # a text file with an image name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +128,7 @@ class DatasetSpec:
     classes: int = 10
     odd: bool = False
     tiny: bool = False
-    quality_range: Tuple[int, int] = (75, 95)
+    quality_range: tuple[int, int] = (75, 95)
 
     def __post_init__(self) -> None:
         if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
@@ -141,15 +153,17 @@ class SourcePhoto:
     weight: float
 
 
-def _photo_dirs() -> List[str]:
+def _photo_dirs() -> list[str]:
     dirs = []
     try:
         import skimage  # imported lazily: only to locate its data folder
+
         dirs.append(os.path.join(os.path.dirname(skimage.__file__), "data"))
     except ImportError:
         pass
     try:
         import matplotlib  # imported lazily: only to locate its sample data
+
         dirs.append(os.path.join(matplotlib.get_data_path(), "sample_data"))
     except ImportError:
         pass
@@ -157,7 +171,7 @@ def _photo_dirs() -> List[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def source_photos() -> Tuple[SourcePhoto, ...]:
+def source_photos() -> tuple[SourcePhoto, ...]:
     """The installed photographs the images are cut from, in a fixed order.
 
     Returns:
@@ -182,7 +196,8 @@ def source_photos() -> Tuple[SourcePhoto, ...]:
         raise RuntimeError(
             "make_dataset: no source photographs found. It cuts images from the photos shipped with "
             "scikit-image (skimage/data/*.png|jpg) or matplotlib (mpl-data/sample_data/grace_hopper.jpg); "
-            f"install one of them (pip install scikit-image). Looked in: {dirs or 'nothing importable'}")
+            f"install one of them (pip install scikit-image). Looked in: {dirs or 'nothing importable'}"
+        )
     return tuple(found)
 
 
@@ -195,7 +210,7 @@ def _rng(seed: int, *stream: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, *stream])))
 
 
-def _draw_size(rng: np.random.Generator, tiny: bool) -> Tuple[int, int]:
+def _draw_size(rng: np.random.Generator, tiny: bool) -> tuple[int, int]:
     """An ImageNet-train-like (width, height): mostly 4:3 landscape, some portrait and square."""
     long_side = float(np.exp(rng.normal(np.log(425.0), 0.25)))
     shape = rng.random()
@@ -215,7 +230,7 @@ def _pick_photo(rng: np.random.Generator, photos: Sequence[SourcePhoto]) -> Sour
 
 
 @functools.lru_cache(maxsize=1)
-def _texture_tiles() -> Tuple[Image.Image, ...]:
+def _texture_tiles() -> tuple[Image.Image, ...]:
     """Grayscale textures mirrored 2x2, so a crop can be larger than the photo and squeezed finer."""
     photos = source_photos()
     chosen = [p.image for p in photos if p.name in _TEXTURES] or [p.image for p in photos]
@@ -249,7 +264,7 @@ def _detail_layer(rng: np.random.Generator, width: int, height: int, amplitude: 
     return high * np.float32(amplitude / (float(high.std()) + 1e-3))
 
 
-def render_image(width: int, height: int, *, seed: int = 0, rng: Optional[np.random.Generator] = None) -> Image.Image:
+def render_image(width: int, height: int, *, seed: int = 0, rng: np.random.Generator | None = None) -> Image.Image:
     """A natural-looking RGB image of the given size, cut from the installed photographs.
 
     Args:
@@ -291,8 +306,11 @@ def render_image(width: int, height: int, *, seed: int = 0, rng: Optional[np.ran
         img = img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.4, 1.0))))
     elif upscale > 1.2:
         # Upscaled crops are softer than ImageNet's (mostly downscaled) photos; restore edges.
-        img = img.filter(ImageFilter.UnsharpMask(radius=float(rng.uniform(1.0, 2.5)),
-                                                 percent=int(rng.integers(60, 160)), threshold=2))
+        img = img.filter(
+            ImageFilter.UnsharpMask(
+                radius=float(rng.uniform(1.0, 2.5)), percent=int(rng.integers(60, 160)), threshold=2
+            )
+        )
     arr = np.asarray(img, dtype=np.float32)
     if rng.random() < 0.6:
         # Elementwise, not a BLAS matmul: BLAS kernels may round differently per CPU or thread count.
@@ -318,8 +336,15 @@ def render_image(width: int, height: int, *, seed: int = 0, rng: Optional[np.ran
     return Image.fromarray(np.clip(arr + 0.5, 0, 255).astype(np.uint8), "RGB")
 
 
-def encode_jpeg(img: Image.Image, *, quality: int = 90, subsampling: str = "4:2:0", mode: str = "RGB",
-                progressive: bool = False, optimize: bool = False) -> bytes:
+def encode_jpeg(
+    img: Image.Image,
+    *,
+    quality: int = 90,
+    subsampling: str = "4:2:0",
+    mode: str = "RGB",
+    progressive: bool = False,
+    optimize: bool = False,
+) -> bytes:
     """Encode an image as JPEG bytes with Pillow.
 
     Args:
@@ -370,7 +395,7 @@ def encode_jpeg(img: Image.Image, *, quality: int = 90, subsampling: str = "4:2:
     return buf.getvalue()
 
 
-def _image_file(spec: DatasetSpec, index: int) -> Tuple[str, bytes, int, int]:
+def _image_file(spec: DatasetSpec, index: int) -> tuple[str, bytes, int, int]:
     """Relative path, bytes, width and height of regular image ``index``."""
     rng = _rng(spec.seed, index)
     width, height = _draw_size(rng, spec.tiny)
@@ -388,11 +413,11 @@ def _truncate_in_entropy_data(data: bytes) -> bytes:
     sos = data.find(b"\xff\xda")
     if sos < 0:
         raise ValueError("no SOS marker in the JPEG to truncate")
-    scan_start = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+    scan_start = sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")
     return data[: scan_start + (len(data) - 2 - scan_start) // 2]
 
 
-def _odd_files(spec: DatasetSpec) -> List[Tuple[str, str, bytes, dict]]:
+def _odd_files(spec: DatasetSpec) -> list[tuple[str, str, bytes, dict]]:
     """(relative path, kind value, bytes, extra manifest fields) of each odd file."""
     out = []
     size = (150, 110) if spec.tiny else (320, 240)
@@ -422,8 +447,10 @@ def _odd_files(spec: DatasetSpec) -> List[Tuple[str, str, bytes, dict]]:
             data = b""
             extra.update(format=None, decodable=False)
         else:
-            data = (b"This is not an image. Real crawls contain HTML error pages and notes\n"
-                    b"saved under image names; a loader must report, not crash on, this file.\n")
+            data = (
+                b"This is not an image. Real crawls contain HTML error pages and notes\n"
+                b"saved under image names; a loader must report, not crash on, this file.\n"
+            )
             extra.update(format=None, decodable=False)
         # Numbered after the regular images, in ordinary-looking names: a reader cannot tell
         # them apart by name, exactly as in real crawls. Some carry the lower-case .jpg suffix.
@@ -457,9 +484,19 @@ def _write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def make_dataset(out: str, *, count: int, seed: int = 0, classes: int = 10, odd: bool = False,
-                 workers: Optional[int] = None, tiny: bool = False, quality_range: Tuple[int, int] = (75, 95),
-                 overwrite: bool = False, quiet: bool = True) -> Dict[str, object]:
+def make_dataset(
+    out: str,
+    *,
+    count: int,
+    seed: int = 0,
+    classes: int = 10,
+    odd: bool = False,
+    workers: int | None = None,
+    tiny: bool = False,
+    quality_range: tuple[int, int] = (75, 95),
+    overwrite: bool = False,
+    quiet: bool = True,
+) -> dict[str, object]:
     """Write an ImageFolder tree of realistic JPEGs (and, with ``odd``, the odd files).
 
     Args:
@@ -495,11 +532,13 @@ def make_dataset(out: str, *, count: int, seed: int = 0, classes: int = 10, odd:
     out = os.fspath(out)
     _prepare_out(out, overwrite)
     # Only classes that receive a file get a folder: ImageFolder readers reject empty classes.
-    for cls in sorted({i % spec.classes for i in range(min(spec.count, spec.classes))}
-                      | ({(spec.count + j) % spec.classes for j in range(len(OddKind))} if spec.odd else set())):
+    for cls in sorted(
+        {i % spec.classes for i in range(min(spec.count, spec.classes))}
+        | ({(spec.count + j) % spec.classes for j in range(len(OddKind))} if spec.odd else set())
+    ):
         os.makedirs(os.path.join(out, f"class_{cls:03d}"), exist_ok=True)
 
-    def one(index: int) -> Tuple[int, int, int]:
+    def one(index: int) -> tuple[int, int, int]:
         rel, data, width, height = _image_file(spec, index)
         _write(os.path.join(out, rel), data)
         return width, height, len(data)
@@ -546,7 +585,7 @@ def make_dataset(out: str, *, count: int, seed: int = 0, classes: int = 10, odd:
     return summary
 
 
-def format_summary(summary: Dict[str, object]) -> str:
+def format_summary(summary: dict[str, object]) -> str:
     """Human-readable lines for a :func:`make_dataset` summary."""
     lines = [
         f"wrote {summary['count']} images in {summary['classes']} classes to {summary['out']}: "
@@ -561,27 +600,45 @@ def format_summary(summary: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="make_dataset.py",
-        description="Write a realistic synthetic ImageNet-like JPEG folder (no network needed).")
+        prog="make_dataset.py", description="Write a realistic synthetic ImageNet-like JPEG folder (no network needed)."
+    )
     parser.add_argument("out", help="output folder (must be empty unless --overwrite)")
     parser.add_argument("--count", type=int, required=True, help="number of regular images")
     parser.add_argument("--seed", type=int, default=0, help="seed; same seed and count give identical files")
     parser.add_argument("--classes", type=int, default=10, help="number of class folders (default 10)")
-    parser.add_argument("--odd", action="store_true",
-                        help="also add grayscale, CMYK, progressive, PNG-named-JPEG, truncated, empty and text files")
+    parser.add_argument(
+        "--odd",
+        action="store_true",
+        help="also add grayscale, CMYK, progressive, PNG-named-JPEG, truncated, empty and text files",
+    )
     parser.add_argument("--workers", type=int, default=None, help="encoding threads (default: all cores)")
-    parser.add_argument("--quality-range", type=int, nargs=2, default=(75, 95), metavar=("LOW", "HIGH"),
-                        help="inclusive JPEG quality range (default 75 95)")
+    parser.add_argument(
+        "--quality-range",
+        type=int,
+        nargs=2,
+        default=(75, 95),
+        metavar=("LOW", "HIGH"),
+        help="inclusive JPEG quality range (default 75 95)",
+    )
     parser.add_argument("--tiny", action="store_true", help="small images (60-200 px) for fast tests")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset in OUT")
     args = parser.parse_args(argv)
     try:
-        make_dataset(args.out, count=args.count, seed=args.seed, classes=args.classes, odd=args.odd,
-                     workers=args.workers, tiny=args.tiny, quality_range=tuple(args.quality_range),
-                     overwrite=args.overwrite, quiet=False)
+        make_dataset(
+            args.out,
+            count=args.count,
+            seed=args.seed,
+            classes=args.classes,
+            odd=args.odd,
+            workers=args.workers,
+            tiny=args.tiny,
+            quality_range=tuple(args.quality_range),
+            overwrite=args.overwrite,
+            quiet=False,
+        )
     except (ValueError, FileExistsError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -27,8 +27,8 @@ __all__ = ["FACTORIES"]
 class _Runner:
     def __init__(self, spec: dict) -> None:
         try:
-            from nvidia.dali import fn, pipeline_def, types
             import nvidia.dali as dali
+            from nvidia.dali import fn, pipeline_def, types
         except Exception as exc:
             raise PeerSkip(f"nvidia-dali is not importable by {sys.executable}: {type(exc).__name__}: {exc}") from exc
         rec = spec["rec"]
@@ -47,21 +47,38 @@ class _Runner:
         # batch still in flight after a repeat would be decoded during another contender's timing.
         self.depth = min(2, self.iterations)
 
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=int(spec.get("seed", 0)) + 1,
-                      prefetch_queue_depth=self.depth)
+        @pipeline_def(
+            batch_size=batch,
+            num_threads=threads,
+            device_id=None,
+            seed=int(spec.get("seed", 0)) + 1,
+            prefetch_queue_depth=self.depth,
+        )
         def train():
             jpegs, labels = fn.readers.mxnet(path=[rec], index_path=[idx], random_shuffle=True, name="Reader")
             if region:
-                images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
-                                                       random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3],
-                                                       num_attempts=10)
-                images = fn.resize(images, resize_x=size, resize_y=size, interp_type=types.INTERP_LINEAR,
-                                   antialias=True)
+                images = fn.decoders.image_random_crop(
+                    jpegs,
+                    device="cpu",
+                    output_type=types.RGB,
+                    random_area=[0.08, 1.0],
+                    random_aspect_ratio=[3 / 4, 4 / 3],
+                    num_attempts=10,
+                )
+                images = fn.resize(
+                    images, resize_x=size, resize_y=size, interp_type=types.INTERP_LINEAR, antialias=True
+                )
             else:
                 images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-                images = fn.random_resized_crop(images, size=[size, size], random_area=[0.08, 1.0],
-                                                random_aspect_ratio=[3 / 4, 4 / 3], num_attempts=10,
-                                                interp_type=types.INTERP_LINEAR, antialias=True)
+                images = fn.random_resized_crop(
+                    images,
+                    size=[size, size],
+                    random_area=[0.08, 1.0],
+                    random_aspect_ratio=[3 / 4, 4 / 3],
+                    num_attempts=10,
+                    interp_type=types.INTERP_LINEAR,
+                    antialias=True,
+                )
             images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
             return images, labels
 
@@ -93,8 +110,11 @@ class _Runner:
             in_flight -= 1
         seconds = time.perf_counter() - t0
         self._in_flight = in_flight  # set after the loop: the loop's budget uses the value at entry
-        return {"images": consumed * self.batch, "bytes": int(self.nbytes * consumed / self.iterations),
-                "seconds": seconds}
+        return {
+            "images": consumed * self.batch,
+            "bytes": int(self.nbytes * consumed / self.iterations),
+            "seconds": seconds,
+        }
 
     def close(self) -> None:
         self.pipe = None

@@ -31,15 +31,20 @@ class _Folder:
 
     def __init__(self, root: str) -> None:
         classes = sorted(d.name for d in os.scandir(root) if d.is_dir())
-        self.items = [(os.path.join(dp, f), label) for label, c in enumerate(classes)
-                      for dp, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True))
-                      for f in sorted(files) if f.lower().endswith(_EXTENSIONS)]
+        self.items = [
+            (os.path.join(dp, f), label)
+            for label, c in enumerate(classes)
+            for dp, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True))
+            for f in sorted(files)
+            if f.lower().endswith(_EXTENSIONS)
+        ]
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i):
         from PIL import Image
+
         path, label = self.items[i]
         with Image.open(path) as im:
             return im.convert("RGB"), label
@@ -64,17 +69,38 @@ class _Runner:
         self.tmp = tempfile.mkdtemp(prefix="fastload-bench-ffcv-", dir=spec.get("workdir"))
         beton = os.path.join(self.tmp, "data.beton")
         quality = int(spec.get("jpeg_quality", 90))
-        writer = DatasetWriter(beton, {"image": RGBImageField(write_mode="jpg", jpeg_quality=quality),
-                                       "label": IntField()}, num_workers=threads)
+        writer = DatasetWriter(
+            beton,
+            {"image": RGBImageField(write_mode="jpg", jpeg_quality=quality), "label": IntField()},
+            num_workers=threads,
+        )
         writer.from_indexed_dataset(folder)
-        self.loader = Loader(beton, batch_size=int(spec.get("batch_size", 256)), num_workers=threads,
-                             order=OrderOption.RANDOM, drop_last=False, os_cache=True,
-                             pipelines={"image": [RandomResizedCropRGBImageDecoder((size, size)),
-                                                  RandomHorizontalFlip(), ToTensor(), ToTorchImage()],
-                                        "label": [IntDecoder(), ToTensor()]})
+        self.loader = Loader(
+            beton,
+            batch_size=int(spec.get("batch_size", 256)),
+            num_workers=threads,
+            order=OrderOption.RANDOM,
+            drop_last=False,
+            os_cache=True,
+            pipelines={
+                "image": [
+                    RandomResizedCropRGBImageDecoder((size, size)),
+                    RandomHorizontalFlip(),
+                    ToTensor(),
+                    ToTorchImage(),
+                ],
+                "label": [IntDecoder(), ToTensor()],
+            },
+        )
         import ffcv
-        self.info = {"ffcv": getattr(ffcv, "__version__", "?"), "threads": threads, "jpeg_quality": quality,
-                     "beton_bytes": os.path.getsize(beton), "inputs": [beton]}
+
+        self.info = {
+            "ffcv": getattr(ffcv, "__version__", "?"),
+            "threads": threads,
+            "jpeg_quality": quality,
+            "beton_bytes": os.path.getsize(beton),
+            "inputs": [beton],
+        }
 
     def run(self) -> dict:
         images = 0

@@ -4,7 +4,7 @@
 for RandomResizedCrop(224); ``rand_mirror=True`` is the flip; uint8 output. On 2 cores MXNet caps
 its decode threads at max(cores/2 - 1, 1), so the ``parts`` variant runs ``num_parts`` iterators
 (``part_index`` 0..P-1) concurrently, the usual work-around. Run as
-``python -m fastload_bench.peers.mxnet_rec`` (it may share the process with fastload's own MXNet
+``python -m bench.peers.mxnet_rec`` (it may share the process with fastload's own MXNet
 iterator from ``bench/mxnet_iters.py``, so both see the same interpreter and libraries).
 """
 
@@ -43,14 +43,29 @@ class _Runner:
         # With round_batch=False MXNet hands out a full-size last batch with pad=0 however few
         # records it holds, so counting batch rows over-counts; an epoch decodes every record once.
         self.records = self._count_records(rec, idx)
-        self.iters = [mx.io.ImageRecordIter(
-            path_imgrec=rec, path_imgidx=idx if os.path.exists(idx) else "",
-            data_shape=(3, size, size), batch_size=int(spec.get("batch_size", 256)),
-            shuffle=True, seed=int(spec.get("seed", 0)) + p,
-            random_resized_crop=True, min_random_area=0.08, max_random_area=1.0,
-            min_aspect_ratio=3.0 / 4.0, max_aspect_ratio=4.0 / 3.0, rand_mirror=True,
-            preprocess_threads=threads, prefetch_buffer=4, dtype="uint8", round_batch=False,
-            part_index=p, num_parts=parts) for p in range(parts)]
+        self.iters = [
+            mx.io.ImageRecordIter(
+                path_imgrec=rec,
+                path_imgidx=idx if os.path.exists(idx) else "",
+                data_shape=(3, size, size),
+                batch_size=int(spec.get("batch_size", 256)),
+                shuffle=True,
+                seed=int(spec.get("seed", 0)) + p,
+                random_resized_crop=True,
+                min_random_area=0.08,
+                max_random_area=1.0,
+                min_aspect_ratio=3.0 / 4.0,
+                max_aspect_ratio=4.0 / 3.0,
+                rand_mirror=True,
+                preprocess_threads=threads,
+                prefetch_buffer=4,
+                dtype="uint8",
+                round_batch=False,
+                part_index=p,
+                num_parts=parts,
+            )
+            for p in range(parts)
+        ]
         self.info = {"mxnet": mx.__version__, "parts": parts, "preprocess_threads": threads}
 
     @staticmethod
@@ -59,6 +74,7 @@ class _Runner:
             with open(idx) as fh:
                 return sum(1 for line in fh if line.strip())
         from mxnet.recordio import MXRecordIO
+
         reader, n = MXRecordIO(rec, "r"), 0
         while reader.read() is not None:
             n += 1
@@ -88,8 +104,12 @@ class _Runner:
             for t in threads:
                 t.join()
         seconds = time.perf_counter() - t0
-        return {"images": self.records, "bytes": self.nbytes, "seconds": seconds,
-                "extra": {"batch_rows_seen": sum(counts)}}
+        return {
+            "images": self.records,
+            "bytes": self.nbytes,
+            "seconds": seconds,
+            "extra": {"batch_rows_seen": sum(counts)},
+        }
 
     def close(self) -> None:
         self.iters = []
@@ -99,7 +119,7 @@ def _fastload_mxnet(spec: dict):
     # fastload's own MXNet iterator, measured by the MXNet helper's module when it is present.
     try:
         if __package__ in (None, ""):
-            from fastload_bench import mxnet_iters  # script mode: needs fastload installed there too
+            from bench import mxnet_iters  # script mode: needs fastload installed there too
         else:
             from .. import mxnet_iters
     except ImportError as exc:
@@ -111,7 +131,7 @@ class _Quiesced:
     """fastload.mxnet's runner, with its loader's producer stopped after every repeat.
 
     fastload's loader decodes on into the next epoch when one ends; between repeats that work would
-    run during another contender's timing (see ``fastload_bench.stages.quiesce``).
+    run during another contender's timing (see ``bench.stages.quiesce``).
     """
 
     def __init__(self, runner) -> None:
@@ -154,12 +174,14 @@ class _SparseRunner:
                 import fastload.mxnet as fm
             except ImportError as exc:
                 raise PeerSkip(f"fastload.mxnet is not available: {exc}") from exc
-            self.it = fm.NDArrayIter(x, y, batch_size=batch, shuffle=True, seed=int(spec.get("seed", 0)),
-                                     last_batch_handle="discard")
+            self.it = fm.NDArrayIter(
+                x, y, batch_size=batch, shuffle=True, seed=int(spec.get("seed", 0)), last_batch_handle="discard"
+            )
         else:
             # CSR data only allows last_batch_handle='discard' in MXNet.
-            self.it = mx.io.NDArrayIter(mx.nd.sparse.array(x), y, batch_size=batch, shuffle=True,
-                                        last_batch_handle="discard")
+            self.it = mx.io.NDArrayIter(
+                mx.nd.sparse.array(x), y, batch_size=batch, shuffle=True, last_batch_handle="discard"
+            )
         self.info = {"nnz_per_row": x.nnz // rows, "rows": rows, "features": features}
 
     def run(self) -> dict:

@@ -4,7 +4,7 @@ Peers whose dependencies conflict with fastload's environment (DALI wants numpy 
 wants numpy < 1.24) run in their own interpreter. Such a process stays alive for the whole
 benchmark so the harness can interleave it with other contenders (A B A B ...) without paying its
 start-up on every repeat. This module is standard-library only: it is imported both as part of
-``fastload_bench`` and as a plain script beside a peer file inside another virtual environment.
+``bench`` and as a plain script beside a peer file inside another virtual environment.
 
 Requests, one JSON object per line on stdin::
 
@@ -21,11 +21,12 @@ the peer, so start-up and the pipe never count.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import traceback
-from typing import Callable, Dict
+from collections.abc import Callable
 
 __all__ = ["PeerSkip", "serve"]
 
@@ -43,7 +44,7 @@ def _protocol_stream():
     return os.fdopen(proto_fd, "w", buffering=1)
 
 
-def serve(factories: Dict[str, Callable[[dict], object]]) -> int:
+def serve(factories: dict[str, Callable[[dict], object]]) -> int:
     """Answer harness requests until ``exit`` or end of input.
 
     Args:
@@ -54,7 +55,7 @@ def serve(factories: Dict[str, Callable[[dict], object]]) -> int:
         The process exit code.
     """
     out = _protocol_stream()
-    runners: Dict[str, object] = {}
+    runners: dict[str, object] = {}
 
     def reply(obj: dict) -> None:
         out.write(json.dumps(obj) + "\n")
@@ -92,8 +93,6 @@ def serve(factories: Dict[str, Callable[[dict], object]]) -> int:
         except Exception as exc:  # every failure goes back to the harness, which decides
             reply({"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
     for runner in runners.values():
-        try:
+        with contextlib.suppress(Exception):
             runner.close()
-        except Exception:
-            pass
     return 0

@@ -5,15 +5,15 @@ is written out with Pillow exactly as torchvision's PIL path runs it: ImageFolde
 (``Image.open(...).convert("RGB")``), ``RandomResizedCrop(224)`` (its crop sampling: up to 10 tries
 of area in scale and log-uniform aspect, then the clamped centre fallback; crop then bilinear
 antialiased resize), ``RandomHorizontalFlip()``, ``PILToTensor`` (uint8 CHW), default collate.
-Eval is ``Resize(256)`` + ``CenterCrop(224)``. Run as ``python -m fastload_bench.peers.torch_pil``.
+Eval is ``Resize(256)`` + ``CenterCrop(224)``. Run as ``python -m bench.peers.torch_pil``.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 import random
+import sys
 import time
 
 if __package__ in (None, ""):  # run as a script by another interpreter (--peer-python torch=/mxnet=)
@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script by another interpreter (--peer-
 else:
     from .protocol import PeerSkip, serve
 
-__all__ = ["list_images", "rrc_params", "center_crop_box", "FACTORIES"]
+__all__ = ["FACTORIES", "center_crop_box", "list_images", "rrc_params"]
 
 _EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -48,15 +48,15 @@ def rrc_params(width: int, height: int, rng: random.Random, scale=(0.08, 1.0), r
     for _ in range(10):
         target_area = area * rng.uniform(scale[0], scale[1])
         aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
+        w = round(math.sqrt(target_area * aspect))
+        h = round(math.sqrt(target_area / aspect))
         if 0 < w <= width and 0 < h <= height:
             return rng.randint(0, width - w), rng.randint(0, height - h), w, h
     in_ratio = width / height
     if in_ratio < min(ratio):
-        w, h = width, int(round(width / min(ratio)))
+        w, h = width, round(width / min(ratio))
     elif in_ratio > max(ratio):
-        h, w = height, int(round(height * max(ratio)))
+        h, w = height, round(height * max(ratio))
     else:
         w, h = width, height
     return (width - w) // 2, (height - h) // 2, w, h
@@ -64,8 +64,8 @@ def rrc_params(width: int, height: int, rng: random.Random, scale=(0.08, 1.0), r
 
 def center_crop_box(width: int, height: int, size: int):
     """torchvision's ``CenterCrop`` box on an image already resized: ``(left, top, right, bottom)``."""
-    top = int(round((height - size) / 2.0))
-    left = int(round((width - size) / 2.0))
+    top = round((height - size) / 2.0)
+    left = round((width - size) / 2.0)
     return left, top, left + size, top + size
 
 
@@ -115,10 +115,15 @@ class _Runner:
         self.nbytes = sum(os.path.getsize(p) for p, _ in items)
         workers = int(spec.get("workers", os.cpu_count() or 1))
         torch.manual_seed(int(spec.get("seed", 0)))
-        self.loader = DataLoader(_Folder(items, train, int(spec.get("size", 224)), int(spec.get("resize", 256))),
-                                 batch_size=int(spec.get("batch_size", 256)), shuffle=True, num_workers=workers,
-                                 persistent_workers=workers > 0, drop_last=False,
-                                 pin_memory=bool(spec.get("pin_memory", False)) and torch.cuda.is_available())
+        self.loader = DataLoader(
+            _Folder(items, train, int(spec.get("size", 224)), int(spec.get("resize", 256))),
+            batch_size=int(spec.get("batch_size", 256)),
+            shuffle=True,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            drop_last=False,
+            pin_memory=bool(spec.get("pin_memory", False)) and torch.cuda.is_available(),
+        )
         self.info = {"torch": torch.__version__, "workers": workers, "images": len(items)}
 
     def run(self) -> dict:

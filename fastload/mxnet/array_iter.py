@@ -1,45 +1,65 @@
 """Device stage (MXNet): ``NDArrayIter``, a drop-in for ``mx.io.NDArrayIter`` that assembles batches ahead.
 
-Batches are gathered on a producer thread (``fastload.prefetch``) straight into a ring of
-``mx.cpu_pinned()`` buffers; CSR inputs stay sparse end to end (rows are gathered from
+Batches are gathered on a producer thread (``fastload.prefetch``) into the same lease-tracked ring of
+``mx.cpu_pinned()`` slots the image loader uses (``fastload.batch.BatchRing``, one field per dense
+input and three per CSR input). CSR inputs stay sparse end to end (rows are gathered from
 ``indptr``/``indices``/``data`` with numpy, never densified). Inputs may be numpy arrays,
 ``mx.nd.NDArray``, ``CSRNDArray``, ``scipy.sparse`` CSR matrices, lists or dicts of them, or the
 path of a folder written by ``fastload pack-arrays`` (streamed from memory-mapped shards).
 
 Semantics follow ``mx.io.NDArrayIter`` batch for batch (names, sorted dict keys, ``pad`` /
-``discard`` / ``roll_over``, the ``pad`` field) when ``num_parts == 1``; the one deliberate
-difference is where the shuffle comes from: ``fastload.order`` with ``seed`` (drawn from numpy's
-global generator when not given, as MXNet draws its shuffles) and the epoch, so a run resumes
-exactly through :meth:`NDArrayIter.state_dict`. MXNet refuses CSR inputs unless
-``last_batch_handle='discard'``; here every mode works for CSR.
+``discard`` / ``roll_over``, the ``pad`` field, the pull API ``iter_next`` / ``getdata`` /
+``getlabel`` / ``getpad``, and the attributes ``idx``, ``cursor``, ``num_data``, ``data``, ``label``
+with MXNet's meaning) when ``num_parts == 1``. Deliberate differences:
 
-Batch lifetime: the ``DataBatch`` returned by ``next()`` and the one before it stay valid; older
-batches' buffers are rewritten by the producer (after ``wait_to_write``, so device copies that MXNet's
-engine has queued on them finish first). Not run on a GPU here: see ``fastload.mxnet.placement``.
+- the shuffle comes from ``fastload.order`` with ``seed`` (drawn from numpy's global generator when
+  not given, as MXNet draws its shuffles) and the epoch, so a run resumes exactly
+  (:meth:`NDArrayIter.state_dict`);
+- MXNet refuses CSR inputs unless ``last_batch_handle='discard'``; here every mode works for CSR,
+  equal batch for batch to MXNet's dense batches;
+- ``getindex()`` / ``DataBatch.index`` give the batch's row numbers (MXNet: None);
+- ``data`` / ``label`` are computed when read (MXNet keeps a shuffled copy of every input).
+
+Input checks: CSR inputs are checked before anything else sees them (MXNet's ``csr_matrix`` and
+its operators crash or compute garbage on malformed ones): ``indptr`` has ``rows + 1`` entries,
+starts at 0, never decreases and ends at the number of stored values; every column index is in
+``[0, columns)`` and the indices of a row strictly increase (scipy matrices are first brought to
+canonical form, duplicates summed). A streamed CSR input's ``indptr`` is checked when opened and
+its column indices batch by batch, as they are read.
+
+Batch lifetime: dense batch arrays are zero-copy NDArrays over the slot's lease views
+(:func:`fastload.mxnet.placement.wrap_view`, context ``cpu(0)``), so a batch stays intact for as
+long as it (or an engine operation reading it) is alive: ``[b.data[0] for b in it]`` is safe. CSR
+batches are new ``cpu_pinned`` ``CSRNDArray`` s copied from the slot (MXNet cannot wrap numpy
+memory as CSR). A consumer that keeps many batches makes the ring grow, then get fresh memory with
+one ``KeptBatchesWarning``. Not run on a GPU here: see ``fastload.mxnet.placement``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
-
-import numpy as np
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import mxnet as mx
+import numpy as np
 
-from fastload import order as order_mod
+import fastload.order as order_mod
+from fastload.batch import HELD_BATCHES, Batch, BatchRing
+from fastload.errors import KeptBatchesWarning
 from fastload.mxnet.distributed import resolve_parts
-from fastload.mxnet.placement import normalize_contexts, place, pinned_empty, split_slices, wait_to_write
+from fastload.mxnet.placement import normalize_contexts, pinned_allocator, place, split_slices, wrap_view
+from fastload.mxnet.protocol import BatchIter
 from fastload.prefetch import Producer
 
-__all__ = ["NDArrayIter", "LAST_BATCH_HANDLES", "csr_take_rows", "plan_epoch"]
+__all__ = ["LAST_BATCH_HANDLES", "NDArrayIter", "check_csr", "csr_take_rows", "plan_epoch"]
 
 LAST_BATCH_HANDLES = ("pad", "discard", "roll_over")
-# Ring slots beyond the prefetch depth: the batch being consumed, the one before it (Module.fit reads
-# the previous batch's labels after taking the next one) and the one the producer writes.
-_EXTRA_SLOTS = 3
 
 try:  # scipy is optional for MXNet users; only needed when they pass scipy matrices.
     import scipy.sparse as _sp
@@ -47,29 +67,106 @@ except ImportError:  # pragma: no cover - scipy is in the project's environment
     _sp = None
 
 
-def csr_take_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
-                  rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def csr_take_rows(
+    indptr: np.ndarray, indices, data, rows: np.ndarray, out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gather rows of a CSR matrix without densifying.
 
     Args:
-        indptr: Row pointer array (length ``num_rows + 1``); may be a memory map.
-        indices: Column indices.
-        data: Values.
+        indptr: Row pointer array (length ``num_rows + 1``).
+        indices: Column indices (a numpy array or a ``ShardedVector`` of memory-mapped shards).
+        data: Values (same kinds).
         rows: int64 row numbers to take, in output order (repeats allowed).
+        out: ``(data, indices, indptr)`` buffers to write into (long enough); None: new arrays.
 
     Returns:
-        ``(data, indices, indptr)`` of the gathered rows; ``indptr`` starts at 0.
+        ``(data, indices, indptr)`` of the gathered rows (views of ``out`` when given); ``indptr``
+        starts at 0.
     """
     starts = np.asarray(indptr[rows], dtype=np.int64)
     counts = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
-    new_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    new_indptr = np.empty(len(rows) + 1, dtype=np.int64) if out is None else out[2][: len(rows) + 1]
+    new_indptr[0] = 0
     np.cumsum(counts, out=new_indptr[1:])
     total = int(new_indptr[-1])
     # Position of every output nonzero in the source arrays: its row's source start plus its rank
     # within the row.
     pos = np.arange(total, dtype=np.int64)
     pos += np.repeat(starts - new_indptr[:-1], counts)
-    return np.asarray(data[pos]), np.asarray(indices[pos], dtype=np.int64), new_indptr
+    if out is None:
+        return np.asarray(data[pos]), np.asarray(indices[pos], dtype=np.int64), new_indptr
+    out_data, out_indices = out[0][:total], out[1][:total]
+    for src, dst in ((data, out_data), (indices, out_indices)):
+        if src.dtype != dst.dtype:
+            np.copyto(dst, np.asarray(src[pos]), casting="unsafe")
+        elif isinstance(src, np.ndarray):
+            np.take(src, pos, out=dst)
+        else:  # fastload.records.arrays.ShardedVector: memory-mapped shards
+            src.take_into(pos, dst)
+    return out_data, out_indices, new_indptr
+
+
+def _check_indices(name: str, indptr: np.ndarray, indices: np.ndarray, cols: int, first_row: int = 0) -> None:
+    """Column indices in range and strictly increasing within each row (``indptr`` local, from 0)."""
+    if not len(indices):
+        return
+    idx = np.asarray(indices)
+    bad = np.flatnonzero((idx < 0) | (idx >= cols))
+    if bad.size:
+        pos = int(bad[0])
+        row = int(np.searchsorted(indptr, pos, side="right")) - 1 + first_row
+        raise ValueError(
+            f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is outside [0, {cols})"
+        )
+    step = np.diff(idx)
+    inside = np.ones(len(step), dtype=bool)
+    boundaries = np.asarray(indptr[1:-1], dtype=np.int64)
+    boundaries = boundaries[(boundaries > 0) & (boundaries < len(idx))]
+    inside[boundaries - 1] = False  # the first index of a row may be anything
+    bad = np.flatnonzero(inside & (step <= 0))
+    if bad.size:
+        pos = int(bad[0]) + 1
+        row = int(np.searchsorted(indptr, pos, side="right")) - 1 + first_row
+        raise ValueError(
+            f"input {name!r}: CSR column indices of row {row} are not strictly increasing "
+            f"({int(idx[pos - 1])} then {int(idx[pos])}): sort them and merge duplicates"
+        )
+
+
+def check_csr(name: str, indptr: np.ndarray, indices: np.ndarray | None, data_len: int, shape: tuple[int, int]) -> None:
+    """Refuse a malformed CSR matrix with a clear ``ValueError`` (see the module docstring).
+
+    Args:
+        name: The input's name (for messages).
+        indptr: Row pointers.
+        indices: Column indices, or None to check the structure only (streamed inputs).
+        data_len: Number of stored values.
+        shape: ``(rows, columns)``.
+    """
+    if len(shape) != 2 or min(shape) < 0:
+        raise ValueError(f"input {name!r}: CSR shape {tuple(shape)} must be (rows, columns) with rows, columns >= 0")
+    rows, cols = int(shape[0]), int(shape[1])
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or len(indptr) != rows + 1:
+        raise ValueError(f"input {name!r}: CSR indptr has {indptr.shape} entries, expected {rows + 1} (rows + 1)")
+    if not np.issubdtype(indptr.dtype, np.integer):
+        raise ValueError(f"input {name!r}: CSR indptr has dtype {indptr.dtype}, expected integers")
+    if int(indptr[0]) != 0:
+        raise ValueError(f"input {name!r}: CSR indptr starts at {int(indptr[0])}, expected 0")
+    dec = np.flatnonzero(np.diff(indptr) < 0)
+    if dec.size:
+        r = int(dec[0])
+        raise ValueError(
+            f"input {name!r}: CSR indptr decreases at row {r} ({int(indptr[r])} then {int(indptr[r + 1])})"
+        )
+    if int(indptr[-1]) != data_len:
+        raise ValueError(f"input {name!r}: CSR indptr ends at {int(indptr[-1])} but {data_len} values are stored")
+    if indices is not None:
+        if len(indices) != data_len:
+            raise ValueError(f"input {name!r}: CSR has {len(indices)} column indices for {data_len} values")
+        if len(indices) and not np.issubdtype(np.asarray(indices[:1]).dtype, np.integer):
+            raise ValueError(f"input {name!r}: CSR column indices must be integers")
+        _check_indices(name, indptr, indices, cols)
 
 
 # --- sources: one named input array, dense or CSR, in memory or streamed ------------------------
@@ -78,50 +175,97 @@ def csr_take_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
 class _DenseSource:
     stype = "default"
 
-    def __init__(self, name: str, array: np.ndarray) -> None:
+    def __init__(self, name: str, array) -> None:
         self.name, self.array = name, array
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
 
-    def make_slot(self, batch_size: int):
-        view, nd = pinned_empty((batch_size,) + self.shape[1:], self.dtype)
-        return (view, nd)
+    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        return {key: ((batch_size, *self.shape[1:]), self.dtype)}
 
-    def fill(self, slot, rows: np.ndarray) -> "mx.nd.NDArray":
-        view, nd = slot
-        wait_to_write(nd)  # queued device copies of this slot's previous batch must finish first
+    def fill(self, key: str, arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
+        out = arrays[key]
         if isinstance(self.array, np.ndarray):
-            np.take(self.array, rows, axis=0, out=view)
+            np.take(self.array, rows, axis=0, out=out)
         else:  # fastload.records.arrays.DenseArray: memory-mapped row shards
-            self.array.take_into(rows, view)
-        return nd
+            self.array.take_into(rows, out)
+        return {}
+
+    def output(self, key: str, batch: Batch) -> mx.nd.NDArray:
+        return wrap_view(batch.fields[key])
+
+    def gather(self, rows: np.ndarray) -> mx.nd.NDArray:
+        out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
+        if isinstance(self.array, np.ndarray):
+            np.take(self.array, rows, axis=0, out=out)
+        else:
+            self.array.take_into(rows, out)
+        return mx.nd.array(out, dtype=self.dtype)
 
 
 class _CSRSource:
     stype = "csr"
 
-    def __init__(self, name: str, indptr, indices, data, shape: Tuple[int, int]) -> None:
+    def __init__(self, name: str, indptr, indices, data, shape: tuple[int, int], *, streamed: bool = False) -> None:
         self.name = name
         self.indptr, self.indices, self.data = indptr, indices, data
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(data.dtype)
+        self.streamed = streamed
+        check_csr(name, indptr, None if streamed else indices, len(data), self.shape)
+        self._row_nnz = np.diff(np.asarray(indptr, dtype=np.int64))
 
-    def make_slot(self, batch_size: int):
-        return None  # CSR batches have data-dependent sizes: each is a fresh pinned CSRNDArray
+    def nnz_bound(self, batch_size: int) -> int:
+        """Most stored values one batch can hold.
 
-    def fill(self, slot, rows: np.ndarray) -> "mx.nd.sparse.CSRNDArray":
+        That is when its rows are the largest ones, each present at most ``ceil(batch_size / rows) + 1``
+        times (padding wraps around; ``roll_over`` carries rows that the next epoch's order may repeat).
+        """
+        rows = max(1, len(self._row_nnz))
+        times = math.ceil(batch_size / rows) + 1
+        largest = np.sort(self._row_nnz)[::-1][:batch_size]
+        return max(1, int(np.repeat(largest, times)[:batch_size].sum()))
+
+    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        bound = self.nnz_bound(batch_size)
+        return {
+            f"{key}.data": ((bound,), self.dtype),
+            f"{key}.indices": ((bound,), np.dtype(np.int64)),
+            f"{key}.indptr": ((batch_size + 1,), np.dtype(np.int64)),
+        }
+
+    def fill(self, key: str, arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
+        out = (arrays[f"{key}.data"], arrays[f"{key}.indices"], arrays[f"{key}.indptr"])
+        data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows, out=out)
+        if self.streamed:
+            _check_indices(self.name, indptr, indices, self.shape[1])
+        return {f"{key}.data": len(data), f"{key}.indices": len(indices)}
+
+    def output(self, key: str, batch: Batch) -> mx.nd.sparse.CSRNDArray:
+        # csr_matrix copies the three arrays synchronously into MXNet memory.
+        return mx.nd.sparse.csr_matrix(
+            (batch.fields[f"{key}.data"], batch.fields[f"{key}.indices"], batch.fields[f"{key}.indptr"]),
+            shape=(len(batch.fields[f"{key}.indptr"]) - 1, self.shape[1]),
+            ctx=mx.cpu_pinned(),
+            dtype=self.dtype,
+        )
+
+    def gather(self, rows: np.ndarray) -> mx.nd.sparse.CSRNDArray:
         data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows)
-        return mx.nd.sparse.csr_matrix((data, indices, indptr), shape=(len(rows), self.shape[1]),
-                                       ctx=mx.cpu_pinned(), dtype=self.dtype)
+        return mx.nd.sparse.csr_matrix((data, indices, indptr), shape=(len(rows), self.shape[1]), dtype=self.dtype)
 
 
-def _to_source(name: str, value) -> Union[_DenseSource, _CSRSource]:
+def _to_source(name: str, value) -> _DenseSource | _CSRSource:
     if isinstance(value, mx.nd.sparse.CSRNDArray):
         return _CSRSource(name, value.indptr.asnumpy(), value.indices.asnumpy(), value.data.asnumpy(), value.shape)
     if _sp is not None and _sp.issparse(value):
         if value.format != "csr":
-            raise ValueError(f"input {name!r}: scipy sparse format {value.format!r} is not supported; "
-                             "convert it with .tocsr()")
+            raise ValueError(
+                f"input {name!r}: scipy sparse format {value.format!r} is not supported; convert it with .tocsr()"
+            )
+        # Structure first: scipy's own canonicalization must not run on out-of-range indices.
+        check_csr(name, value.indptr, None, len(value.data), value.shape)
+        _check_range_only(name, value.indices, value.shape[1], value.indptr)
         value = value.copy()
-        value.sort_indices()
+        value.sum_duplicates()  # sorted indices, duplicates summed: MXNet's CSR format
         return _CSRSource(name, value.indptr.astype(np.int64), value.indices.astype(np.int64), value.data, value.shape)
     if isinstance(value, mx.nd.NDArray):
         if value.stype != "default":
@@ -132,22 +276,35 @@ def _to_source(name: str, value) -> Union[_DenseSource, _CSRSource]:
         return _DenseSource(name, np.ascontiguousarray(value, dtype=np.float32))
     try:
         arr = np.asarray(value)
-    except Exception:  # noqa: BLE001 - report the type, as MXNet does
+    except Exception:
         arr = None
     if arr is None or arr.dtype == object:
-        raise TypeError(f"input {name!r}: invalid type {type(value).__name__}; expected numpy.ndarray, "
-                        "mx.nd.NDArray, CSRNDArray, scipy.sparse CSR, or a list or dict of them")
+        raise TypeError(
+            f"input {name!r}: invalid type {type(value).__name__}; expected numpy.ndarray, "
+            "mx.nd.NDArray, CSRNDArray, scipy.sparse CSR, or a list or dict of them"
+        )
     # mx.nd.array turns Python lists into float32; do the same.
     return _DenseSource(name, np.ascontiguousarray(arr, dtype=np.float32))
 
 
-def _stored_source(arr) -> Union[_DenseSource, _CSRSource]:
+def _check_range_only(name: str, indices: np.ndarray, cols: int, indptr: np.ndarray) -> None:
+    idx = np.asarray(indices)
+    bad = np.flatnonzero((idx < 0) | (idx >= cols))
+    if bad.size:
+        pos = int(bad[0])
+        row = int(np.searchsorted(indptr, pos, side="right")) - 1
+        raise ValueError(
+            f"input {name!r}: CSR column index {int(idx[pos])} (stored value {pos}, row {row}) is outside [0, {cols})"
+        )
+
+
+def _stored_source(arr) -> _DenseSource | _CSRSource:
     if arr.stype == "csr":
-        return _CSRSource(arr.name, arr.indptr, arr.indices, arr.data, arr.shape)
+        return _CSRSource(arr.name, arr.indptr, arr.indices, arr.data, arr.shape, streamed=True)
     return _DenseSource(arr.name, arr)
 
 
-def _init_sources(data, allow_empty: bool, default_name: str) -> List[Union[_DenseSource, _CSRSource]]:
+def _init_sources(data, allow_empty: bool, default_name: str) -> list[_DenseSource | _CSRSource]:
     """MXNet's naming: one array -> ``default_name``; a list -> ``_i_<name>``; dict keys sorted."""
     if data is None:
         if not allow_empty:
@@ -167,8 +324,9 @@ def _init_sources(data, allow_empty: bool, default_name: str) -> List[Union[_Den
 # --- the batch plan: which rows go in each batch, and its pad value --------------------------------
 
 
-def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
-               carry: Optional[np.ndarray]) -> Tuple[List[Tuple[np.ndarray, int]], Optional[np.ndarray]]:
+def plan_epoch(
+    share: np.ndarray, batch_size: int, last_batch_handle: str, carry: np.ndarray | None
+) -> tuple[list[tuple[np.ndarray, int]], np.ndarray | None]:
     """Cut one epoch's rows into batches the way ``mx.io.NDArrayIter`` does.
 
     Args:
@@ -181,7 +339,7 @@ def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
         ``([(rows, pad), ...], new_carry)``: every batch has exactly ``batch_size`` rows.
     """
     n = len(share)
-    batches: List[Tuple[np.ndarray, int]] = []
+    batches: list[tuple[np.ndarray, int]] = []
     if last_batch_handle == "roll_over":
         head = 0
         if carry is not None and len(carry):
@@ -194,12 +352,12 @@ def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
         full = (n - head) // batch_size
         for b in range(full):
             s = head + b * batch_size
-            batches.append((share[s:s + batch_size], 0))
-        rest = share[head + full * batch_size:]
+            batches.append((share[s : s + batch_size], 0))
+        rest = share[head + full * batch_size :]
         return batches, (rest.copy() if len(rest) else None)
     full = n // batch_size
     for b in range(full):
-        batches.append((share[b * batch_size:(b + 1) * batch_size], 0))
+        batches.append((share[b * batch_size : (b + 1) * batch_size], 0))
     if last_batch_handle == "pad" and n % batch_size:
         start = full * batch_size
         # Wrap around to the start of the epoch's order (repeating it when batch_size > n).
@@ -208,7 +366,7 @@ def plan_epoch(share: np.ndarray, batch_size: int, last_batch_handle: str,
     return batches, None
 
 
-class NDArrayIter(mx.io.DataIter):
+class NDArrayIter(BatchIter):
     """Drop-in ``mx.io.NDArrayIter`` that builds batches in pinned memory on a background thread.
 
     Args:
@@ -231,21 +389,50 @@ class NDArrayIter(mx.io.DataIter):
         rank: This worker's rank (with ``num_workers``), instead of a kvstore.
         num_workers: Number of workers.
         prefetch: Batches assembled ahead of the consumer.
-        ctx: ``None`` (batches on ``cpu_pinned``) or a list of contexts: each batch array becomes a
+        ctx: ``None`` (batches in the pinned ring) or a list of contexts: each batch array becomes a
             list of per-context copies (sliced with ``work_load_list`` like Module does).
         work_load_list: Relative shares of the contexts in ``ctx``.
         block_shuffle: For streamed shards: shuffle blocks of rows (sequential reads) instead of a
             global permutation. Default: on for paths, off for in-memory arrays.
+        max_extra_slots: Slots the ring may add when the consumer keeps batches (None: as many as
+            it starts with); beyond that, batches come in fresh memory.
+
+    Attributes (MXNet's):
+        idx: This epoch's row order (a permutation of the rows when ``shuffle``).
+        cursor: Position in ``idx`` of the current batch's first row (``-batch_size`` before the
+            first; negative for a first batch made of rows rolled over from the last epoch).
+        num_data: Number of rows.
+        data: ``[(name, array)]`` of the data inputs in ``idx`` order (computed when read).
+        label: The same for the labels.
     """
 
-    def __init__(self, data, label=None, batch_size: int = 1, shuffle: bool = False,
-                 last_batch_handle: str = "pad", data_name: str = "data",
-                 label_name: str = "softmax_label", layout: str = "NCHW", *,
-                 seed: Optional[int] = None, part_index: int = 0, num_parts: int = 1, kvstore=None,
-                 rank: Optional[int] = None, num_workers: Optional[int] = None,
-                 prefetch: int = 2, ctx=None, work_load_list: Optional[Sequence[float]] = None,
-                 block_shuffle: Optional[bool] = None) -> None:
+    def __init__(
+        self,
+        data,
+        label=None,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        last_batch_handle: str = "pad",
+        data_name: str = "data",
+        label_name: str = "softmax_label",
+        layout: str = "NCHW",
+        *,
+        seed: int | None = None,
+        part_index: int = 0,
+        num_parts: int = 1,
+        kvstore=None,
+        rank: int | None = None,
+        num_workers: int | None = None,
+        prefetch: int = 2,
+        ctx=None,
+        work_load_list: Sequence[float] | None = None,
+        block_shuffle: bool | None = None,
+        max_extra_slots: int | None = None,
+    ) -> None:
         super().__init__(batch_size)
+        self._producer: Producer | None = None
+        self._shards = None
+        self.ring: BatchRing | None = None
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive int")
         if last_batch_handle not in LAST_BATCH_HANDLES:
@@ -254,9 +441,9 @@ class NDArrayIter(mx.io.DataIter):
             raise ValueError(f"layout={layout!r}: fastload.mxnet.NDArrayIter needs the batch axis first")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch={prefetch!r} must be an int >= 1")
-        self.part_index, self.num_parts = resolve_parts(part_index=part_index, num_parts=num_parts,
-                                                        kvstore=kvstore, rank=rank, num_workers=num_workers)
-        self._shards = None
+        self.part_index, self.num_parts = resolve_parts(
+            part_index=part_index, num_parts=num_parts, kvstore=kvstore, rank=rank, num_workers=num_workers
+        )
         streamed = isinstance(data, (str, os.PathLike))
         if streamed:
             if label is not None:
@@ -264,23 +451,26 @@ class NDArrayIter(mx.io.DataIter):
             from fastload.records.arrays import open_arrays
 
             self._shards = open_arrays(os.fspath(data))
-            self._data = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.data_names)]
-            self._label = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.label_names)]
+            self._data_sources = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.data_names)]
+            self._label_sources = [_stored_source(self._shards.array(n)) for n in sorted(self._shards.label_names)]
         else:
-            self._data = _init_sources(data, False, data_name)
-            self._label = _init_sources(label, True, label_name)
-        sizes = {s.name: s.shape[0] for s in self._data + self._label}
+            self._data_sources = _init_sources(data, False, data_name)
+            self._label_sources = _init_sources(label, True, label_name)
+        sizes = {s.name: s.shape[0] for s in self._data_sources + self._label_sources}
         if len(set(sizes.values())) != 1:
             raise ValueError(f"all inputs must have the same number of rows, got {sizes}")
         self.num_data = next(iter(sizes.values()))
         if seed is None:
-            seed = int(np.random.randint(0, 2**31 - 1))
+            # As MXNet's NDArrayIter, which shuffles with numpy's global generator: np.random.seed()
+            # before building the iterator makes its order reproducible.
+            seed = int(np.random.randint(0, 2**31 - 1))  # noqa: NPY002
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.last_batch_handle = last_batch_handle
         self.layout = layout
         self.seed = int(seed)
         self._prefetch = prefetch
+        self._max_extra_slots = max_extra_slots
         self._ctxs = normalize_contexts(ctx)
         if self._ctxs is not None:
             self._slices = split_slices(self.batch_size, len(self._ctxs), work_load_list)
@@ -288,37 +478,66 @@ class NDArrayIter(mx.io.DataIter):
             raise ValueError("work_load_list needs ctx=[...]")
         if block_shuffle is None:
             block_shuffle = streamed
-        mode = order_mod.Shuffle.NONE if not shuffle else (order_mod.Shuffle.BLOCK if block_shuffle else order_mod.Shuffle.GLOBAL)
-        self._spec = order_mod.OrderSpec(num_records=self.num_data, batch_size=self.batch_size, shuffle=mode,
-                                         seed=self.seed, rank=self.part_index, world_size=self.num_parts,
-                                         even=order_mod.Even.PAD)
-        self._sources = self._data + self._label
-        self._ring = None
-        self._ring_pos = 0  # ring slot of the first batch of the running producer
-        self._run_start = 0  # self._taken when that producer started
-        self._producer: Optional[Producer] = None
+        mode = (
+            order_mod.Shuffle.NONE
+            if not shuffle
+            else (order_mod.Shuffle.BLOCK if block_shuffle else order_mod.Shuffle.GLOBAL)
+        )
+        self._spec = order_mod.OrderSpec(
+            num_records=self.num_data,
+            batch_size=self.batch_size,
+            shuffle=mode,
+            seed=self.seed,
+            rank=self.part_index,
+            world_size=self.num_parts,
+            even=order_mod.Even.PAD,
+        )
+        self._sources = self._data_sources + self._label_sources
+        self._keys = [str(i) for i in range(len(self._sources))]
         self._epoch = 0
-        self._carry: Optional[np.ndarray] = None
+        self._carry: np.ndarray | None = None
         self._taken = 0  # batches handed out this epoch
         self._exhausted = False  # next() reported the end of this epoch
-        self._plan: List[Tuple[np.ndarray, int]] = []
-        self._next_carry: Optional[np.ndarray] = None
+        self._plan: list[tuple[np.ndarray, int]] = []
+        self._next_carry: np.ndarray | None = None
+        self._warned = False
+        self._gathered: dict[str, Any] = {}
         self._make_plan()
 
     # -- MXNet DataIter interface -----------------------------------------------------------------
 
     @property
-    def provide_data(self) -> List[mx.io.DataDesc]:
-        return [mx.io.DataDesc(s.name, (self.batch_size,) + s.shape[1:], s.dtype, layout=self.layout)
-                for s in self._data]
+    def provide_data(self) -> list[mx.io.DataDesc]:
+        return [
+            mx.io.DataDesc(s.name, (self.batch_size, *s.shape[1:]), s.dtype, layout=self.layout)
+            for s in self._data_sources
+        ]
 
     @property
-    def provide_label(self) -> List[mx.io.DataDesc]:
-        return [mx.io.DataDesc(s.name, (self.batch_size,) + s.shape[1:], s.dtype, layout=self.layout)
-                for s in self._label]
+    def provide_label(self) -> list[mx.io.DataDesc]:
+        return [
+            mx.io.DataDesc(s.name, (self.batch_size, *s.shape[1:]), s.dtype, layout=self.layout)
+            for s in self._label_sources
+        ]
+
+    @property
+    def idx(self) -> np.ndarray:
+        """This epoch's row order (MXNet's ``idx``); a copy."""
+        return self._share.copy()
+
+    @property
+    def data(self) -> list[tuple[str, Any]]:
+        """``[(name, array)]`` of the data inputs with rows in ``idx`` order (MXNet's ``data``)."""
+        return self._gather("data", self._data_sources)
+
+    @property
+    def label(self) -> list[tuple[str, Any]]:
+        """``[(name, array)]`` of the label inputs with rows in ``idx`` order (MXNet's ``label``)."""
+        return self._gather("label", self._label_sources)
 
     def reset(self) -> None:
         """Start the next epoch (reshuffled when ``shuffle``); ``roll_over`` carries leftover rows."""
+        self._forget_current()
         self._stop_producer()
         self._epoch += 1
         # MXNet carries the leftover rows only when next() ran into them (the epoch was read to its end).
@@ -332,23 +551,45 @@ class NDArrayIter(mx.io.DataIter):
         self._next_carry = None
         self.reset()
 
-    def next(self) -> mx.io.DataBatch:
+    def _fetch(self) -> mx.io.DataBatch | None:
+        self.cursor += self.batch_size
         if self._taken >= len(self._plan):
             self._exhausted = True
-            raise StopIteration
+            return None
         if self._producer is None:
             self._start_producer()
-        item = self._producer.get()
-        data, label, rows, pad = item
+        batch, csr, rows, pad = self._producer.get()
         self._taken += 1
+        ring = self.ring
+        if batch.slot >= 0:
+            ring.taken(batch.slot, batch._generation)
+        elif batch.fresh and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"NDArrayIter: the consumer keeps more than {ring.held} batches alive: the ring grew to "
+                f"{len(ring.slots)} slots (its bound) and further batches are assembled in freshly allocated "
+                "memory. Kept batches stay intact; drop batches after use to avoid the allocations",
+                KeptBatchesWarning,
+                stacklevel=4,
+            )
+        arrays = [
+            csr[key] if key in csr else src.output(key, batch)
+            for src, key in zip(self._sources, self._keys, strict=False)
+        ]
+        del batch  # from here only the arrays handed out hold the slot's lease
+        n_data = len(self._data_sources)
+        data, label = arrays[:n_data], arrays[n_data:]
         if self._ctxs is not None:
             data = [place(a, self._ctxs, self._slices) for a in data]
             label = [place(a, self._ctxs, self._slices) for a in label]
-        return mx.io.DataBatch(data=data, label=label, pad=pad, index=rows,
-                               provide_data=self.provide_data, provide_label=self.provide_label)
-
-    def iter_next(self) -> bool:
-        return self._taken < len(self._plan)
+        return mx.io.DataBatch(
+            data=data,
+            label=label,
+            pad=pad,
+            index=rows,
+            provide_data=self.provide_data,
+            provide_label=self.provide_label,
+        )
 
     def __len__(self) -> int:
         """Batches in the current epoch."""
@@ -356,20 +597,31 @@ class NDArrayIter(mx.io.DataIter):
 
     # -- resume -----------------------------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The position to resume from: seed, epoch, batches taken and any rolled-over rows."""
-        return {"seed": self.seed, "epoch": self._epoch, "batch": self._taken, "exhausted": self._exhausted,
-                "carry": None if self._carry is None else self._carry.tolist(),
-                "num_data": self.num_data, "batch_size": self.batch_size, "part_index": self.part_index,
-                "num_parts": self.num_parts, "last_batch_handle": self.last_batch_handle,
-                "shuffle": self.shuffle}
+        return {
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "batch": self._taken,
+            "exhausted": self._exhausted,
+            "carry": None if self._carry is None else self._carry.tolist(),
+            "num_data": self.num_data,
+            "batch_size": self.batch_size,
+            "part_index": self.part_index,
+            "num_parts": self.num_parts,
+            "last_batch_handle": self.last_batch_handle,
+            "shuffle": self.shuffle,
+        }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`: the next batch is the one that would have come next."""
         for key in ("num_data", "batch_size", "part_index", "num_parts", "last_batch_handle", "shuffle"):
             if state.get(key) != getattr(self, key):
-                raise ValueError(f"state_dict was saved with {key}={state.get(key)!r}, "
-                                 f"this iterator has {key}={getattr(self, key)!r}")
+                raise ValueError(
+                    f"state_dict was saved with {key}={state.get(key)!r}, "
+                    f"this iterator has {key}={getattr(self, key)!r}"
+                )
+        self._forget_current()
         self._stop_producer()
         self.seed = int(state["seed"])
         self._spec = dataclasses.replace(self._spec, seed=self.seed)
@@ -377,60 +629,92 @@ class NDArrayIter(mx.io.DataIter):
         self._carry = None if state["carry"] is None else np.asarray(state["carry"], dtype=np.int64)
         self._make_plan()
         self._taken = min(int(state["batch"]), len(self._plan))
+        self.cursor += self._taken * self.batch_size
         self._exhausted = bool(state.get("exhausted", False))
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the producer thread and release the shards (idempotent)."""
+        """Stop the producer thread, free the ring and release the shards (idempotent)."""
         self._stop_producer()
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
         if self._shards is not None:
             self._shards.close()
             self._shards = None
 
-    def __enter__(self) -> "NDArrayIter":
+    def __enter__(self) -> NDArrayIter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._stop_producer()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
     # -- internals --------------------------------------------------------------------------------
 
     def _make_plan(self) -> None:
-        share = order_mod.EpochOrder(self._spec, self._epoch).share
-        self._plan, self._next_carry = plan_epoch(share, self.batch_size, self.last_batch_handle, self._carry)
+        self._share = order_mod.EpochOrder(self._spec, self._epoch).share
+        self._plan, self._next_carry = plan_epoch(self._share, self.batch_size, self.last_batch_handle, self._carry)
+        # MXNet's cursor: -batch_size before the first batch, minus the rows carried into it.
+        carried = len(self._carry) if self._carry is not None and self.last_batch_handle == "roll_over" else 0
+        self.cursor = -carried - self.batch_size
+        self._gathered = {}
+
+    def _gather(self, what: str, sources) -> list[tuple[str, Any]]:
+        if what not in self._gathered:
+            rows = self._share
+            self._gathered[what] = [(s.name, s.gather(rows)) for s in sources]
+        return self._gathered[what]
+
+    def _make_ring(self) -> BatchRing:
+        fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        for src, key in zip(self._sources, self._keys, strict=False):
+            fields.update(src.fields(key, self.batch_size))
+        return BatchRing(
+            fields,
+            num_slots=self._prefetch + HELD_BATCHES,
+            allocator=pinned_allocator,
+            max_extra_slots=self._max_extra_slots,
+        )
 
     def _start_producer(self) -> None:
-        if self._ring is None:
-            n = self._prefetch + _EXTRA_SLOTS
-            self._ring = [[s.make_slot(self.batch_size) for s in self._sources] for _ in range(n)]
-        plan = self._plan[self._taken:]
-        ring = self._ring
-        start = self._ring_pos
-        self._run_start = self._taken
-        sources = self._sources
-        n_data = len(self._data)
+        if self.ring is None:
+            self.ring = self._make_ring()
+        ring = self.ring
+        plan = self._plan[self._taken :]
+        first = self._taken
+        epoch = self._epoch
+        sources, keys = self._sources, self._keys
+
+        def fill(slot, k: int, rows: np.ndarray, pad: int) -> tuple:
+            try:
+                sizes: dict[str, int] = {}
+                for src, key in zip(sources, keys, strict=False):
+                    sizes.update(src.fill(key, slot.arrays, rows))
+                batch = ring.lease(slot, epoch=epoch, number=first + k, sizes=sizes)
+            except BaseException:
+                ring.unused(slot)
+                raise
+            # CSR outputs are copies: made here, off the consumer's thread.
+            csr = {key: src.output(key, batch) for src, key in zip(sources, keys, strict=False) if src.stype == "csr"}
+            return batch, csr, rows.copy(), pad
 
         def produce(stop: threading.Event) -> Iterator[tuple]:
             for k, (rows, pad) in enumerate(plan):
-                if stop.is_set():
+                slot = ring.acquire(stop)
+                if slot is None:
                     return
-                slots = ring[(start + k) % len(ring)]
-                arrays = [src.fill(slot, rows) for src, slot in zip(sources, slots)]
-                yield arrays[:n_data], arrays[n_data:], rows, pad
+                # No local refers to the batch while this frame is suspended: a batch the consumer
+                # dropped must not stay leased because the producer still names it.
+                yield fill(slot, k, rows, pad)
 
-        self._producer = Producer(produce, maxsize=self._prefetch, name="fastload-ndarrayiter")
+        self._producer = Producer(produce, maxsize=self._prefetch, name="fastload-ndarrayiter", wake=ring.wake)
 
     def _stop_producer(self) -> None:
         if self._producer is not None:
             self._producer.close()
             self._producer = None
-            # The next producer continues right after the last batch handed out, so the batches
-            # the consumer may still hold keep their slots.
-            self._ring_pos = (self._ring_pos + self._taken - self._run_start) % len(self._ring)

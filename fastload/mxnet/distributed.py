@@ -7,11 +7,8 @@ same number of batches and ``dist_sync`` never waits on a worker that ran out of
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
-import numpy as np
-
 import mxnet as mx
+import numpy as np
 
 __all__ = ["resolve_parts"]
 
@@ -22,8 +19,14 @@ def _int(value, name: str, minimum: int) -> int:
     return int(value)
 
 
-def resolve_parts(*, part_index: int = 0, num_parts: int = 1, kvstore=None, rank: Optional[int] = None,
-                  num_workers: Optional[int] = None) -> Tuple[int, int]:
+def resolve_parts(
+    *,
+    part_index: int = 0,
+    num_parts: int = 1,
+    kvstore=None,
+    rank: int | None = None,
+    num_workers: int | None = None,
+) -> tuple[int, int]:
     """``(part_index, num_parts)`` for this worker.
 
     Precedence: explicit ``rank``/``num_workers``, then a ``dist_*`` kvstore's ``rank`` and

@@ -1,344 +1,542 @@
 """Device stage (MXNet): ``ImageRecordIter``, a drop-in ``mx.io.ImageRecordIter`` on the fastload loader.
 
-Reads any ``.rec`` written by MXNet's ``im2rec`` / ``MXIndexedRecordIO`` (its ``.idx`` beside it)
-and fastload dataset folders (``fastload pack``), through ``fastload.loader.Loader``: order ->
-zero-copy record views -> one GIL-free ``decode_batch`` per batch writing uint8 pixels straight into
-``mx.cpu_pinned()`` slots. Conversion to ``float32`` with mean/std/scale runs as MXNet operators on
-the engine's threads (asynchronous, vectorized), so it overlaps the training step.
+Reads any ``.rec`` written by MXNet's ``im2rec`` / ``MXIndexedRecordIO`` and fastload dataset folders
+(``fastload pack``) through ``fastload.loader.Loader``: order -> zero-copy record views -> one
+GIL-free ``decode_batch`` per batch writing the pixels straight into ``mx.cpu_pinned()`` slots.
 
-Argument mapping (MXNet's names, meanings and defaults):
+Arguments: every parameter of MXNet 1.9's ``ImageRecordIter`` is accepted under its name with its
+default and parsed as MXNet parses it (:mod:`fastload.mxnet.arguments`; unknown arguments are
+ignored with one warning; bad values raise ``MXNetArgumentError``, an ``mx.base.MXNetError``). What
+they become:
 
-- ``random_resized_crop=True`` -> ``RandomResizedCrop(scale=(min_random_area, max_random_area),
-  ratio=(min_aspect_ratio, max_aspect_ratio))``; with ``min_aspect_ratio=None`` the ratio range is
-  ``[1 - max_aspect_ratio, 1 + max_aspect_ratio]`` as in MXNet. For the usual ImageNet recipe pass
-  ``min_random_area=0.08, min_aspect_ratio=3/4, max_aspect_ratio=4/3``.
-- ``rand_crop=True`` alone (MXNet: cut a ``data_shape`` window at a random position of the image
-  after ``resize``, without rescaling) -> ``RandomResizedCrop`` with the same area/aspect ranges,
-  i.e. with MXNet's defaults (area 1, aspect 1) a random square crop of the whole image rescaled
-  to ``data_shape``. fastload's engine always resamples a box to the output size; a fixed
-  unscaled window is not offered, so crops are random in position but cover the area range given.
-- neither -> evaluation: ``resize > 0``: shorter side to ``resize`` then a centered
-  ``data_shape`` crop (``CenterCrop(size, resize)``); ``resize <= 0``: the largest centered box of
-  the output's aspect ratio resampled to ``data_shape`` (MXNet would cut the center pixels
-  without rescaling, which differs when the image is not already ``data_shape`` sized).
-- ``rand_mirror`` -> flip with probability 0.5; ``mirror=True`` -> always flipped.
-- ``mean_*``/``std_*``/``scale``: ``out = (pixel - mean) / std * scale`` per channel (RGB), as
-  MXNet's normalizer; ``dtype='uint8'`` returns the raw pixels and refuses normalization.
-- ``round_batch``: every batch is full size (``batch_size`` rows) and an epoch has
-  ``ceil(records / batch_size)`` batches, as in MXNet. ``True``: the last partial batch is completed
-  with the first records of the epoch's order and ``pad`` says how many, as MXNet does in the first
-  epoch (MXNet then starts the next epoch after those records, so its batch count varies from epoch
-  to epoch; fastload restarts every epoch at its first record, keeping equal batch counts).
-  ``False``: the missing rows are zero pixels (before mean/std) with label 0, ``pad`` says how many
-  and ``index`` lists only the ``batch_size - pad`` real rows. MXNet 1.9.1 instead returns
-  ``pad=0`` with leftover rows (measured on a 48-record ``.rec``, ``batch_size=32``), which makes
-  ``Module.predict`` return outputs for rows that are no records; fastload's ``pad`` keeps those
-  out.
-- ``DataBatch.index``: the record ids (the IRHeader ``id`` of a ``.rec``, the manifest id of a
-  fastload folder) of the batch's rows.
-- ``part_index``/``num_parts``, ``kvstore`` (a ``dist_*`` kvstore or its name), ``rank``/
-  ``num_workers``: this worker reads its own contiguous share of the epoch permutation; every
-  worker gets the same number of batches (``fastload.order``).
-- ``ctx``: MXNet's string values (``'cpu'``/``'gpu'``) change nothing, as in MXNet. An
-  ``mx.Context`` or a list of them makes every batch array a list of per-context copies, each slice
-  copied from pinned memory on its own (``work_load_list`` sets the split, as Module's).
+- reading (:mod:`fastload.mxnet.record_source`): ``path_imgrec`` (a ``.rec`` or a fastload folder),
+  ``path_imgidx`` (anywhere), ``path_imglist`` (labels by record id), ``label_width``;
+- order: ``shuffle`` with ``seed`` -> a new permutation every epoch, a pure function of
+  (seed, epoch); ``shuffle_chunk_size`` / ``shuffle_chunk_seed`` (MXNet's chunk shuffle of a
+  ``.rec`` read without an index) -> fastload's block shuffle with blocks of about that many MB;
+  ``part_index`` / ``num_parts`` (or a ``dist_*`` ``kvstore``, or ``rank`` / ``num_workers``) ->
+  this worker's equal share; ``preprocess_threads`` -> decode threads; ``prefetch_buffer`` ->
+  batches decoded ahead;
+- pixels (:mod:`fastload.mxnet.augmenter`): the augmenter's arguments -> ``MXNetDefaultAugment``, the
+  colour ones -> ``MXNetColorAugment``, ``mean_*``/``std_*``/``scale`` -> ``Normalize``, each run by
+  the engine when this build has the spec; ``seed_aug`` (or ``seed``) keys every random draw by
+  record and epoch. Until the engine has ``Normalize``, float RGB outputs are normalized with numpy
+  on the loader's producer thread right after the decode, into float ring slots
+  (``_HostNormalize``); int8 and grayscale outputs are computed by MXNet operators from the slot;
+- output: ``data_shape`` ``(3, H, W)`` or ``(1, H, W)`` (grayscale: BT.601 luma of the decoded RGB,
+  MXNet decodes libjpeg's Y channel: the same values up to rounding); ``dtype`` ``float32``
+  (``(pixel - mean) * scale / std``, or minus ``mean_img``), ``uint8`` (raw pixels; ``mean_*``,
+  ``std_*``, ``scale``, ``mean_img`` ignored, as MXNet does), ``int8`` (``pixel - round(mean)``
+  saturated to [-128, 127], as MXNet), and ``float16`` (a fastload extension: MXNet 1.9.1 aborts
+  with "unknown dtype"); ``data_name`` / ``label_name``; labels ``(batch,)`` for ``label_width=1``,
+  else ``(batch, label_width)``.
+- ``round_batch=True``: every batch is full and an epoch has ``ceil(records / batch_size)``
+  batches; the last one is completed with the first records of the epoch's order and ``pad`` says
+  how many (MXNet then starts its next epoch after those records, so its epochs differ in length;
+  fastload restarts every epoch at its first record, keeping batch counts equal). ``False``: the
+  missing rows are zero pixels (before mean/std) with label 0, ``pad`` says how many and ``index``
+  lists the real rows only (MXNet 1.9.1 reports ``pad=0`` there, measured: 48 records,
+  ``batch_size=32``, so ``Module.predict`` would return outputs for rows that are no records).
+- ``DataBatch.index``: the record ids (IRHeader ``id`` of a ``.rec``, manifest id of a folder).
+- ``ctx``: MXNet's ``'cpu'`` / ``'gpu'`` change nothing, as in MXNet. An ``mx.Context`` or a list
+  of them makes every batch array a list of per-context copies, each slice copied from pinned
+  memory on its own (``work_load_list`` sets the split, as Module's). ``device_id=-1`` puts batches
+  in ``mx.cpu()`` memory instead of ``mx.cpu_pinned()``.
 
-Any other argument raises a ``ValueError`` naming it, unless it is set to MXNet's no-op default.
-Batch lifetime: the current and previous ``DataBatch`` stay valid; each slot is refilled only after
-MXNet's engine has finished every queued operation reading it (copies, casts).
+Aliases: ``ImageRecordIter_v1`` (MXNet's older implementation of the same arguments and outputs),
+``ImageRecordUInt8Iter`` and ``ImageRecordUInt8Iter_v1`` (``dtype='uint8'``),
+``ImageRecordInt8Iter`` (``dtype='int8'``).
+
+Batch lifetime: a ``DataBatch`` stays intact for as long as it is kept (``[b.data[0] for b in it]``
+is safe, and so is ``Module.fit`` reading the previous batch). The decoded slot is wrapped zero-copy
+(:func:`fastload.mxnet.placement.wrap_view`), which holds the slot's lease: ``dtype='uint8'`` RGB data
+*is* that NDArray (context ``cpu(0)``: MXNet's zero-copy import labels host memory so), the other
+outputs are computed from it into new ``cpu_pinned`` arrays by MXNet operators, labels are copied.
+The slot is refilled once the NDArray and every engine operation reading it are gone; a consumer
+that keeps many raw batches makes the ring grow, then get fresh memory (:mod:`fastload.batch`).
+``round_batch`` padding is decoded by the loader with the rest of the batch (``on_error`` policy,
+stats).
 
 Not run on a GPU: on this machine ``mx.cpu(0)``/``mx.cpu(1)`` stand in for devices.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any, Dict, List, Sequence
-
-import numpy as np
+from typing import Any, ClassVar
 
 import mxnet as mx
+import numpy as np
 
+from fastload.errors import LoaderBusy
 from fastload.loader import Loader, LoaderConfig
+from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs, parse_args
+from fastload.mxnet.augmenter import aug_seed, color_spec, geometry_spec, normalize_spec, spec_class
 from fastload.mxnet.distributed import resolve_parts
-from fastload.mxnet.placement import normalize_contexts, numpy_view, pinned_allocator, place, split_slices, wait_to_write
+from fastload.mxnet.mean_image import GRAY_WEIGHTS, compute_mean_image, mean_image
+from fastload.mxnet.placement import normalize_contexts, numpy_view, place, split_slices, wrap_view
+from fastload.mxnet.protocol import BatchIter
+from fastload.mxnet.record_source import open_records
 from fastload.order import EpochOrder
-from fastload.transforms import CenterCrop, RandomResizedCrop
 
-__all__ = ["ImageRecordIter", "SUPPORTED_ARGS", "NOOP_DEFAULTS"]
+__all__ = [
+    "ImageRecordInt8Iter",
+    "ImageRecordIter",
+    "ImageRecordIter_v1",
+    "ImageRecordUInt8Iter",
+    "ImageRecordUInt8Iter_v1",
+]
 
 log = logging.getLogger("fastload.mxnet")
 
-SUPPORTED_ARGS = frozenset({
-    "path_imgrec", "path_imgidx", "data_shape", "batch_size", "label_width", "shuffle", "seed", "rand_crop",
-    "random_resized_crop", "min_random_area", "max_random_area", "min_aspect_ratio", "max_aspect_ratio",
-    "rand_mirror", "mirror", "resize", "mean_r", "mean_g", "mean_b", "std_r", "std_g", "std_b", "scale",
-    "preprocess_threads", "prefetch_buffer", "part_index", "num_parts", "round_batch", "data_name",
-    "label_name", "dtype", "ctx", "work_load_list", "kvstore", "rank", "num_workers", "verbose", "device_id",
-})
-
-# MXNet arguments fastload does not implement, accepted only at the value that makes them no-ops.
-NOOP_DEFAULTS: Dict[str, Any] = {
-    "aug_seq": "aug_default", "max_rotate_angle": 0, "rotate": -1, "max_shear_ratio": 0, "max_crop_size": -1,
-    "min_crop_size": -1, "max_random_scale": 1, "min_random_scale": 1, "max_img_size": 1e10, "min_img_size": 0,
-    "brightness": 0, "contrast": 0, "saturation": 0, "pca_noise": 0, "random_h": 0, "random_s": 0, "random_l": 0,
-    "fill_value": 255, "inter_method": 1, "pad": 0, "mean_img": "", "mean_a": 0, "std_a": 1,
-    "max_random_contrast": 0, "max_random_illumination": 0, "shuffle_chunk_size": 0, "shuffle_chunk_seed": 0,
-    "path_imglist": "", "seed_aug": None,
-}
-
-_DTYPES = ("float32", "float16", "uint8")
+_U32 = 0xFFFFFFFF
 
 
-class _EngineFence:
-    """A ring fence that completes once MXNet's engine has no pending operation on the slot arrays.
+class _HostNormalize:
+    """MXNet's ``(pixel - mean) * scale / std`` from decoded uint8 pixels into a float slot, on the producer.
 
-    ``query`` is called by the loader's producer thread right before it refills the slot; it blocks
-    in ``MXNDArrayWaitToWrite`` until queued reads (device copies, casts) are done, then says True.
+    Stands in for the engine's ``Normalize`` while this build lacks it (:func:`augmenter.normalize_spec`
+    returns None): it runs right after each batch's decode, on the loader's producer thread, and
+    writes the final dtype into the ring slot, so batches are zero-copy and no MXNet operator (nor a
+    fresh output array) is needed per batch. Measured on a batch of 128 x 3 x 224 x 224: 55-70 ms
+    with numpy against 110-150 ms for MXNet's cast + broadcast_sub + broadcast_mul into a reused array
+    (200-265 ms into a new one). Per-channel means use a 256-entry table per channel computed with
+    MXNet's float32 arithmetic, so the values are MXNet's bit for bit; a mean image is subtracted
+    elementwise.
     """
 
-    __slots__ = ("arrays",)
+    def __init__(self, mean: np.ndarray, mult: np.ndarray, dtype: str) -> None:
+        self.dtype = np.dtype(dtype)
+        self.mult = mult.astype(np.float32).reshape(-1, 1, 1)
+        if mean.shape[1:] == (1, 1):
+            levels = np.arange(256, dtype=np.float32)[None, :]
+            table = (levels - mean.reshape(-1, 1).astype(np.float32)) * self.mult.reshape(-1, 1)
+            self.table, self.mean = table.astype(self.dtype), None
+        else:
+            self.table, self.mean = None, mean.astype(np.float32)
 
-    def __init__(self, arrays: Sequence["mx.nd.NDArray"]) -> None:
-        self.arrays = arrays
+    @property
+    def needs_flips(self) -> bool:
+        """A mean image is subtracted at each pixel's source position (mirrored for mirrored images)."""
+        return self.mean is not None
 
-    def query(self) -> bool:
-        for a in self.arrays:
-            wait_to_write(a)
-        return True
+    def __call__(self, pixels: np.ndarray, out: np.ndarray, flips: np.ndarray | None = None) -> None:
+        if self.table is not None:
+            for c in range(pixels.shape[1]):
+                np.take(self.table[c], pixels[:, c], out=out[:, c])
+            return
+        mean = np.broadcast_to(self.mean, pixels.shape)
+        if flips is not None and flips.any():
+            # MXNet subtracts meanimg[i][j] from the source pixel (i, j), then writes it mirrored.
+            mean = np.where(flips.reshape(-1, 1, 1, 1), self.mean[..., ::-1], self.mean)
+        values = np.subtract(pixels, mean, dtype=np.float32)
+        np.multiply(values, self.mult, out=values)
+        out[...] = values
+
+    def zero_rows(self, out: np.ndarray) -> None:
+        """What a zero pixel becomes (round_batch=False padding rows)."""
+        if len(out):
+            self(np.zeros((1, *out.shape[1:]), dtype=np.uint8), out[:1])
+            out[1:] = out[:1]
 
 
-def _float(kwargs: Dict[str, Any], name: str, default: float) -> float:
-    value = kwargs.pop(name, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r} must be a number") from None
+def _seeded_decode(aug_seed: int, post: _HostNormalize | None = None):
+    """``decode_batch`` with every random draw keyed by ``aug_seed`` instead of the order's seed.
+
+    With ``post``, the pixels are decoded into a uint8 scratch buffer (reused: the loader calls its
+    decode from its one producer thread) and ``post`` writes them into the float ``out``.
+    """
+    from fastload.decode import decode_batch
+
+    scratch: dict[tuple, np.ndarray] = {}
+
+    def decode(images, out, transform, *, seed: int = 0, **kwargs):
+        if post is None:
+            return decode_batch(images, out, transform, seed=aug_seed, **kwargs)
+        pixels = scratch.get(out.shape)
+        if pixels is None:
+            pixels = scratch[out.shape] = np.empty(out.shape, dtype=np.uint8)
+        if post.needs_flips:
+            kwargs["want_params"] = True
+        result = decode_batch(images, pixels, transform, seed=aug_seed, **kwargs)
+        post(pixels, out, result.flips if post.needs_flips else None)
+        return result
+
+    return decode
 
 
-class ImageRecordIter(mx.io.DataIter):
+def _pinned_on(ctx: mx.Context):
+    def allocate(shape, dtype):
+        nd = mx.nd.empty(tuple(int(s) for s in shape), ctx=ctx, dtype=np.dtype(dtype))
+        return numpy_view(nd), nd
+
+    return allocate
+
+
+class ImageRecordIter(BatchIter):
     """Drop-in ``mx.io.ImageRecordIter``: same argument names, meanings and defaults (see the module doc).
 
-    Required: ``path_imgrec`` (a ``.rec`` with its ``.idx``, or a fastload dataset folder),
-    ``data_shape`` ``(3, H, W)`` and ``batch_size``. Extras beyond MXNet: ``ctx`` as a context list,
-    ``work_load_list``, ``kvstore``, ``rank``/``num_workers``, ``layout`` is always NCHW.
+    Required: ``path_imgrec``, ``data_shape`` and ``batch_size``. fastload extras: ``ctx`` as a
+    context or a list of them, ``work_load_list``, ``kvstore``, ``rank`` / ``num_workers``;
+    :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch exactly.
+
+    Raises:
+        MXNetArgumentError: An argument MXNet would refuse, one this build does not support yet at
+            that value, or a file that cannot be read (``mx.base.MXNetError`` and ``ValueError``).
     """
 
+    single_array = True
+    #: Arguments an alias fixes (``ImageRecordUInt8Iter``: ``dtype='uint8'``).
+    alias_defaults: ClassVar[dict[str, Any]] = {}
+
     def __init__(self, **kwargs: Any) -> None:
-        unknown = sorted(k for k in kwargs if k not in SUPPORTED_ARGS and k not in NOOP_DEFAULTS)
-        if unknown:
-            raise ValueError(f"fastload.mxnet.ImageRecordIter does not know the argument(s) {unknown}")
-        unsupported = sorted(k for k in kwargs if k in NOOP_DEFAULTS and kwargs[k] != NOOP_DEFAULTS[k])
-        if unsupported:
-            detail = ", ".join(f"{k}={kwargs[k]!r} (only {NOOP_DEFAULTS[k]!r} is accepted)" for k in unsupported)
-            raise ValueError(f"fastload.mxnet.ImageRecordIter does not support {detail}")
-        kw = {k: v for k, v in kwargs.items() if k in SUPPORTED_ARGS}
-        for req in ("path_imgrec", "data_shape", "batch_size"):
-            if req not in kw:
-                raise ValueError(f"ImageRecordIter needs {req}=")
-        path = os.fspath(kw.pop("path_imgrec"))
-        idx = kw.pop("path_imgidx", "")
-        if idx and not os.path.isdir(path):
-            expected = os.path.splitext(path)[0] + ".idx"
-            if os.path.abspath(idx) != os.path.abspath(expected):
-                raise ValueError(f"path_imgidx={idx!r}: fastload reads the index beside the record file "
-                                 f"({expected}); move or link it there")
-        data_shape = tuple(int(s) for s in kw.pop("data_shape"))
-        if len(data_shape) != 3 or data_shape[0] != 3 or min(data_shape) <= 0:
-            raise ValueError(f"data_shape={data_shape!r} must be (3, height, width): fastload decodes RGB")
-        batch_size = kw.pop("batch_size")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} must be a positive int")
-        super().__init__(int(batch_size))
-        self.batch_size = int(batch_size)
-        self.data_shape = data_shape
-        self.label_width = int(kw.pop("label_width", 1))
-        self.data_name = str(kw.pop("data_name", "data"))
-        self.label_name = str(kw.pop("label_name", "softmax_label"))
-        self.round_batch = bool(kw.pop("round_batch", True))
-        dtype = kw.pop("dtype", None)
-        dtype = "float32" if dtype is None else np.dtype(dtype).name
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype={dtype!r} is not supported (one of {_DTYPES}, or None for float32)")
-        self.dtype = dtype
-        mean = np.array([_float(kw, f"mean_{c}", 0.0) for c in "rgb"], dtype=np.float32)
-        std = np.array([_float(kw, f"std_{c}", 1.0) for c in "rgb"], dtype=np.float32)
-        scale = _float(kw, "scale", 1.0)
-        if np.any(std <= 0):
-            raise ValueError(f"std_r/g/b={std.tolist()} must be positive")
-        self._normalize = bool(np.any(mean != 0) or np.any(std != 1) or scale != 1)
-        if dtype == "uint8" and self._normalize:
-            raise ValueError("dtype='uint8' returns raw pixels: mean_*/std_*/scale must keep their defaults")
-        self._mean = mx.nd.array(mean.reshape(1, 3, 1, 1), ctx=mx.cpu_pinned(), dtype=dtype)
-        self._factor = mx.nd.array((scale / std).reshape(1, 3, 1, 1), ctx=mx.cpu_pinned(), dtype=dtype)
-        transform = self._transform(kw, data_shape[1:])
-        shuffle = bool(kw.pop("shuffle", False))
-        seed = int(kw.pop("seed", 0))
-        if seed < 0:
-            raise ValueError(f"seed={seed} must be >= 0")
-        threads = kw.pop("preprocess_threads", 4)
-        prefetch = kw.pop("prefetch_buffer", 4)
+        for name, value in self.alias_defaults.items():
+            if name in kwargs and str(kwargs[name]) != str(value):
+                # MXNet's aliases are separate iterators whose output type is fixed.
+                log.warning(
+                    "%s ignores %s=%r: it always produces %s=%r", type(self).__name__, name, kwargs[name], name, value
+                )
+        kwargs = {**kwargs, **self.alias_defaults}
+        args = parse_args(kwargs, warn_stacklevel=3)
+        super().__init__(args.batch_size)
+        self.args = args
+        self.loader: Loader | None = None
+        self._dataset = None
+        self._iter = None
+        try:
+            self._setup(args)
+        except MXNetArgumentError:
+            self.close()
+            raise
+        except ValueError as exc:
+            self.close()
+            raise MXNetArgumentError(f"{type(self).__name__}: {exc}") from exc
+
+    # -- construction ------------------------------------------------------------------------------
+
+    def _setup(self, args: RecordIterArgs) -> None:
+        self.batch_size = int(args.batch_size)
+        self.data_shape = tuple(args.data_shape)
+        self.channels = self.data_shape[0]
+        self.label_width = int(args.label_width)
+        self.data_name = args.data_name
+        self.label_name = args.label_name
+        self.round_batch = bool(args.round_batch)
+        self.dtype = args.dtype or "float32"
+        self._out_ctx = mx.cpu() if args.device_id == -1 else mx.cpu_pinned(max(0, args.device_id))
         self.part_index, self.num_parts = resolve_parts(
-            part_index=kw.pop("part_index", 0), num_parts=kw.pop("num_parts", 1), kvstore=kw.pop("kvstore", None),
-            rank=kw.pop("rank", None), num_workers=kw.pop("num_workers", None))
-        ctx = kw.pop("ctx", None)
-        work_load_list = kw.pop("work_load_list", None)
-        kw.pop("verbose", None)
-        kw.pop("device_id", None)
-        if kw:  # every SUPPORTED_ARGS name is consumed above
-            raise AssertionError(f"unhandled arguments {sorted(kw)}")
+            part_index=args.part_index,
+            num_parts=args.num_parts,
+            kvstore=args.extras.get("kvstore"),
+            rank=args.extras.get("rank"),
+            num_workers=args.extras.get("num_workers"),
+        )
+        self._setup_contexts(args)
+        geometry = geometry_spec(args)
+        color = color_spec(args, self.dtype)
+        normalize = normalize_spec(args, self.dtype)
+        self.transform = self._compose(geometry, color, normalize)
+        path = os.fspath(args.path_imgrec)
+        self._dataset = open_records(
+            path_imgrec=path, path_imgidx=args.path_imgidx, path_imglist=args.path_imglist, label_width=self.label_width
+        )
+        self._aug_seed = aug_seed(args)
+        shuffle, order_seed, block_size = self._order(args, path)
+        # Float RGB outputs the engine does not normalize yet are normalized on the producer thread,
+        # straight into float slots (see _HostNormalize); int8 and grayscale use MXNet operators.
+        host = normalize is None and self.dtype in ("float32", "float16") and self.channels == 3
+        self.config = LoaderConfig(
+            batch_size=self.batch_size,
+            transform=self.transform,
+            shuffle=shuffle,
+            seed=order_seed,
+            block_size=block_size,
+            drop_last=False,
+            even="pad",
+            rank=self.part_index,
+            world_size=self.num_parts,
+            num_threads=int(args.preprocess_threads),
+            prefetch=max(1, int(args.prefetch_buffer)),
+            layout="NCHW",
+            round_batch=self.round_batch,
+            image_dtype=self.dtype if host else None,
+        )
+        self._mean = None
+        if args.mean_img and self.dtype != "uint8":
+            pixels = self._compose(geometry, color, None)
+            self._mean = mean_image(
+                args.mean_img, self.data_shape, lambda: self._compute_mean(pixels), verbose=bool(args.verbose)
+            )
+        if self._mean is not None and not host and (args.mirror or args.rand_mirror):
+            # MXNet subtracts the mean image at each pixel's source position, i.e. mirrored for mirrored
+            # images; only the float RGB path (_HostNormalize) knows which images were mirrored.
+            raise MXNetArgumentError(
+                f"ImageRecordIter: mean_img with mirror/rand_mirror is not yet supported for "
+                f"dtype={self.dtype!r} with {self.channels} channel(s) (float32/float16 RGB only)"
+            )
+        self._setup_normalization(args)
+        # Float RGB slots (normalized here or by the engine): also what the padding rows of
+        # round_batch=False become, a zero pixel normalized.
+        self._float_rgb = (
+            self._host_normalize(args) if self.dtype in ("float32", "float16") and self.channels == 3 else None
+        )
+        self._host = self._float_rgb if host else None
+        self.loader = Loader(
+            self._dataset,
+            self.config,
+            allocator=_pinned_on(self._out_ctx),
+            decode=_seeded_decode(self._aug_seed, self._host),
+        )
+        self._ids = getattr(self._dataset, "ids", None)
+        self._epoch = 0
+        self._iter_thread = None
+        # Rows of the epoch's last batch that stand for no record of this part (the same every epoch).
+        share = len(EpochOrder(self.loader.order_spec, 0).share)
+        self._last_pad = len(self.loader) * self.batch_size - share
+        if args.verbose:
+            log.info(
+                "ImageRecordIter: %s, %d records, part %d of %d, %s, %d decode threads",
+                path,
+                len(self._dataset),
+                self.part_index,
+                self.num_parts,
+                self.transform,
+                args.preprocess_threads,
+            )
+
+    def _setup_contexts(self, args: RecordIterArgs) -> None:
+        ctx = args.ctx
+        work_load_list = args.extras.get("work_load_list")
         self._ctxs = None if isinstance(ctx, str) else normalize_contexts(ctx)
-        if isinstance(ctx, str) and ctx not in ("cpu", "gpu"):
-            raise ValueError(f"ctx={ctx!r} must be 'cpu', 'gpu', an mx.Context or a list of them")
         if self._ctxs is not None:
             self._slices = split_slices(self.batch_size, len(self._ctxs), work_load_list)
         elif work_load_list is not None:
-            raise ValueError("work_load_list needs ctx=[mx.Context, ...]")
-        self.config = LoaderConfig(batch_size=self.batch_size, transform=transform,
-                                   shuffle="global" if shuffle else "none", seed=seed, drop_last=False, even="pad",
-                                   rank=self.part_index, world_size=self.num_parts, num_threads=int(threads),
-                                   prefetch=max(1, int(prefetch)), layout="NCHW")
-        self.loader = Loader(path, self.config, allocator=pinned_allocator)
-        ds_width = self.loader.label_width
-        if self.label_width > ds_width:
-            raise ValueError(f"label_width={self.label_width} but {path} stores {ds_width} label(s) per record")
-        self._ids = getattr(self.loader.dataset, "ids", None)
-        self._epoch = 0
-        self._iter = None
-        self._views: Dict[int, np.ndarray] = {}
-        self._float_slots: Dict[int, "mx.nd.NDArray"] = {}
-
-    # -- argument mapping --------------------------------------------------------------------------
+            raise MXNetArgumentError("ImageRecordIter argument work_load_list needs ctx=[mx.Context, ...]")
 
     @staticmethod
-    def _transform(kw: Dict[str, Any], size):
-        rrc = bool(kw.pop("random_resized_crop", False))
-        rand_crop = bool(kw.pop("rand_crop", False))
-        min_area = _float(kw, "min_random_area", 1.0)
-        max_area = _float(kw, "max_random_area", 1.0)
-        max_aspect = _float(kw, "max_aspect_ratio", 0.0)
-        min_aspect = kw.pop("min_aspect_ratio", None)
-        ratio = (1.0 - max_aspect, 1.0 + max_aspect) if min_aspect is None else (float(min_aspect), max_aspect)
-        flip = 1.0 if bool(kw.pop("mirror", False)) else (0.5 if bool(kw.pop("rand_mirror", False)) else 0.0)
-        kw.pop("rand_mirror", None)
-        resize = int(kw.pop("resize", -1))
-        if rrc or rand_crop:
-            if not 0 < min_area <= max_area <= 1:
-                raise ValueError(f"min_random_area={min_area}, max_random_area={max_area} must satisfy 0 < min <= max <= 1")
-            if not 0 < ratio[0] <= ratio[1]:
-                raise ValueError(f"aspect ratio range {ratio} (from min_aspect_ratio/max_aspect_ratio) must be "
-                                 "positive and increasing")
-            if resize > 0:
-                # The engine samples crops on the full image; a prior shorter-side resize only changes
-                # the pixel grid the crop is cut from, not the crop's area fraction or aspect.
-                log.info("resize=%d before a random crop is implied: crops are taken as area fractions", resize)
-            return RandomResizedCrop(size=tuple(size), scale=(min_area, max_area), ratio=ratio, flip=flip)
-        if resize > 0 and resize < min(size):
-            raise ValueError(f"resize={resize} is smaller than data_shape {tuple(size)}")
-        return CenterCrop(size=tuple(size), resize=resize if resize > 0 else None, flip=flip)
+    def _compose(geometry, color, normalize):
+        if color is None and normalize is None:
+            return geometry
+        pipeline = spec_class("Pipeline")
+        if pipeline is None:
+            raise MXNetArgumentError(
+                "ImageRecordIter: this fastload build has no fastload.transforms.Pipeline to "
+                "run colour augmentation or normalization in the engine"
+            )
+        return pipeline(geometry=geometry, ops=(color,) if color is not None else (), normalize=normalize)
+
+    def _order(self, args: RecordIterArgs, path: str):
+        """(shuffle mode, order seed, block size) for MXNet's shuffle arguments."""
+        seed = args.seed & _U32
+        if args.shuffle_chunk_size > 0 and not args.path_imgidx and os.path.isfile(path):
+            # MXNet reads a .rec without an index sequentially and shuffles chunks of
+            # shuffle_chunk_size MB (keyed by shuffle_chunk_seed), then records within what it read
+            # (keyed by seed): fastload's block shuffle, blocks of about as many records.
+            per_record = os.path.getsize(path) / max(1, len(self._dataset))
+            block = max(1, round((args.shuffle_chunk_size << 20) / max(1.0, per_record)))
+            return "block", ((args.shuffle_chunk_seed & _U32) | (seed << 32)), block
+        return ("global" if args.shuffle else "none"), seed, 256
+
+    def _compute_mean(self, transform) -> np.ndarray:
+        """MXNet's mean image: this part's records once each, through the augmenter, averaged."""
+        config = LoaderConfig(
+            batch_size=self.batch_size,
+            transform=transform,
+            shuffle="none",
+            seed=0,
+            drop_last=False,
+            even="pad",
+            rank=self.part_index,
+            world_size=self.num_parts,
+            num_threads=self.config.num_threads,
+            prefetch=1,
+            layout="NCHW",
+        )
+        with Loader(self._dataset, config, decode=_seeded_decode(self._aug_seed)) as loader:
+            return compute_mean_image(loader, len(self._dataset), self.channels)
+
+    def _host_normalize(self, args: RecordIterArgs) -> _HostNormalize:
+        c = self.channels
+        mean = np.array([args.mean_r, args.mean_g, args.mean_b][:c], dtype=np.float32).reshape(c, 1, 1)
+        std = np.array([args.std_r, args.std_g, args.std_b][:c], dtype=np.float32)
+        mult = np.float32(args.scale) / std  # MXNet: contrast_scaled / std with contrast_scaled = scale
+        return _HostNormalize(self._mean if self._mean is not None else mean, mult, self.dtype)
+
+    def _setup_normalization(self, args: RecordIterArgs) -> None:
+        c = self.channels
+        mean = np.array([args.mean_r, args.mean_g, args.mean_b][:c], dtype=np.float32).reshape(1, c, 1, 1)
+        std = np.array([args.std_r, args.std_g, args.std_b][:c], dtype=np.float32).reshape(1, c, 1, 1)
+        if self._mean is not None:
+            mean = self._mean[None]
+        ctx = self._out_ctx
+        if self.dtype == "int8":
+            # MXNet: saturate_cast<int8>(pixel - round(mean)); std and scale do not apply.
+            self._sub = mx.nd.array(np.round(mean), ctx=ctx, dtype=np.float32)
+            self._mul = None
+        elif self.dtype in ("float32", "float16"):
+            self._sub = mx.nd.array(mean, ctx=ctx, dtype=np.float32)
+            self._mul = mx.nd.array(np.float32(args.scale) / std, ctx=ctx, dtype=np.float32)
+            if not np.any(mean != 0) and not np.any(self._mul.asnumpy() != 1):
+                self._sub = self._mul = None
+        else:
+            ignored = {
+                k: args[k]
+                for k in ("mean_r", "mean_g", "mean_b", "std_r", "std_g", "std_b", "scale", "mean_img")
+                if not args.is_default(k)
+            }
+            if ignored:
+                log.warning("ImageRecordIter(dtype='uint8') returns raw pixels and ignores %s, as MXNet does", ignored)
+            self._sub = self._mul = None
+        self._gray = mx.nd.array(np.asarray(GRAY_WEIGHTS, np.float32).reshape(1, 3, 1, 1), ctx=ctx)
 
     # -- DataIter interface ------------------------------------------------------------------------
 
     @property
-    def provide_data(self) -> List[mx.io.DataDesc]:
-        return [mx.io.DataDesc(self.data_name, (self.batch_size,) + self.data_shape, np.dtype(self.dtype), "NCHW")]
+    def provide_data(self) -> list[mx.io.DataDesc]:
+        return [mx.io.DataDesc(self.data_name, (self.batch_size, *self.data_shape), np.dtype(self.dtype).type)]
 
     @property
-    def provide_label(self) -> List[mx.io.DataDesc]:
+    def provide_label(self) -> list[mx.io.DataDesc]:
         shape = (self.batch_size,) if self.label_width == 1 else (self.batch_size, self.label_width)
-        return [mx.io.DataDesc(self.label_name, shape, np.float32, "N" if self.label_width == 1 else "NC")]
+        return [mx.io.DataDesc(self.label_name, shape, np.float32)]
 
     def __len__(self) -> int:
         """Batches per epoch (the same for every part)."""
         return len(self.loader)
 
     def reset(self) -> None:
-        """Start the next epoch (new shuffle and crops when ``shuffle``/random crops are on)."""
+        """Start the next epoch (new shuffle and random augmentations)."""
+        self._forget_current()
         if self._iter is not None:
             self._iter.close()
             self._iter = None
         self._epoch += 1
         self.loader.set_epoch(self._epoch)
 
-    def next(self) -> mx.io.DataBatch:
-        if self._iter is None:
-            self._iter = iter(self.loader)
-        batch = next(self._iter)  # StopIteration ends the epoch, as MXNet's iterators do
-        images_nd = batch.owners["images"]
-        labels_nd = batch.owners["labels"]
-        m = batch.size
-        pad = self.batch_size - m
-        if pad and self.round_batch:
-            self._complete(batch, images_nd, labels_nd, m)
-        elif pad:
-            # Rows past the batch's records hold whatever the slot held before (or never-written
-            # memory): give them defined values so no consumer ever sees stale pixels or labels.
-            self._view(images_nd)[m:] = 0
-            self._view(labels_nd)[m:] = 0
-        batch.add_fence(_EngineFence((images_nd, labels_nd)))
-        data = images_nd
-        if self.dtype != "uint8":
-            # Engine operators writing a per-slot pinned buffer: MXNet orders each write after the
-            # pending reads (device copies) of the previous batch in that buffer.
-            data = self._float_slots.get(batch.slot)
-            if data is None:
-                data = self._float_slots[batch.slot] = mx.nd.empty(images_nd.shape, ctx=mx.cpu_pinned(),
-                                                                   dtype=self.dtype)
-            mx.nd.cast(images_nd, dtype=self.dtype, out=data)
-            if self._normalize:
-                mx.nd.broadcast_sub(data, self._mean, out=data)
-                mx.nd.broadcast_mul(data, self._factor, out=data)
-        if self.label_width == 1:
-            label = labels_nd.reshape((self.batch_size,))
-        elif self.label_width == labels_nd.shape[1]:
-            label = labels_nd
+    def _fetch(self) -> mx.io.DataBatch | None:
+        if self.loader is None:
+            raise RuntimeError("ImageRecordIter is closed")
+        self._own_pass()
+        try:
+            batch = next(self._iter)
+        except StopIteration:
+            return None
+        last = batch.number == len(self.loader) - 1
+        if self.round_batch:
+            pad = self._last_pad if last else 0
         else:
-            label = mx.nd.slice_axis(labels_nd, axis=1, begin=0, end=self.label_width)
+            pad = self.batch_size - batch.size
+        images = batch.slot_view("images")
+        labels = batch.slot_view("labels")
+        if batch.size < self.batch_size:
+            # round_batch=False: rows past the batch's records hold whatever the slot held before (or
+            # never-written memory): give them defined values (zero pixels, label 0).
+            if self._float_rgb is not None and images.dtype != np.uint8:
+                self._float_rgb.zero_rows(images[batch.size :])
+            else:
+                images[batch.size :] = 0
+            labels[batch.size :] = 0
+        # Zero-copy NDArrays over the batch's lease views: the slot is refilled only after they, and
+        # every engine operation reading them (the conversions and copies below), are gone.
+        data = self._convert(wrap_view(images))
+        label = wrap_view(labels)
+        if self.label_width == 1:
+            label = label.reshape((self.batch_size,))
         if self._ctxs is not None:
             data = place(data, self._ctxs, self._slices)
             label = place(label, self._ctxs, self._slices)
+        else:
+            label = self._copy_to(label, self._out_ctx)  # labels are small: a copy frees the slot sooner
         # round_batch=False: the padding rows stand for no record, so `index` lists the real rows only.
-        rows = self._view(batch.owners["indices"]) if pad and self.round_batch else batch.indices
-        index = rows.copy() if self._ids is None else self._ids[rows]
-        return mx.io.DataBatch(data=[data], label=[label], pad=pad, index=index,
-                               provide_data=self.provide_data, provide_label=self.provide_label)
+        rows = np.array(batch.slot_view("indices") if self.round_batch else batch.indices, dtype=np.int64)
+        index = rows if self._ids is None else self._ids[rows]
+        return mx.io.DataBatch(
+            data=[data],
+            label=[label],
+            pad=pad,
+            index=index,
+            provide_data=self.provide_data,
+            provide_label=self.provide_label,
+        )
 
-    def iter_next(self) -> bool:
-        raise NotImplementedError("ImageRecordIter is consumed with next() / iteration")
+    def _own_pass(self) -> None:
+        """Make the loader's pass belong to this thread (MXNet iterators have no thread affinity).
 
-    def _view(self, nd) -> np.ndarray:
-        key = id(nd)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = numpy_view(nd)
-        return view
+        fastload's loader hands a pass's batches to the thread that started it; when ``next()`` comes
+        from another thread (a prefetching wrapper, a user moving the iterator), the pass is ended and
+        restarted there at the same position (its prefetched batches are decoded again).
+        """
+        import threading
 
-    def _complete(self, batch, images_nd, labels_nd, m: int) -> None:
-        """round_batch: fill rows ``[m, batch_size)`` with the epoch's first records, as MXNet pads."""
-        from fastload.decode import decode_batch
+        me = threading.current_thread()
+        if self._iter is not None and self._iter_thread is not me:
+            state = self.loader.state_dict()
+            self._iter.close()
+            self._iter = None
+            self.loader.load_state_dict(state)
+        if self._iter is None:
+            try:
+                self._iter = iter(self.loader)
+            except LoaderBusy:  # pragma: no cover - the pass was closed above
+                raise
+            self._iter_thread = me
 
-        share = EpochOrder(self.loader.order_spec, batch.epoch).share
-        fill = share[np.arange(self.batch_size - m) % len(share)]
-        ds = self.loader.dataset
-        images = self._view(images_nd)
-        result = decode_batch([ds.image(int(i)) for i in fill], images[m:], self.config.transform,
-                              seed=self.config.seed, epoch=batch.epoch, indices=fill,
-                              threads=self.config.num_threads, layout="NCHW")
-        if not result.ok:
-            log.warning("round_batch: %d padding record(s) failed to decode and are left black: %s",
-                        len(result.errors), result.errors)
-        self._view(labels_nd)[m:] = np.asarray(ds.labels, dtype=np.float32).reshape(len(ds), -1)[fill]
-        self._view(batch.owners["indices"])[m:] = fill
+    @staticmethod
+    def _copy_to(x: mx.nd.NDArray, ctx: mx.Context) -> mx.nd.NDArray:
+        out = mx.nd.empty(x.shape, ctx=ctx, dtype=x.dtype)
+        x.copyto(out)
+        return out
+
+    def _convert(self, images: mx.nd.NDArray) -> mx.nd.NDArray:
+        """The decoded batch (a zero-copy NDArray over the slot) as this iterator's output.
+
+        Raw outputs (uint8 RGB, or floats the engine normalized) are that NDArray itself. The others
+        are computed by MXNet operators (asynchronous, on MXNet's engine threads) into new arrays on
+        the output context (MXNet's operators would put them in ``cpu`` memory).
+        """
+        if images.dtype != np.uint8:
+            # The engine wrote the final values (Normalize in the pipeline).
+            return images if images.dtype == np.dtype(self.dtype) else self._cast(images, self.dtype)
+        shape = (self.batch_size, self.channels, *self.data_shape[1:])
+        x = images
+        if self.channels == 1:
+            rgb = self._cast(images, "float32")
+            mx.nd.broadcast_mul(rgb, self._gray, out=rgb)
+            x = mx.nd.empty(shape, ctx=self._out_ctx, dtype="float32")
+            mx.nd.sum(rgb, axis=1, keepdims=True, out=x)
+            mx.nd.round(x, out=x)  # float32 luma 0..255
+        if self.dtype == "uint8":
+            return x if x is images else self._cast(x, "uint8")
+        out = x if x is not images else self._cast(x, "float32")
+        if self.dtype == "int8":
+            mx.nd.broadcast_sub(out, self._sub, out=out)
+            mx.nd.clip(out, -128, 127, out=out)
+            return self._cast(out, "int8")
+        if self._sub is not None:
+            mx.nd.broadcast_sub(out, self._sub, out=out)
+            mx.nd.broadcast_mul(out, self._mul, out=out)
+        return out if self.dtype == "float32" else self._cast(out, self.dtype)
+
+    def _cast(self, x: mx.nd.NDArray, dtype: str) -> mx.nd.NDArray:
+        out = mx.nd.empty(x.shape, ctx=self._out_ctx, dtype=dtype)
+        mx.nd.cast(x, dtype=dtype, out=out)
+        return out
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def stats(self):
+        """The loader's per-stage times, images/s and bad-record counts (``fastload.stats.LoaderStats``)."""
+        return self.loader.stats()
+
+    def state_dict(self) -> dict[str, Any]:
         """The loader's resume position (epoch, batch) and its order fingerprint."""
         return self.loader.state_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; the next ``next()`` continues where that run stopped."""
+        self._forget_current()
         if self._iter is not None:
             self._iter.close()
             self._iter = None
@@ -346,14 +544,44 @@ class ImageRecordIter(mx.io.DataIter):
         self._epoch = self.loader.epoch
 
     def close(self) -> None:
-        """Stop the producer and close the dataset (idempotent)."""
+        """Stop the producer and close the records (idempotent)."""
         if self._iter is not None:
             self._iter.close()
             self._iter = None
-        self.loader.close()
+        if self.loader is not None:
+            self.loader.close()
+        if self._dataset is not None:
+            self._dataset.close()
+            self._dataset = None
 
-    def __enter__(self) -> "ImageRecordIter":
+    def __enter__(self) -> ImageRecordIter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        # The loader and its running epoch refer to each other, so only the garbage collector would
+        # reclaim them: stop the producer as soon as the iterator itself is dropped.
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+class ImageRecordIter_v1(ImageRecordIter):
+    """MXNet's ``ImageRecordIter_v1``: the older implementation of the same arguments and outputs."""
+
+
+class ImageRecordUInt8Iter(ImageRecordIter):
+    """MXNet's ``ImageRecordUInt8Iter``: ``ImageRecordIter`` with ``dtype='uint8'`` by default."""
+
+    alias_defaults: ClassVar[dict[str, Any]] = {"dtype": "uint8"}
+
+
+class ImageRecordUInt8Iter_v1(ImageRecordUInt8Iter):
+    """MXNet's ``ImageRecordUInt8Iter_v1``: the same as :class:`ImageRecordUInt8Iter`."""
+
+
+class ImageRecordInt8Iter(ImageRecordIter):
+    """MXNet's ``ImageRecordInt8Iter``: ``ImageRecordIter`` with ``dtype='int8'`` by default."""
+
+    alias_defaults: ClassVar[dict[str, Any]] = {"dtype": "int8"}

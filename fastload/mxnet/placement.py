@@ -9,25 +9,25 @@ memory carrying the ``cpu_pinned`` context, and the copy to ``mx.gpu(i)`` has no
 from __future__ import annotations
 
 import ctypes
-from typing import List, Optional, Sequence, Tuple
-
-import numpy as np
+from collections.abc import Sequence
 
 import mxnet as mx
+import numpy as np
 from mxnet.executor_manager import _split_input_slice
 
 __all__ = [
-    "pinned_empty",
+    "normalize_contexts",
     "numpy_view",
     "pinned_allocator",
-    "normalize_contexts",
-    "split_slices",
+    "pinned_empty",
     "place",
+    "split_slices",
     "wait_to_write",
+    "wrap_view",
 ]
 
 
-def numpy_view(array: "mx.nd.NDArray") -> np.ndarray:
+def numpy_view(array: mx.nd.NDArray) -> np.ndarray:
     """A numpy array sharing memory with a dense, C-contiguous NDArray (no copy).
 
     Writes through the view bypass MXNet's dependency engine: call :func:`wait_to_write` on ``array``
@@ -58,7 +58,29 @@ def numpy_view(array: "mx.nd.NDArray") -> np.ndarray:
     return view
 
 
-def wait_to_write(array: "mx.nd.NDArray") -> None:
+# numpy dtypes MXNet 1.9.1's DLPack import takes (DLDataType.TYPE_MAP); others are copied.
+_ZERO_COPY_DTYPES = frozenset(
+    np.dtype(t) for t in ("int32", "int64", "bool", "uint8", "uint32", "uint64", "float16", "float32", "float64")
+)
+
+
+def wrap_view(view: np.ndarray) -> mx.nd.NDArray:
+    """An NDArray over a batch's numpy view, zero-copy, that keeps the view's lease alive.
+
+    ``mx.nd.from_numpy(array, zero_copy=True)`` (MXNet 1.9.1's DLPack import) holds a reference to
+    the numpy array until the NDArray *and every engine operation still reading it* are gone
+    (checked in ``tests/test_mxnet_lifetime.py``), so a ring slot behind the view is not refilled
+    before then. MXNet labels the result ``cpu(0)`` (its DLPack import knows only CPU and GPU
+    memory), whatever the memory is (the ring's slots are ``cpu_pinned``). It also marks the array
+    it is given read-only, so it is given a fresh view object and the caller's stays writable.
+    Dtypes the import does not take (int8, int16) and non-contiguous views are copied.
+    """
+    if view.dtype in _ZERO_COPY_DTYPES and view.flags.c_contiguous and view.size:
+        return mx.nd.from_numpy(view.view(), zero_copy=True)
+    return mx.nd.array(view, dtype=view.dtype, ctx=mx.cpu())
+
+
+def wait_to_write(array: mx.nd.NDArray) -> None:
     """Block until every pending engine operation on ``array`` (reads included) has finished.
 
     The C API's ``MXNDArrayWaitToWrite``; the Python NDArray only exposes ``wait_to_read``, which
@@ -67,18 +89,18 @@ def wait_to_write(array: "mx.nd.NDArray") -> None:
     mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(array.handle))
 
 
-def pinned_empty(shape: Sequence[int], dtype="float32") -> Tuple[np.ndarray, "mx.nd.NDArray"]:
+def pinned_empty(shape: Sequence[int], dtype="float32") -> tuple[np.ndarray, mx.nd.NDArray]:
     """Allocate a dense ``mx.cpu_pinned()`` NDArray and return ``(numpy_view, ndarray)``."""
     nd = mx.nd.empty(tuple(int(s) for s in shape), ctx=mx.cpu_pinned(), dtype=np.dtype(dtype))
     return numpy_view(nd), nd
 
 
-def pinned_allocator(shape: Sequence[int], dtype) -> Tuple[np.ndarray, "mx.nd.NDArray"]:
+def pinned_allocator(shape: Sequence[int], dtype) -> tuple[np.ndarray, mx.nd.NDArray]:
     """The ``allocator(shape, dtype) -> (numpy_view, owner)`` the loader's ring accepts."""
     return pinned_empty(shape, dtype)
 
 
-def normalize_contexts(ctx) -> Optional[List["mx.Context"]]:
+def normalize_contexts(ctx) -> list[mx.Context] | None:
     """``None`` -> ``None``; one context -> ``[ctx]``; a list -> the list (checked)."""
     if ctx is None:
         return None
@@ -90,7 +112,7 @@ def normalize_contexts(ctx) -> Optional[List["mx.Context"]]:
     return ctxs
 
 
-def split_slices(batch_size: int, n_ctx: int, work_load_list: Optional[Sequence[float]]) -> List[slice]:
+def split_slices(batch_size: int, n_ctx: int, work_load_list: Sequence[float] | None) -> list[slice]:
     """Row ranges per context, computed exactly as ``mx.mod.Module`` splits a batch.
 
     Args:
@@ -107,11 +129,13 @@ def split_slices(batch_size: int, n_ctx: int, work_load_list: Optional[Sequence[
     try:
         return _split_input_slice(batch_size, list(work_load_list))
     except ValueError as exc:
-        raise ValueError(f"cannot split a batch of {batch_size} over {n_ctx} contexts "
-                         f"with work_load_list={list(work_load_list)}: {exc}") from None
+        raise ValueError(
+            f"cannot split a batch of {batch_size} over {n_ctx} contexts "
+            f"with work_load_list={list(work_load_list)}: {exc}"
+        ) from None
 
 
-def place(array: "mx.nd.NDArray", ctxs: Sequence["mx.Context"], slices: Sequence[slice]) -> List["mx.nd.NDArray"]:
+def place(array: mx.nd.NDArray, ctxs: Sequence[mx.Context], slices: Sequence[slice]) -> list[mx.nd.NDArray]:
     """Copy each context's rows of a host batch straight to that context.
 
     Every slice is copied from ``array`` (pinned host memory) on its own, never through another
@@ -119,8 +143,8 @@ def place(array: "mx.nd.NDArray", ctxs: Sequence["mx.Context"], slices: Sequence
     ``array`` afterwards must call :func:`wait_to_write` on ``array`` first (the iterators here do).
     """
     out = []
-    for ctx, s in zip(ctxs, slices):
-        part = array if (s.start, s.stop) == (0, array.shape[0]) else array[s.start:s.stop]
+    for ctx, s in zip(ctxs, slices, strict=False):
+        part = array if (s.start, s.stop) == (0, array.shape[0]) else array[s.start : s.stop]
         # Always a copy, even to the array's own context: the slot is reused by the ring.
         out.append(part.copyto(ctx))
     return out

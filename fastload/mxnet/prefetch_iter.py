@@ -3,22 +3,29 @@
 Each wrapped iterator gets its own ``fastload.prefetch.Producer`` (bounded queue, stop event,
 exceptions re-raised in the consumer with the producer's traceback), so several iterators also
 run in parallel with each other; their batches are combined as ``mx.io.PrefetchingIter`` does (data
-lists concatenated, optionally renamed).
+lists concatenated, optionally renamed). It implements the whole ``DataIter`` pull protocol
+(:mod:`fastload.mxnet.protocol`).
+
+Kept batches: the batches handed out are the wrapped iterators' own, so they stay intact exactly
+as long as the wrapped iterator keeps them: forever for fastload's iterators and for Python
+iterators that build fresh arrays; MXNet's C++ iterators recycle ``prefetch_buffer`` output buffers
+(see ``prefetch``).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from collections.abc import Iterator, Sequence
 
 import mxnet as mx
 
+from fastload.mxnet.protocol import BatchIter
 from fastload.prefetch import Producer
 
 __all__ = ["PrefetchingIter"]
 
 
-def _rename(descs, mapping: Optional[Dict[str, str]]):
+def _rename(descs, mapping: dict[str, str] | None):
     if not mapping:
         return list(descs)
     out = []
@@ -28,7 +35,7 @@ def _rename(descs, mapping: Optional[Dict[str, str]]):
     return out
 
 
-class PrefetchingIter(mx.io.DataIter):
+class PrefetchingIter(BatchIter):
     """Overlap one or more ``mx.io.DataIter`` with training.
 
     Args:
@@ -43,9 +50,14 @@ class PrefetchingIter(mx.io.DataIter):
             ``prefetch`` below that (the default 1 is what ``mx.io.PrefetchingIter`` holds).
     """
 
-    def __init__(self, iters: Union[mx.io.DataIter, Sequence[mx.io.DataIter]],
-                 rename_data: Optional[Sequence[Dict[str, str]]] = None,
-                 rename_label: Optional[Sequence[Dict[str, str]]] = None, *, prefetch: int = 1) -> None:
+    def __init__(
+        self,
+        iters: mx.io.DataIter | Sequence[mx.io.DataIter],
+        rename_data: Sequence[dict[str, str]] | None = None,
+        rename_label: Sequence[dict[str, str]] | None = None,
+        *,
+        prefetch: int = 1,
+    ) -> None:
         iters = [iters] if isinstance(iters, mx.io.DataIter) else list(iters)
         if not iters or not all(isinstance(it, mx.io.DataIter) for it in iters):
             raise ValueError("iters must be an mx.io.DataIter or a non-empty list of them")
@@ -59,18 +71,24 @@ class PrefetchingIter(mx.io.DataIter):
         self.rename_data = rename_data
         self.rename_label = rename_label
         self._prefetch = prefetch
-        self._producers: Optional[List[Producer]] = None
+        self._producers: list[Producer] | None = None
         self._closed = False
 
     @property
-    def provide_data(self) -> List[mx.io.DataDesc]:
-        return [d for i, it in enumerate(self.iters)
-                for d in _rename(it.provide_data, self.rename_data[i] if self.rename_data else None)]
+    def provide_data(self) -> list[mx.io.DataDesc]:
+        return [
+            d
+            for i, it in enumerate(self.iters)
+            for d in _rename(it.provide_data, self.rename_data[i] if self.rename_data else None)
+        ]
 
     @property
-    def provide_label(self) -> List[mx.io.DataDesc]:
-        return [d for i, it in enumerate(self.iters)
-                for d in _rename(it.provide_label, self.rename_label[i] if self.rename_label else None)]
+    def provide_label(self) -> list[mx.io.DataDesc]:
+        return [
+            d
+            for i, it in enumerate(self.iters)
+            for d in _rename(it.provide_label, self.rename_label[i] if self.rename_label else None)
+        ]
 
     def _start(self) -> None:
         def make(it):
@@ -81,10 +99,12 @@ class PrefetchingIter(mx.io.DataIter):
                     except StopIteration:
                         return
                     yield batch
+
             return produce
 
-        self._producers = [Producer(make(it), maxsize=self._prefetch, name=f"fastload-prefetch-{i}")
-                           for i, it in enumerate(self.iters)]
+        self._producers = [
+            Producer(make(it), maxsize=self._prefetch, name=f"fastload-prefetch-{i}") for i, it in enumerate(self.iters)
+        ]
 
     def _stop(self) -> None:
         if self._producers is not None:
@@ -94,11 +114,12 @@ class PrefetchingIter(mx.io.DataIter):
 
     def reset(self) -> None:
         """Stop the threads, reset every wrapped iterator; prefetching restarts on the next batch."""
+        self._forget_current()
         self._stop()
         for it in self.iters:
             it.reset()
 
-    def next(self) -> mx.io.DataBatch:
+    def _fetch(self) -> mx.io.DataBatch | None:
         if self._closed:
             raise RuntimeError("PrefetchingIter is closed")
         if self._producers is None:
@@ -111,25 +132,29 @@ class PrefetchingIter(mx.io.DataIter):
                 ended.append(i)
         if ended:
             if len(ended) != len(self._producers):
-                raise ValueError(f"wrapped iterators {ended} ended before the others: they must yield "
-                                 "the same number of batches")
-            raise StopIteration
+                raise ValueError(
+                    f"wrapped iterators {ended} ended before the others: they must yield the same number of batches"
+                )
+            return None
         if len(batches) == 1 and not self.rename_data and not self.rename_label:
             return batches[0]
         data = [a for b in batches for a in (b.data or [])]
         label = [a for b in batches for a in (b.label or [])]
-        return mx.io.DataBatch(data=data, label=label, pad=batches[0].pad, index=batches[0].index,
-                               provide_data=self.provide_data, provide_label=self.provide_label)
-
-    def iter_next(self) -> bool:
-        raise NotImplementedError("PrefetchingIter is consumed with next() / iteration")
+        return mx.io.DataBatch(
+            data=data,
+            label=label,
+            pad=batches[0].pad,
+            index=batches[0].index,
+            provide_data=self.provide_data,
+            provide_label=self.provide_label,
+        )
 
     def close(self) -> None:
         """Stop the background threads (idempotent); the wrapped iterators are left as they are."""
         self._stop()
         self._closed = True
 
-    def __enter__(self) -> "PrefetchingIter":
+    def __enter__(self) -> PrefetchingIter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,11 +1,29 @@
-"""Write stage: pack image folders and im2rec lists into RecordIO or LMDB shards (``fastload pack``)."""
+"""Write stage: pack image folders and im2rec lists into RecordIO or LMDB shards (``fastload pack``).
 
-__all__ = ["pack_folder", "PackOptions", "PackResult"]
+The parts, from the top: ``packer`` (the driver, :func:`pack_folder`), ``options`` / ``result``,
+``sources`` (folder / ``.lst`` input), ``convert`` (check / convert one image), ``framing`` (the
+engine's pass-through batches), ``restart`` (restart-marker transcoding), ``ordered_pool`` (the
+converter threads), ``shard_writer`` (shard files), ``staging`` (lock, resume, final move),
+``manifest_writer`` (index and manifest), ``progress``; ``arrays`` packs numpy arrays
+(``fastload pack-arrays``).
+"""
+
+__all__ = ["PackOptions", "PackResult", "ShardFormat", "pack_folder"]
 
 
-def __getattr__(name):
-    # Lazy, so importing a sibling (e.g. fastload.pack.arrays for the CLI) does not load the packer.
-    if name in __all__:
-        from fastload.pack import packer
-        return getattr(packer, name)
+def __getattr__(name: str) -> object:
+    # Lazy, so importing a sibling (e.g. fastload.pack.arrays) does not load the packer and numpy's
+    # friends it needs.
+    if name == "pack_folder":
+        from fastload.pack.packer import pack_folder
+
+        return pack_folder
+    if name in ("PackOptions", "ShardFormat"):
+        from fastload.pack import options
+
+        return getattr(options, name)
+    if name == "PackResult":
+        from fastload.pack.result import PackResult
+
+        return PackResult
     raise AttributeError(f"module 'fastload.pack' has no attribute {name!r}")

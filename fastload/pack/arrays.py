@@ -10,42 +10,20 @@ interrupted pack leaves no half-valid dataset.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
 
 import numpy as np
 
-from fastload.errors import UserError
-from fastload.records.arrays import ARRAYS_FORMAT, ARRAYS_MANIFEST
-from fastload.records.manifest import fsync_dir, write_json_atomic
+from fastload.errors import CorruptRecordError, UserError
+from fastload.records.arrays import ARRAYS_FORMAT, ARRAYS_MANIFEST, NpyShard
+from fastload.records.durable import fsync_dir, make_temp_dir, write_json_atomic
 
-__all__ = ["ArraysPackConfig", "pack_arrays", "add_parser", "pack_arrays_main", "parse_size"]
+__all__ = ["ArraysPackConfig", "pack_arrays"]
 
 _DEFAULT_SHARD_BYTES = 256 << 20
-
-
-def parse_size(text: str) -> int:
-    """``"256MB"`` -> bytes (B, KB, MB, GB; powers of 1024)."""
-    units = {"GB": 1 << 30, "MB": 1 << 20, "KB": 1 << 10, "B": 1}
-    t = text.strip().upper()
-    for unit, mult in units.items():
-        if t.endswith(unit):
-            number = t[: -len(unit)].strip()
-            break
-    else:
-        number, mult = t, 1
-    try:
-        value = int(float(number) * mult)
-    except ValueError:
-        raise UserError(f"size {text!r}: expected a number with an optional unit, e.g. 256MB") from None
-    if value <= 0:
-        raise UserError(f"size {text!r} must be positive")
-    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +38,8 @@ class ArraysPackConfig:
         overwrite: Replace an existing pack-arrays folder at ``out``.
     """
 
-    data: Dict[str, str]
-    labels: Dict[str, str] = field(default_factory=dict)
+    data: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
     out: str
     shard_bytes: int = _DEFAULT_SHARD_BYTES
     overwrite: bool = False
@@ -80,19 +58,29 @@ class ArraysPackConfig:
 
 
 class _Input:
-    """One input array, dense (memory-mapped) or CSR."""
+    """One input array, dense (read by rows with ``pread``) or CSR (loaded).
+
+    A dense input is never memory-mapped: a file truncated while it is packed then fails the pack
+    with a clear error instead of killing the process with SIGBUS.
+    """
 
     def __init__(self, name: str, path: str) -> None:
         self.name, self.path = name, path
         if not os.path.isfile(path):
             raise UserError(f"{path}: no such file (input array {name!r})")
         if path.endswith(".npy"):
+            self.array: NpyShard | np.ndarray
             try:
-                self.array = np.load(path, mmap_mode="r", allow_pickle=False)
-            except ValueError as exc:
-                raise UserError(f"{path}: not a readable .npy file ({exc})") from None
-            if self.array.ndim < 1:
-                raise UserError(f"{path}: a 0-d array has no rows")
+                self.array = NpyShard(path, path)
+            except CorruptRecordError as exc:
+                # A Fortran-order array (np.save of a transposed array) cannot be read by rows: load it.
+                try:
+                    loaded = np.load(path, allow_pickle=False)
+                except Exception:  # numpy's messages quote header bytes: report NpyShard's reason
+                    raise UserError(f"{path}: not a readable .npy array ({exc.message})") from None
+                if loaded.ndim < 1:
+                    raise UserError(f"{path}: a 0-d array has no rows") from None
+                self.array = loaded
             self.stype, self.shape, self.dtype = "default", tuple(self.array.shape), self.array.dtype
             self.row_bytes = float(np.prod(self.shape[1:], dtype=np.int64) * self.dtype.itemsize)
         elif path.endswith(".npz"):
@@ -117,21 +105,32 @@ class _Input:
             self.indices = np.asarray(z["indices"], dtype=np.int64)
             self.data = z["data"]
             shape = tuple(int(s) for s in z["shape"])
-        if len(shape) != 2 or len(self.indptr) != shape[0] + 1 or self.indptr[-1] != len(self.indices) \
-                or len(self.indices) != len(self.data):
-            raise UserError(f"{path}: inconsistent CSR arrays (shape {shape}, indptr {len(self.indptr)}, "
-                            f"{len(self.indices)} indices, {len(self.data)} values)")
+        if (
+            len(shape) != 2
+            or len(self.indptr) != shape[0] + 1
+            or self.indptr[-1] != len(self.indices)
+            or len(self.indices) != len(self.data)
+        ):
+            raise UserError(
+                f"{path}: inconsistent CSR arrays (shape {shape}, indptr {len(self.indptr)}, "
+                f"{len(self.indices)} indices, {len(self.data)} values)"
+            )
         self.stype, self.shape, self.dtype = "csr", shape, self.data.dtype
         self.row_bytes = (len(self.data) * (self.dtype.itemsize + 8)) / max(shape[0], 1) + 8
 
     def write_shard(self, folder: str, base: str, lo: int, hi: int) -> None:
         if self.stype == "default":
-            np.save(os.path.join(folder, base + ".npy"), np.ascontiguousarray(self.array[lo:hi]))
+            if isinstance(self.array, NpyShard):
+                rows = np.empty((hi - lo, *self.shape[1:]), dtype=self.dtype)
+                self.array.read_rows(lo, rows)
+            else:
+                rows = np.ascontiguousarray(self.array[lo:hi])
+            np.save(os.path.join(folder, base + ".npy"), rows)
             return
         a, b = int(self.indptr[lo]), int(self.indptr[hi])
         ind = self.indices[a:b].copy()
         dat = self.data[a:b].copy()
-        local = self.indptr[lo:hi + 1] - a
+        local = self.indptr[lo : hi + 1] - a
         # Columns sorted within each row, as MXNet's CSRNDArray expects.
         row_of = np.repeat(np.arange(hi - lo), np.diff(local))
         perm = np.lexsort((ind, row_of))
@@ -147,8 +146,9 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
         UserError: Missing or unreadable inputs, mismatched row counts, or an existing output
             without ``overwrite``.
     """
-    inputs = [(_Input(n, p), "data") for n, p in config.data.items()] + \
-             [(_Input(n, p), "label") for n, p in config.labels.items()]
+    inputs = [(_Input(n, p), "data") for n, p in config.data.items()] + [
+        (_Input(n, p), "label") for n, p in config.labels.items()
+    ]
     rows = {inp.name: inp.shape[0] for inp, _ in inputs}
     if len(set(rows.values())) != 1:
         raise UserError(f"input arrays have different row counts: {rows}")
@@ -156,35 +156,49 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
     if num_rows == 0:
         raise UserError("input arrays have no rows")
     out = os.path.abspath(config.out)
-    if os.path.exists(out):
-        if not os.path.isdir(out) or os.listdir(out):
-            if not config.overwrite:
-                raise UserError(f"{out} exists and is not empty (use --overwrite to replace a pack-arrays folder)")
-            if os.path.isdir(out) and not os.path.exists(os.path.join(out, ARRAYS_MANIFEST)) and os.listdir(out):
-                raise UserError(f"{out} is not a pack-arrays folder; refusing to replace it")
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        if not config.overwrite:
+            raise UserError(f"{out} exists and is not empty (use --overwrite to replace a pack-arrays folder)")
+        if os.path.isdir(out) and not os.path.exists(os.path.join(out, ARRAYS_MANIFEST)) and os.listdir(out):
+            raise UserError(f"{out} is not a pack-arrays folder; refusing to replace it")
     row_bytes = sum(inp.row_bytes for inp, _ in inputs)
     shard_rows = max(1, int(config.shard_bytes // max(row_bytes, 1.0)))
-    starts = list(range(0, num_rows, shard_rows)) + [num_rows]
+    starts = [*list(range(0, num_rows, shard_rows)), num_rows]
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".", suffix=".tmp", dir=parent)
+    tmp = make_temp_dir(parent, os.path.basename(out))
     try:
         entries = []
         iterator = range(len(starts) - 1)
         if progress:
             from tqdm import tqdm
+
             iterator = tqdm(iterator, desc="pack-arrays", unit="shard")
-        files: Dict[str, List[str]] = {inp.name: [] for inp, _ in inputs}
+        files: dict[str, list[str]] = {inp.name: [] for inp, _ in inputs}
         for k in iterator:
             for inp, _ in inputs:
                 base = f"{inp.name}-{k:05d}"
                 inp.write_shard(tmp, base, starts[k], starts[k + 1])
                 files[inp.name].append(base + ".npy" if inp.stype == "default" else base)
         for inp, role in inputs:
-            entries.append({"name": inp.name, "role": role, "stype": inp.stype, "shape": list(inp.shape),
-                            "dtype": inp.dtype.str, "source": os.path.abspath(inp.path), "files": files[inp.name]})
-        manifest = {"format": ARRAYS_FORMAT, "format_version": 1, "num_rows": num_rows, "row_starts": starts,
-                    "arrays": entries}
+            entries.append(
+                {
+                    "name": inp.name,
+                    "role": role,
+                    "stype": inp.stype,
+                    "shape": list(inp.shape),
+                    "dtype": inp.dtype.str,
+                    "source": os.path.abspath(inp.path),
+                    "files": files[inp.name],
+                }
+            )
+        manifest = {
+            "format": ARRAYS_FORMAT,
+            "format_version": 1,
+            "num_rows": num_rows,
+            "row_starts": starts,
+            "arrays": entries,
+        }
         write_json_atomic(os.path.join(tmp, ARRAYS_MANIFEST), manifest)
         if os.path.exists(out):
             shutil.rmtree(out) if os.path.isdir(out) else os.unlink(out)
@@ -194,42 +208,3 @@ def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
-
-
-def _named(values: Optional[List[str]], default: str) -> Dict[str, str]:
-    named: Dict[str, str] = {}
-    for i, v in enumerate(values or []):
-        name, sep, path = v.partition("=")
-        if not sep:
-            name, path = (default if len(values) == 1 else f"_{i}_{default}"), v
-        if name in named:
-            raise UserError(f"array name {name!r} given twice")
-        named[name] = path
-    return named
-
-
-def add_parser(subparsers) -> None:
-    """Register ``fastload pack-arrays`` (called by ``fastload.cli``)."""
-    p = subparsers.add_parser("pack-arrays", help="store dense .npy / sparse CSR .npz arrays as shards for NDArrayIter")
-    p.add_argument("out", help="output folder")
-    p.add_argument("--data", action="append", required=True, metavar="[NAME=]PATH",
-                   help="a data array (.npy or scipy CSR .npz); repeat for several (default name 'data')")
-    p.add_argument("--label", action="append", metavar="[NAME=]PATH",
-                   help="a label array; repeat for several (default name 'softmax_label')")
-    p.add_argument("--shard-size", default="256MB", help="target bytes per shard, e.g. 256MB")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing pack-arrays folder")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=pack_arrays_main)
-
-
-def pack_arrays_main(args: argparse.Namespace) -> int:
-    """CLI entry: pack, then print one summary line."""
-    try:
-        config = ArraysPackConfig(data=_named(args.data, "data"), labels=_named(args.label, "softmax_label"),
-                                  out=args.out, shard_bytes=parse_size(args.shard_size), overwrite=args.overwrite)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    manifest = pack_arrays(config, progress=not args.quiet)
-    shards = len(manifest["row_starts"]) - 1
-    print(f"packed {manifest['num_rows']} rows of {len(manifest['arrays'])} arrays into {shards} shards in {args.out}")
-    return 0

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
+import xxhash
 
-from fastload.pack.convert import Converted
-from fastload.pack.sources import SourceItem
+from fastload.pack.convert import Converted, jpeg_frame_size, too_many_pixels
 from fastload.records import recordio
+from fastload.records.folder_tree import SourceItem
 
-__all__ = ["BufferPool", "Prepared", "FramedBatch", "engine_framing", "frame_batch"]
+__all__ = ["BufferPool", "FramedBatch", "Prepared", "engine_framing", "frame_batch"]
 
 
 class Prepared(NamedTuple):
@@ -31,6 +33,7 @@ class Prepared(NamedTuple):
     record: Any  # recordio.FramedRecord or the LMDB value bytes
     length: int  # payload / value length
     data_offset: int  # where the image starts inside it
+    checksum: int  # XXH3-64 of the payload / value (the index's per-record checksum)
 
 
 class BufferPool:
@@ -45,7 +48,7 @@ class BufferPool:
 
     def __init__(self, keep: int) -> None:
         self._keep = keep
-        self._free: List[np.ndarray] = []
+        self._free: list[np.ndarray] = []
         self._lock = threading.Lock()
 
     def take(self, nbytes: int) -> np.ndarray:
@@ -66,7 +69,7 @@ class BufferPool:
 _MIN_BUFFER = 4 << 20  # most pass-through batches of ImageNet-like files fit: fewer, reusable sizes
 
 
-def engine_framing() -> Optional[Any]:
+def engine_framing() -> Any | None:
     """The engine's ``frame_files`` when the C++ extension is built, else None.
 
     ``FASTLOAD_PACK_FRAMING=python`` turns it off (the pure-Python path packs the same bytes).
@@ -74,7 +77,7 @@ def engine_framing() -> Optional[Any]:
     if os.environ.get("FASTLOAD_PACK_FRAMING", "").lower() == "python":
         return None
     try:
-        from fastload import _engine  # type: ignore[attr-defined]
+        import fastload._engine as _engine
     except ImportError:
         return None
     return getattr(_engine, "frame_files", None)
@@ -89,55 +92,112 @@ class FramedBatch:
         lengths: Per file, the payload length (head + image bytes).
         head_lens: Per file, where the image starts inside the payload.
         sizes: Per file, the bytes read (the stat size).
+        checksums: Per file framed, the XXH3-64 of its payload (the others: 0).
+        refused: Files framed but refused after (a header above ``max_pixels``): position -> reason.
     """
 
-    __slots__ = ("data", "framed", "lengths", "head_lens", "sizes", "buffer")
+    __slots__ = ("buffer", "checksums", "data", "framed", "head_lens", "lengths", "refused", "sizes")
 
-    def __init__(self, data: memoryview, framed: List[int], lengths: List[int], head_lens: List[int],
-                 sizes: List[int], buffer: np.ndarray) -> None:
+    def __init__(
+        self,
+        data: memoryview,
+        framed: list[int],
+        lengths: list[int],
+        head_lens: list[int],
+        sizes: list[int],
+        buffer: np.ndarray,
+        max_pixels: int | None = None,
+    ) -> None:
         self.data, self.framed, self.lengths, self.head_lens, self.sizes = data, framed, lengths, head_lens, sizes
         self.buffer = buffer  # what ``data`` views: back to the pool once the records are written
+        self.refused: dict[int, str] = {}
+        # Hashed here, on the worker thread that framed the batch (XXH3 releases no GIL, but at
+        # ~25 GB/s it is microseconds per image).
+        self.checksums = []
+        pos = 0
+        for k, (n, length, head_len) in enumerate(zip(framed, lengths, head_lens, strict=True)):
+            if n < 0:
+                self.checksums.append(0)
+                continue
+            self.checksums.append(xxhash.xxh3_64_intdigest(data[pos + 8 : pos + 8 + length]))
+            if max_pixels is not None:
+                # The engine vouched for the markers, not for the size they declare: a header-only
+                # 60000x60000 JPEG would pass and fail only when a loader decodes it.
+                size = jpeg_frame_size(data[pos + 8 + head_len : pos + 8 + length])
+                bomb = too_many_pixels(*size, max_pixels) if size is not None else None
+                if bomb is not None:
+                    self.refused[k] = bomb
+            pos += n
 
     @property
     def complete(self) -> bool:
-        """Whether every file of the batch was framed (the writer can take the batch whole)."""
-        return all(n > 0 for n in self.framed)
+        """Whether every file of the batch was framed and kept (the writer can take the batch whole)."""
+        return not self.refused and all(n > 0 for n in self.framed)
 
-    def entries(self) -> List[Optional[Tuple[Converted, int, Prepared]]]:
-        """Per file, ``(converted, bytes read, prepared record)``, or None where the Python path must act."""
-        out: List[Optional[Tuple[Converted, int, Prepared]]] = []
+    def whole_entries(self) -> list[tuple[Converted, int, Prepared | None]]:
+        """:meth:`entries` of a batch framed whole (:attr:`complete`)."""
+        entries: list[tuple[Converted, int, Prepared | None]] = [e for e in self.entries() if e is not None]
+        if len(entries) != len(self.framed):
+            raise ValueError("the batch was not framed whole")
+        return entries
+
+    def entries(self) -> list[tuple[Converted, int, Prepared | None] | None]:
+        """Per file, ``(converted, bytes read, prepared record)``, or None where the Python path must act.
+
+        A refused file's entry has no data and its reason (the writer applies the ``on_error`` policy).
+        """
+        out: list[tuple[Converted, int, Prepared | None] | None] = []
         pos = 0
-        for n, length, head_len, size in zip(self.framed, self.lengths, self.head_lens, self.sizes):
+        for k, (n, length, head_len, size, checksum) in enumerate(
+            zip(self.framed, self.lengths, self.head_lens, self.sizes, self.checksums, strict=True)
+        ):
             if n < 0:
                 out.append(None)
                 continue
-            record = self.data[pos:pos + n]
+            record = self.data[pos : pos + n]
             pos += n
+            if k in self.refused:
+                out.append((Converted(None, None, self.refused[k]), size, None))
+                continue
             start = 8 + head_len
-            out.append((Converted(record[start:start + size], "pass"), size,
-                        Prepared(recordio.FramedRecord.whole(record), length, head_len)))
+            out.append(
+                (
+                    Converted(record[start : start + size], "pass"),
+                    size,
+                    Prepared(recordio.FramedRecord.whole(record), length, head_len, checksum),
+                )
+            )
         return out
 
 
-def frame_batch(batch: Sequence[Tuple[SourceItem, int]], label_width: int, frame_files: Any,
-                pool: BufferPool) -> FramedBatch:
+def frame_batch(
+    batch: Sequence[tuple[SourceItem, int]],
+    label_width: int,
+    frame_files: Any,
+    pool: BufferPool,
+    max_pixels: int | None = None,
+) -> FramedBatch:
     """Frame a batch of ``(item, stat size)`` pass-through files with the engine.
+
+    The engine opens each path without blocking (``O_NONBLOCK``) and reads it only if ``fstat``
+    on the opened descriptor says it is a regular file: a FIFO or device put in place of a file
+    after it was listed is refused, never waited on, and the Python path reports it.
 
     Args:
         batch: The files, in record order, with the sizes ``stat`` gave.
         label_width: Labels per record (1: the IRHeader's label field; more: ``flag`` float32 labels).
         frame_files: :func:`engine_framing`'s function.
         pool: Where the batch buffer comes from.
+        max_pixels: Refuse framed images whose header declares more pixels (None: no check).
 
     Returns:
         The :class:`FramedBatch`; files it refused are for the Python path.
     """
-    heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
-             for item, _ in batch]
+    heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id) for item, _ in batch]
     sizes = [size for _, size in batch]
     head_lens = [len(h) for h in heads]
-    lengths = [h + s for h, s in zip(head_lens, sizes)]
+    lengths = [h + s for h, s in zip(head_lens, sizes, strict=True)]
     # Every record framed whole, plus the read-ahead byte that notices a file grown since its stat.
     buffer = pool.take(1 + sum(recordio.framed_size(n) for n in lengths))
     framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads, buffer)
-    return FramedBatch(memoryview(buffer)[:used], framed.tolist(), lengths, head_lens, sizes, buffer)
+    return FramedBatch(buffer.data[:used], framed.tolist(), lengths, head_lens, sizes, buffer, max_pixels)

@@ -2,11 +2,11 @@
 
 Why: Huffman decoding is sequential and is most of a JPEG decode's cost. With restart markers every
 N MCUs (N dividing the MCU row width), the decode engine entropy-decodes only the intervals a crop
-covers (``csrc/restart_index.h``). The transcode copies the DCT coefficients (no re-quantization), so
+covers (``csrc/restart_slice.h``). The transcode copies the DCT coefficients (no re-quantization), so
 every image decodes bit-identically to its original; progressive JPEGs come out baseline. The record
 stays a plain JPEG that MXNet, Pillow and every other reader decode.
 
-Measured with libjpeg-turbo 2.1.5 on the ImageNet-like JPEGs of ``fastload_tools.make_dataset``
+Measured with libjpeg-turbo 2.1.5 on the ImageNet-like JPEGs of ``tools.make_dataset``
 (one core, medians): the transcode runs at ~400 images/s (~220 with verification); files come out
 1.6% *smaller* than their originals, because the optimized Huffman tables save more than the markers
 cost (+1.5% against the same tables with one interval per MCU row); a progressive input grows ~6%.
@@ -28,17 +28,17 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 __all__ = [
-    "RestartIndexError",
-    "VerifyPolicy",
     "RestartIndexConfig",
-    "transcode",
-    "restart_geometry",
+    "RestartIndexError",
     "RestartTranscoder",
-    "manifest_settings",
+    "VerifyPolicy",
     "available",
+    "manifest_settings",
+    "restart_geometry",
+    "transcode",
 ]
 
 _JPEG_SOI = b"\xff\xd8"
@@ -52,7 +52,7 @@ class VerifyPolicy(str, enum.Enum):
     """Which transcoded images are decoded and compared pixel for pixel with their originals."""
 
     SAMPLE = "sample"  # the first image, then one in `sample_every`: every shard gets samples
-    ALL = "all"        # every image (`fastload pack --restart-index --verify`)
+    ALL = "all"  # every image (`fastload pack --restart-index --verify`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,13 +86,14 @@ class RestartIndexConfig:
             raise ValueError(f"sample_every={self.sample_every!r} must be a positive int")
 
 
-def _engine():
+def _engine() -> Any:
     try:
-        from fastload import _engine
+        import fastload._engine as _engine
     except ImportError as exc:
         raise RestartIndexError(
             "restart indexing needs the C++ engine (fastload._engine), which is not built: "
-            "build it with `python setup.py build_ext --inplace` against libjpeg-turbo") from exc
+            "build it with `python setup.py build_ext --inplace` against libjpeg-turbo"
+        ) from exc
     if not hasattr(_engine, "add_restart_markers"):
         raise RestartIndexError("this build of fastload._engine has no restart-index functions")
     return _engine
@@ -107,7 +108,9 @@ def available() -> bool:
     return True
 
 
-def transcode(image_bytes, *, max_mcus: int = 1, verify: bool = False) -> Tuple[bytes, Dict[str, Any]]:
+def transcode(
+    image_bytes: bytes | memoryview, *, max_mcus: int = 1, verify: bool = False
+) -> tuple[bytes, dict[str, Any]]:
     """Losslessly add restart markers to one JPEG.
 
     Args:
@@ -131,12 +134,12 @@ def transcode(image_bytes, *, max_mcus: int = 1, verify: bool = False) -> Tuple[
         raise RestartIndexError(str(exc)) from None
 
 
-def restart_geometry(image_bytes) -> Optional[Dict[str, Any]]:
+def restart_geometry(image_bytes: bytes | memoryview) -> dict[str, Any] | None:
     """The restart geometry a JPEG's headers claim, or ``None`` when it has none (or is not sliceable)."""
     return _engine().restart_geometry(memoryview(image_bytes))
 
 
-def manifest_settings(config: RestartIndexConfig) -> Dict[str, Any]:
+def manifest_settings(config: RestartIndexConfig) -> dict[str, Any]:
     """The settings part of the manifest's ``restart_index`` entry (what a reader needs to know)."""
     return {
         "transcoder": "fastload._engine.add_restart_markers",
@@ -169,10 +172,10 @@ class RestartTranscoder:
         self._verified = 0
         self._bytes_in = 0
         self._bytes_out = 0
-        self._refused: Dict[str, int] = {}
-        self._first_refusal: Optional[str] = None
+        self._refused: dict[str, int] = {}
+        self._first_refusal: str | None = None
 
-    def __call__(self, image_bytes) -> bytes:
+    def __call__(self, image_bytes: bytes) -> bytes:
         """The restart-indexed JPEG for ``image_bytes``.
 
         Raises:
@@ -189,13 +192,19 @@ class RestartTranscoder:
                 # A damaged source (e.g. truncated) would come out "repaired" with zero-filled
                 # blocks; keep the original so `fastload verify --decode` still reports it.
                 raise RestartIndexError(
-                    f"source JPEG has corrupt data ({geometry['source_warnings']} libjpeg warnings)")
+                    f"source JPEG has corrupt data ({geometry['source_warnings']} libjpeg warnings)"
+                )
         except RestartIndexError as exc:
             reason = str(exc)
-            kind = ("not_jpeg" if reason.startswith("not a JPEG")
-                    else "verify_mismatch" if "identical" in reason
-                    else "corrupt_source" if reason.startswith("source JPEG has corrupt data")
-                    else "libjpeg_error")
+            kind = (
+                "not_jpeg"
+                if reason.startswith("not a JPEG")
+                else "verify_mismatch"
+                if "identical" in reason
+                else "corrupt_source"
+                if reason.startswith("source JPEG has corrupt data")
+                else "libjpeg_error"
+            )
             with self._lock:
                 self._refused[kind] = self._refused.get(kind, 0) + 1
                 if self._first_refusal is None:
@@ -208,19 +217,21 @@ class RestartTranscoder:
             self._bytes_out += len(data)
         return data
 
-    def manifest_entry(self) -> Dict[str, Any]:
+    def manifest_entry(self) -> dict[str, Any]:
         """The manifest's ``restart_index`` entry: settings, verification and size figures."""
         with self._lock:
             overhead = (self._bytes_out / self._bytes_in - 1.0) * 100.0 if self._bytes_in else 0.0
-            entry: Dict[str, Any] = dict(manifest_settings(self.config))
-            entry.update({
-                "images": self._transcoded,
-                "verified_images": self._verified,
-                "not_indexed": dict(sorted(self._refused.items())),
-                "bytes_in": self._bytes_in,
-                "bytes_out": self._bytes_out,
-                "size_overhead_percent": round(overhead, 3),
-            })
+            entry: dict[str, Any] = dict(manifest_settings(self.config))
+            entry.update(
+                {
+                    "images": self._transcoded,
+                    "verified_images": self._verified,
+                    "not_indexed": dict(sorted(self._refused.items())),
+                    "bytes_in": self._bytes_in,
+                    "bytes_out": self._bytes_out,
+                    "size_overhead_percent": round(overhead, 3),
+                }
+            )
             if self._first_refusal is not None:
                 entry["first_refusal"] = self._first_refusal
             return entry

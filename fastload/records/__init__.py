@@ -1,5 +1,6 @@
 """Read stage: shards, manifest and index to zero-copy record bytes by global index."""
 
-from fastload.records.dataset import Dataset, open_dataset
+from fastload.records.base import Dataset
+from fastload.records.dataset import open_dataset
 
-__all__ = ["open_dataset", "Dataset"]
+__all__ = ["Dataset", "open_dataset"]

@@ -1,23 +1,28 @@
 """Read stage: an unpacked ImageFolder tree served through the same ``Dataset`` API as packed shards.
 
-Records are the tree's image files in :func:`fastload.pack.sources.scan_folder` order; ``image(i)``
+Records are the tree's image files in :func:`fastload.records.folder_tree.scan_folder` order; ``image(i)``
 reads the file (a copy, not a mapping). Nothing is validated up front: a bad file fails when it is
-decoded, named by its path.
+decoded, named by its path. Only regular files are listed, and each directory is walked once
+(what the walk refuses is logged and kept in ``skipped``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from collections.abc import Iterable
 
 import numpy as np
 
 from fastload.errors import CorruptRecordError
-from fastload.pack.sources import scan_folder
-from fastload.records.dataset import Dataset
+from fastload.records.base import Dataset
+from fastload.records.folder_tree import read_regular_file, scan_folder
 from fastload.records.recordio import pack_header
 
 __all__ = ["ImageFolderDataset"]
+
+log = logging.getLogger("fastload.records")
 
 
 class ImageFolderDataset(Dataset):
@@ -29,6 +34,12 @@ class ImageFolderDataset(Dataset):
 
     def __init__(self, path: str) -> None:
         source = scan_folder(path)
+        if source.skipped:
+            first, reason = source.skipped[0]
+            log.warning(
+                "%s: %d entries skipped while listing (first: %s: %s)", path, len(source.skipped), first, reason
+            )
+        self.skipped = source.skipped
         self.path = path
         self.kind = "imagefolder"
         self.shards = []
@@ -45,11 +56,11 @@ class ImageFolderDataset(Dataset):
             raise ValueError(f"dataset {self.path} is closed")
         i = self._check_index(i)
         try:
-            with open(self.files[i], "rb") as f:
-                return memoryview(f.read())
+            return memoryview(read_regular_file(self.files[i]))
         except OSError as exc:
-            raise CorruptRecordError(f"cannot read image file: {exc.strerror or exc}", shard=self.files[i],
-                                     record=i) from None
+            raise CorruptRecordError(
+                f"cannot read image file: {exc.strerror or exc}", shard=self.files[i], record=i
+            ) from None
 
     def payload(self, i: int) -> bytes:
         image = self.image(i)
@@ -59,13 +70,13 @@ class ImageFolderDataset(Dataset):
     def locate(self, i: int) -> str:
         return self.files[self._check_index(i)]
 
-    def will_need(self, indices) -> None:
+    def will_need(self, indices: Iterable[int]) -> None:
         """``posix_fadvise(WILLNEED)`` on each file."""
         if self._closed or not hasattr(os, "posix_fadvise"):
             return
         for i in indices:
             try:
-                fd = os.open(self.files[self._check_index(i)], os.O_RDONLY)
+                fd = os.open(self.files[self._check_index(i)], os.O_RDONLY | os.O_NONBLOCK)  # never blocks
             except (OSError, IndexError):
                 continue
             try:

@@ -1,7 +1,9 @@
 """Read stage: fastload's LMDB shards (one LMDB environment per shard), their key scheme and value layout.
 
 A shard is a directory ``<name>-NNNNN.lmdb/`` holding LMDB's ``data.mdb`` (the writer removes
-``lock.mdb``; readers open with ``lock=False``).
+``lock.mdb``). The writer is py-lmdb; readers read the pages with ``pread``
+(:mod:`fastload.records.lmdb_pages`), never through a memory map, so a truncated file is an error,
+not a crash.
 
 Keys: the record's number inside the shard as an 8-byte big-endian unsigned integer, so LMDB's
 byte-wise key order is record order (decimal keys would sort ``"10"`` before ``"2"``).
@@ -20,26 +22,25 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Sequence, Tuple, Union
 
 import lmdb
 import numpy as np
 
-from fastload.errors import CorruptRecordError
+from fastload.records.lmdb_pages import LmdbFile
 
 __all__ = [
     "VALUE_MAGIC",
     "VALUE_VERSION",
-    "encode_key",
+    "LmdbShard",
+    "LmdbShardWriter",
+    "LmdbValueHeader",
     "decode_key",
+    "encode_key",
+    "is_lmdb_shard",
     "pack_value",
     "unpack_value_header",
-    "LmdbValueHeader",
-    "LmdbShardWriter",
-    "LmdbShard",
-    "is_lmdb_shard",
 ]
 
 VALUE_MAGIC = b"FLDB"
@@ -57,7 +58,7 @@ def encode_key(record: int) -> bytes:
 def decode_key(key: bytes) -> int:
     """Inverse of :func:`encode_key`."""
     if len(key) != _KEY.size:
-        raise ValueError(f"key {key[:16]!r} is not an 8-byte fastload record key")
+        raise ValueError(f"a key of {len(key)} bytes is not an 8-byte fastload record key")
     return _KEY.unpack(key)[0]
 
 
@@ -65,23 +66,23 @@ def decode_key(key: bytes) -> int:
 class LmdbValueHeader:
     """The decoded header of a value: labels, id and where the image bytes start."""
 
-    labels: Tuple[float, ...]
+    labels: tuple[float, ...]
     id: int
     image_offset: int
 
 
-def pack_value_header(labels: Union[float, Sequence[float]], id: int) -> bytes:
+def pack_value_header(labels: float | Sequence[float], id: int) -> bytes:
     """The header bytes that precede the image in a value."""
     arr = np.atleast_1d(np.asarray(labels, dtype="<f4")).ravel()
     return _HEAD.pack(VALUE_MAGIC, VALUE_VERSION, arr.size, int(id)) + arr.tobytes()
 
 
-def pack_value(labels: Union[float, Sequence[float]], id: int, image: bytes) -> bytes:
+def pack_value(labels: float | Sequence[float], id: int, image: bytes) -> bytes:
     """A complete value: header then image bytes."""
     return pack_value_header(labels, id) + bytes(image)
 
 
-def unpack_value_header(value) -> LmdbValueHeader:
+def unpack_value_header(value: bytes | bytearray | memoryview) -> LmdbValueHeader:
     """Decode a value's header.
 
     Raises:
@@ -91,7 +92,7 @@ def unpack_value_header(value) -> LmdbValueHeader:
         raise ValueError(f"value of {len(value)} bytes is shorter than the {_HEAD.size}-byte header")
     magic, version, count, rid = _HEAD.unpack_from(value, 0)
     if magic != VALUE_MAGIC:
-        raise ValueError(f"bad value magic {magic!r} (expected {VALUE_MAGIC!r})")
+        raise ValueError(f"bad value magic 0x{magic.hex()} (expected {VALUE_MAGIC!r})")
     if version != VALUE_VERSION:
         raise ValueError(f"unsupported value layout version {version}")
     end = _HEAD.size + 4 * count
@@ -116,8 +117,9 @@ class LmdbShardWriter:
 
     def __init__(self, path: str, map_size: int = 1 << 40) -> None:
         self.path = path
-        self._env = lmdb.open(path, map_size=map_size, subdir=True, metasync=False, sync=False,
-                              readahead=False, meminit=True, max_dbs=0)
+        self._env = lmdb.open(
+            path, map_size=map_size, subdir=True, metasync=False, sync=False, readahead=False, meminit=True, max_dbs=0
+        )
         self._txn = self._env.begin(write=True)
         self._pending = 0
         self.records = 0
@@ -152,104 +154,67 @@ class LmdbShardWriter:
             self._env.close()
 
 
-# py-lmdb refuses to open one environment twice in a process, yet two datasets (or a dataset and a
-# verify) may share shards: environments are shared and reference-counted.
-_ENVS: Dict[str, List[Any]] = {}
-_ENVS_LOCK = threading.Lock()
-
-
-def _acquire_env(key: str):
-    with _ENVS_LOCK:
-        slot = _ENVS.get(key)
-        if slot is None:
-            try:
-                env = lmdb.open(key, readonly=True, lock=False, readahead=False, meminit=False, subdir=True,
-                                max_readers=4096)
-            except lmdb.Error as exc:
-                raise CorruptRecordError(f"cannot open LMDB environment: {exc}", shard=key) from None
-            slot = _ENVS[key] = [env, 0]
-        slot[1] += 1
-        return slot[0]
-
-
-def _release_env(key: str) -> None:
-    with _ENVS_LOCK:
-        slot = _ENVS.get(key)
-        if slot is None:
-            return
-        slot[1] -= 1
-        if slot[1] <= 0:
-            del _ENVS[key]
-            slot[0].close()
-
-
 class LmdbShard:
-    """A read-only LMDB shard.
+    """A read-only fastload LMDB shard, read with ``pread`` (:mod:`fastload.records.lmdb_pages`).
 
-    Each reading thread gets its own long-lived read transaction (no per-read ``begin``). Values are
-    returned as copies: py-lmdb's zero-copy buffers die with their transaction, and a view outliving
-    :meth:`close` would crash the process instead of raising; a copy costs ~10 us per 100 KB image,
-    small beside its decode. (RecordIO shards are the zero-copy format.)
+    The library (py-lmdb) maps ``data.mdb``: a data file truncated under the mapping would kill the
+    reading process with ``SIGBUS``. Reads go through :class:`~fastload.records.lmdb_pages.LmdbFile`
+    instead: the meta page is checked at open (the file must hold every page it says the database
+    uses), the tree is walked once on first use, and each value is one ``pread`` into memory the
+    caller owns; a file that shrinks afterwards gives a short read, reported as a
+    :class:`~fastload.errors.CorruptRecordError`. Reads are thread-safe.
 
     Args:
         path: The shard directory (with ``data.mdb``).
+
+    Raises:
+        CorruptRecordError: Not a readable LMDB data file, or truncated below what its meta page says.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.name = os.path.basename(os.path.normpath(path))
-        self._key = os.path.realpath(path)
-        self._env = _acquire_env(self._key)
-        self._local = threading.local()
-        self._txns = []
-        self._txns_lock = threading.Lock()
-        self._closed = False
-        self.size = os.path.getsize(os.path.join(path, "data.mdb"))
+        self._file = LmdbFile(os.path.join(path, "data.mdb"), name=path)
+        self.size = self._file.size
 
     def __len__(self) -> int:
-        return self._env.stat()["entries"]
+        return self._file.meta.entries
 
-    def _txn(self):
-        txn = getattr(self._local, "txn", None)
-        if txn is None:
-            if self._closed:
-                raise ValueError(f"LMDB shard {self.path} is closed")
-            txn = self._env.begin(buffers=False)
-            self._local.txn = txn
-            with self._txns_lock:
-                self._txns.append(txn)
-        return txn
-
-    def value(self, record: int) -> bytes:
-        """The raw value of the shard's ``record``-th record (a copy).
+    def value(self, record: int, nbytes: int = -1) -> bytes:
+        """The raw value of the shard's ``record``-th record (its first ``nbytes`` when given).
 
         Raises:
-            CorruptRecordError: When the key is missing.
+            CorruptRecordError: When the key is missing, a page is damaged or the file ends inside the value.
+            ValueError: The shard is closed.
         """
-        value = self._txn().get(encode_key(record))
-        if value is None:
-            raise CorruptRecordError("record key missing from the LMDB shard", shard=self.path, record=record)
-        return value
+        return self._file.value(record, nbytes)
 
-    def items(self) -> Iterator[Tuple[int, bytes]]:
+    def lengths(self) -> np.ndarray:
+        """Every value's length in bytes (int64, by record number)."""
+        return np.abs(self._file.locations()[1])
+
+    def header(self, record: int) -> LmdbValueHeader:
+        """The header of record ``record``'s value, reading only its bytes.
+
+        Raises:
+            CorruptRecordError: The value cannot be read.
+            ValueError: A damaged header.
+        """
+        head = self.value(record, _HEAD.size)
+        if len(head) == _HEAD.size and head[:4] == VALUE_MAGIC:
+            count = _HEAD.unpack_from(head, 0)[2]
+            if count:
+                head = self.value(record, _HEAD.size + 4 * count)
+        return unpack_value_header(head)
+
+    def items(self) -> Iterator[tuple[int, bytes]]:
         """All ``(record, value)`` pairs in key order."""
-        with self._env.begin(buffers=False) as txn:
-            for key, value in txn.cursor():
-                yield decode_key(bytes(key)), value
+        for record in range(len(self._file.locations()[0])):
+            yield record, self.value(record)
 
     def will_need(self, records: Sequence[int]) -> None:
         """LMDB gives no byte ranges to advise on; read-ahead is left to the page cache."""
 
     def close(self) -> None:
-        """Close every thread's transaction and the environment. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        with self._txns_lock:
-            for txn in self._txns:
-                try:
-                    txn.abort()
-                except lmdb.Error:
-                    pass
-            self._txns.clear()
-        _release_env(self._key)
+        """Close the data file. Idempotent."""
+        self._file.close()

@@ -5,33 +5,80 @@ Pillow fallback) interprets while decoding. One module per kind of op:
 
 - :mod:`fastload.transforms.rng`: the counter-based generator keyed by ``(seed, epoch, index)``;
 - :mod:`fastload.transforms.geometry`: the crop / resize / flip that maps the decoded image to the
-  output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler.
+  output size (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) and its reference sampler;
+- :mod:`fastload.transforms.output`: ``Normalize``, the output stage (dtype and normalization);
+- :mod:`fastload.transforms.pipeline`: ``Pipeline(geometry, ops, normalize, erase)``, the whole
+  per-sample transform;
+- pixel ops on the output-sized image (:mod:`~fastload.transforms.color`,
+  :mod:`~fastload.transforms.mxnet_color`, :mod:`~fastload.transforms.policy`; counters and runner in
+  :mod:`~fastload.transforms.pixel`), the output-stage :mod:`~fastload.transforms.erasing` and the
+  batch-level :mod:`~fastload.transforms.mixing`.
 """
 
+# Pixel, output-stage and batch ops.
+from fastload.transforms.color import ColorJitter, Grayscale, Lighting, RandomGrayscale
+from fastload.transforms.erasing import RandomErasing
 from fastload.transforms.geometry import (
+    INTERPOLATIONS,
+    PADDING_MODES,
     CenterCrop,
+    CropWindow,
+    ImageTooSmall,
     OpKind,
+    RandomCrop,
     RandomResizedCrop,
     Resize,
     SampleParams,
     Transform,
     eval_transform,
+    random_crop_window,
+    resample,
     sample_params,
     train,
 )
+from fastload.transforms.mixing import CutMix, MixUp, RandomChoice, mix_batch
+from fastload.transforms.mxnet_color import MXNetColorAugment
+from fastload.transforms.output import Normalize
+from fastload.transforms.pipeline import Pipeline, as_pipeline, op_counter_base
+from fastload.transforms.policy import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 from fastload.transforms.rng import sample_key, splitmix64, uniform
 
 __all__ = [
-    "OpKind",
-    "RandomResizedCrop",
+    "INTERPOLATIONS",
+    "PADDING_MODES",
+    "AutoAugment",
+    "AutoAugmentPolicy",
     "CenterCrop",
+    "ColorJitter",
+    "CropWindow",
+    "CutMix",
+    "Grayscale",
+    "ImageTooSmall",
+    "Lighting",
+    "MXNetColorAugment",
+    "MixUp",
+    "Normalize",
+    "OpKind",
+    "Pipeline",
+    "RandAugment",
+    "RandomChoice",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomResizedCrop",
     "Resize",
-    "Transform",
     "SampleParams",
-    "train",
+    "Transform",
+    "TrivialAugmentWide",
+    "as_pipeline",
     "eval_transform",
+    "mix_batch",
+    "op_counter_base",
+    "random_crop_window",
+    "resample",
+    "sample_key",
     "sample_params",
     "splitmix64",
-    "sample_key",
+    "train",
     "uniform",
 ]

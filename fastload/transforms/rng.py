@@ -7,7 +7,7 @@ epoch was resumed from. ``csrc/augment.h`` implements the same arithmetic.
 
 from __future__ import annotations
 
-__all__ = ["splitmix64", "sample_key", "uniform"]
+__all__ = ["sample_key", "splitmix64", "uniform"]
 
 _MASK64 = (1 << 64) - 1
 

@@ -1,0 +1,143 @@
+"""Write stage, one batch of files: read, check, convert and frame them, the same for every pack driver.
+
+The local pack (:mod:`fastload.pack.packer`, worker threads) and the Ray pack
+(:mod:`fastload.pack.ray_engine`, Ray tasks) both call :func:`convert_batch` on batches of the same
+sizes (:data:`PASS_BATCH`, :data:`DECODE_BATCH`), so their records are the same bytes: framing,
+per-record checksums, refusals and their reasons included.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import xxhash
+
+from fastload.errors import UserError
+from fastload.pack.convert import Converted, ConvertOptions, convert_images
+from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch
+from fastload.pack.options import PackOptions, ShardFormat
+from fastload.pack.restart import RestartTranscoder
+from fastload.pack.restart import available as restart_available
+from fastload.records import recordio
+from fastload.records.folder_tree import SourceItem, read_regular_file
+from fastload.records.lmdb_shard import pack_value_header
+
+__all__ = [
+    "DECODE_BATCH",
+    "PASS_BATCH",
+    "batch_size",
+    "convert_batch",
+    "convert_options",
+    "max_file_bytes",
+    "prepare_record",
+    "read_reason",
+    "resolve_transcoder",
+]
+
+#: Images per batch when they pass through.
+PASS_BATCH = 32  # images per worker task when they pass through
+#: Images per batch when each is decoded.
+DECODE_BATCH = 8  # images per task when each is decoded (milliseconds each): one engine call, even load
+
+
+def resolve_transcoder(options: PackOptions) -> RestartTranscoder | None:
+    """The C++ engine's restart-marker transcoder, or None without ``--restart-index``."""
+    if not options.restart_index:
+        return None
+    if not restart_available():
+        raise UserError(
+            "--restart-index needs the C++ engine (fastload._engine.add_restart_markers), "
+            "which is not built; build it with `python setup.py build_ext --inplace`"
+        )
+    # Verifies the first image and one in 16 (every image with --verify); raises ValueError for an
+    # image it cannot transcode, which convert_image stores unchanged and counts as not indexed.
+    return RestartTranscoder(options.restart_config())
+
+
+def convert_options(options: PackOptions, transcode: RestartTranscoder | None) -> ConvertOptions:
+    """What each image goes through for ``options`` (``transcode``: :func:`resolve_transcoder`'s)."""
+    return ConvertOptions(
+        resize=options.resize, quality=options.quality, transcode=transcode, max_pixels=options.max_pixels
+    )
+
+
+def batch_size(options: ConvertOptions) -> int:
+    """Images per batch: big when they pass through, small when each is decoded."""
+    return PASS_BATCH if options.resize is None and options.transcode is None else DECODE_BATCH
+
+
+def prepare_record(item: SourceItem, image: bytes | memoryview, fmt: ShardFormat, label_width: int) -> Prepared:
+    """The record (RecordIO) or value (LMDB) of one image, with its length, image offset and checksum."""
+    if fmt is ShardFormat.RECORDIO:
+        header = recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
+        digest = xxhash.xxh3_64(header)
+        digest.update(image)
+        return Prepared(recordio.FramedRecord(image, header), len(header) + len(image), len(header), digest.intdigest())
+    header = pack_value_header(item.labels, item.id)
+    value = header + image
+    return Prepared(value, len(value), len(header), xxhash.xxh3_64_intdigest(value))
+
+
+def max_file_bytes(label_width: int) -> int:
+    """The largest source file a record can hold: RecordIO's record limit less the header and labels.
+
+    LMDB shards get the same limit, so a dataset packs the same files in either format.
+    """
+    return recordio.MAX_RECORD_LENGTH - recordio.IR_HEADER_SIZE - 4 * label_width
+
+
+def read_reason(exc: OSError) -> str:
+    """The skip reason for a file :func:`read_regular_file` refused or could not read."""
+    if exc.errno in (errno.EINVAL, errno.EFBIG) and exc.strerror:
+        return exc.strerror  # not a regular file / too large: the message says which
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def convert_batch(
+    batch: list[tuple[SourceItem, int]],
+    options: ConvertOptions,
+    fmt: ShardFormat,
+    label_width: int,
+    pool: BufferPool,
+    refused: dict[str, str],
+) -> FramedBatch | list[tuple[Converted, int, Prepared | None]]:
+    """Read a batch of files, convert them together (one engine call with ``--resize``), frame them.
+
+    Pass-through RecordIO batches go to the engine's ``frame_files`` first (read, check and frame
+    in one GIL-free call): a batch it frames whole is returned as is, for the writer to take in one
+    piece; files it leaves take the per-file path below. Files refused when they were listed
+    (``refused``: path -> reason, e.g. a FIFO or a file too large for a record) are never opened.
+    """
+    framed: list[tuple[Converted, int, Prepared | None] | None] = [None] * len(batch)
+    blocked = bool(refused) and any(item.path in refused for item, _ in batch)
+    if fmt is ShardFormat.RECORDIO and options.resize is None and options.transcode is None and not blocked:
+        frame_files = engine_framing()
+        if frame_files is not None:
+            whole = frame_batch(batch, label_width, frame_files, pool, options.max_pixels)
+            if whole.complete:
+                return whole
+            framed = whole.entries()
+    datas: dict[int, bytes] = {}
+    results: dict[int, Converted] = {}
+    limit = max_file_bytes(label_width)
+    for i, (item, _size) in enumerate(batch):
+        if framed[i] is not None:
+            continue
+        if item.path in refused:
+            results[i] = Converted(None, None, refused[item.path])
+            continue
+        try:
+            datas[i] = read_regular_file(item.path, max_bytes=limit)
+        except OSError as exc:
+            results[i] = Converted(None, None, read_reason(exc))
+    results.update(zip(datas, convert_images(list(datas.values()), options), strict=True))
+    out: list[tuple[Converted, int, Prepared | None]] = []
+    for i, (item, _) in enumerate(batch):
+        entry = framed[i]
+        if entry is not None:
+            out.append(entry)
+            continue
+        result = results[i]
+        prepared = prepare_record(item, result.data, fmt, label_width) if result.data is not None else None
+        out.append((result, len(datas.get(i, b"")), prepared))
+    return out

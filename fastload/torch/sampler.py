@@ -1,0 +1,220 @@
+"""Device stage (torch): fastload's own sample order as a torch sampler, and the index feed.
+
+:class:`OrderSampler` is fastload's order (:mod:`fastload.order`: a full or block shuffle keyed by
+``(seed, epoch)``, every rank's contiguous equal share) behind the ``DistributedSampler`` interface.
+Unlike torch's ``DistributedSampler`` it reads the rank and world size from ``torch.distributed``
+each time an epoch starts (so it can be built before the process group exists, as Lightning does),
+and when nobody calls :meth:`OrderSampler.set_epoch` it moves to the next epoch by itself at every
+``iter()`` (a pass cut short by ``break`` or ``limit_train_batches`` counts as an epoch, as a new
+``iter()`` of ``RandomSampler`` draws a new permutation). Being a ``DistributedSampler``, Lightning
+leaves it in place instead of injecting its own.
+
+:class:`IndexFeed` carries the batches a sampler yields from the consumer's thread (where torch's
+DataLoader draws them, so the sampler consumes torch's RNG where torch's would) to the loader's
+producer thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sized
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch.utils.data import DistributedSampler
+
+from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum, epoch_permutation, rank_share
+
+__all__ = ["IndexFeed", "OrderSampler", "distributed_rank_world"]
+
+
+def distributed_rank_world(rank: int | None = None, world_size: int | None = None):
+    """``(rank, world_size)``: the given values, else ``torch.distributed``'s when initialized, else (0, 1)."""
+    dist = torch.distributed
+    initialized = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialized else 1
+    if rank is None:
+        rank = dist.get_rank() if initialized else 0
+    return int(rank), int(world_size)
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
+    return int(value)
+
+
+class OrderSampler(DistributedSampler):
+    """fastload's order (``"global"`` / ``"block"`` / ``"shard"`` shuffle, or sequential) sharded over the ranks.
+
+    Args:
+        data_source: The dataset (only its length is used).
+        shuffle: ``True`` or ``"global"`` (a full permutation per epoch), ``"block"`` (blocks of
+            ``block_size`` records shuffled, then records within windows of ``window`` blocks: reads
+            stay mostly sequential, for data larger than RAM), ``"shard"`` (the shard-aware order for
+            remote and cached datasets: shards permuted and dealt to the ranks, records shuffled within
+            windows of ``window`` shards, so each rank reads whole shards, each once per epoch; needs
+            a dataset with ``shard_starts``), ``False`` or ``"none"`` (in order).
+        seed: Non-negative seed; the permutation is a pure function of ``(seed, epoch)``.
+        rank: This process's rank (default: ``torch.distributed``'s when the epoch starts, else 0).
+        world_size: Number of ranks (default: ``torch.distributed``'s when the epoch starts, else 1).
+        even: ``"pad"`` (repeat records from the start of the epoch, as ``DistributedSampler``) or
+            ``"drop"`` (drop the tail) so that every rank gets the same number of samples.
+        block_size: Records per block for ``"block"``.
+        window: Blocks per shuffling window for ``"block"``; shards per window for ``"shard"``.
+    """
+
+    def __init__(
+        self,
+        data_source,
+        *,
+        shuffle: bool | str = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        even: str = "pad",
+        block_size: int = 256,
+        window: int = 8,
+    ) -> None:
+        # DistributedSampler.__init__ is not called: it reads the process group now, this sampler when
+        # each epoch starts. The attributes it documents are provided (some as properties).
+        if shuffle is True:
+            shuffle = "global"
+        elif shuffle is False or shuffle is None:
+            shuffle = "none"
+        self.mode = coerce_enum(Shuffle, shuffle, "shuffle")
+        self.dataset = data_source
+        self.shuffle = self.mode is not Shuffle.NONE
+        self.seed = _check_int(seed, "seed", 0)
+        self.even = coerce_enum(Even, even, "even")
+        self.drop_last = self.even is Even.DROP
+        self.block_size = _check_int(block_size, "block_size", 1)
+        self.window = _check_int(window, "window", 1)
+        if rank is not None:
+            _check_int(rank, "rank", 0)
+        if world_size is not None:
+            _check_int(world_size, "world_size", 1)
+        self._rank, self._world_size = rank, world_size
+        self._shard_starts: tuple | None = None
+        if self.mode is Shuffle.SHARD:
+            starts = getattr(data_source, "shard_starts", None)
+            if starts is None:
+                starts = getattr(getattr(data_source, "records", None), "shard_starts", None)  # ImageDataset
+            if starts is None:
+                raise ValueError(
+                    f"shuffle='shard' needs a dataset with shard_starts (a fastload dataset), not "
+                    f"{type(data_source).__name__}"
+                )
+            self._shard_starts = tuple(int(s) for s in np.asarray(starts).tolist())
+        self.epoch = 0
+        self._explicit: int | None = None
+        self._started = False
+
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
+        return distributed_rank_world(self._rank, self._world_size)[1]
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
+        rank, world = distributed_rank_world(self._rank, self._world_size)
+        if not 0 <= rank < world:
+            raise ValueError(f"rank={rank} must be in [0, world_size={world})")
+        return rank
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
+        n, world = len(cast(Sized, self.dataset)), self.num_replicas
+        if self.even is Even.DROP and n < world:
+            raise ValueError(
+                f"even='drop' with {n} records and world_size={world} leaves some ranks nothing; use even='pad'"
+            )
+        return -(-n // world) if self.even is Even.PAD else n // world
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
+        return self.num_samples * self.num_replicas
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` run ``epoch``."""
+        self._explicit = _check_int(epoch, "epoch", 0)
+        self.epoch = self._explicit
+
+    def __iter__(self) -> Iterator[int]:
+        if self._explicit is not None:
+            epoch, self._explicit = self._explicit, None
+        else:
+            epoch = self.epoch + 1 if self._started else self.epoch
+        self.epoch, self._started = epoch, True
+        n = len(cast(Sized, self.dataset))
+        if n == 0:
+            return iter(())
+        rank, world = self.rank, self.num_replicas
+        if self.mode is Shuffle.SHARD:
+            spec = OrderSpec(
+                num_records=n,
+                batch_size=1,
+                shuffle=Shuffle.SHARD,
+                seed=self.seed,
+                rank=rank,
+                world_size=world,
+                even=self.even,
+                window=self.window,
+                shard_starts=self._shard_starts,
+            )
+            return iter(EpochOrder(spec, epoch).share.tolist())
+        perm = epoch_permutation(
+            n, self.mode, seed=self.seed, epoch=epoch, block_size=self.block_size, window=self.window
+        )
+        return iter(rank_share(perm, rank=rank, world_size=world, even=self.even).tolist())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Which epoch the next ``iter()`` runs (the order needs nothing else)."""
+        return {"epoch": self.epoch, "explicit": self._explicit, "started": self._started}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = _check_int(state["epoch"], "epoch", 0)
+        self._explicit = None if state.get("explicit") is None else _check_int(state["explicit"], "epoch", 0)
+        self._started = bool(state.get("started", False))
+
+    def __repr__(self) -> str:
+        return (
+            f"OrderSampler({len(cast(Sized, self.dataset))} records, shuffle={self.mode.value!r}, seed={self.seed}, "
+            f"even={self.even.value!r})"
+        )
+
+
+_END = object()
+
+
+class IndexFeed:
+    """Index batches handed from the consumer's thread to the producer thread, in order.
+
+    The consumer decides how far ahead it pulls from the sampler; the queue itself is unbounded.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+
+    def put(self, indices: np.ndarray) -> None:
+        self._queue.put(indices)
+
+    def finish(self) -> None:
+        """No more batches after the ones already put."""
+        self._queue.put(_END)
+
+    def batches(self, stop: threading.Event, poll: float = 0.05) -> Iterator[np.ndarray]:
+        """Producer side: the batches as they arrive; returns at the end or once ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                item = self._queue.get(timeout=poll)
+            except queue.Empty:
+                continue
+            if item is _END:
+                return
+            yield item

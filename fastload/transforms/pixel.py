@@ -1,0 +1,263 @@
+"""Pixel ops on the output-sized image: the counter layout, the draw helpers and the reference runner.
+
+Pixel ops (:mod:`fastload.transforms.color`, :mod:`fastload.transforms.policy`) run after the
+geometry, on the output-sized RGB image (HWC uint8), in the order of the Pipeline's ``ops``; the
+C++ engine runs them between the resampler and the output write (``csrc/pixel_ops.h``), the Pillow
+path runs :func:`apply_pixel_ops` below. Both take every random decision from the same counters of
+the sample's stream ``uniform(sample_key(seed, epoch, index), counter)``, so a sample gets the same
+parameters whatever the thread count, the batch it lands in or the resume point.
+
+Counter layout of one sample (``k`` = position of the op in ``ops``, ``B = 64 * (k + 2)``)::
+
+    [0, 64)                  geometry (crop attempts 0..39, flip 40)
+    [B, B + 64)              pixel op k:
+      ColorJitter            B+0..B+2 the order of the four (Fisher-Yates: position 3 swaps with
+                             randint(4) of B+0, 2 with randint(3) of B+1, 1 with randint(2) of B+2);
+                             B+3 brightness, B+4 contrast, B+5 saturation, B+6 hue factor
+                             (low + (high - low) * u)
+      RandomGrayscale        B+0 (applied when u < p); Grayscale draws nothing
+      Lighting               B+0..B+5: alpha_j = alphastd * N(0, 1) from (B+2j, B+2j+1)
+      MXNetColorAugment      B+0, B+1, B+2 brightness, contrast, saturation factors; B+3, B+4 the
+                             order of the three (Fisher-Yates); B+5..B+10 the H, S, L jitters
+                             ((u + 4 u') / 5 from pairs B+5/B+6, B+7/B+8, B+9/B+10); B+11..B+16 the
+                             three PCA alphas (normal pairs); B+17 the normalization contrast and
+                             B+18 the illumination (applied after Normalize, float outputs only)
+      AutoAugment            B+0 sub-policy, B+1 and B+2 the two apply draws (applied when
+                             u <= prob), B+3 and B+4 the two signs (negative when u < 0.5)
+      RandAugment            op i (i < num_ops <= 31): B+2i which op, B+2i+1 its sign
+                             (negative when u >= 0.5, as torchvision's ``randint(2) == 1``)
+      TrivialAugmentWide     B+0 which op, B+1 which magnitude bin, B+2 its sign (as RandAugment)
+    [1 << 20, ...)           output-stage ops (:mod:`fastload.transforms.erasing`): RandomErasing
+                             1<<20 (applied when u < p), then attempt a in 0..9: +1+4a area,
+                             +2+4a log aspect ratio, +3+4a top, +4+4a left; "random" values from
+                             (1<<20) + 64 + element index
+    [1 << 30, ...) of the batch's first sample: batch ops (:mod:`fastload.transforms.mixing`)
+
+Normal draws are Box-Muller from two uniforms ``(u1, u2)``: ``sqrt(-2 log(1 - u1)) cos(2 pi u2)``
+(the same libm calls in C++ and Python). ``randint(n)`` from ``u`` is ``min(int(u * n), n - 1)``.
+
+Every op reports what it drew as a flat vector of at most :data:`TRACE_VALUES_PER_OP` floats (NaN
+where nothing was drawn); ``op.params_from_trace(vector)`` turns it into the op's parameter dict
+and ``op.apply_params(image, params)`` replays them, which is how the tests check the engine
+against the references.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastload.engine_abi import PixelOpKind
+from fastload.transforms.pipeline import ERASE_COUNTER_BASE, OP_COUNTER_STRIDE, op_counter_base
+from fastload.transforms.rng import uniform
+
+__all__ = [
+    "BATCH_OPS_COUNTER_BASE",
+    "GEOMETRY_COUNTERS",
+    "MAX_PIXEL_OPS",
+    "OP_COUNTER_STRIDE",
+    "OUTPUT_OPS_COUNTER_BASE",
+    "TRACE_VALUES_PER_OP",
+    "PixelOp",
+    "apply_pixel_ops",
+    "check_pixel_ops",
+    "engine_specs",
+    "normal",
+    "op_counter_base",
+    "permutation",
+    "randint",
+    "run_pixel_ops_batch",
+]
+
+GEOMETRY_COUNTERS = 64
+#: The output stage's first counter (the Pipeline's ERASE_COUNTER_BASE).
+OUTPUT_OPS_COUNTER_BASE = ERASE_COUNTER_BASE
+BATCH_OPS_COUNTER_BASE = 1 << 30
+TRACE_VALUES_PER_OP = 64
+#: Pixel ops per Pipeline the engine takes (kMaxPixelOps in csrc/pixel_ops.h).
+MAX_PIXEL_OPS = 64
+
+
+def randint(key: int, counter: int, n: int) -> int:
+    """A uniform integer in ``[0, n)`` from one draw."""
+    return min(int(uniform(key, counter) * n), n - 1)
+
+
+def normal(key: int, counter: int) -> float:
+    """A standard normal from the draws ``counter`` and ``counter + 1`` (Box-Muller, cosine branch)."""
+    u1 = uniform(key, counter)
+    u2 = uniform(key, counter + 1)
+    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+
+
+def permutation(key: int, counter: int, n: int) -> list[int]:
+    """A uniform permutation of ``range(n)`` from the draws ``counter .. counter + n - 2`` (Fisher-Yates)."""
+    perm = list(range(n))
+    for step, i in enumerate(range(n - 1, 0, -1)):
+        j = randint(key, counter + step, i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+class PixelOp:
+    """What every pixel op spec provides (the Python reference of contract 3).
+
+    Subclasses are frozen dataclasses; they implement :meth:`sample`, :meth:`apply_params`,
+    :meth:`trace` and :meth:`params_from_trace`.
+    """
+
+    def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
+        """The op's random parameters for one sample (draws from counters ``[base, base + 64)``)."""
+        raise NotImplementedError
+
+    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+        """The op with the given parameters on an HWC uint8 RGB image; returns a new array."""
+        raise NotImplementedError
+
+    def trace(self, params: dict[str, Any]) -> np.ndarray:
+        """``params`` as the engine's flat float64 trace vector."""
+        raise NotImplementedError
+
+    def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
+        """The parameter dict of an engine trace vector."""
+        raise NotImplementedError
+
+    def engine_fields(self, height: int, width: int) -> dict[str, Any]:
+        """The op as plain numbers for the engine (``kind``: a member name of ``engine_abi.PixelOpKind``)."""
+        raise NotImplementedError
+
+    def apply(self, image: np.ndarray, key: int, *, base: int) -> np.ndarray:
+        """Sample and apply: the reference of what the engine does to one image."""
+        height, width = image.shape[:2]
+        return self.apply_params(image, self.sample(key, base, height, width))
+
+
+def _check_image(image: np.ndarray) -> np.ndarray:
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(
+            f"pixel ops take an HWC uint8 RGB image, got {getattr(image, 'shape', None)} "
+            f"{getattr(image, 'dtype', type(image).__name__)}"
+        )
+    return np.ascontiguousarray(image)
+
+
+def check_pixel_ops(ops: Sequence[Any]) -> tuple[Any, ...]:
+    """Validates a Pipeline's ``ops`` (pixel op specs, at most :data:`MAX_PIXEL_OPS`); returns a tuple."""
+    ops = tuple(ops)
+    if len(ops) > MAX_PIXEL_OPS:
+        raise ValueError(f"{len(ops)} pixel ops: at most {MAX_PIXEL_OPS} are supported")
+    for i, op in enumerate(ops):
+        if not isinstance(op, PixelOp):
+            raise ValueError(
+                f"ops[{i}]={op!r} is not a pixel op (ColorJitter, RandomGrayscale, Grayscale, "
+                "Lighting, MXNetColorAugment, AutoAugment, RandAugment, TrivialAugmentWide)"
+            )
+    return ops
+
+
+def apply_pixel_ops(image: np.ndarray, ops: Sequence[PixelOp], key: int) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Runs ``ops`` in order on one output-sized image, as the engine does.
+
+    Args:
+        image: HWC uint8 RGB image (not modified).
+        ops: Pixel op specs, in Pipeline order.
+        key: The sample's key (``sample_key(seed, epoch, index)``).
+
+    Returns:
+        The new image and each op's sampled parameters.
+    """
+    image = _check_image(image)
+    height, width = image.shape[:2]
+    params = []
+    for position, op in enumerate(check_pixel_ops(ops)):
+        p = op.sample(key, op_counter_base(position), height, width)
+        image = _check_image(op.apply_params(image, p))
+        params.append(p)
+    return image, params
+
+
+def _engine():
+    """The native engine when it is built and not switched off (``FASTLOAD_DECODER=pillow``)."""
+    if os.environ.get("FASTLOAD_DECODER", "").strip().lower() == "pillow":
+        return None
+    try:
+        import fastload._engine as engine
+    except ImportError:
+        return None
+    return engine if hasattr(engine, "pixel_ops_batch") else None
+
+
+@functools.lru_cache(maxsize=256)
+def _engine_fields(op: PixelOp, height: int, width: int) -> dict[str, Any]:
+    # The policies' tables (magnitudes, a warp matrix per bin and sign) take milliseconds to build:
+    # built once per op and output size. Specs are frozen dataclasses, hence hashable.
+    return op.engine_fields(height, width)
+
+
+def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = None) -> list[dict[str, Any]]:
+    """The ops as the engine's spec dicts for ``height`` x ``width`` outputs (``kind``: a PixelOpKind value).
+
+    ``engine`` is accepted for symmetry with the other engine helpers and not used: the kinds come
+    from fastload/engine_abi.py, which the engine is generated from.
+    """
+    out = []
+    for op in check_pixel_ops(ops):
+        fields = dict(_engine_fields(op, int(height), int(width)))
+        fields["kind"] = int(PixelOpKind[fields["kind"]])
+        out.append(fields)
+    return out
+
+
+def run_pixel_ops_batch(
+    images: np.ndarray,
+    ops: Sequence[PixelOp],
+    *,
+    seed: int,
+    epoch: int,
+    indices: Any,
+    threads: int = 1,
+    want_params: bool = False,
+) -> list[list[dict[str, Any]]] | None:
+    """Runs ``ops`` on already-decoded output-sized images ``[B, H, W, 3]`` uint8, in place.
+
+    One engine call for the batch (GIL released, ``threads`` threads); the reference path when the
+    engine is not live. Each sample ``i`` is keyed by ``sample_key(seed, epoch, indices[i])``.
+
+    Returns:
+        With ``want_params``, each sample's per-op parameter dicts; else None.
+    """
+    from fastload.transforms.rng import sample_key
+
+    ops = check_pixel_ops(ops)
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim != 4 or images.shape[3] != 3:
+        raise ValueError("images must be a [B, H, W, 3] uint8 array")
+    idx = np.ascontiguousarray(np.asarray(indices), dtype=np.int64)
+    if idx.shape != (images.shape[0],):
+        raise ValueError(f"indices must hold one index per image ({images.shape[0]})")
+    engine = _engine()
+    mask = (1 << 64) - 1
+    if engine is None:
+        params = []
+        for i in range(images.shape[0]):
+            out, p = apply_pixel_ops(images[i], ops, sample_key(seed, epoch, int(idx[i])))
+            images[i] = out
+            params.append(p)
+        return params if want_params else None
+    h, w = images.shape[1], images.shape[2]
+    traces = engine.pixel_ops_batch(
+        images,
+        engine_specs(ops, h, w, engine),
+        int(seed) & mask,
+        int(epoch) & mask,
+        idx,
+        int(threads),
+        bool(want_params),
+    )
+    if not want_params:
+        return None
+    return [[op.params_from_trace(traces[i, k]) for k, op in enumerate(ops)] for i in range(images.shape[0])]

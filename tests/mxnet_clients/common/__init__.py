@@ -1,0 +1,1 @@
+"""Helpers of the image-classification client script (data iterators, the fit loop)."""
