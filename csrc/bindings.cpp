@@ -22,6 +22,10 @@
 #include "batch_decode.h"
 #include "entropy_decode.h"
 #include "fastload_abi.h"
+#include "mxnet_augment.h"
+#include "random_affine.h"
+#include "warp.h"
+#include "warp_decode.h"
 #include "record_framing.h"
 #include "restart_slice.h"
 #include "row_gather.h"
@@ -834,6 +838,255 @@ ErasingSpec erasing_from_python(const py::object& erase, const py::sequence& ops
 }  // namespace
 // ==== end pixel ops =======================================================================
 
+// ==== warp geometries (RandomAffine, MXNetDefaultAugment) ================================
+// Converts the Python specs (fastload.transforms.affine / mxnet_augment / warp dataclasses, read
+// by attribute name) to the plain C++ structs of random_affine.h, mxnet_augment.h and warp.h, and
+// exposes the samplers and the resampler to the tests.
+namespace warp_glue {
+
+WarpKernel kernel_from_name(const std::string& name) {
+  if (name == "nearest") return WarpKernel::kNearest;
+  if (name == "bilinear") return WarpKernel::kLinear;
+  if (name == "bicubic") return WarpKernel::kCubic;
+  throw py::value_error("interpolation '" + name + "' must be 'nearest', 'bilinear' or 'bicubic'");
+}
+
+void fill_from(const py::handle& seq, uint8_t fill[3]) {
+  const py::sequence f = py::reinterpret_borrow<py::sequence>(seq);
+  if (py::len(f) != 3) throw py::value_error("fill must hold 3 values");
+  for (int c = 0; c < 3; ++c) {
+    const int v = f[c].cast<int>();
+    if (v < 0 || v > 255) throw py::value_error("fill values must be in 0..255");
+    fill[c] = static_cast<uint8_t>(v);
+  }
+}
+
+AffineSpec affine_spec(const py::handle& t) {
+  AffineSpec s;
+  const py::tuple deg = t.attr("degrees").cast<py::tuple>();
+  s.degrees_lo = deg[0].cast<double>(), s.degrees_hi = deg[1].cast<double>();
+  if (!t.attr("translate").is_none()) {
+    const py::tuple tr = t.attr("translate").cast<py::tuple>();
+    s.has_translate = true, s.translate_x = tr[0].cast<double>(), s.translate_y = tr[1].cast<double>();
+  }
+  if (!t.attr("scale").is_none()) {
+    const py::tuple sc = t.attr("scale").cast<py::tuple>();
+    s.has_scale = true, s.scale_lo = sc[0].cast<double>(), s.scale_hi = sc[1].cast<double>();
+  }
+  if (!t.attr("shear").is_none()) {
+    const py::tuple sh = t.attr("shear").cast<py::tuple>();
+    s.shear_count = static_cast<int>(py::len(sh));
+    if (s.shear_count != 2 && s.shear_count != 4) throw py::value_error("shear must hold 2 or 4 values");
+    for (int i = 0; i < s.shear_count; ++i) s.shear[i] = sh[i].cast<double>();
+  }
+  s.kernel = kernel_from_name(t.attr("interpolation").cast<std::string>());
+  fill_from(t.attr("fill"), s.fill);
+  if (!t.attr("center").is_none()) {
+    const py::tuple c = t.attr("center").cast<py::tuple>();
+    s.has_center = true, s.center_x = c[0].cast<double>(), s.center_y = c[1].cast<double>();
+  }
+  return s;
+}
+
+MXNetAugmentSpec mxnet_spec(const py::handle& t) {
+  MXNetAugmentSpec s;
+  const py::tuple shape = t.attr("data_shape").cast<py::tuple>();
+  s.out_h = shape[1].cast<int>(), s.out_w = shape[2].cast<int>();
+  s.resize = t.attr("resize").cast<int>();
+  s.rand_crop = t.attr("rand_crop").cast<bool>();
+  s.random_resized_crop = t.attr("random_resized_crop").cast<bool>();
+  s.max_rotate_angle = t.attr("max_rotate_angle").cast<int>();
+  s.max_aspect_ratio = t.attr("max_aspect_ratio").cast<float>();
+  if (!t.attr("min_aspect_ratio").is_none()) {
+    s.has_min_aspect_ratio = true, s.min_aspect_ratio = t.attr("min_aspect_ratio").cast<float>();
+  }
+  s.max_shear_ratio = t.attr("max_shear_ratio").cast<float>();
+  s.max_crop_size = t.attr("max_crop_size").cast<int>(), s.min_crop_size = t.attr("min_crop_size").cast<int>();
+  s.max_random_scale = t.attr("max_random_scale").cast<float>();
+  s.min_random_scale = t.attr("min_random_scale").cast<float>();
+  s.max_random_area = t.attr("max_random_area").cast<float>();
+  s.min_random_area = t.attr("min_random_area").cast<float>();
+  s.max_img_size = t.attr("max_img_size").cast<float>(), s.min_img_size = t.attr("min_img_size").cast<float>();
+  s.rotate = t.attr("rotate").cast<int>();
+  s.fill_value = t.attr("fill_value").cast<int>();
+  s.inter_method = t.attr("inter_method").cast<int>();
+  s.pad = t.attr("pad").cast<int>();
+  s.rand_mirror = t.attr("rand_mirror").cast<bool>();
+  s.mirror = t.attr("mirror").cast<bool>();
+  if (s.out_h <= 0 || s.out_w <= 0 || s.out_h > 16384 || s.out_w > 16384)
+    throw py::value_error("data_shape height and width must be in 1..16384");
+  auto size_ok = [](int v, bool off_allowed) { return (off_allowed && v == -1) || (v >= 1 && v <= 65535); };
+  if (!size_ok(s.resize, true) || !size_ok(s.max_crop_size, true) || !size_ok(s.min_crop_size, true) || s.pad < 0 ||
+      s.pad > 65535)
+    throw py::value_error("resize, max_crop_size, min_crop_size must be -1 or in 1..65535, pad in 0..65535");
+  if (s.fill_value < 0 || s.fill_value > 255) throw py::value_error("fill_value must be in 0..255");
+  const int m = s.inter_method;
+  if (!((m >= 0 && m <= 4) || m == 9 || m == 10)) throw py::value_error("inter_method must be 0..4, 9 or 10");
+  if (s.max_crop_size != -1 || s.min_crop_size != -1) {
+    if (s.min_crop_size < 1 || s.min_crop_size > s.max_crop_size)
+      throw py::value_error("min_crop_size and max_crop_size must both be set, with min <= max");
+  }
+  return s;
+}
+
+Affine2 affine_from(const py::handle& m) {
+  const py::tuple t = m.cast<py::tuple>();
+  if (py::len(t) != 6) throw py::value_error("an affine map has 6 coefficients");
+  Affine2 a;
+  a.a = t[0].cast<double>(), a.b = t[1].cast<double>(), a.c = t[2].cast<double>();
+  a.d = t[3].cast<double>(), a.e = t[4].cast<double>(), a.f = t[5].cast<double>();
+  return a;
+}
+
+py::tuple affine_tuple(const Affine2& a) { return py::make_tuple(a.a, a.b, a.c, a.d, a.e, a.f); }
+
+WarpPlan plan_from(const py::handle& p) {
+  WarpPlan w;
+  w.out_h = p.attr("out_h").cast<int>(), w.out_w = p.attr("out_w").cast<int>();
+  if (w.out_h <= 0 || w.out_w <= 0 || w.out_h > 16384 || w.out_w > 16384)
+    throw py::value_error("plan output size must be in 1..16384");
+  w.to_frame = affine_from(p.attr("to_frame"));
+  if (!p.attr("frame").is_none()) {
+    const py::tuple f = p.attr("frame").cast<py::tuple>();
+    w.has_frame = true;
+    for (int i = 0; i < 4; ++i) w.frame[i] = f[i].cast<double>();
+  }
+  w.snap = p.attr("snap").cast<bool>();
+  w.to_source = affine_from(p.attr("to_source"));
+  const py::tuple sc = p.attr("scale").cast<py::tuple>();
+  w.scale_x = sc[0].cast<double>(), w.scale_y = sc[1].cast<double>();
+  const int kernel = p.attr("kernel").cast<int>(), border = p.attr("border").cast<int>();
+  if (kernel < 0 || kernel > 5) throw py::value_error("plan kernel must be 0..5");
+  if (border < 0 || border > 2) throw py::value_error("plan border must be 0..2");
+  w.kernel = static_cast<WarpKernel>(kernel);
+  w.border = static_cast<WarpBorder>(border);
+  w.antialias = p.attr("antialias").cast<bool>();
+  const py::tuple sh = p.attr("nearest_shift").cast<py::tuple>();
+  w.shift_x = sh[0].cast<double>(), w.shift_y = sh[1].cast<double>();
+  fill_from(p.attr("fill"), w.fill);
+  w.dct_scaling = p.attr("dct_scaling").cast<bool>();
+  w.quantize = p.attr("quantize").cast<bool>();
+  if (!(w.scale_x > 0 && w.scale_y > 0 && w.scale_x < 1e6 && w.scale_y < 1e6))
+    throw py::value_error("plan scale must be positive and finite");
+  return w;
+}
+
+// The plan's fields under warp.py's WarpPlan names (the tests compare them with the reference).
+py::dict plan_dict(const WarpPlan& w) {
+  py::dict d;
+  d["out_h"] = w.out_h, d["out_w"] = w.out_w;
+  d["to_frame"] = affine_tuple(w.to_frame);
+  d["frame"] = w.has_frame ? py::object(py::make_tuple(w.frame[0], w.frame[1], w.frame[2], w.frame[3])) : py::none();
+  d["snap"] = w.snap;
+  d["to_source"] = affine_tuple(w.to_source);
+  d["scale"] = py::make_tuple(w.scale_x, w.scale_y);
+  d["kernel"] = static_cast<int>(w.kernel);
+  d["antialias"] = w.antialias;
+  d["nearest_shift"] = py::make_tuple(w.shift_x, w.shift_y);
+  d["border"] = static_cast<int>(w.border);
+  d["fill"] = py::make_tuple(int(w.fill[0]), int(w.fill[1]), int(w.fill[2]));
+  d["dct_scaling"] = w.dct_scaling;
+  d["quantize"] = w.quantize;
+  return d;
+}
+
+py::tuple affine_plan_py(const py::object& spec, const py::tuple& box, bool flip, int out_h, int out_w, uint64_t key,
+                         const std::string& crop_interpolation, bool crop_antialias) {
+  const AffineSpec s = affine_spec(spec);
+  const double b[4] = {box[0].cast<double>(), box[1].cast<double>(), box[2].cast<double>(), box[3].cast<double>()};
+  if (out_h <= 0 || out_w <= 0) throw py::value_error("output size must be positive");
+  AffineParams prm;
+  const WarpPlan plan = affine_plan(s, b, flip, out_h, out_w, key, kernel_from_name(crop_interpolation), crop_antialias, &prm);
+  return py::make_tuple(plan_dict(plan), py::make_tuple(prm.angle, static_cast<double>(prm.tx), static_cast<double>(prm.ty),
+                                                         prm.scale, prm.shear_x, prm.shear_y));
+}
+
+py::tuple mxnet_plan_py(const py::object& spec, int width, int height, uint64_t key) {
+  const MXNetAugmentSpec s = mxnet_spec(spec);
+  if (width <= 0 || height <= 0) throw py::value_error("image size must be positive");
+  WarpPlan plan;
+  MXNetParams prm;
+  std::string error;
+  if (!mxnet_plan(s, width, height, key, &plan, &prm, &error)) throw py::value_error(error);
+  double values[kMXNetParamCount];
+  mxnet_params_values(prm, values);
+  py::tuple params(kMXNetParamCount);
+  for (int i = 0; i < kMXNetParamCount; ++i) params[i] = values[i];
+  return py::make_tuple(plan_dict(plan), params);
+}
+
+// Evaluates a plan on a full-resolution HWC image, through the same source rectangle the decode
+// path would read (copied out, so a tap outside it would read the copy's clamped edge, not memory
+// beyond it).
+py::array_t<uint8_t> warp_image_py(const py::array_t<uint8_t, py::array::c_style | py::array::forcecast>& src,
+                                   const py::object& plan_obj) {
+  const WarpPlan plan = plan_from(plan_obj);
+  if (src.ndim() != 3 || src.shape(2) != 3) throw py::value_error("src must be [H, W, 3] uint8");
+  const int h = static_cast<int>(src.shape(0)), w = static_cast<int>(src.shape(1));
+  if (h <= 0 || w <= 0) throw py::value_error("src must not be empty");
+  py::array_t<uint8_t> out({static_cast<py::ssize_t>(plan.out_h), static_cast<py::ssize_t>(plan.out_w), static_cast<py::ssize_t>(3)});
+  const uint8_t* s = src.data();
+  uint8_t* d = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    const SourceRect r = warp_source_rect(plan, 1, w, h);
+    const int rw = r.x1 - r.x0, rh = r.y1 - r.y0;
+    std::vector<uint8_t> region(static_cast<size_t>(rw) * rh * 3);
+    for (int y = 0; y < rh; ++y)
+      std::memcpy(region.data() + static_cast<size_t>(y) * rw * 3, s + (static_cast<size_t>(r.y0 + y) * w + r.x0) * 3,
+                  static_cast<size_t>(rw) * 3);
+    SourceRegion reg;
+    reg.data = region.data(), reg.stride = static_cast<size_t>(rw) * 3;
+    reg.x0 = r.x0, reg.y0 = r.y0, reg.width = rw, reg.height = rh, reg.image_w = w, reg.image_h = h, reg.denom = 1;
+    WarpScratch scratch;
+    warp_region(plan, reg, d, static_cast<size_t>(plan.out_w) * 3, &scratch);
+  }
+  return out;
+}
+
+py::tuple source_rect_py(const py::object& plan_obj, int denom, int scaled_w, int scaled_h) {
+  const WarpPlan plan = plan_from(plan_obj);
+  if (denom != 1 && denom != 2 && denom != 4 && denom != 8) throw py::value_error("denom must be 1, 2, 4 or 8");
+  const SourceRect r = warp_source_rect(plan, denom, scaled_w, scaled_h);
+  return py::make_tuple(r.x0, r.y0, r.x1, r.y1);
+}
+
+// Region decode + warp of one JPEG on the calling thread: (status, message, image, denom).
+py::tuple warp_decode_py(const py::object& buf, const py::object& plan_obj, const DecodeSettings& settings) {
+  const WarpPlan plan = plan_from(plan_obj);
+  check_settings(settings);
+  const BufferView view(buf.ptr(), kReadFlags, "buf");
+  const ImageRef ref = view.ref();
+  py::array_t<uint8_t> out({static_cast<py::ssize_t>(plan.out_h), static_cast<py::ssize_t>(plan.out_w), static_cast<py::ssize_t>(3)});
+  uint8_t* d = out.mutable_data();
+  std::string msg;
+  int denom = 1;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = warp_decode_single(ref.data, ref.size, settings, plan, d, static_cast<size_t>(plan.out_w) * 3, &denom, &msg);
+  }
+  if (st != Status::kOk) return py::make_tuple(static_cast<int>(st), msg, py::none(), 0);
+  return py::make_tuple(0, std::string(), out, denom);
+}
+
+void register_functions(py::module_& m) {
+  m.def("_warp_affine_plan", &affine_plan_py, py::arg("spec"), py::arg("box"), py::arg("flip"), py::arg("out_h"),
+        py::arg("out_w"), py::arg("key"), py::arg("crop_interpolation") = "bilinear", py::arg("crop_antialias") = true,
+        "Testing hook: the engine's RandomAffine plan and drawn (angle, tx, ty, scale, shear_x, shear_y).");
+  m.def("_warp_mxnet_plan", &mxnet_plan_py, py::arg("spec"), py::arg("width"), py::arg("height"), py::arg("key"),
+        "Testing hook: the engine's MXNetDefaultAugment plan and parameters (MXNET_PARAM_NAMES order).");
+  m.def("_warp_image", &warp_image_py, py::arg("src"), py::arg("plan"),
+        "Testing hook: evaluate a WarpPlan on a full-resolution [H, W, 3] uint8 image.");
+  m.def("_warp_source_rect", &source_rect_py, py::arg("plan"), py::arg("denom"), py::arg("scaled_w"), py::arg("scaled_h"),
+        "Testing hook: the source rectangle (x0, y0, x1, y1) the plan reads at DCT scale 1/denom.");
+  m.def("_warp_decode", &warp_decode_py, py::arg("buf"), py::arg("plan"), py::arg("options"),
+        "Testing hook: region decode + warp of one JPEG: (status, message, image or None, denom).");
+}
+
+}  // namespace warp_glue
+// ==== end warp geometries ================================================================
+
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "fastload's native decode engine: libjpeg-turbo region decode fused with crop/resize/flip";
   register_abi(m);
@@ -923,4 +1176,7 @@ PYBIND11_MODULE(_engine, m) {
   // ---- pixel ops bindings ----
   pixel_glue::register_functions(m);
   // ---- end of pixel ops bindings ----
+
+  // ---- warp geometries (RandomAffine, MXNetDefaultAugment): engine-warp's bindings ----
+  warp_glue::register_functions(m);
 }
