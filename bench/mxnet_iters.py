@@ -25,9 +25,6 @@ rows are no records (measured: 48 records, ``batch_size=32`` -> two batches of 3
   contrast, saturation 0.4, ``pca_noise`` 0.1) over the same without it, both fastload (target: at
   most 20% slower, a ratio of at least 0.83).
 
-A pair whose fastload side this build cannot run (the engine ops are missing) comes back
-``skipped`` with the reason, so the comparison is ready to run as soon as the ops exist.
-
 :func:`iterator_pairs` adds paired runs of fastload's and MXNet's ImageRecordIter (uint8, and float32
 with ImageNet's mean/std) and what keeping every batch costs ``NDArrayIter`` against the usual
 take-use-drop loop; ``python -m bench.mxnet_iters pairs REC [N]`` prints them all.
@@ -518,73 +515,48 @@ def training_pairs(
         batches: Stop a run after this many batches (smoke runs); None: whole epochs.
 
     Returns:
-        ``PairedRatio`` s (``skipped`` set, with the reason, when fastload cannot run a side yet).
+        ``PairedRatio`` s.
     """
     import mxnet as mx
 
-    from fastload.mxnet import MXNetArgumentError
-
-    from .paired import PairedRatio, run_pair
+    from .paired import run_pair
 
     records = _idx_records(rec) if os.path.isfile(os.path.splitext(rec)[0] + ".idx") else None
     out = []
     common = dict(batch_size=batch_size, size=size, threads=threads)
     check = "data.py --aug-level 3: fastload / MXNet ImageRecordIter"
     kwargs = data_py_train_kwargs(rec, aug_level=3, **common)
+    mine = _quiet_fastload(kwargs)
+    n = records or len(mine.loader.dataset)
+    theirs = mx.io.ImageRecordIter(verbose=False, **kwargs)
     try:
-        mine = _quiet_fastload(kwargs)
-    except MXNetArgumentError as exc:
-        out.append(_skipped(PairedRatio, check, "fastload.mxnet ImageRecordIter", "mx.io.ImageRecordIter", exc))
-    else:
-        n = records or len(mine.loader.dataset)
-        theirs = mx.io.ImageRecordIter(verbose=False, **kwargs)
-        try:
-            out.append(
-                run_pair(
-                    check,
-                    _IterContender("fastload.mxnet ImageRecordIter", mine, n, batches),
-                    _IterContender("mx.io.ImageRecordIter", theirs, n, batches),
-                    rounds=rounds,
-                )
+        out.append(
+            run_pair(
+                check,
+                _IterContender("fastload.mxnet ImageRecordIter", mine, n, batches),
+                _IterContender("mx.io.ImageRecordIter", theirs, n, batches),
+                rounds=rounds,
             )
-        finally:
-            mine.close()
+        )
+    finally:
+        mine.close()
     check = "GluonCV colour augmentation: with / without (fastload)"
+    with_color = _quiet_fastload(gluoncv_train_kwargs(rec, color=True, **common))
+    without = _quiet_fastload(gluoncv_train_kwargs(rec, color=False, **common))
+    n = records or len(without.loader.dataset)
     try:
-        with_color = _quiet_fastload(gluoncv_train_kwargs(rec, color=True, **common))
-    except MXNetArgumentError as exc:
-        out.append(_skipped(PairedRatio, check, "with colour", "without colour", exc))
-    else:
-        without = _quiet_fastload(gluoncv_train_kwargs(rec, color=False, **common))
-        n = records or len(without.loader.dataset)
-        try:
-            out.append(
-                run_pair(
-                    check,
-                    _IterContender("with colour", with_color, n, batches),
-                    _IterContender("without colour", without, n, batches),
-                    rounds=rounds,
-                )
+        out.append(
+            run_pair(
+                check,
+                _IterContender("with colour", with_color, n, batches),
+                _IterContender("without colour", without, n, batches),
+                rounds=rounds,
             )
-        finally:
-            with_color.close()
-            without.close()
+        )
+    finally:
+        with_color.close()
+        without.close()
     return out
-
-
-def _skipped(cls, check: str, num: str, den: str, exc: Exception):
-    return cls(
-        check=check,
-        numerator=num,
-        denominator=den,
-        median=float("nan"),
-        q1=float("nan"),
-        q3=float("nan"),
-        total=float("nan"),
-        pairs=0,
-        chunk=0,
-        skipped=f"fastload cannot run it yet: {exc}",
-    )
 
 
 # --- paired runs against MXNet, and what keeping batches costs --------------------------------------

@@ -14,6 +14,7 @@
 
 #include "entropy_decode.h"
 #include "restart_slice.h"
+#include "warp_decode.h"
 
 namespace fastload {
 
@@ -31,6 +32,7 @@ struct Worker {
   std::vector<uint8_t> region;    // RandomCrop: the decoded source rows and columns its window reads
   std::vector<int> xmap, ymap;    // RandomCrop: output column / row -> source column / row (-1: fill)
   std::vector<int> pad1, pad2;    // RandomCrop: the two paddings' index maps of one axis
+  WarpWorkspace warp;             // warp geometries: the decoded region and the warp's tap tables
   JpegEncoder encoder;            // pack --resize only
   std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
 };
@@ -308,17 +310,90 @@ ImageOutcome decode_random_crop(Worker& w, const JpegInfo& info, const PipelineS
   return oc;
 }
 
+// A warp geometry's per-image step: decode the region the plan reads and sample it once into the
+// thread's HWC scratch, then the pixel ops and the output stage (as the scratch path does).
+ImageOutcome decode_warped(Worker& w, const JpegInfo& info, const WarpPlan& plan, const PipelineSpec& spec,
+                           const OutputFormat& fmt, void* slot, uint64_t key, const DecodeSettings& options,
+                           double* op_trace) {
+  ImageOutcome oc;
+  const int h = fmt.height, wd = fmt.width;
+  if (plan.out_h != h || plan.out_w != wd) {
+    oc.status = Status::kInternal;
+    oc.message = "warp plan size does not match the output";
+    return oc;
+  }
+  uint8_t* hwc = scratch_image(w, h, wd);
+  int denom = 1;
+  const Status st = warp_decode(w.decoder, info, plan, options.dct_scaling, &w.warp, hwc, static_cast<size_t>(wd) * 3,
+                                &denom);
+  oc.warnings += w.decoder.warnings();
+  if (st != Status::kOk) {
+    oc.status = st;
+    oc.message = w.decoder.message();
+    if (oc.message.empty()) oc.message = "decoder produced fewer rows than the warp needs";
+    return oc;
+  }
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (spec.has_pixel_ops()) {
+    PixelOpsTrace trace{op_trace};
+    apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
+  }
+#else
+  (void)spec;
+  (void)key;
+  (void)op_trace;
+#endif
+  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+  return oc;
+}
+
+// MXNet's augmenter geometry: the plan of image_aug_default.cc's chain for this image.
+ImageOutcome decode_mxnet(Worker& w, const JpegInfo& info, const PipelineSpec& spec, const OutputFormat& fmt,
+                          void* slot, uint64_t key, const DecodeSettings& options, SampleBox* box_out, double* op_trace,
+                          double* warp_trace) {
+  WarpPlan plan;
+  MXNetParams params;
+  std::string error;
+  if (!mxnet_plan(spec.mxnet, info.width, info.height, key, &plan, &params, &error)) {
+    ImageOutcome oc;
+    oc.status = Status::kTooSmall;  // MXNet aborts on these images (smaller than max_crop_size, ...)
+    oc.message = error;
+    return oc;
+  }
+  box_out->flip = params.mirror;
+  if (warp_trace != nullptr) mxnet_params_values(params, warp_trace);
+  return decode_warped(w, info, plan, spec, fmt, slot, key, options, op_trace);
+}
+
 // Decodes an image open_image() has just opened on `w`, with the pipeline's geometry, into `slot`.
 ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, const PipelineSpec& spec,
                            const OutputFormat& fmt, void* slot, uint64_t key, const DecodeSettings& options,
-                           SampleBox* box_out, double* op_trace = nullptr) {
+                           SampleBox* box_out, double* op_trace = nullptr, double* warp_trace = nullptr) {
   const GeometryParams& op = spec.geometry;
   if (op.kind == GeometryKind::kRandomCrop) return decode_random_crop(w, opened, spec, fmt, slot, key, box_out);
+  if (op.kind == GeometryKind::kMxnetAugment)
+    return decode_mxnet(w, opened, spec, fmt, slot, key, options, box_out, op_trace, warp_trace);
   ImageOutcome oc;
   JpegInfo info = opened;
   Status st = Status::kOk;
   const SampleBox b = sample_box(info.width, info.height, op, key);
   *box_out = b;
+  if (spec.has_affine) {
+    // torchvision's RandomAffine on the resized (and flipped) crop, composed with it into one warp.
+    const double box[4] = {b.x0, b.y0, b.x1, b.y1};
+    const WarpKernel crop_kernel = op.interpolation == Interpolation::kBicubic   ? WarpKernel::kCubic
+                                   : op.interpolation == Interpolation::kNearest ? WarpKernel::kNearest
+                                                                                 : WarpKernel::kLinear;
+    AffineParams prm;
+    const WarpPlan plan =
+        affine_plan(spec.affine, box, b.flip, op.out_h, op.out_w, key, crop_kernel, op.antialias, &prm);
+    if (warp_trace != nullptr) {
+      const double values[6] = {prm.angle, static_cast<double>(prm.tx), static_cast<double>(prm.ty), prm.scale,
+                                prm.shear_x, prm.shear_y};
+      std::copy(values, values + 6, warp_trace);
+    }
+    return decode_warped(w, info, plan, spec, fmt, slot, key, options, op_trace);
+  }
   // DCT scaling averages pixels before the resize: right for the antialiased filters (whose support
   // spans them anyway), not for nearest or the 2- and 4-tap plain filters, which sample the source.
   const bool filtered = op.antialias && op.interpolation != Interpolation::kNearest;
@@ -368,12 +443,12 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
 
 ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const OutputFormat& fmt, void* slot,
                         uint64_t key, const DecodeSettings& options, SampleBox* box_out, double* op_trace,
-                        double* erase_trace) {
+                        double* erase_trace, double* warp_trace) {
   Worker& w = this_worker();
   JpegInfo info;
   ImageOutcome oc;
   if (!open_image(w, im, options, &info, &oc)) return oc;
-  oc = decode_opened(w, im, info, spec, fmt, slot, key, options, box_out, op_trace);
+  oc = decode_opened(w, im, info, spec, fmt, slot, key, options, box_out, op_trace, warp_trace);
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
   if (oc.status == Status::kOk && spec.erasing.active()) {
     ErasingTrace trace{erase_trace};
@@ -414,7 +489,9 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
       double* op_trace = nullptr;
       double* erase_trace = nullptr;
 #endif
-      oc = decode_one(images[i], spec, format, slot, key, options, &box, op_trace, erase_trace);
+      double* warp_trace =
+          results->warp_traces ? results->warp_traces + static_cast<size_t>(i) * kWarpTraceValues : nullptr;
+      oc = decode_one(images[i], spec, format, slot, key, options, &box, op_trace, erase_trace, warp_trace);
     } catch (const std::bad_alloc&) {
       oc.status = Status::kInternal;
       oc.message = "out of memory";

@@ -23,7 +23,9 @@
 
 #include "augment.h"
 #include "jpeg_decode.h"
+#include "mxnet_augment.h"
 #include "output.h"
+#include "random_affine.h"
 #include "resize.h"
 
 #if __has_include("pixel_ops.h")
@@ -34,8 +36,16 @@
 namespace fastload {
 
 // One batch's transform: the geometry, the pixel ops (when built) and the output stage.
+//
+// Warp geometries (csrc/warp.h): geometry.kind == kMxnetAugment samples the source through
+// mxnet_plan(mxnet); has_affine adds torchvision's RandomAffine after a RandomResizedCrop /
+// CenterCrop / Resize (affine_plan). Either way the decoded region is sampled once into the
+// thread's HWC scratch, then the pixel ops and the output stage run as on the scratch path.
 struct PipelineSpec {
   GeometryParams geometry;
+  MXNetAugmentSpec mxnet;
+  bool has_affine = false;
+  AffineSpec affine;
   OutputParams output;
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
   PixelOpsSpec pixel_ops;
@@ -69,7 +79,12 @@ struct BatchResults {
   // stage (n * kErasingTraceValues), when the caller asks for them (pixel_ops.h); else nullptr.
   double* pixel_traces = nullptr;
   double* erase_traces = nullptr;
+  // The warp geometry's draws (n * kWarpTraceValues doubles: RandomAffine's 6 values of
+  // fastload.transforms.affine.AFFINE_PARAM_NAMES, or MXNet's 18 of MXNET_PARAM_NAMES), or nullptr.
+  double* warp_traces = nullptr;
 };
+
+constexpr int kWarpTraceValues = kMXNetParamCount;
 
 // Decodes images[i] into out + i * (slot bytes of `format`) for every i. `format` is the prepared
 // form of spec.output for the geometry's output size. Never throws for a bad image.

@@ -39,6 +39,14 @@
 namespace py = pybind11;
 using namespace fastload;
 
+// The warp geometries' glue (defined with their test hooks below): the Python specs
+// (fastload.transforms.affine.RandomAffine, fastload.transforms.mxnet_augment.MXNetDefaultAugment,
+// read by attribute name) as the plain structs of random_affine.h / mxnet_augment.h.
+namespace warp_glue {
+AffineSpec affine_spec(const py::handle& t);
+MXNetAugmentSpec mxnet_spec(const py::handle& t);
+}  // namespace warp_glue
+
 namespace {
 
 // ---- buffers ------------------------------------------------------------------------------------
@@ -210,13 +218,24 @@ bool format_matches(DType dtype, const std::string& fmt, Py_ssize_t itemsize) {
 py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, const GeometryParams& op,
                          const OutputParams& output, const py::sequence& ops, const py::object& erase, uint64_t seed,
                          uint64_t epoch, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,
-                         int threads, const DecodeSettings& options, bool want_params) {
+                         int threads, const DecodeSettings& options, bool want_params, const py::object& warp) {
   check_geometry(op);
   check_settings(options);
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
   PipelineSpec spec;
   spec.geometry = op;
   spec.output = output;
+  if (op.kind == GeometryKind::kMxnetAugment) {
+    if (warp.is_none()) throw py::value_error("geometry kind MXNET_AUGMENT needs its MXNetDefaultAugment as warp");
+    spec.mxnet = warp_glue::mxnet_spec(warp);
+    if (spec.mxnet.out_h != op.out_h || spec.mxnet.out_w != op.out_w)
+      throw py::value_error("the MXNetDefaultAugment's data_shape does not match the geometry's output size");
+  } else if (!warp.is_none()) {
+    if (op.kind == GeometryKind::kRandomCrop || op.vflip != 0.0)
+      throw py::value_error("RandomAffine follows RandomResizedCrop, CenterCrop or Resize without a vertical flip");
+    spec.affine = warp_glue::affine_spec(warp);
+    spec.has_affine = true;
+  }
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
   spec.pixel_ops = pixel_ops_from_python(ops, op);
   spec.erasing = erasing_from_python(erase, ops, output);
@@ -277,6 +296,14 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
 #else
   (void)want_params;
 #endif
+  py::object warp_traces = py::none();
+  if (want_params && (spec.has_affine || op.kind == GeometryKind::kMxnetAugment)) {
+    // [B, 18]: a RandomAffine fills the first 6 columns.
+    py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(kWarpTraceValues)});
+    std::fill(t.mutable_data(), t.mutable_data() + t.size(), std::numeric_limits<double>::quiet_NaN());
+    results.warp_traces = t.mutable_data();
+    warp_traces = t;
+  }
   const int64_t* idx = indices.data();
   {
     py::gil_scoped_release release;
@@ -300,6 +327,7 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   r["slice_fallbacks"] = results.slice_fallbacks;
   r["pixel_traces"] = pixel_traces;
   r["erase_traces"] = erase_traces;
+  r["warp_traces"] = warp_traces;
   return r;
 }
 
@@ -1093,10 +1121,12 @@ PYBIND11_MODULE(_engine, m) {
 
   m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("geometry"), py::arg("output"),
         py::arg("ops"), py::arg("erase"), py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"),
-        py::arg("options"), py::arg("want_params") = false,
-        "Decode a batch into out (GIL released once) through the pipeline geometry -> pixel ops -> "
-        "output stage (dtype, layout, normalization) -> erasing; returns a dict of per-image results "
-        "(with want_params, the pixel ops' traces [B, ops, 64] and the output stage's [B, 8]).");
+        py::arg("options"), py::arg("want_params") = false, py::arg("warp") = py::none(),
+        "Decode a batch into out (GIL released once) through the pipeline geometry (warp: the "
+        "MXNetDefaultAugment of an MXNET_AUGMENT geometry, or a RandomAffine after the crop) -> pixel "
+        "ops -> output stage (dtype, layout, normalization) -> erasing; returns a dict of per-image "
+        "results (with want_params, the pixel ops' traces [B, ops, 64], the output stage's [B, 8] and "
+        "the warp's draws [B, 18], RandomAffine's in the first 6 columns).");
   m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
         "Full-size RGB decode: (status, message, array or None).");
   m.def("resize_encode_batch", &resize_encode_batch_py, py::arg("images"), py::arg("shorter"), py::arg("quality"),

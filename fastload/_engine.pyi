@@ -37,6 +37,7 @@ class GeometryKind(enum.IntEnum):
     RESIZE_CENTER_CROP = 1
     RESIZE = 2
     RANDOM_CROP = 3
+    MXNET_AUGMENT = 4
 
 class Interpolation(enum.IntEnum):
     __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
@@ -154,6 +155,7 @@ def decode_batch(
     threads: int,
     options: DecodeSettings,
     want_params: bool = False,
+    warp: Any = None,
 ) -> dict[str, Any]: ...
 def decode_image(buf: Buffer, options: DecodeSettings) -> tuple[Status, str, npt.NDArray[np.uint8] | None]: ...
 def resize_encode_batch(
@@ -217,3 +219,19 @@ def mix_batch(
 ) -> None: ...
 def pixel_kernels(name: str) -> bool: ...
 def pixel_kernel_name() -> str: ...
+def _warp_affine_plan(
+    spec: Any,
+    box: tuple[float, ...],
+    flip: bool,
+    out_h: int,
+    out_w: int,
+    key: int,
+    crop_interpolation: str = "bilinear",
+    crop_antialias: bool = True,
+) -> tuple[dict[str, Any], tuple[float, ...]]: ...
+def _warp_mxnet_plan(spec: Any, width: int, height: int, key: int) -> tuple[dict[str, Any], tuple[float, ...]]: ...
+def _warp_image(src: npt.NDArray[np.uint8], plan: Any) -> npt.NDArray[np.uint8]: ...
+def _warp_source_rect(plan: Any, denom: int, scaled_w: int, scaled_h: int) -> tuple[int, int, int, int]: ...
+def _warp_decode(
+    buf: Buffer, plan: Any, options: DecodeSettings
+) -> tuple[int, str, npt.NDArray[np.uint8] | None, int]: ...

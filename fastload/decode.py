@@ -19,6 +19,11 @@ normalization) -> erasing, every random draw keyed by ``(seed, epoch, sample ind
   each pixel op's Python reference, :meth:`Normalize.apply <fastload.transforms.Normalize.apply>`,
   then erasing.
 
+Warp geometries (``MXNetDefaultAugment``, a Pipeline's ``affine``) are per-sample
+:class:`~fastload.transforms.WarpPlan` s: the engine decodes the region a plan reads (at a DCT scale
+when the plan allows it) and samples it once (``csrc/warp.h``); the Pillow path evaluates the same
+plan with its numpy reference :func:`fastload.transforms.warp_image` on the full decode.
+
 Both return per-image status codes; a bad image never raises from :func:`decode_batch`.
 """
 
@@ -37,17 +42,24 @@ import numpy as np
 import fastload.engine_abi as engine_abi
 from fastload.errors import DecodeError
 from fastload.transforms import (
+    AffineParams,
+    MXNetParams,
     OpKind,
     Pipeline,
     Transform,
+    affine_plan,
     as_pipeline,
+    mxnet_plan,
     op_counter_base,
     resample,
     sample_key,
     sample_params,
+    warp_image,
 )
+from fastload.transforms.affine import AFFINE_PARAM_NAMES
 from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
 from fastload.transforms.geometry import ImageTooSmall
+from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES, MXNetSampleError
 
 __all__ = [
     "BatchResult",
@@ -170,6 +182,10 @@ class BatchResult:
         output_params: Per sample, the output stage's draws (:func:`fastload.transforms.erasing.apply_output_ops`'s
             dict: the erased box, MXNet's normalization contrast and illumination); ``None`` unless
             ``want_params`` and the pipeline has an output-stage op.
+        warp_params: Per sample, the warp geometry's draws (an ``AffineParams`` for a Pipeline's
+            ``affine``, an ``MXNetParams`` for ``MXNetDefaultAugment``), None for a failed sample;
+            ``None`` unless ``want_params`` and the pipeline has a warp geometry. The boxes of an
+            ``MXNetDefaultAugment`` are NaN (its windows are in ``warp_params``).
     """
 
     status: np.ndarray
@@ -184,6 +200,7 @@ class BatchResult:
     backend: str
     op_params: list[list[dict[str, Any]] | None] | None = None
     output_params: list[dict[str, Any] | None] | None = None
+    warp_params: list[Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -367,17 +384,43 @@ class _Failure(Exception):
 def _pillow_one(
     buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed: int, epoch: int, index: int, options: DecodeOptions
 ):
-    """Decode one image into ``slot`` through the pipeline; returns (status, message, box, flip, vflip)."""
+    """Decode one image into ``slot`` through the pipeline.
+
+    Returns:
+        ``(status, message, box, flip, vflip, op_params, output_params, warp_params)``.
+    """
     try:
         img = _pillow_open_rgb(buf, options)
         geometry = pipeline.geometry
-        try:
-            params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
-        except ImageTooSmall as exc:
-            raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
         out_h, out_w = pipeline.size
-        arr = resample(img, params, geometry)
         key = sample_key(seed, epoch, index)
+        warp_params: Any = None
+        if pipeline.kind == OpKind.MXNET_AUGMENT:
+            try:
+                plan, warp_params = mxnet_plan(geometry, img.width, img.height, key)
+            except MXNetSampleError as exc:
+                raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
+            box, flip, vflip = (np.nan,) * 4, warp_params.mirror, False
+            arr = warp_image(np.asarray(img), plan)
+        else:
+            try:
+                params = sample_params(img.width, img.height, geometry, seed=seed, epoch=epoch, index=index)
+            except ImageTooSmall as exc:
+                raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
+            box, flip, vflip = params.box, params.flip, bool(getattr(params, "vflip", False))
+            if pipeline.affine is not None:
+                plan, warp_params = affine_plan(
+                    pipeline.affine,
+                    params.box,
+                    params.flip,
+                    (out_h, out_w),
+                    key,
+                    crop_interpolation=geometry.interpolation,
+                    crop_antialias=geometry.antialias,
+                )
+                arr = warp_image(np.asarray(img), plan)
+            else:
+                arr = resample(img, params, geometry)
         op_params = []
         for position, op in enumerate(pipeline.ops):
             base = op_counter_base(position)
@@ -401,18 +444,10 @@ def _pillow_one(
             normalize=pipeline.normalize,
             erase=pipeline.erase,
         )
-        return (
-            DecodeStatus.OK,
-            "",
-            params.box,
-            params.flip,
-            bool(getattr(params, "vflip", False)),
-            op_params,
-            output_params,
-        )
+        return DecodeStatus.OK, "", box, flip, vflip, op_params, output_params, warp_params
     except _Failure as exc:
         slot[...] = 0
-        return exc.status, str(exc), (np.nan,) * 4, False, False, None, None
+        return exc.status, str(exc), (np.nan,) * 4, False, False, None, None, None
 
 
 def _pillow_batch(
@@ -433,6 +468,7 @@ def _pillow_batch(
     vflips,
     op_params,
     output_params,
+    warp_params,
 ) -> None:
     def run(p):
         return p, _pillow_one(images[p], out[p], layout, pipeline, seed, epoch, int(idx[p]), options)
@@ -446,9 +482,10 @@ def _pillow_batch(
         # milliseconds Pillow spends per batch.
         with ThreadPoolExecutor(max_workers=min(threads, len(positions)), thread_name_prefix="fastload-pillow") as pool:
             results = list(pool.map(run, positions))
-    for p, (st, msg, box, flip, vflip, drawn_ops, drawn_output) in results:
+    for p, (st, msg, box, flip, vflip, drawn_ops, drawn_output, drawn_warp) in results:
         op_params[p] = drawn_ops
         output_params[p] = drawn_output
+        warp_params[p] = drawn_warp
         status[p] = int(st)
         boxes[p] = box
         flips[p] = flip
@@ -492,6 +529,8 @@ def _native_options(options: DecodeOptions) -> Any:
 def _native_geometry(transform: Transform) -> Any:
     out_h, out_w = transform.size
     kind = OpKind(int(transform.kind))
+    if kind == OpKind.MXNET_AUGMENT:  # its parameters travel as the warp argument
+        return _native_struct("GeometryParams", {"kind": kind, "out_h": int(out_h), "out_w": int(out_w)})
     values: dict[str, Any] = {
         "kind": kind,
         "out_h": int(out_h),
@@ -538,6 +577,25 @@ def _native_output(pipeline: Pipeline, layout: Layout) -> Any:
             std_dev=list(norm.std),
         )
     return _native_struct("OutputParams", values)
+
+
+def _warp_spec(pipeline: Pipeline) -> Any:
+    """The warp geometry's spec the engine takes beside the GeometryParams, or None."""
+    if pipeline.kind == OpKind.MXNET_AUGMENT:
+        return pipeline.geometry
+    return pipeline.affine
+
+
+def _warp_params_from_trace(pipeline: Pipeline, trace: np.ndarray) -> Any:
+    """The engine's warp trace row as the reference's AffineParams / MXNetParams."""
+    if pipeline.kind == OpKind.MXNET_AUGMENT:
+        values = dict(zip(MXNET_PARAM_NAMES, trace.tolist(), strict=False))
+        floats = ("shear", "scale", "ratio")
+        return MXNetParams(
+            **{k: (float(v) if k in floats else bool(v) if k == "mirror" else int(v)) for k, v in values.items()}
+        )
+    angle, tx, ty, scale, shear_x, shear_y = trace[: len(AFFINE_PARAM_NAMES)].tolist()
+    return AffineParams(angle=angle, translate=(int(tx), int(ty)), scale=scale, shear=(shear_x, shear_y))
 
 
 def decode_batch(
@@ -608,6 +666,7 @@ def decode_batch(
             threads,
             _native_options(options),
             bool(want_params),
+            _warp_spec(pipeline),
         )
         status, errors, boxes = native["status"], dict(native["errors"]), native["boxes"]
         flips, vflips = native["flips"], native["vflips"]
@@ -615,8 +674,12 @@ def decode_batch(
         pending = np.flatnonzero(status == DecodeStatus.NEEDS_PILLOW).tolist()
     op_params: list[Any] = [None] * n
     output_params: list[Any] = [None] * n
+    warp_params: list[Any] = [None] * n
     if backend != "pillow" and want_params:
         ok = status == DecodeStatus.OK
+        if native.get("warp_traces") is not None:
+            traces = native["warp_traces"]
+            warp_params = [_warp_params_from_trace(pipeline, traces[i]) if ok[i] else None for i in range(n)]
         if native.get("pixel_traces") is not None:
             traces = native["pixel_traces"]
             op_params = [
@@ -645,6 +708,7 @@ def decode_batch(
             vflips,
             op_params,
             output_params,
+            warp_params,
         )
     has_output_ops = pipeline.erase is not None or any(getattr(op, "has_output_jitter", False) for op in pipeline.ops)
     return BatchResult(
@@ -660,6 +724,7 @@ def decode_batch(
         backend=backend,
         op_params=op_params if want_params and pipeline.ops else None,
         output_params=output_params if want_params and has_output_ops else None,
+        warp_params=warp_params if want_params and _warp_spec(pipeline) is not None else None,
     )
 
 

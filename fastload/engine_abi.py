@@ -65,6 +65,9 @@ class GeometryKind(enum.IntEnum):
     RESIZE_CENTER_CROP = 1
     RESIZE = 2
     RANDOM_CROP = 3
+    #: MXNet's default augmenter (resize, affine warp, pad, crop, mirror) as one warp
+    #: (``fastload.transforms.mxnet_augment``); its parameters travel beside the GeometryParams.
+    MXNET_AUGMENT = 4
 
 
 class Interpolation(enum.IntEnum):

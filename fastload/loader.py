@@ -91,8 +91,12 @@ def _transform_types() -> tuple[type, ...]:
     types = tuple(t for t in typing.get_args(_transforms.Transform) if isinstance(t, type))
     if not types and isinstance(_transforms.Transform, type):
         types = (_transforms.Transform,)
-    pipeline = getattr(_transforms, "Pipeline", None)
-    return types + ((pipeline,) if isinstance(pipeline, type) else ())
+    extra = tuple(
+        cls
+        for cls in (getattr(_transforms, "MXNetDefaultAugment", None), getattr(_transforms, "Pipeline", None))
+        if isinstance(cls, type)
+    )
+    return types + extra
 
 
 def transform_image_dtype(transform: Any) -> np.dtype | None:
@@ -189,7 +193,8 @@ class LoaderConfig:
         if not isinstance(self.transform, _transform_types()):
             raise ValueError(
                 f"transform={self.transform!r} must be a fastload.transforms op "
-                "(train(), eval_transform(), RandomResizedCrop, CenterCrop, Resize)"
+                "(train(), eval_transform(), RandomResizedCrop, CenterCrop, Resize, RandomCrop, "
+                "MXNetDefaultAugment, a Pipeline)"
             )
         object.__setattr__(self, "shuffle", coerce_enum(Shuffle, self.shuffle, "shuffle"))
         object.__setattr__(self, "even", coerce_enum(Even, self.even, "even"))

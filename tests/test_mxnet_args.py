@@ -283,48 +283,39 @@ def test_color_and_normalize_map_with_mxnet_semantics(contract_specs):
     assert augmenter.normalize_spec(parse_args(dict(BASE, data_shape=(1, 20, 20))), "float32") is None
 
 
-def test_without_the_engine_specs_non_defaults_are_refused_and_defaults_run(monkeypatch):
-    for name in ("MXNetDefaultAugment", "MXNetColorAugment", "Normalize"):
-        monkeypatch.delattr(transforms, name, raising=False)
-    with pytest.raises(MXNetArgumentError, match=r"brightness=0\.4.*not yet supported.*MXNetColorAugment"):
-        augmenter.color_spec(parse_args(dict(BASE, brightness=0.4)), "float32")
-    for extra in (
-        dict(max_rotate_angle=10),
-        dict(pad=4),
-        dict(rand_crop=True),
-        dict(max_aspect_ratio=0.25),
-        dict(max_random_scale=1.2),
-        dict(inter_method=2),
-    ):
-        with pytest.raises(MXNetArgumentError, match="not yet supported.*MXNetDefaultAugment") as info:
-            augmenter.geometry_spec(parse_args(dict(BASE, **extra)))
-        assert next(iter(extra)) in str(info.value)
-    # common/data.py's defaults (fill_value=127, pad=0, scale 1, ...) and the common recipes run.
-    with pytest.warns(augmenter.FallbackGeometryWarning):
-        op = augmenter.geometry_spec(parse_args(dict(BASE, fill_value=127, rand_mirror=True)))
-    assert isinstance(op, transforms.CenterCrop) and op.resize is None and op.flip == 0.5
-    with pytest.warns(augmenter.FallbackGeometryWarning):
-        op = augmenter.geometry_spec(parse_args(dict(BASE, resize=32, mirror=True)))
-    assert isinstance(op, transforms.CenterCrop) and op.resize == 32 and op.flip == 1.0
-    with pytest.warns(augmenter.FallbackGeometryWarning):
-        op = augmenter.geometry_spec(
-            parse_args(
-                dict(
-                    BASE, random_resized_crop=True, min_random_area=0.08, min_aspect_ratio=0.75, max_aspect_ratio=4 / 3
-                )
-            )
-        )
-    assert isinstance(op, transforms.RandomResizedCrop) and op.scale == (0.08, 1.0) and op.ratio == (0.75, 4 / 3)
-    with pytest.warns(augmenter.FallbackGeometryWarning):
-        op = augmenter.geometry_spec(parse_args(dict(BASE, random_resized_crop=True, max_aspect_ratio=0.25)))
-    assert op.ratio == (0.75, 1.25)  # MXNet: [1 - max, 1 + max] without min_aspect_ratio
-    # MXNet skips the random resized crop when every range is 1: the centre crop.
-    with pytest.warns(augmenter.FallbackGeometryWarning):
-        op = augmenter.geometry_spec(parse_args(dict(BASE, random_resized_crop=True)))
-    assert isinstance(op, transforms.CenterCrop)
-    with pytest.raises(MXNetArgumentError, match="aspect"):
-        augmenter.geometry_spec(parse_args(dict(BASE, random_resized_crop=True, max_aspect_ratio=1.5)))
-    assert augmenter.normalize_spec(parse_args(BASE), "float32") is None
+def test_geometric_arguments_build_the_engine_mxnet_default_augment():
+    # The real class (not the contract's stand-in): --aug-level 3's arguments turn its warp on.
+    aug3 = dict(
+        BASE,
+        fill_value=127,
+        rand_crop=True,
+        rand_mirror=True,
+        max_random_scale=1.0,
+        min_random_scale=0.533,
+        max_aspect_ratio=0.25,
+        max_rotate_angle=10,
+        max_shear_ratio=0.1,
+        pad=4,
+    )
+    op = augmenter.geometry_spec(parse_args(aug3))
+    assert isinstance(op, transforms.MXNetDefaultAugment)
+    assert (op.fill_value, op.rand_crop, op.rand_mirror, op.min_random_scale, op.max_rotate_angle, op.pad) == (
+        127,
+        True,
+        True,
+        0.533,
+        10,
+        4,
+    )
+    assert op.max_shear_ratio == pytest.approx(0.1) and op.has_warp
+    assert op.data_shape == tuple(BASE["data_shape"])
+    # MXNet's own refusals keep MXNet's error type and name the argument.
+    with pytest.raises(MXNetArgumentError, match="random_resized_crop"):
+        augmenter.geometry_spec(parse_args(dict(BASE, random_resized_crop=True, rand_crop=True)))
+    with pytest.raises(MXNetArgumentError, match="inter_method"):
+        augmenter.geometry_spec(parse_args(dict(BASE, max_rotate_angle=10, inter_method=0)))
+    assert augmenter.normalize_spec(parse_args(BASE), "float32") is not None
+    assert augmenter.normalize_spec(parse_args(BASE), "uint8") is None
 
 
 def test_augmentation_seed_is_seed_aug_else_seed():

@@ -21,12 +21,8 @@ import pytest
 mx = pytest.importorskip("mxnet")
 from PIL import Image
 
-from fastload.mxnet.augmenter import spec_class
-
 CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_clients")
 PY = sys.executable
-HAVE_GEOMETRY = spec_class("MXNetDefaultAugment") is not None
-HAVE_COLOR = spec_class("MXNetColorAugment") is not None
 
 
 def _image(i: int) -> bytes:
@@ -134,16 +130,10 @@ def test_image_classification_example_trains_with_either_iterator(recs, tmp_path
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_aug_levels(recs, tmp_path, level):
     """--aug-level 1 (random crop + mirror), 2 (+ HSL jitter), 3 (+ rotation, shear, aspect)."""
-    needs_color = level >= 2
     out = tmp_path / "fastload.json"
     proc = _run(_imagenet_args(recs, "fastload", out, "--aug-level", str(level), "--num-epochs", "1"))
-    if HAVE_GEOMETRY and (HAVE_COLOR or not needs_color):
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert json.loads(out.read_text())["val_accuracy"] is not None
-    else:
-        assert proc.returncode != 0
-        assert "MXNetArgumentError" in proc.stderr and "not yet supported" in proc.stderr
-        assert ("rand_crop" if not HAVE_GEOMETRY else "random_h") in proc.stderr
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(out.read_text())["val_accuracy"] is not None
     if level == 3:  # the script itself runs every level with MXNet's iterator
         theirs = _run(
             _imagenet_args(recs, "mxnet", tmp_path / "mxnet.json", "--aug-level", str(level), "--num-epochs", "1")
@@ -169,9 +159,6 @@ def test_gluoncv_style_loop_with_split_and_load(recs, tmp_path, color):
         common.append("--no-color")
     out = tmp_path / "fastload.json"
     proc = _run([os.path.join(CLIENTS, "train_gluon.py"), "--iterator", "fastload", "--result-json", str(out), *common])
-    if color and not HAVE_COLOR:
-        assert proc.returncode != 0 and "not yet supported" in proc.stderr and "brightness" in proc.stderr
-        return
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(out.read_text())["val_accuracy"] >= 0.9
     theirs = _run([os.path.join(CLIENTS, "train_gluon.py"), "--iterator", "mxnet", *common])
@@ -198,18 +185,15 @@ def test_dist_sync_run_wraps_the_iterator_in_resize_iter(recs, tmp_path):
 
 
 def test_bench_training_pairs_smoke(recs):
-    """bench/mxnet_iters.py's two training-iterator ratios run end to end (or say why fastload cannot yet)."""
+    """bench/mxnet_iters.py's two training-iterator ratios run end to end."""
     from bench.mxnet_iters import TARGETS, data_py_train_kwargs, training_pairs
 
     kwargs = data_py_train_kwargs(str(recs / "train.rec"), aug_level=3)
     assert (kwargs["fill_value"], kwargs["pad"], kwargs["random_h"], kwargs["max_rotate_angle"]) == (127, 0, 36, 10)
     rows = training_pairs(str(recs / "train.rec"), rounds=1, batch_size=12, size=32, batches=2)
     assert [r.check for r in rows] == list(TARGETS)
-    for row, needs in zip(rows, (HAVE_GEOMETRY and HAVE_COLOR, HAVE_COLOR), strict=False):
-        if needs:
-            assert row.skipped is None and row.median > 0 and row.pairs == 1
-        else:
-            assert row.skipped and "not yet supported" in row.skipped
+    for row in rows:
+        assert row.skipped is None and row.median > 0 and row.pairs == 1
 
 
 def test_bench_iterator_pairs_smoke(recs):

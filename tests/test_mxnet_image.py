@@ -18,7 +18,7 @@ from PIL import Image
 import fastload.mxnet as fm
 import fastload.transforms as transforms
 from fastload.decode import decode_batch
-from fastload.transforms import CenterCrop
+from fastload.transforms import MXNetDefaultAugment
 
 VENV_PY = sys.executable
 MX_TOOLS = os.path.join(os.path.dirname(mx.__file__), "tools")
@@ -103,7 +103,7 @@ def test_uint8_is_the_raw_decode_and_float_normalization_matches_mxnet_formula(d
         decode_batch(
             [ds.image(i) for i in range(8)],
             expected,
-            CenterCrop(size=20, resize=24),
+            MXNetDefaultAugment(data_shape=(3, 20, 20), resize=24),
             seed=0,
             epoch=0,
             indices=np.arange(8, dtype=np.int64),

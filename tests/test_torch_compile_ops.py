@@ -190,3 +190,71 @@ def test_reference_script_mixup_cutmix_collate_gets_torchs_input(folder):
     for x, y in loader:
         assert x.shape == (8, 3, 32, 32) and x.dtype == torch.float32
         assert y.shape == (8, 3) and torch.allclose(y.sum(1), torch.ones(8))  # soft labels
+
+
+@pytest.mark.parametrize("api", [T, v2], ids=["v1", "v2"])
+def test_random_affine_compiles_after_the_crop_with_torchvisions_parameters(api):
+    spec = _pipeline(
+        api.Compose(
+            [
+                api.RandomResizedCrop(64),
+                api.RandomHorizontalFlip(),
+                api.RandomAffine(
+                    degrees=15,
+                    translate=(0.1, 0.2),
+                    scale=(0.9, 1.1),
+                    shear=(-5, 5, -2, 2),
+                    fill=[1, 2, 3],
+                    center=(3, 4),
+                ),
+                api.ColorJitter(0.4, 0.4, 0.4),
+                api.PILToTensor(),
+            ]
+        )
+    )
+    a = spec.affine
+    assert isinstance(a, ft.RandomAffine) and spec.geometry.flip == 0.5 and len(spec.ops) == 1
+    assert (a.degrees, a.translate, a.scale, a.shear) == ((-15.0, 15.0), (0.1, 0.2), (0.9, 1.1), (-5.0, 5.0, -2.0, 2.0))
+    assert (a.interpolation, a.fill, a.center) == ("nearest", (1, 2, 3), (3.0, 4.0))
+    bilinear = _pipeline(
+        api.Compose(
+            [api.Resize(40), api.CenterCrop(32), api.RandomAffine(10, interpolation=T.InterpolationMode.BILINEAR)]
+        )
+    )
+    assert bilinear.affine.interpolation == "bilinear" and bilinear.affine.fill == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("ops", "why"),
+    [
+        ([T.RandomAffine(10), T.RandomResizedCrop(32)], "before the crop"),
+        ([T.RandomResizedCrop(32), T.ColorJitter(0.4), T.RandomAffine(10)], "after a colour op"),
+        ([T.RandomResizedCrop(32), T.RandomAffine(10), T.RandomHorizontalFlip()], "after RandomAffine"),
+        ([T.RandomCrop(32, padding=4), T.RandomAffine(10)], "RandomCrop"),
+        ([T.RandomResizedCrop(32), T.RandomAffine(10), T.RandomAffine(5)], "second RandomAffine"),
+    ],
+)
+def test_random_affine_the_engine_cannot_order_exactly_stays_per_sample(ops, why):
+    plan = compile_transform(T.Compose([*ops, T.PILToTensor()]))
+    assert plan.rest and why in plan.stop, plan.stop
+
+
+def test_fixed_random_affine_through_the_loader_is_torchvisions_on_the_same_crop(folder):
+    """Fixed parameters make RandomAffine deterministic: nearest (torchvision's default) picks the
+    resized crop's pixels torchvision's F.affine picks; bilinear interpolates once instead of twice."""
+    fixed = dict(degrees=(20, 20), translate=None, scale=(0.9, 0.9), shear=(6, 6, -3, -3), fill=(10, 200, 30))
+    plain = T.Compose([T.Resize(40), T.CenterCrop(32), T.PILToTensor()])
+    crops = _fast(DataLoader(datasets.ImageFolder(folder, plain), batch_size=8))
+    for mode, max_mean in ((T.InterpolationMode.NEAREST, 0.5), (T.InterpolationMode.BILINEAR, 6.0)):
+        affine = T.RandomAffine(interpolation=mode, **fixed)
+        tf = T.Compose([T.Resize(40), T.CenterCrop(32), affine, T.PILToTensor()])
+        assert "all in the engine" in compile_transform(tf).describe()
+        got = _fast(DataLoader(datasets.ImageFolder(folder, tf), batch_size=8))
+        for (crop, la), (b, lb) in zip(crops, got, strict=True):
+            assert torch.equal(la, lb)
+            ref = torch.stack([TF.pil_to_tensor(affine(TF.to_pil_image(c))) for c in crop])
+            diff = (ref.int() - b.int()).abs().float()
+            assert diff.mean() <= max_mean, (mode, diff.mean())
+            filled_ref = (ref == torch.tensor(fixed["fill"]).view(1, 3, 1, 1)).all(1)
+            filled = (b == torch.tensor(fixed["fill"]).view(1, 3, 1, 1)).all(1)
+            assert (filled_ref != filled).float().mean() < 0.02

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from fastload.mxnet.arguments import MXNetArgumentError, UnknownArgumentWarning
 from fastload.mxnet.array_iter import NDArrayIter
-from fastload.mxnet.augmenter import FallbackGeometryWarning
 from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.image_iter import (
     ImageRecordInt8Iter,
@@ -26,7 +25,6 @@ from fastload.mxnet.placement import numpy_view, pinned_allocator, pinned_empty
 from fastload.mxnet.prefetch_iter import PrefetchingIter
 
 __all__ = [
-    "FallbackGeometryWarning",
     "ImageRecordInt8Iter",
     "ImageRecordIter",
     "ImageRecordIter_v1",

@@ -16,19 +16,17 @@ as the transform specs of :mod:`fastload.transforms`:
   ``mean_img`` (the mean image, grayscale and int8 outputs stay in the adapter:
   :mod:`fastload.mxnet.image_iter`).
 
-Each spec class is looked up in :mod:`fastload.transforms` when the iterator is built; an argument
-is passed under MXNet's name when the class declares a field of that name. When a class is missing
-from this build, its arguments keep working at MXNet's defaults and any other value raises
-:class:`~fastload.mxnet.arguments.MXNetArgumentError` saying it is not supported yet; the geometry
-then falls back to the ops fastload has always had (:func:`fallback_geometry`: a torchvision-style
-random resized crop, a resize + centre crop, the flips), which do not cut MXNet's exact windows
-(one :class:`FallbackGeometryWarning` says so).
+The geometry is MXNet's own chain, not an approximation: ``MXNetDefaultAugment`` cuts MXNet's
+windows with MXNet's integer and float32 arithmetic and samples the decoded image once through the
+composition of resize, warp, pad and crop (``fastload.transforms.warp``). Random draws come from
+fastload's counter-based generator with MXNet's distributions. ``rotate_list`` (a random choice from a
+list of angles) is the one geometric argument it does not take: any value other than MXNet's default
+raises :class:`~fastload.mxnet.arguments.MXNetArgumentError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import fastload.transforms as transforms
@@ -38,13 +36,10 @@ __all__ = [
     "COLOR_ARGS",
     "FLOAT_ONLY_COLOR_ARGS",
     "GEOMETRY_ARGS",
-    "FallbackGeometryWarning",
     "aug_seed",
     "color_spec",
-    "fallback_geometry",
     "geometry_spec",
     "normalize_spec",
-    "spec_class",
 ]
 
 #: MXNet's geometric arguments (default augmenter + the normalizer's mirror), MXNetDefaultAugment's fields.
@@ -88,26 +83,13 @@ COLOR_ARGS = (
 FLOAT_ONLY_COLOR_ARGS = ("max_random_contrast", "max_random_illumination")
 
 
-class FallbackGeometryWarning(UserWarning):
-    """The geometry runs on fastload's generic crop ops, whose windows differ from MXNet's augmenter."""
-
-
-def spec_class(name: str) -> type | None:
-    """The spec class ``fastload.transforms.<name>`` when this build has it, else None."""
-    cls = getattr(transforms, name, None)
-    return cls if isinstance(cls, type) else None
-
-
 def _fields(cls: type) -> frozenset:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
 def _not_supported(args: dict[str, Any], what: str) -> MXNetArgumentError:
     detail = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
-    return MXNetArgumentError(
-        f"ImageRecordIter argument(s) {detail}: not yet supported by this fastload build "
-        f"({what}); only MXNet's default value is accepted"
-    )
+    return MXNetArgumentError(f"ImageRecordIter argument(s) {detail}: not supported by fastload ({what})")
 
 
 def _build(cls: type, kwargs: dict[str, Any]) -> Any:
@@ -119,115 +101,20 @@ def _build(cls: type, kwargs: dict[str, Any]) -> Any:
         raise MXNetArgumentError(f"ImageRecordIter: {exc}") from exc
 
 
-def geometry_spec(args: RecordIterArgs) -> Any:
-    """The geometry op for ``args``: ``MXNetDefaultAugment`` when this build has it, else the fallback.
+def geometry_spec(args: RecordIterArgs) -> transforms.MXNetDefaultAugment:
+    """The geometry op for ``args``: ``MXNetDefaultAugment`` with every geometric argument under MXNet's name.
 
     Raises:
-        MXNetArgumentError: An argument the available op cannot take.
+        MXNetArgumentError: An argument MXNet would refuse (naming it), or ``rotate_list``.
     """
-    cls = spec_class("MXNetDefaultAugment")
-    if cls is None:
-        return fallback_geometry(args)
+    cls = transforms.MXNetDefaultAugment
     fields = _fields(cls)
     missing = {n: args[n] for n in GEOMETRY_ARGS if n not in fields and not args.is_default(n)}
     if missing:
-        raise _not_supported(missing, f"{cls.__name__} has no such field")
+        raise _not_supported(missing, "only MXNet's default value is accepted")
     kwargs = {n: args[n] for n in GEOMETRY_ARGS if n in fields}
     kwargs["data_shape"] = tuple(args.data_shape)
     return _build(cls, kwargs)
-
-
-# The fallback ops cannot express these at anything but MXNet's default: the affine warp (rotation,
-# shear, random scale, image size bounds), the square crops, padding and other resampling kernels.
-_FALLBACK_UNSUPPORTED = (
-    "max_rotate_angle",
-    "rotate",
-    "rotate_list",
-    "max_shear_ratio",
-    "max_crop_size",
-    "min_crop_size",
-    "max_random_scale",
-    "min_random_scale",
-    "max_img_size",
-    "min_img_size",
-    "pad",
-    "inter_method",
-)
-
-
-def fallback_geometry(args: RecordIterArgs) -> Any:
-    """The geometry on fastload's generic ops, for builds without ``MXNetDefaultAugment``.
-
-    Follows the branches of MXNet's augmenter with the nearest generic op:
-
-    - ``random_resized_crop`` with an area or aspect range other than 1:
-      ``RandomResizedCrop(scale=(min_random_area, max_random_area), ratio=aspect range)``
-      (torchvision's sampling: log-uniform aspect, no width/height swap, a centred fallback box;
-      MXNet: uniform aspect, a random swap, an unscaled centre window as fallback);
-    - otherwise the centre crop: ``resize`` then a centred ``data_shape`` window (torchvision
-      rounds the offset half to even, MXNet floors it; fastload's resampling is antialiased), or
-      without ``resize`` the largest centred box of the output's aspect ratio resampled to
-      ``data_shape`` (MXNet cuts the centre ``data_shape`` window unscaled);
-    - ``rand_mirror`` / ``mirror``: flip with probability 0.5 / 1 (MXNet's semantics).
-
-    Raises:
-        MXNetArgumentError: A geometric argument only ``MXNetDefaultAugment`` implements: the affine
-            warp (rotation, shear, random scale, an aspect range without ``random_resized_crop``,
-            image size bounds), ``rand_crop``'s unscaled random window, the square crops, ``pad`` and
-            resampling kernels other than bilinear.
-    """
-    lo, hi = _aspect_range(args)
-    unsupported = args.non_default((*_FALLBACK_UNSUPPORTED, "rand_crop"))
-    if not args.random_resized_crop:
-        unsupported.update(args.non_default(("max_aspect_ratio", "min_aspect_ratio")))
-    if unsupported:
-        raise _not_supported(
-            unsupported,
-            "it needs fastload.transforms.MXNetDefaultAugment, the engine's implementation of MXNet's augmenter",
-        )
-    size = tuple(args.data_shape[1:])
-    flip = 1.0 if args.mirror else (0.5 if args.rand_mirror else 0.0)
-    rrc = args.random_resized_crop and (args.min_random_area, args.max_random_area, lo, hi) != (1.0, 1.0, 1.0, 1.0)
-    try:
-        if rrc:
-            if not 0 < args.min_random_area <= args.max_random_area <= 1:
-                raise MXNetArgumentError(
-                    f"ImageRecordIter: min_random_area={args.min_random_area}, "
-                    f"max_random_area={args.max_random_area} must satisfy 0 < min <= max <= 1"
-                )
-            if not 0 < lo <= hi:
-                raise MXNetArgumentError(
-                    f"ImageRecordIter: the aspect ratio range [{lo}, {hi}] (from min_aspect_ratio="
-                    f"{args.min_aspect_ratio}, max_aspect_ratio={args.max_aspect_ratio}) must be "
-                    "positive and increasing"
-                )
-            op: Any = transforms.RandomResizedCrop(
-                size=size, scale=(args.min_random_area, args.max_random_area), ratio=(lo, hi), flip=flip
-            )
-        else:
-            if 0 < args.resize < min(size):
-                raise MXNetArgumentError(
-                    f"ImageRecordIter: resize={args.resize} is smaller than data_shape {size}: "
-                    "MXNet's centre crop then upscales, which needs MXNetDefaultAugment"
-                )
-            op = transforms.CenterCrop(size=size, resize=args.resize if args.resize > 0 else None, flip=flip)
-    except MXNetArgumentError:
-        raise
-    except ValueError as exc:
-        raise MXNetArgumentError(f"ImageRecordIter: {exc}") from exc
-    warnings.warn(
-        f"ImageRecordIter runs {op} until this build has fastload.transforms.MXNetDefaultAugment: crop "
-        "windows and resampling differ from MXNet's augmenter",
-        FallbackGeometryWarning,
-        stacklevel=5,
-    )
-    return op
-
-
-def _aspect_range(args: RecordIterArgs) -> tuple[float, float]:
-    if args.min_aspect_ratio is not None:
-        return float(args.min_aspect_ratio), float(args.max_aspect_ratio)
-    return 1.0 - args.max_aspect_ratio, 1.0 + args.max_aspect_ratio
 
 
 def color_spec(args: RecordIterArgs, dtype: str) -> Any | None:
@@ -239,19 +126,13 @@ def color_spec(args: RecordIterArgs, dtype: str) -> Any | None:
             for float outputs (MXNet ignores them for uint8 and int8).
 
     Raises:
-        MXNetArgumentError: A non-default colour argument and no ``MXNetColorAugment`` in this build.
+        MXNetArgumentError: A colour argument MXNet would refuse.
     """
     names = [n for n in COLOR_ARGS if dtype in ("float32", "float16") or n not in FLOAT_ONLY_COLOR_ARGS]
     changed = args.non_default(names)
     if not changed:
         return None
-    cls = spec_class("MXNetColorAugment")
-    if cls is None:
-        raise _not_supported(
-            changed,
-            "it needs fastload.transforms.MXNetColorAugment, the engine's implementation "
-            "of MXNet's colour augmentation",
-        )
+    cls = transforms.MXNetColorAugment
     fields = _fields(cls)
     missing = {n: v for n, v in changed.items() if n not in fields}
     if missing:
@@ -266,8 +147,8 @@ def normalize_spec(args: RecordIterArgs, dtype: str) -> Any | None:
     ``Normalize(mean=(mean_r, mean_g, mean_b), std=(std_r / scale, ...), scale=1.0, dtype=dtype)``
     computes ``(pixel - mean) / (std / scale)``, MXNet's ``(pixel - mean) * scale / std``.
     """
-    cls = spec_class("Normalize")
-    if cls is None or dtype not in ("float32", "float16") or args.data_shape[0] != 3 or args.mean_img:
+    cls = transforms.Normalize
+    if dtype not in ("float32", "float16") or args.data_shape[0] != 3 or args.mean_img:
         return None
     mean = (args.mean_r, args.mean_g, args.mean_b)
     std = tuple(s / args.scale for s in (args.std_r, args.std_g, args.std_b))

@@ -70,10 +70,11 @@ from typing import Any, ClassVar
 import mxnet as mx
 import numpy as np
 
+import fastload.transforms as transforms
 from fastload.errors import LoaderBusy
 from fastload.loader import Loader, LoaderConfig
 from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs, parse_args
-from fastload.mxnet.augmenter import aug_seed, color_spec, geometry_spec, normalize_spec, spec_class
+from fastload.mxnet.augmenter import aug_seed, color_spec, geometry_spec, normalize_spec
 from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.mean_image import GRAY_WEIGHTS, compute_mean_image, mean_image
 from fastload.mxnet.placement import normalize_contexts, numpy_view, place, split_slices, wrap_view
@@ -319,13 +320,7 @@ class ImageRecordIter(BatchIter):
     def _compose(geometry, color, normalize):
         if color is None and normalize is None:
             return geometry
-        pipeline = spec_class("Pipeline")
-        if pipeline is None:
-            raise MXNetArgumentError(
-                "ImageRecordIter: this fastload build has no fastload.transforms.Pipeline to "
-                "run colour augmentation or normalization in the engine"
-            )
-        return pipeline(geometry=geometry, ops=(color,) if color is not None else (), normalize=normalize)
+        return transforms.Pipeline(geometry=geometry, ops=(color,) if color is not None else (), normalize=normalize)
 
     def _order(self, args: RecordIterArgs, path: str):
         """(shuffle mode, order seed, block size) for MXNet's shuffle arguments."""

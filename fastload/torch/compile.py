@@ -22,14 +22,22 @@ What compiles today (everything on the PIL image that ``ImageFolder`` yields, or
   ``interpolation`` field; PIL images are always resized with antialiasing, tensors per ``antialias``);
 - ``RandomHorizontalFlip(p)``, before or after the geometry (a flip commutes with the crop's
   sampling and with per-pixel ops);
+- ``RandomCrop`` (constant padding), ``RandomVerticalFlip``;
+- ``RandomAffine(degrees, translate, scale, shear, interpolation, fill, center)`` on the PIL image
+  right after the crop (before any colour op or policy, no flip after it), composed with the crop
+  into one resampling pass: ``nearest`` (torchvision's default) gives torchvision's two-pass pixels,
+  ``bilinear`` / ``bicubic`` interpolate once instead of twice (slightly sharper);
+- ``ColorJitter``, ``RandomGrayscale``, ``AutoAugment``, ``RandAugment``, ``TrivialAugmentWide`` on
+  the PIL image after the crop (torchvision's PIL backend), ``RandomErasing`` on the output tensor;
 - ``ToTensor``, ``PILToTensor``, ``v2.ToImage``, ``ConvertImageDtype``, ``v2.ToDtype(float, scale)``,
   ``Normalize`` (chains of them too), ``v2.ToPureTensor``;
 - preset classes whose ``__call__`` is exactly ``return self.transforms(img)`` (torchvision's reference
   scripts' ``ClassificationPresetTrain`` / ``Eval``) are looked through.
 
-Randomness: the engine draws the crop and flip from its counter-based generator, not from torch's
-RNG; the *distribution* is torchvision's (same area / aspect-ratio sampling, same fallback, same
-flip probability), the individual draws are not.
+Randomness: the engine draws the crop, flip, affine and pixel-op parameters from its counter-based
+generator, not from torch's RNG; the *distributions* are torchvision's (same area / aspect-ratio
+sampling, same fallback, same flip probability, same angle / translation / scale / shear ranges),
+the individual draws are not.
 """
 
 from __future__ import annotations
@@ -69,6 +77,8 @@ class Plan:
         std: Per-channel std divided by.
         ops: Pixel ops of :mod:`fastload.transforms` run by the engine after the geometry (colour,
             AutoAugment policies), in order.
+        affine: The engine's ``RandomAffine`` composed with the geometry into one resampling pass,
+            or None.
         erase: The engine's ``RandomErasing`` on the compiled prefix's output, or None.
         rest: The ops after the compiled prefix (the original objects), run per sample.
         compiled: Names of the ops folded into the engine plan, in order.
@@ -87,6 +97,7 @@ class Plan:
     rest: tuple[Any, ...] = ()
     compiled: tuple[str, ...] = ()
     stop: str | None = None
+    affine: Any = None
 
     @property
     def is_tensor(self) -> bool:
@@ -113,20 +124,28 @@ class Plan:
         import fastload.transforms as transforms
 
         if not self.is_float:
-            if not self.ops and self.erase is None:
+            if not self.ops and self.erase is None and self.affine is None:
                 return self.geometry, None
-            return transforms.Pipeline(geometry=self.geometry, ops=self.ops, erase=self.erase), None
+            return (
+                transforms.Pipeline(geometry=self.geometry, ops=self.ops, erase=self.erase, affine=self.affine),
+                None,
+            )
         dtypes = {torch.float32: "float32", torch.float16: "float16"}
         if self.dtype not in dtypes:
             # float64 / bfloat16: the engine writes uint8, torch converts (compile() never folds
             # RandomErasing into such a plan, whose values the engine does not write).
-            spec = transforms.Pipeline(geometry=self.geometry, ops=self.ops) if self.ops else self.geometry
+            if self.ops or self.affine is not None:
+                spec = transforms.Pipeline(geometry=self.geometry, ops=self.ops, affine=self.affine)
+            else:
+                spec = self.geometry
             return spec, self.float_output()
         m, sd = self.mean, self.std  # three values each (_scalars)
         normalize = transforms.Normalize(
             mean=(m[0], m[1], m[2]), std=(sd[0], sd[1], sd[2]), scale=self.scale, dtype=dtypes[self.dtype]
         )
-        spec = transforms.Pipeline(geometry=self.geometry, ops=self.ops, normalize=normalize, erase=self.erase)
+        spec = transforms.Pipeline(
+            geometry=self.geometry, ops=self.ops, normalize=normalize, erase=self.erase, affine=self.affine
+        )
         return spec, None
 
     def describe(self) -> str:
@@ -148,6 +167,7 @@ class Plan:
             self.std,
             self.ops,
             self.erase,
+            self.affine,
         )
 
 
@@ -164,6 +184,7 @@ class _State:
     pending_vflip: float | None = None
     ops: tuple[Any, ...] = ()
     erase: Any = None
+    affine: Any = None
     compiled: list[str] = field(default_factory=list)
 
     def require_uint8_image(self, what: str) -> None:
@@ -323,6 +344,10 @@ def _flip_commutes(state: _State, what: str) -> None:
 
     if state.erase is not None or (state.kind != "pil" and state.dtype != torch.uint8):
         raise _Unsupported(f"{what} after the output ops is not in the engine")
+    if state.affine is not None:
+        raise _Unsupported(
+            f"{what} after RandomAffine is not in the engine (the engine flips the crop before the warp)"
+        )
     if any(not isinstance(op, (ColorJitter, RandomGrayscale)) for op in state.ops):
         raise _Unsupported(f"{what} after an AutoAugment-style policy is not in the engine (they do not commute)")
 
@@ -352,7 +377,7 @@ def _vflip(state: _State, ops: Sequence[Any], i: int) -> int:
             raise _Unsupported("a second vertical flip is not in the engine")
         state.pending_vflip = p
         return 1
-    if getattr(state.geometry, "vflip", 0.0):
+    if getattr(state.geometry, "vflip", 0.0) != 0.0:
         raise _Unsupported("a second vertical flip is not in the engine")
     try:
         state.geometry = dataclasses.replace(state.geometry, vflip=p)
@@ -468,6 +493,39 @@ def _trivial_augment(state: _State, ops: Sequence[Any], i: int) -> int:
         "TrivialAugmentWide",
         lambda: TrivialAugmentWide(num_magnitude_bins=int(op.num_magnitude_bins), **_policy_fields(op)),
     )
+
+
+def _random_affine(state: _State, ops: Sequence[Any], i: int) -> int:
+    from fastload.transforms import OpKind, RandomAffine
+
+    op = ops[i]
+    state.require_pixel_stage("RandomAffine")
+    if state.affine is not None:
+        raise _Unsupported("a second RandomAffine is not in the engine")
+    if state.ops:
+        # The engine warps before its pixel ops: a colour op first would leave the fill unjittered.
+        raise _Unsupported("RandomAffine after a colour op or policy is not in the engine")
+    kinds = (OpKind.RANDOM_RESIZED_CROP, OpKind.RESIZE_CENTER_CROP, OpKind.RESIZE)
+    if state.geometry.kind not in kinds or getattr(state.geometry, "vflip", 0.0) != 0.0:
+        raise _Unsupported("RandomAffine after RandomCrop or a vertical flip is not in the engine")
+    fill = _policy_fields(op)["fill"]
+
+    def pair(value):
+        return None if value is None else tuple(float(v) for v in value)
+
+    try:
+        state.affine = RandomAffine(
+            degrees=pair(op.degrees),
+            translate=pair(op.translate),
+            scale=pair(op.scale),
+            shear=pair(op.shear),
+            interpolation=_interpolation(op.interpolation),
+            fill=tuple(fill) if isinstance(fill, (list, tuple)) else (0 if fill is None else fill),
+            center=pair(op.center),
+        )
+    except (ValueError, TypeError) as exc:
+        raise _Unsupported(str(exc)) from None
+    return 1
 
 
 def _random_erasing(state: _State, ops: Sequence[Any], i: int) -> int:
@@ -615,6 +673,11 @@ RULES: tuple[Rule, ...] = (
         ("torchvision.transforms:RandomErasing", "torchvision.transforms.v2:RandomErasing"),
         _random_erasing,
     ),
+    Rule(
+        "RandomAffine",
+        ("torchvision.transforms:RandomAffine", "torchvision.transforms.v2:RandomAffine"),
+        _random_affine,
+    ),
 )
 
 _TABLE: dict[type, Rule] | None = None
@@ -734,6 +797,7 @@ def compile_transform(transform) -> Plan:
         std=state.std,
         ops=state.ops,
         erase=state.erase,
+        affine=state.affine,
         rest=tuple(ops[i:]),
         compiled=tuple(state.compiled),
         stop=stop,

@@ -28,14 +28,22 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple, Union
+from typing import cast
 
 from fastload.transforms.rng import uniform
 from fastload.transforms.warp import Affine2, Border, Kernel, WarpPlan
 
-__all__ = ["RandomAffine", "AffineParams", "sample_affine", "inverse_affine_matrix", "affine_plan",
-           "AFFINE_COUNTER", "AFFINE_PARAM_NAMES"]
+__all__ = [
+    "AFFINE_COUNTER",
+    "AFFINE_PARAM_NAMES",
+    "AffineParams",
+    "RandomAffine",
+    "affine_plan",
+    "inverse_affine_matrix",
+    "sample_affine",
+]
 
 #: Names of the values ``want_params`` reports per sample for a RandomAffine (``AffineParams.as_tuple``).
 AFFINE_PARAM_NAMES = ("angle", "translate_x", "translate_y", "scale", "shear_x", "shear_y")
@@ -54,28 +62,32 @@ def _interpolation_name(value, name: str = "interpolation") -> str:
     raise ValueError(f"{name}={value!r} must be one of {', '.join(map(repr, _INTERPOLATIONS))}")
 
 
-def _angle_range(value, name: str, sizes: Tuple[int, ...]) -> Tuple[float, ...]:
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+def _angle_range(value, name: str, sizes: tuple[int, ...]) -> tuple[float, ...]:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"{name}={value!r}: a single number must be >= 0 (the range is (-{name}, +{name}))")
         return (-float(value), float(value))
     if not isinstance(value, Sequence) or len(value) not in sizes:
         raise ValueError(f"{name}={value!r} must be a number or a sequence of length {' or '.join(map(str, sizes))}")
     out = tuple(float(v) for v in value)
-    for lo, hi in zip(out[::2], out[1::2]):
+    for lo, hi in zip(out[::2], out[1::2], strict=False):
         if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
             raise ValueError(f"{name}={value!r}: each (min, max) pair must be finite with min <= max")
     return out
 
 
-def _fill_rgb(fill) -> Tuple[int, int, int]:
-    values = [fill] if isinstance(fill, numbers.Number) else list(fill) if isinstance(fill, Sequence) else None
-    if values is None or len(values) not in (1, 3) or not all(
-            isinstance(v, numbers.Number) and not isinstance(v, bool) for v in values):
+def _fill_rgb(fill) -> tuple[int, int, int]:
+    values = [fill] if isinstance(fill, numbers.Real) else list(fill) if isinstance(fill, Sequence) else None
+    if (
+        values is None
+        or len(values) not in (1, 3)
+        or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
+    ):
         raise ValueError(f"fill={fill!r} must be a number or a sequence of 1 or 3 numbers")
-    if not all(0 <= v <= 255 for v in values):
+    numbers_ = [float(v) for v in values]
+    if not all(0 <= v <= 255 for v in numbers_):
         raise ValueError(f"fill={fill!r}: values must be in 0..255 (pixel values, before normalization)")
-    ints = [int(v) for v in values]  # torchvision's PIL backend truncates to int
+    ints = [int(v) for v in numbers_]  # torchvision's PIL backend truncates to int
     return tuple(ints * 3) if len(ints) == 1 else tuple(ints)  # type: ignore[return-value]
 
 
@@ -99,24 +111,30 @@ class RandomAffine:
             None: the output's centre.
     """
 
-    degrees: Union[float, Tuple[float, float]]
-    translate: Optional[Tuple[float, float]] = None
-    scale: Optional[Tuple[float, float]] = None
-    shear: Optional[Union[float, Tuple[float, float], Tuple[float, float, float, float]]] = None
+    degrees: float | tuple[float, float]
+    translate: tuple[float, float] | None = None
+    scale: tuple[float, float] | None = None
+    shear: float | tuple[float, float] | tuple[float, float, float, float] | None = None
     interpolation: str = "nearest"
-    fill: Union[float, Tuple[float, ...]] = 0
-    center: Optional[Tuple[float, float]] = None
+    fill: float | tuple[float, ...] = 0
+    center: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "degrees", _angle_range(self.degrees, "degrees", (2,)))
         if self.translate is not None:
-            if not isinstance(self.translate, Sequence) or len(self.translate) != 2 or not all(
-                    isinstance(t, numbers.Number) and 0.0 <= t <= 1.0 for t in self.translate):
+            if (
+                not isinstance(self.translate, Sequence)
+                or len(self.translate) != 2
+                or not all(isinstance(t, numbers.Real) and 0.0 <= t <= 1.0 for t in self.translate)
+            ):
                 raise ValueError(f"translate={self.translate!r} must be None or two fractions in [0, 1]")
             object.__setattr__(self, "translate", tuple(float(t) for t in self.translate))
         if self.scale is not None:
-            if not isinstance(self.scale, Sequence) or len(self.scale) != 2 or not all(
-                    isinstance(s, numbers.Number) and math.isfinite(s) and s > 0 for s in self.scale):
+            if (
+                not isinstance(self.scale, Sequence)
+                or len(self.scale) != 2
+                or not all(isinstance(s, numbers.Real) and math.isfinite(s) and s > 0 for s in self.scale)
+            ):
                 raise ValueError(f"scale={self.scale!r} must be None or two positive numbers (min, max)")
             if self.scale[0] > self.scale[1]:
                 raise ValueError(f"scale={self.scale!r}: min must be <= max")
@@ -126,8 +144,11 @@ class RandomAffine:
         object.__setattr__(self, "interpolation", _interpolation_name(self.interpolation))
         object.__setattr__(self, "fill", _fill_rgb(self.fill))
         if self.center is not None:
-            if not isinstance(self.center, Sequence) or len(self.center) != 2 or not all(
-                    isinstance(c, numbers.Number) and math.isfinite(c) for c in self.center):
+            if (
+                not isinstance(self.center, Sequence)
+                or len(self.center) != 2
+                or not all(isinstance(c, numbers.Real) and math.isfinite(c) for c in self.center)
+            ):
                 raise ValueError(f"center={self.center!r} must be None or an (x, y) pair")
             object.__setattr__(self, "center", (float(self.center[0]), float(self.center[1])))
 
@@ -137,11 +158,11 @@ class AffineParams:
     """One sample's drawn affine parameters (torchvision's ``RandomAffine.get_params`` result)."""
 
     angle: float
-    translate: Tuple[int, int]
+    translate: tuple[int, int]
     scale: float
-    shear: Tuple[float, float]
+    shear: tuple[float, float]
 
-    def as_tuple(self) -> Tuple[float, float, float, float, float, float]:
+    def as_tuple(self) -> tuple[float, float, float, float, float, float]:
         """``(angle, tx, ty, scale, shear_x, shear_y)``, the order ``want_params`` reports."""
         return (self.angle, float(self.translate[0]), float(self.translate[1]), self.scale, *self.shear)
 
@@ -151,24 +172,27 @@ def _between(lo: float, hi: float, u: float) -> float:
 
 
 def sample_affine(t: RandomAffine, width: int, height: int, key: int) -> AffineParams:
-    """torchvision's ``RandomAffine.get_params`` for a ``width`` x ``height`` image, from the stream ``key``."""
+    """Torchvision's ``RandomAffine.get_params`` for a ``width`` x ``height`` image, from the stream ``key``."""
     c = AFFINE_COUNTER
-    angle = _between(t.degrees[0], t.degrees[1], uniform(key, c))
+    # __post_init__ normalised every range to a tuple.
+    degrees = cast(tuple[float, float], t.degrees)
+    shear = cast("tuple[float, ...] | None", t.shear)
+    angle = _between(degrees[0], degrees[1], uniform(key, c))
     tx = ty = 0
     if t.translate is not None:
         max_dx, max_dy = t.translate[0] * width, t.translate[1] * height
-        tx = int(round(_between(-max_dx, max_dx, uniform(key, c + 1))))
-        ty = int(round(_between(-max_dy, max_dy, uniform(key, c + 2))))
+        tx = round(_between(-max_dx, max_dx, uniform(key, c + 1)))
+        ty = round(_between(-max_dy, max_dy, uniform(key, c + 2)))
     scale = 1.0 if t.scale is None else _between(t.scale[0], t.scale[1], uniform(key, c + 3))
     shear_x = shear_y = 0.0
-    if t.shear is not None:
-        shear_x = _between(t.shear[0], t.shear[1], uniform(key, c + 4))
-        if len(t.shear) == 4:
-            shear_y = _between(t.shear[2], t.shear[3], uniform(key, c + 5))
+    if shear is not None:
+        shear_x = _between(shear[0], shear[1], uniform(key, c + 4))
+        if len(shear) == 4:
+            shear_y = _between(shear[2], shear[3], uniform(key, c + 5))
     return AffineParams(angle=angle, translate=(tx, ty), scale=scale, shear=(shear_x, shear_y))
 
 
-def inverse_affine_matrix(params: AffineParams, center: Tuple[float, float]) -> Affine2:
+def inverse_affine_matrix(params: AffineParams, center: tuple[float, float]) -> Affine2:
     """Output pixel centre -> input position: torchvision's ``_get_inverse_affine_matrix``.
 
     Same arithmetic as torchvision (and as ``csrc/random_affine.h``), so the engine, this reference
@@ -191,9 +215,16 @@ def inverse_affine_matrix(params: AffineParams, center: Tuple[float, float]) -> 
     return tuple(m)  # type: ignore[return-value]
 
 
-def affine_plan(t: RandomAffine, box: Tuple[float, float, float, float], flip: bool, out_size: Tuple[int, int],
-                key: int, *, crop_interpolation: str = "bilinear", crop_antialias: bool = True
-                ) -> Tuple[WarpPlan, AffineParams]:
+def affine_plan(
+    t: RandomAffine,
+    box: tuple[float, float, float, float],
+    flip: bool,
+    out_size: tuple[int, int],
+    key: int,
+    *,
+    crop_interpolation: str = "bilinear",
+    crop_antialias: bool = True,
+) -> tuple[WarpPlan, AffineParams]:
     """The one-pass plan of ``crop -> resize to out_size -> flip -> RandomAffine`` for one sample.
 
     Args:
@@ -222,8 +253,19 @@ def affine_plan(t: RandomAffine, box: Tuple[float, float, float, float], flip: b
         kernel, antialias = _KERNELS[_interpolation_name(crop_interpolation, "crop interpolation")], crop_antialias
     else:
         kernel, antialias = _KERNELS[t.interpolation], crop_antialias
-    plan = WarpPlan(out_h=out_h, out_w=out_w, to_frame=to_frame, frame=(0.0, 0.0, float(out_w), float(out_h)),
-                    snap=snap, to_source=to_source, scale=(sx, sy), kernel=kernel, antialias=antialias,
-                    nearest_shift=(0.0, 0.0), border=Border.DROP, fill=t.fill,
-                    dct_scaling=antialias and kernel != Kernel.NEAREST)
+    plan = WarpPlan(
+        out_h=out_h,
+        out_w=out_w,
+        to_frame=to_frame,
+        frame=(0.0, 0.0, float(out_w), float(out_h)),
+        snap=snap,
+        to_source=to_source,
+        scale=(sx, sy),
+        kernel=kernel,
+        antialias=antialias,
+        nearest_shift=(0.0, 0.0),
+        border=Border.DROP,
+        fill=cast(tuple[int, int, int], t.fill),
+        dct_scaling=antialias and kernel != Kernel.NEAREST,
+    )
     return plan, params

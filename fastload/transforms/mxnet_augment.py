@@ -36,14 +36,14 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 import numpy as np
 
+from fastload.engine_abi import GeometryKind
 from fastload.transforms.rng import uniform
 from fastload.transforms.warp import Affine2, Border, Kernel, WarpPlan, compose
 
-__all__ = ["MXNetDefaultAugment", "MXNetParams", "MXNetSampleError", "mxnet_plan", "MXNET_PARAM_NAMES"]
+__all__ = ["MXNET_PARAM_NAMES", "MXNetDefaultAugment", "MXNetParams", "MXNetSampleError", "mxnet_plan"]
 
 _F32 = np.float32
 _MAX_SIZE = 65535  # JPEG's largest dimension: sizes beyond it are no image
@@ -88,7 +88,7 @@ def _uniform_int(key: int, counter: int, lo: int, hi: int) -> int:
 
 def _round_away(x: np.float32) -> int:
     # std::round: halves away from zero.
-    return int(math.floor(float(x) + 0.5)) if x >= 0 else -int(math.floor(-float(x) + 0.5))
+    return math.floor(float(x) + 0.5) if x >= 0 else -math.floor(-float(x) + 0.5)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,13 +120,13 @@ class MXNetDefaultAugment:
         mirror: Always mirror.
     """
 
-    data_shape: Tuple[int, int, int]
+    data_shape: tuple[int, int, int]
     resize: int = -1
     rand_crop: bool = False
     random_resized_crop: bool = False
     max_rotate_angle: int = 0
     max_aspect_ratio: float = 0.0
-    min_aspect_ratio: Optional[float] = None
+    min_aspect_ratio: float | None = None
     max_shear_ratio: float = 0.0
     max_crop_size: int = -1
     min_crop_size: int = -1
@@ -150,8 +150,16 @@ class MXNetDefaultAugment:
         if shape[0] not in (1, 3):
             raise ValueError(f"data_shape={self.data_shape!r}: channels must be 1 or 3")
         object.__setattr__(self, "data_shape", tuple(int(s) for s in shape))
-        for name in ("resize", "max_rotate_angle", "max_crop_size", "min_crop_size", "rotate", "fill_value",
-                     "inter_method", "pad"):
+        for name in (
+            "resize",
+            "max_rotate_angle",
+            "max_crop_size",
+            "min_crop_size",
+            "rotate",
+            "fill_value",
+            "inter_method",
+            "pad",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"{name}={value!r} must be an int")
@@ -161,8 +169,16 @@ class MXNetDefaultAugment:
             if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
                 raise ValueError(f"{name}={value!r} must be a bool")
             object.__setattr__(self, name, bool(value))
-        for name in ("max_aspect_ratio", "max_shear_ratio", "max_random_scale", "min_random_scale",
-                     "max_random_area", "min_random_area", "max_img_size", "min_img_size"):
+        for name in (
+            "max_aspect_ratio",
+            "max_shear_ratio",
+            "max_random_scale",
+            "min_random_scale",
+            "max_random_area",
+            "min_random_area",
+            "max_img_size",
+            "min_img_size",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ValueError(f"{name}={value!r} must be a finite number")
@@ -182,8 +198,10 @@ class MXNetDefaultAugment:
             if getattr(self, name) > _MAX_SIZE:
                 raise ValueError(f"{name}={getattr(self, name)} must be at most {_MAX_SIZE}")
         if self.inter_method not in (0, 1, 2, 3, 4, 9, 10):
-            raise ValueError(f"inter_method={self.inter_method} must be one of 0, 1, 2, 3, 4, 9, 10 "
-                             "(nearest, bilinear, bicubic, area, lanczos4, auto, random)")
+            raise ValueError(
+                f"inter_method={self.inter_method} must be one of 0, 1, 2, 3, 4, 9, 10 "
+                "(nearest, bilinear, bicubic, area, lanczos4, auto, random)"
+            )
         if self.max_rotate_angle < 0:
             raise ValueError(f"max_rotate_angle={self.max_rotate_angle} must be >= 0")
         if self.max_shear_ratio < 0:
@@ -193,37 +211,54 @@ class MXNetDefaultAugment:
         if not 0 <= self.fill_value <= 255:
             raise ValueError(f"fill_value={self.fill_value} must be a pixel value in 0..255")
         if self.min_random_scale <= 0 or self.min_random_scale > self.max_random_scale:
-            raise ValueError(f"min_random_scale={self.min_random_scale}, max_random_scale={self.max_random_scale}: "
-                             "need 0 < min <= max")
+            raise ValueError(
+                f"min_random_scale={self.min_random_scale}, max_random_scale={self.max_random_scale}: "
+                "need 0 < min <= max"
+            )
         lo, hi = self.aspect_range
         if lo <= 0 or lo > hi:
-            raise ValueError(f"aspect ratio range [{lo}, {hi}] (min_aspect_ratio={self.min_aspect_ratio}, "
-                             f"max_aspect_ratio={self.max_aspect_ratio}) must satisfy 0 < min <= max")
+            raise ValueError(
+                f"aspect ratio range [{lo}, {hi}] (min_aspect_ratio={self.min_aspect_ratio}, "
+                f"max_aspect_ratio={self.max_aspect_ratio}) must satisfy 0 < min <= max"
+            )
         if self.has_warp and self.inter_method == 0:
             # MXNet CHECKs this before cv::warpAffine.
-            raise ValueError("inter_method=0 (nearest) cannot be used with the affine warp "
-                             "(rotation, shear, random scale or aspect ratio): MXNet accepts 1, 2, 3, 4, 9, 10 there")
+            raise ValueError(
+                "inter_method=0 (nearest) cannot be used with the affine warp "
+                "(rotation, shear, random scale or aspect ratio): MXNet accepts 1, 2, 3, 4, 9, 10 there"
+            )
         if self.min_img_size > self.max_img_size:
             raise ValueError(f"min_img_size={self.min_img_size} must be <= max_img_size={self.max_img_size}")
         crop_set = self.max_crop_size != -1 or self.min_crop_size != -1
         if self.random_resized_crop:
             if self.min_random_scale != 1.0 or self.max_random_scale != 1.0 or crop_set or self.rand_crop:
-                raise ValueError("random_resized_crop=True conflicts with min_random_scale, max_random_scale, "
-                                 "min_crop_size, max_crop_size and rand_crop (MXNet refuses the combination)")
+                raise ValueError(
+                    "random_resized_crop=True conflicts with min_random_scale, max_random_scale, "
+                    "min_crop_size, max_crop_size and rand_crop (MXNet refuses the combination)"
+                )
             if not 0 < self.min_random_area <= self.max_random_area:
-                raise ValueError(f"min_random_area={self.min_random_area}, max_random_area={self.max_random_area}: "
-                                 "need 0 < min <= max")
+                raise ValueError(
+                    f"min_random_area={self.min_random_area}, max_random_area={self.max_random_area}: "
+                    "need 0 < min <= max"
+                )
         elif crop_set and not 1 <= self.min_crop_size <= self.max_crop_size:
-            raise ValueError(f"min_crop_size={self.min_crop_size}, max_crop_size={self.max_crop_size}: set both, "
-                             "with 1 <= min <= max")
+            raise ValueError(
+                f"min_crop_size={self.min_crop_size}, max_crop_size={self.max_crop_size}: set both, "
+                "with 1 <= min <= max"
+            )
 
     @property
-    def size(self) -> Tuple[int, int]:
+    def size(self) -> tuple[int, int]:
         """Output ``(height, width)``."""
         return (self.data_shape[1], self.data_shape[2])
 
     @property
-    def aspect_range(self) -> Tuple[float, float]:
+    def kind(self) -> GeometryKind:
+        """The geometry kind the engine dispatches on."""
+        return GeometryKind.MXNET_AUGMENT
+
+    @property
+    def aspect_range(self) -> tuple[float, float]:
         """``(min, max)`` aspect ratio as MXNet computes it (float32)."""
         if self.min_aspect_ratio is not None:
             return float(_f32(self.min_aspect_ratio)), float(_f32(self.max_aspect_ratio))
@@ -234,16 +269,39 @@ class MXNetDefaultAugment:
     def has_warp(self) -> bool:
         """Whether MXNet runs its affine warp step (the condition of ``image_aug_default.cc``)."""
         lo, hi = self.aspect_range
-        return (self.max_rotate_angle > 0 or self.max_shear_ratio > 0.0 or self.rotate > 0
-                or _f32(self.max_random_scale) != _F32(1.0) or _f32(self.min_random_scale) != 1.0
-                or (not self.random_resized_crop and (lo != 1.0 or hi != 1.0))
-                or _f32(self.max_img_size) != _F32(1e10) or _f32(self.min_img_size) != _F32(0.0))
+        return (
+            self.max_rotate_angle > 0
+            or self.max_shear_ratio > 0.0
+            or self.rotate > 0
+            or _f32(self.max_random_scale) != _F32(1.0)
+            or _f32(self.min_random_scale) != 1.0
+            or (not self.random_resized_crop and (lo != 1.0 or hi != 1.0))
+            or _f32(self.max_img_size) != _F32(1e10)
+            or _f32(self.min_img_size) != _F32(0.0)
+        )
 
 
 #: Names of the values :class:`MXNetParams` reports, in ``as_tuple`` order.
-MXNET_PARAM_NAMES = ("resized_w", "resized_h", "angle", "shear", "scale", "ratio", "warped_w", "warped_h",
-                     "crop_x", "crop_y", "crop_w", "crop_h", "scaled_w", "scaled_h", "mirror", "inter_resize",
-                     "inter_warp", "inter_crop")
+MXNET_PARAM_NAMES = (
+    "resized_w",
+    "resized_h",
+    "angle",
+    "shear",
+    "scale",
+    "ratio",
+    "warped_w",
+    "warped_h",
+    "crop_x",
+    "crop_y",
+    "crop_w",
+    "crop_h",
+    "scaled_w",
+    "scaled_h",
+    "mirror",
+    "inter_resize",
+    "inter_warp",
+    "inter_crop",
+)
 
 
 @dataclass(frozen=True)
@@ -316,7 +374,7 @@ def _resize_map(src_w: int, src_h: int, dst_w: int, dst_h: int) -> Affine2:
     return (1.0 / (dst_w / src_w), 0.0, 0.0, 0.0, 1.0 / (dst_h / src_h), 0.0)
 
 
-def _invert_affine(m) -> Tuple[float, ...]:
+def _invert_affine(m) -> tuple[float, ...]:
     # cv::invertAffineTransform in double, on MXNet's float32 matrix.
     m00, m01, m02, m10, m11, m12 = (float(v) for v in m)
     d = m00 * m11 - m01 * m10
@@ -327,7 +385,7 @@ def _invert_affine(m) -> Tuple[float, ...]:
     return (a11, a12, b1, a21, a22, b2)
 
 
-def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> Tuple[WarpPlan, MXNetParams]:
+def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> tuple[WarpPlan, MXNetParams]:
     """The one-pass plan of MXNet's augmenter chain for one ``width`` x ``height`` image.
 
     Args:
@@ -368,7 +426,9 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> T
         sc = _F32(1.0)
         rt = _F32(1.0)
         if not aug.random_resized_crop:
-            sc = _u32(key, _C_SCALE) * (_f32(aug.max_random_scale) - _f32(aug.min_random_scale)) + _f32(aug.min_random_scale)
+            sc = _u32(key, _C_SCALE) * (_f32(aug.max_random_scale) - _f32(aug.min_random_scale)) + _f32(
+                aug.min_random_scale
+            )
             lo, hi = (_f32(v) for v in aug.aspect_range)
             rt = _u32(key, _C_RATIO) * (hi - lo) + lo
         hs = _F32(2) * sc / (_F32(1) + rt)
@@ -384,8 +444,10 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> T
         m02 = (new_width - ori_w) / _F32(2)
         m12 = (new_height - ori_h) / _F32(2)
         if not (1.0 <= new_width < 65536.0 and 1.0 <= new_height < 65536.0):
-            raise MXNetSampleError(f"the affine warp makes the {cols}x{rows} image {float(new_width):f}x"
-                                   f"{float(new_height):f} (sizes must be in 1..65535)")
+            raise MXNetSampleError(
+                f"the affine warp makes the {cols}x{rows} image {float(new_width):f}x"
+                f"{float(new_height):f} (sizes must be in 1..65535)"
+            )
         warped_w, warped_h = int(new_width), int(new_height)
         inter_warp = _inter(aug, cols, rows, warped_w, warped_h, key, 1)
         # Inverse warp in OpenCV's centred coordinates -> Pillow's: p_src = A (p - 0.5) + b + 0.5.
@@ -399,7 +461,7 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> T
     p = aug.pad
     cols, rows = cols + 2 * p, rows + 2 * p
     # Output point -> padded-image point, built below; the frame test happens in warped coordinates.
-    to_padded: Optional[Affine2] = None
+    to_padded: Affine2 | None = None
     crop = (0, 0, 0, 0)
     scaled_w, scaled_h = cols, rows
     inter_crop = -1
@@ -427,8 +489,9 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> T
                     break
     elif aug.max_crop_size != -1 or aug.min_crop_size != -1:
         if cols < aug.max_crop_size or rows < aug.max_crop_size:
-            raise MXNetSampleError(f"the image is {cols}x{rows} after resize, warp and pad, smaller than "
-                                   f"max_crop_size={aug.max_crop_size}")
+            raise MXNetSampleError(
+                f"the image is {cols}x{rows} after resize, warp and pad, smaller than max_crop_size={aug.max_crop_size}"
+            )
         size = _uniform_int(key, _C_CROP_SIZE, aug.min_crop_size, aug.max_crop_size)
         y, x = rows - size, cols - size
         if aug.rand_crop:
@@ -488,15 +551,43 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> T
     sx, sy = abs(composite[0]) + abs(composite[1]), abs(composite[3]) + abs(composite[4])
     kernel = _INTER_KERNELS[method]
     # OpenCV's resize picks the nearest pixel of the footprint's left edge; warpAffine rounds the
-    # mapped centre.
+    # mapped centre. No DCT-domain downscaling (csrc/mxnet_augment.cpp says why).
     shift = (0.0, 0.0) if warp_last else (-sx / 2.0, -sy / 2.0)
     border = Border.CONSTANT if (inter_warp != -1 or p > 0) else Border.REPLICATE
-    plan = WarpPlan(out_h=dh, out_w=dw, to_frame=to_frame, frame=(0.0, 0.0, float(warped_w), float(warped_h)),
-                    snap=False, to_source=to_warped, scale=(sx, sy), kernel=kernel, antialias=False,
-                    nearest_shift=shift, border=border, fill=(aug.fill_value,) * 3,
-                    dct_scaling=kernel == Kernel.AREA, quantize=warp_last and aug.resize == -1)
-    params = MXNetParams(resized_w=resized_w, resized_h=resized_h, angle=int(angle), shear=shear, scale=scale,
-                         ratio=ratio, warped_w=warped_w, warped_h=warped_h, crop_x=crop[0], crop_y=crop[1],
-                         crop_w=crop[2], crop_h=crop[3], scaled_w=scaled_w, scaled_h=scaled_h, mirror=bool(mirror),
-                         inter_resize=inter_resize, inter_warp=inter_warp, inter_crop=inter_crop)
+    plan = WarpPlan(
+        out_h=dh,
+        out_w=dw,
+        to_frame=to_frame,
+        frame=(0.0, 0.0, float(warped_w), float(warped_h)),
+        snap=False,
+        to_source=to_warped,
+        scale=(sx, sy),
+        kernel=kernel,
+        antialias=False,
+        nearest_shift=shift,
+        border=border,
+        fill=(aug.fill_value,) * 3,
+        dct_scaling=False,
+        quantize=warp_last and aug.resize == -1,
+    )
+    params = MXNetParams(
+        resized_w=resized_w,
+        resized_h=resized_h,
+        angle=int(angle),
+        shear=shear,
+        scale=scale,
+        ratio=ratio,
+        warped_w=warped_w,
+        warped_h=warped_h,
+        crop_x=crop[0],
+        crop_y=crop[1],
+        crop_w=crop[2],
+        crop_h=crop[3],
+        scaled_w=scaled_w,
+        scaled_h=scaled_h,
+        mirror=bool(mirror),
+        inter_resize=inter_resize,
+        inter_warp=inter_warp,
+        inter_crop=inter_crop,
+    )
     return plan, params

@@ -3,8 +3,10 @@
 A :class:`Pipeline` is data, like its parts; both backends run it in this order, with every random
 draw taken from the sample's counter-based stream (:mod:`fastload.transforms.rng`):
 
-1. ``geometry`` (exactly one): maps the decoded image to the output size (:mod:`.geometry`).
-   Counters ``[0, 64)``.
+1. ``geometry`` (exactly one): maps the decoded image to the output size (:mod:`.geometry`,
+   or MXNet's augmenter :mod:`.mxnet_augment`), with ``affine`` (torchvision's ``RandomAffine``,
+   :mod:`.affine`) composed after it into the same resampling pass (:mod:`.warp`). Counters
+   ``[0, 64)`` (the affine draws 48..53).
 2. ``ops``: pixel ops on the output-sized RGB image, in order. Op ``k`` draws from counters
    ``[64 * (k + 2), 64 * (k + 3))`` (:func:`op_counter_base`). The engine runs them on a per-thread
    HWC scratch image between the resampler and the output write; the Pillow path calls each op's
@@ -24,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from fastload.transforms.geometry import Transform
+from fastload.transforms.affine import RandomAffine
+from fastload.transforms.geometry import OpKind, Transform
 from fastload.transforms.output import Normalize
 
 __all__ = ["ERASE_COUNTER_BASE", "OP_COUNTER_STRIDE", "Pipeline", "as_pipeline", "op_counter_base"]
@@ -42,6 +45,10 @@ def op_counter_base(position: int) -> int:
     return OP_COUNTER_STRIDE * (position + 2)
 
 
+#: The geometries a RandomAffine can follow (a resized box and a horizontal flip: affine_plan's input).
+_AFFINE_AFTER = (OpKind.RANDOM_RESIZED_CROP, OpKind.RESIZE_CENTER_CROP, OpKind.RESIZE)
+
+
 def _is_geometry(op: Any) -> bool:
     return hasattr(op, "size") and hasattr(op, "kind") and not isinstance(op, Pipeline)
 
@@ -51,7 +58,11 @@ class Pipeline:
     """Geometry, pixel ops, output stage and erasing: what a Loader or ``decode_batch`` runs per sample.
 
     Args:
-        geometry: The geometry op (``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomCrop``, ...).
+        geometry: The geometry op (``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomCrop``,
+            ``MXNetDefaultAugment``).
+        affine: A ``RandomAffine`` on the geometry's output (after its flip), sampled in the same
+            resampling pass; only after ``RandomResizedCrop``, ``CenterCrop`` or ``Resize`` without a
+            vertical flip. ``None``: no affine warp.
         ops: Pixel ops on the output-sized image, applied in order (colour, policies, ...).
         normalize: The output stage; ``None`` writes uint8 pixels.
         erase: RandomErasing on the final output, or ``None``.
@@ -68,13 +79,22 @@ class Pipeline:
     ops: tuple[Any, ...] = ()
     normalize: Normalize | None = None
     erase: Any | None = None
+    affine: RandomAffine | None = None
 
     def __post_init__(self) -> None:
         if not _is_geometry(self.geometry):
             raise ValueError(
                 f"geometry={self.geometry!r} must be a geometry op of fastload.transforms "
-                "(RandomResizedCrop, CenterCrop, Resize, RandomCrop, ...)"
+                "(RandomResizedCrop, CenterCrop, Resize, RandomCrop, MXNetDefaultAugment)"
             )
+        if self.affine is not None:
+            if not isinstance(self.affine, RandomAffine):
+                raise ValueError(f"affine={self.affine!r} must be a fastload.transforms.RandomAffine or None")
+            if self.geometry.kind not in _AFFINE_AFTER or getattr(self.geometry, "vflip", 0.0) != 0.0:
+                raise ValueError(
+                    f"affine=RandomAffine(...) follows RandomResizedCrop, CenterCrop or Resize without a "
+                    f"vertical flip, not {self.geometry!r}"
+                )
         if isinstance(self.ops, (str, bytes)) or not hasattr(self.ops, "__iter__"):
             raise ValueError(f"ops={self.ops!r} must be a sequence of pixel ops")
         ops = tuple(self.ops)

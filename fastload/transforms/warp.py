@@ -46,18 +46,28 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 import numpy as np
 
-__all__ = ["NEAREST_EPSILON", "PHASES", "WEIGHT_BITS", "Kernel", "Border", "Affine2", "WarpPlan", "compose",
-           "apply_point", "kernel_radius", "warp_image"]
+__all__ = [
+    "NEAREST_EPSILON",
+    "PHASES",
+    "WEIGHT_BITS",
+    "Affine2",
+    "Border",
+    "Kernel",
+    "WarpPlan",
+    "apply_point",
+    "compose",
+    "kernel_radius",
+    "warp_image",
+]
 
 #: Added to NEAREST positions (see the module docstring).
 NEAREST_EPSILON = 1e-6
 
 #: A 2x3 affine map ``(a, b, c, d, e, f)``: ``x' = a x + b y + c``, ``y' = d x + e y + f``.
-Affine2 = Tuple[float, float, float, float, float, float]
+Affine2 = tuple[float, float, float, float, float, float]
 
 
 class Kernel(enum.IntEnum):
@@ -83,8 +93,7 @@ def compose(outer: Affine2, inner: Affine2) -> Affine2:
     """``outer`` after ``inner``: the map ``p -> outer(inner(p))``."""
     a, b, c, d, e, f = outer
     p, q, r, s, t, u = inner
-    return (a * p + b * s, a * q + b * t, a * r + b * u + c,
-            d * p + e * s, d * q + e * t, d * r + e * u + f)
+    return (a * p + b * s, a * q + b * t, a * r + b * u + c, d * p + e * s, d * q + e * t, d * r + e * u + f)
 
 
 def apply_point(m: Affine2, x, y):
@@ -124,15 +133,15 @@ class WarpPlan:
     out_h: int
     out_w: int
     to_frame: Affine2
-    frame: Optional[Tuple[float, float, float, float]]
+    frame: tuple[float, float, float, float] | None
     snap: bool
     to_source: Affine2
-    scale: Tuple[float, float]
+    scale: tuple[float, float]
     kernel: Kernel
     antialias: bool
-    nearest_shift: Tuple[float, float]
+    nearest_shift: tuple[float, float]
     border: Border
-    fill: Tuple[int, int, int]
+    fill: tuple[int, int, int]
     dct_scaling: bool
     quantize: bool = False
 
@@ -143,16 +152,35 @@ class WarpPlan:
 
     def as_tuple(self) -> tuple:
         """The flat tuple the engine's test binding takes (and reports back)."""
-        return (self.out_h, self.out_w, *self.to_frame, self.frame is not None,
-                *(self.frame if self.frame is not None else (0.0, 0.0, 0.0, 0.0)), self.snap, *self.to_source,
-                *self.scale, int(self.kernel), self.antialias, *self.nearest_shift, int(self.border), *self.fill,
-                self.dct_scaling, self.quantize)
+        return (
+            self.out_h,
+            self.out_w,
+            *self.to_frame,
+            self.frame is not None,
+            *(self.frame if self.frame is not None else (0.0, 0.0, 0.0, 0.0)),
+            self.snap,
+            *self.to_source,
+            *self.scale,
+            int(self.kernel),
+            self.antialias,
+            *self.nearest_shift,
+            int(self.border),
+            *self.fill,
+            self.dct_scaling,
+            self.quantize,
+        )
 
 
 def kernel_radius(kernel: Kernel) -> float:
     """Support radius of ``kernel`` in filter units (0 for NEAREST; AREA's depends on the scale)."""
-    return {Kernel.NEAREST: 0.0, Kernel.LINEAR: 1.0, Kernel.CUBIC: 2.0, Kernel.CUBIC_CV: 2.0,
-            Kernel.LANCZOS4: 4.0, Kernel.AREA: 0.5}[Kernel(kernel)]
+    return {
+        Kernel.NEAREST: 0.0,
+        Kernel.LINEAR: 1.0,
+        Kernel.CUBIC: 2.0,
+        Kernel.CUBIC_CV: 2.0,
+        Kernel.LANCZOS4: 4.0,
+        Kernel.AREA: 0.5,
+    }[Kernel(kernel)]
 
 
 def _cubic(d: np.ndarray, a: float) -> np.ndarray:
@@ -190,8 +218,10 @@ def _tap_count(kernel: Kernel, scale: float, antialias: bool) -> int:
 
 
 def _phase_taps(phase: np.ndarray, kernel: Kernel, scale: float, antialias: bool):
-    """First tap (an offset from the pixel containing the position) and weights ``[..., T]`` of the
-    positions ``k + phase`` (``phase`` in ``[0, 1)``): the same for every ``k``."""
+    """First tap and weights ``[..., T]`` of the positions ``k + phase``, the same for every ``k``.
+
+    The first tap is an offset from the pixel containing the position; ``phase`` is in ``[0, 1)``.
+    """
     fs = _filter_width(kernel, scale, antialias)
     count = _tap_count(kernel, scale, antialias)
     t = np.arange(count)
@@ -356,9 +386,9 @@ def _generic(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPlan) -> n
     row_in = (row_idx >= 0) & (row_idx < height)
     cols = np.clip(col_idx, 0, width - 1)
     rows = np.clip(row_idx, 0, height - 1)
-    acc = np.zeros(u.shape + (3,), np.int64)
+    acc = np.zeros((*u.shape, 3), np.int64)
     for ty in range(wy.shape[-1]):
-        row_sum = np.zeros(u.shape + (3,), np.int64)
+        row_sum = np.zeros((*u.shape, 3), np.int64)
         for tx in range(wx.shape[-1]):
             value = img[rows[..., ty], cols[..., tx]]
             if plan.border == Border.CONSTANT:
