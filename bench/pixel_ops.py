@@ -3,7 +3,8 @@
 ``python -m bench.pixel_ops [--quick] [--images N] [--threads 1 2] [--out DIR]``
 
 For each pipeline (ColorJitter(0.4, 0.4, 0.4), TrivialAugmentWide, RandAugment(2, 9),
-RandomErasing(p=0.25), a MixUp/CutMix choice per batch) fastload's decode with the op and the plain
+RandomErasing(p=0.25), a MixUp/CutMix choice per batch, RandomAffine(15, translate, scale, shear)
+composed with the crop) fastload's decode with the op and the plain
 RandomResizedCrop(224)+flip decode take turns on the same chunk of images (A then B, then B then A:
 :func:`bench.paired.paired_ratio`), at 1 and 2 threads; the figure is the median of the
 per-chunk time ratios (op / plain), i.e. the slowdown the op costs. Each chunk is timed on two
@@ -45,6 +46,8 @@ TARGETS = {
     "RandAugment(2, 9)": 0.35,
     "RandomErasing(p=0.25)": 0.05,
     "MixUp(0.2) / CutMix(1.0)": 0.05,
+    # No issue sets one for the affine warp: RandAugment's bound (its ops include rotate and shear).
+    "RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 5)": 0.35,
 }
 PIPELINES = tuple(TARGETS)
 MEAN = (0.485, 0.456, 0.406)
@@ -52,7 +55,7 @@ STD = (0.229, 0.224, 0.225)
 
 
 def _fastload_ops(name: str):
-    """(pixel ops, RandomErasing or None, batch op or None) of a pipeline."""
+    """(pixel ops, RandomErasing or None, batch op or None) of a pipeline (RandomAffine: see _affine)."""
     from fastload import transforms as T
 
     if name.startswith("ColorJitter"):
@@ -63,6 +66,8 @@ def _fastload_ops(name: str):
         return (T.RandAugment(num_ops=2, magnitude=9),), None, None
     if name.startswith("RandomErasing"):
         return (), T.RandomErasing(p=0.25), None
+    if name.startswith("RandomAffine"):
+        return (), None, None
     return (
         (),
         None,
@@ -71,6 +76,15 @@ def _fastload_ops(name: str):
 
 
 Work = Callable[[int, int], None]
+
+
+def _affine(name: str | None):
+    """The RandomAffine of the RandomAffine pipeline (the engine composes it with the crop), else None."""
+    from fastload import transforms as T
+
+    if name is None or not name.startswith("RandomAffine"):
+        return None
+    return T.RandomAffine(degrees=15, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=5)
 
 
 def _fastload_work(
@@ -87,7 +101,7 @@ def _fastload_work(
 
     ops, erase, mix = _fastload_ops(name) if name else ((), None, None)
     norm = T.Normalize(mean=MEAN, std=STD) if normalize else None
-    transform = T.Pipeline(geometry=T.train(224), ops=ops, normalize=norm, erase=erase)
+    transform = T.Pipeline(geometry=T.train(224), ops=ops, normalize=norm, erase=erase, affine=_affine(name))
     out = np.empty((batch, 3, 224, 224), np.float32) if normalize else np.empty((batch, 224, 224, 3), np.uint8)
     labels = np.arange(batch) % 1000
     epoch = [0]
@@ -135,6 +149,8 @@ def _torchvision_loader(images: Sequence[bytes], name: str, batch: int, workers:
         tail = [T.TrivialAugmentWide(), T.PILToTensor()]
     elif name.startswith("RandAugment"):
         tail = [T.RandAugment(2, 9), T.PILToTensor()]
+    elif name.startswith("RandomAffine"):
+        tail = [T.RandomAffine(15, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=5), T.PILToTensor()]
     elif name.startswith("RandomErasing"):
         tail = [T.PILToTensor(), T.ConvertImageDtype(torch.float32), T.Normalize(MEAN, STD), T.RandomErasing(p=0.25)]
     else:
