@@ -86,6 +86,9 @@ struct WarpScratch {
   std::vector<uint8_t> cok;
   std::vector<int> gx;          // per-column first tap (or position) of grid plans
   std::vector<int32_t> gw;      // per-column tap weights of grid plans
+  // Plain bilinear, one output row: each pixel's position (1/256 pixel) and, for pixels whose four
+  // taps lie inside the region, the byte offset of the top-left tap (-1 otherwise; -2: fill).
+  std::vector<int32_t> bq, bqy, boff;
 };
 
 // Evaluates the plan into dst: out_h rows of out_w RGB pixels, dst_stride bytes apart.
