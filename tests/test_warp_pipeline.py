@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_jpeg, requires_engine
 from fake_dataset import FakeDataset
 
 import fastload.transforms as T
 from fastload.decode import DecodeOptions, DecodeStatus, decode_batch, decode_image
 from fastload.loader import Loader, LoaderConfig
+
+from conftest import make_jpeg, requires_engine
 
 EXACT = DecodeOptions(dct_scaling=False)  # the reference decodes at full size
 
