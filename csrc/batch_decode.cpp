@@ -378,6 +378,8 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
   Status st = Status::kOk;
   const SampleBox b = sample_box(info.width, info.height, op, key);
   *box_out = b;
+  WarpPlan plan;
+  bool gather = false;  // RandomAffine(nearest): the plain path below makes the frame, then a gather
   if (spec.has_affine) {
     // torchvision's RandomAffine on the resized (and flipped) crop, composed with it into one warp.
     const double box[4] = {b.x0, b.y0, b.x1, b.y1};
@@ -385,14 +387,14 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
                                    : op.interpolation == Interpolation::kNearest ? WarpKernel::kNearest
                                                                                  : WarpKernel::kLinear;
     AffineParams prm;
-    const WarpPlan plan =
-        affine_plan(spec.affine, box, b.flip, op.out_h, op.out_w, key, crop_kernel, op.antialias, &prm);
+    plan = affine_plan(spec.affine, box, b.flip, op.out_h, op.out_w, key, crop_kernel, op.antialias, &prm);
     if (warp_trace != nullptr) {
       const double values[6] = {prm.angle, static_cast<double>(prm.tx), static_cast<double>(prm.ty), prm.scale,
                                 prm.shear_x, prm.shear_y};
       std::copy(values, values + 6, warp_trace);
     }
-    return decode_warped(w, info, plan, spec, fmt, slot, key, options, op_trace);
+    if (!warp_uses_resampler(plan) || b.vflip) return decode_warped(w, info, plan, spec, fmt, slot, key, options, op_trace);
+    gather = true;
   }
   // DCT scaling averages pixels before the resize: right for the antialiased filters (whose support
   // spans them anyway), not for nearest or the 2- and 4-tap plain filters, which sample the source.
@@ -435,6 +437,26 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
     oc.status = st;
     oc.message = w.decoder.message();
     if (oc.message.empty()) oc.message = "decoder produced fewer rows than the crop needs";
+    return oc;
+  }
+  if (gather) {
+    // The frame is the plain path's resized crop, byte for byte (its crop-bounded filters, as
+    // torchvision crops before it resizes); each output pixel copies the frame pixel its point
+    // falls in. Then the pixel ops and the output stage, as on the scratch path.
+    const int h = fmt.height, wd = fmt.width;
+    w.warp.frame.resize(static_cast<size_t>(h) * wd * 3);
+    OutputFormat raw;  // uint8 NHWC, not normalized
+    raw.height = h, raw.width = wd;
+    w.resampler.finish(raw, w.warp.frame.data(), false);
+    uint8_t* hwc = scratch_image(w, h, wd);
+    warp_gather(plan, w.warp.frame.data(), static_cast<size_t>(wd) * 3, wd, h, hwc, static_cast<size_t>(wd) * 3);
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+    if (spec.has_pixel_ops()) {
+      PixelOpsTrace trace{op_trace};
+      apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
+    }
+#endif
+    write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
     return oc;
   }
   finish_image(w, spec, fmt, slot, key, b.vflip, op_trace);

@@ -1,8 +1,6 @@
 // Pixels stage (native): region decode + warp of one image (see warp_decode.h).
 #include "warp_decode.h"
 
-#include "output.h"
-
 #include <cmath>
 
 namespace fastload {
@@ -14,39 +12,9 @@ bool warp_uses_resampler(const WarpPlan& p) {
          p.to_source.b == 0.0 && p.to_source.d == 0.0 && p.to_source.a != 0.0 && p.to_source.e > 0.0;
 }
 
-namespace {
-
-// The snapped path: the crop box and flip the plan's to_source encodes (affine.py's affine_plan:
-// u = x0 + q * sx, or x0 + (w - q) * sx when flipped), resized to the frame by the resampler.
-Status resample_then_gather(JpegDecoder& decoder, const JpegInfo& info, const WarpPlan& plan, bool dct_scaling,
-                            WarpWorkspace* ws, uint8_t* dst, size_t dst_stride, int* denom_out) {
-  const int fw = static_cast<int>(plan.frame[2]), fh = static_cast<int>(plan.frame[3]);
-  const bool flip = plan.to_source.a < 0.0;
-  const double sx = std::fabs(plan.to_source.a), sy = plan.to_source.e;
-  const double x0 = flip ? plan.to_source.c - fw * sx : plan.to_source.c, x1 = x0 + fw * sx;
-  const double y0 = plan.to_source.f, y1 = y0 + fh * sy;
-  const int denom = warp_denom(plan, dct_scaling);
-  build_axis(x0 / denom, x1 / denom, scaled_size(info.width, denom), fw, &ws->xt);
-  build_axis(y0 / denom, y1 / denom, scaled_size(info.height, denom), fh, &ws->yt);
-  ws->resampler.setup(&ws->xt, &ws->yt, flip);
-  const Status st = decoder.decode_region(denom, ws->xt.src_first, ws->yt.src_first, ws->xt.src_last, ws->yt.src_last,
-                                          &ws->resampler);
-  if (st != Status::kOk) return st;
-  if (ws->resampler.rows_received() != ws->yt.src_last - ws->yt.src_first) return Status::kCorrupt;
-  ws->frame.resize(static_cast<size_t>(fw) * fh * 3);
-  OutputFormat raw;  // uint8 NHWC, no normalization: the packed frame the gather reads
-  raw.height = fh, raw.width = fw;
-  ws->resampler.finish(raw, ws->frame.data(), false);
-  warp_gather(plan, ws->frame.data(), static_cast<size_t>(fw) * 3, fw, fh, dst, dst_stride);
-  *denom_out = denom;
-  return Status::kOk;
-}
-
-}  // namespace
 
 Status warp_decode(JpegDecoder& decoder, const JpegInfo& info, const WarpPlan& plan, bool dct_scaling,
                    WarpWorkspace* ws, uint8_t* dst, size_t dst_stride, int* denom_out) {
-  if (warp_uses_resampler(plan)) return resample_then_gather(decoder, info, plan, dct_scaling, ws, dst, dst_stride, denom_out);
   const int denom = warp_denom(plan, dct_scaling);
   const int sw = scaled_size(info.width, denom), sh = scaled_size(info.height, denom);
   const SourceRect r = warp_source_rect(plan, denom, sw, sh);

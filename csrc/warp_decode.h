@@ -2,16 +2,15 @@
 //
 // The per-image step of a warp geometry: pick the DCT scale the plan allows, decode only the rows
 // and columns its taps reach (jpeg_crop_scanline / skip / early stop through the thread's reused
-// decoder) into a per-thread RegionBuffer, and evaluate the plan into an HWC uint8 image. Snapped
-// plans over the resampler's filter decode the crop through the resampler instead and gather.
+// decoder) into a per-thread RegionBuffer, and evaluate the plan into an HWC uint8 image.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "jpeg_decode.h"
-#include "resize.h"
 #include "warp.h"
 
 namespace fastload {
@@ -20,16 +19,15 @@ namespace fastload {
 struct WarpWorkspace {
   RegionBuffer region;
   WarpScratch scratch;
-  // The snapped (nearest) path: the crop resized by the engine's resampler, then gathered.
-  Resampler resampler;
-  AxisTable xt, yt;
-  std::vector<uint8_t> frame;
+  std::vector<uint8_t> frame;  // the snapped path's resized crop (batch_decode.cpp)
 };
 
-// Whether warp_decode takes the snapped path for this plan: a RandomAffine with nearest
-// interpolation after a crop whose filter is the resampler's (antialiased bilinear). The frame
-// image is then the resized crop the plain crop path makes (same bytes), and each output pixel
-// copies one of its pixels: torchvision's two-pass result, at the cost of the crop plus a gather.
+// Whether a plan is a RandomAffine with nearest interpolation after a crop whose filter is the
+// resampler's (antialiased bilinear): its frame is then exactly the resized crop the plain crop path
+// makes, and each output pixel copies one of that crop's pixels (warp_gather): torchvision's
+// two-pass result. The decode path (batch_decode.cpp) makes the frame with the plain crop path
+// itself (its crop-bounded filters, DCT scaling and restart slices) and gathers; warp_decode
+// evaluates such plans like any other (the numpy reference's arithmetic).
 bool warp_uses_resampler(const WarpPlan& plan);
 
 // Decodes the image `decoder` has just opened (header `info`) through `plan` into dst (out_h rows

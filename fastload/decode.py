@@ -22,7 +22,9 @@ normalization) -> erasing, every random draw keyed by ``(seed, epoch, sample ind
 Warp geometries (``MXNetDefaultAugment``, a Pipeline's ``affine``) are per-sample
 :class:`~fastload.transforms.WarpPlan` s: the engine decodes the region a plan reads (at a DCT scale
 when the plan allows it) and samples it once (``csrc/warp.h``); the Pillow path evaluates the same
-plan with its numpy reference :func:`fastload.transforms.warp_image` on the full decode.
+plan with its numpy reference :func:`fastload.transforms.warp_image` on the full decode (a
+RandomAffine with nearest interpolation: the plain crop, then
+:func:`~fastload.transforms.warp.gather_frame`, in both backends).
 
 Both return per-image status codes; a bad image never raises from :func:`decode_batch`.
 """
@@ -60,6 +62,7 @@ from fastload.transforms.affine import AFFINE_PARAM_NAMES
 from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
 from fastload.transforms.geometry import ImageTooSmall
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES, MXNetSampleError
+from fastload.transforms.warp import gather_frame, uses_crop_frame
 
 __all__ = [
     "BatchResult",
@@ -418,7 +421,10 @@ def _pillow_one(
                     crop_interpolation=geometry.interpolation,
                     crop_antialias=geometry.antialias,
                 )
-                arr = warp_image(np.asarray(img), plan)
+                if uses_crop_frame(plan):  # nearest: the plain crop, then a pixel gather (as the engine)
+                    arr = gather_frame(resample(img, params, geometry), plan)
+                else:
+                    arr = warp_image(np.asarray(img), plan)
             else:
                 arr = resample(img, params, geometry)
         op_params = []

@@ -431,9 +431,10 @@ def test_engine_region_decode_then_warp(realistic_folder):
 
 
 @requires_engine
-def test_engine_nearest_affine_resamples_the_crop_then_gathers(realistic_folder):
-    # interpolation="nearest": the engine resizes the crop with its usual resampler (the plain crop
-    # path's bytes) and copies pixels; the reference evaluates the same filter in float.
+def test_engine_snapped_affine_plan_is_the_reference(realistic_folder):
+    # interpolation="nearest" through the region decode + warp (the _warp_decode hook): the snapped
+    # plan is evaluated as any other, bit for bit the reference (the decode path makes such frames
+    # with its plain crop path instead: tests/test_warp_pipeline.py).
     from fastload import _engine
     from fastload.decode import DecodeOptions, _native_options
 
@@ -454,5 +455,4 @@ def test_engine_nearest_affine_resamples_the_crop_then_gathers(realistic_folder)
         )
         assert status == 0, message
         d = np.abs(out.astype(int) - warp_image(img, plan).astype(int))
-        assert d.max() <= 1 and d.mean() < 0.25
-        assert ((out == (3, 2, 1)).all(-1) == (warp_image(img, plan) == (3, 2, 1)).all(-1)).mean() > 0.999
+        assert d.max() == 0, (i, d.max())

@@ -59,7 +59,9 @@ __all__ = [
     "WarpPlan",
     "apply_point",
     "compose",
+    "gather_frame",
     "kernel_radius",
+    "uses_crop_frame",
     "warp_image",
 ]
 
@@ -294,6 +296,58 @@ def _opencv_positions(m: Affine2, fx: np.ndarray, fy: np.ndarray, nearest: bool)
     if nearest:
         return (big_x >> 10) + 0.5, (big_y >> 10) + 0.5
     return (big_x >> 5) / 32.0 + 0.5, (big_y >> 5) / 32.0 + 0.5
+
+
+def uses_crop_frame(plan: WarpPlan) -> bool:
+    """Whether ``plan`` is a RandomAffine(nearest) whose frame is exactly the plain crop path's output.
+
+    True for a snapped plan over the crop's antialiased bilinear filter (``csrc/warp_decode.h``'s
+    ``warp_uses_resampler``): both backends then make the frame with their plain crop path (the crop
+    resized by the geometry op, filters bounded by the crop as torchvision's crop-then-resize) and
+    copy pixels with :func:`gather_frame`: torchvision's two-pass result.
+    """
+    a, b, _c, d, e, _f = plan.to_source
+    if plan.frame is None:
+        return False
+    fx0, fy0, fx1, fy1 = plan.frame
+    return (
+        plan.snap
+        and plan.kernel == Kernel.LINEAR
+        and plan.antialias
+        and not plan.quantize
+        and fx0 == 0.0
+        and fy0 == 0.0
+        and 1.0 <= fx1 <= 16384.0
+        and 1.0 <= fy1 <= 16384.0
+        and float(fx1).is_integer()
+        and float(fy1).is_integer()
+        and b == 0.0
+        and d == 0.0
+        and a != 0.0
+        and e > 0.0
+    )
+
+
+def gather_frame(frame: np.ndarray, plan: WarpPlan) -> np.ndarray:
+    """Each output pixel copies the ``frame`` pixel its frame point falls in, or gets ``fill``.
+
+    ``frame`` is the ``[H, W, 3]`` image the plan's frame rectangle ``(0, 0, W, H)`` describes (the
+    resized crop); the arithmetic is the engine's ``warp_gather`` (IEEE doubles, the same order).
+    """
+    h, w = frame.shape[:2]
+    a, b, c, d, e, f = plan.to_frame
+    py = np.arange(plan.out_h, dtype=np.float64)[:, None] + 0.5
+    px = np.arange(plan.out_w, dtype=np.float64)[None, :] + 0.5
+    fx = a * px + (b * py + c)
+    fy = d * px + (e * py + f)
+    inside = (fx >= 0.0) & (fx < w) & (fy >= 0.0) & (fy < h)
+    if plan.frame is not None:
+        x0, y0, x1, y1 = plan.frame
+        inside &= (fx >= x0) & (fx < x1) & (fy >= y0) & (fy < y1)
+    out = np.empty((plan.out_h, plan.out_w, 3), np.uint8)
+    out[...] = plan.fill
+    out[inside] = frame[fy[inside].astype(np.intp), fx[inside].astype(np.intp)]
+    return out
 
 
 def warp_image(src: np.ndarray, plan: WarpPlan) -> np.ndarray:
