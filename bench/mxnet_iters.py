@@ -522,40 +522,39 @@ def training_pairs(
     from .paired import run_pair
 
     records = _idx_records(rec) if os.path.isfile(os.path.splitext(rec)[0] + ".idx") else None
-    out = []
     common = dict(batch_size=batch_size, size=size, threads=threads)
-    check = "data.py --aug-level 3: fastload / MXNet ImageRecordIter"
+
+    def pair(check: str, a: tuple, b: tuple):
+        """``a`` over ``b``, each ``(name, iterator)``; both closed afterwards."""
+        n = records or len(a[1].loader.dataset)
+        try:
+            return run_pair(
+                check,
+                _IterContender(a[0], a[1], n, batches),
+                _IterContender(b[0], b[1], n, batches),
+                rounds=rounds,
+            )
+        finally:
+            for _, it in (a, b):
+                close = getattr(it, "close", None)  # MXNet's iterators have none
+                if close is not None:
+                    close()
+
     kwargs = data_py_train_kwargs(rec, aug_level=3, **common)
-    mine = _quiet_fastload(kwargs)
-    n = records or len(mine.loader.dataset)
-    theirs = mx.io.ImageRecordIter(verbose=False, **kwargs)
-    try:
-        out.append(
-            run_pair(
-                check,
-                _IterContender("fastload.mxnet ImageRecordIter", mine, n, batches),
-                _IterContender("mx.io.ImageRecordIter", theirs, n, batches),
-                rounds=rounds,
-            )
+    out = [
+        pair(
+            "data.py --aug-level 3: fastload / MXNet ImageRecordIter",
+            ("fastload.mxnet ImageRecordIter", _quiet_fastload(kwargs)),
+            ("mx.io.ImageRecordIter", mx.io.ImageRecordIter(verbose=False, **kwargs)),
         )
-    finally:
-        mine.close()
-    check = "GluonCV colour augmentation: with / without (fastload)"
-    with_color = _quiet_fastload(gluoncv_train_kwargs(rec, color=True, **common))
-    without = _quiet_fastload(gluoncv_train_kwargs(rec, color=False, **common))
-    n = records or len(without.loader.dataset)
-    try:
-        out.append(
-            run_pair(
-                check,
-                _IterContender("with colour", with_color, n, batches),
-                _IterContender("without colour", without, n, batches),
-                rounds=rounds,
-            )
+    ]
+    out.append(
+        pair(
+            "GluonCV colour augmentation: with / without (fastload)",
+            ("with colour", _quiet_fastload(gluoncv_train_kwargs(rec, color=True, **common))),
+            ("without colour", _quiet_fastload(gluoncv_train_kwargs(rec, color=False, **common))),
         )
-    finally:
-        with_color.close()
-        without.close()
+    )
     return out
 
 

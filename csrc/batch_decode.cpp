@@ -144,6 +144,23 @@ uint8_t* scratch_image(Worker& w, int height, int width) {
   return w.hwc.data();
 }
 
+// The scratch path's tail: the pipeline's pixel ops on the thread's HWC scratch image, then the
+// output stage writes it into the slot (dtype, layout, normalization).
+void write_scratch(const PipelineSpec& spec, const OutputFormat& fmt, uint8_t* hwc, uint64_t key, double* op_trace,
+                   void* slot) {
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (spec.has_pixel_ops()) {
+    PixelOpsTrace trace{op_trace};
+    apply_pixel_ops(hwc, fmt.height, fmt.width, spec.pixel_ops, key, op_trace ? &trace : nullptr);
+  }
+#else
+  (void)spec;
+  (void)key;
+  (void)op_trace;
+#endif
+  write_output_image(fmt, hwc, static_cast<size_t>(fmt.width) * 3, slot);
+}
+
 // Hands the resampled image to the output stage: straight into the slot (the vertical pass writes
 // the final dtype and layout), or, with pixel ops, through the thread's HWC scratch.
 void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, void* slot, uint64_t key,
@@ -157,16 +174,7 @@ void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, 
   hwc_fmt.height = h, hwc_fmt.width = wd;  // uint8 NHWC, not normalized
   uint8_t* hwc = scratch_image(w, h, wd);
   w.resampler.finish(hwc_fmt, hwc, vflip);
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
-  if (spec.has_pixel_ops()) {
-    PixelOpsTrace trace{op_trace};
-    apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
-  }
-#else
-  (void)key;
-  (void)op_trace;
-#endif
-  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+  write_scratch(spec, fmt, hwc, key, op_trace, slot);
 }
 
 // Collects a decoded region [x0, x1) x [y0, y1) (full-size pixels) into a packed RGB buffer.
@@ -303,10 +311,7 @@ ImageOutcome decode_random_crop(Worker& w, const JpegInfo& info, const PipelineS
       d[0] = px[0], d[1] = px[1], d[2] = px[2];
     }
   }
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
-  if (spec.has_pixel_ops()) apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, nullptr);
-#endif
-  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+  write_scratch(spec, fmt, hwc, key, nullptr, slot);
   return oc;
 }
 
@@ -333,17 +338,7 @@ ImageOutcome decode_warped(Worker& w, const JpegInfo& info, const WarpPlan& plan
     if (oc.message.empty()) oc.message = "decoder produced fewer rows than the warp needs";
     return oc;
   }
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
-  if (spec.has_pixel_ops()) {
-    PixelOpsTrace trace{op_trace};
-    apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
-  }
-#else
-  (void)spec;
-  (void)key;
-  (void)op_trace;
-#endif
-  write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+  write_scratch(spec, fmt, hwc, key, op_trace, slot);
   return oc;
 }
 
@@ -450,13 +445,7 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
     w.resampler.finish(raw, w.warp.frame.data(), false);
     uint8_t* hwc = scratch_image(w, h, wd);
     warp_gather(plan, w.warp.frame.data(), static_cast<size_t>(wd) * 3, wd, h, hwc, static_cast<size_t>(wd) * 3);
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
-    if (spec.has_pixel_ops()) {
-      PixelOpsTrace trace{op_trace};
-      apply_pixel_ops(hwc, h, wd, spec.pixel_ops, key, op_trace ? &trace : nullptr);
-    }
-#endif
-    write_output_image(fmt, hwc, static_cast<size_t>(wd) * 3, slot);
+    write_scratch(spec, fmt, hwc, key, op_trace, slot);
     return oc;
   }
   finish_image(w, spec, fmt, slot, key, b.vflip, op_trace);

@@ -42,30 +42,11 @@ __all__ = [
     "normalize_spec",
 ]
 
-#: MXNet's geometric arguments (default augmenter + the normalizer's mirror), MXNetDefaultAugment's fields.
+#: MXNet's geometric arguments (default augmenter + the normalizer's mirror): MXNetDefaultAugment's
+#: fields under MXNet's names, and ``rotate_list``, which it does not take.
 GEOMETRY_ARGS = (
-    "resize",
-    "rand_crop",
-    "random_resized_crop",
-    "max_rotate_angle",
-    "max_aspect_ratio",
-    "min_aspect_ratio",
-    "max_shear_ratio",
-    "max_crop_size",
-    "min_crop_size",
-    "max_random_scale",
-    "min_random_scale",
-    "max_random_area",
-    "min_random_area",
-    "max_img_size",
-    "min_img_size",
-    "rotate",
+    *(f.name for f in dataclasses.fields(transforms.MXNetDefaultAugment) if f.init and f.name != "data_shape"),
     "rotate_list",
-    "fill_value",
-    "inter_method",
-    "pad",
-    "rand_mirror",
-    "mirror",
 )
 #: MXNet's colour arguments, MXNetColorAugment's fields.
 COLOR_ARGS = (
