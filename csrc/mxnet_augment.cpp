@@ -90,6 +90,21 @@ void mxnet_params_values(const MXNetParams& p, double out[kMXNetParamCount]) {
   std::copy(v, v + kMXNetParamCount, out);
 }
 
+namespace {
+
+// Where a window starts in the room left around it (spare_x, spare_y >= 0): drawn with rand_crop
+// (y first, as MXNet), else centred with MXNet's floor division.
+void window_origin(const MXNetAugmentSpec& s, uint64_t key, int spare_x, int spare_y, int* x, int* y) {
+  if (s.rand_crop) {
+    *y = uniform_int(key, kCropY, 0, spare_y);
+    *x = uniform_int(key, kCropX, 0, spare_x);
+  } else {
+    *y = spare_y / 2, *x = spare_x / 2;
+  }
+}
+
+}  // namespace
+
 bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, WarpPlan* plan, MXNetParams* out,
                 std::string* error) {
   const int dh = s.out_h, dw = s.out_w;
@@ -193,13 +208,8 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
       return false;
     }
     const int size = uniform_int(key, kCropSize, s.min_crop_size, s.max_crop_size);
-    int y = rows - size, x = cols - size;
-    if (s.rand_crop) {
-      y = uniform_int(key, kCropY, 0, y);
-      x = uniform_int(key, kCropX, 0, x);
-    } else {
-      y /= 2, x /= 2;
-    }
+    int x, y;
+    window_origin(s, key, cols - size, rows - size, &x, &y);
     crop[0] = x, crop[1] = y, crop[2] = size, crop[3] = size;
     prm.inter_crop = inter_method(s, size, size, dw, dh, key, 2);
     resampled = true;
@@ -227,13 +237,8 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
       return false;
     }
     prm.scaled_w = cols, prm.scaled_h = rows;
-    int y = rows - dh, x = cols - dw;
-    if (s.rand_crop) {
-      y = uniform_int(key, kCropY, 0, y);
-      x = uniform_int(key, kCropX, 0, x);
-    } else {
-      y /= 2, x /= 2;
-    }
+    int x, y;
+    window_origin(s, key, cols - dw, rows - dh, &x, &y);
     crop[0] = x, crop[1] = y, crop[2] = dw, crop[3] = dh;
     to_padded = compose(to_padded, affine(1.0, 0.0, static_cast<double>(x), 0.0, 1.0, static_cast<double>(y)));
   }

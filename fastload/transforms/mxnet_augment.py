@@ -368,6 +368,17 @@ def _inter(aug: MXNetDefaultAugment, old_w: int, old_h: int, new_w: int, new_h: 
     return aug.inter_method
 
 
+def _window_origin(aug: MXNetDefaultAugment, key: int, spare_x: int, spare_y: int) -> tuple[int, int]:
+    """``(x, y)`` of a window with ``spare_x``, ``spare_y`` pixels of room around it.
+
+    Drawn with ``rand_crop`` (y first, as MXNet), else centred with MXNet's floor division.
+    """
+    if aug.rand_crop:
+        y = _uniform_int(key, _C_CROP_Y, 0, spare_y)
+        return _uniform_int(key, _C_CROP_X, 0, spare_x), y
+    return spare_x // 2, spare_y // 2
+
+
 def _resize_map(src_w: int, src_h: int, dst_w: int, dst_h: int) -> Affine2:
     # cv::resize: src = (dst + 0.5) * scale - 0.5 in OpenCV's centred coordinates, i.e. src = dst * scale
     # in Pillow's; the scale is 1 / (dst / src), computed as OpenCV does.
@@ -493,12 +504,7 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> t
                 f"the image is {cols}x{rows} after resize, warp and pad, smaller than max_crop_size={aug.max_crop_size}"
             )
         size = _uniform_int(key, _C_CROP_SIZE, aug.min_crop_size, aug.max_crop_size)
-        y, x = rows - size, cols - size
-        if aug.rand_crop:
-            y = _uniform_int(key, _C_CROP_Y, 0, y)
-            x = _uniform_int(key, _C_CROP_X, 0, x)
-        else:
-            y, x = y // 2, x // 2
+        x, y = _window_origin(aug, key, cols - size, rows - size)
         crop = (x, y, size, size)
         inter_crop = _inter(aug, size, size, dw, dh, key, 2)
         resampled = True
@@ -521,12 +527,7 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> t
         if cols < dw or rows < dh:
             raise MXNetSampleError(f"the image is {cols}x{rows} after scaling, smaller than data_shape {dw}x{dh}")
         scaled_w, scaled_h = cols, rows
-        y, x = rows - dh, cols - dw
-        if aug.rand_crop:
-            y = _uniform_int(key, _C_CROP_Y, 0, y)
-            x = _uniform_int(key, _C_CROP_X, 0, x)
-        else:
-            y, x = y // 2, x // 2
+        x, y = _window_origin(aug, key, cols - dw, rows - dh)
         crop = (x, y, dw, dh)
         to_padded = compose(to_padded, (1.0, 0.0, float(x), 0.0, 1.0, float(y)))
 
