@@ -388,7 +388,7 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
                                 prm.shear_x, prm.shear_y};
       std::copy(values, values + 6, warp_trace);
     }
-    if (!warp_uses_resampler(plan) || b.vflip) return decode_warped(w, info, plan, spec, fmt, slot, key, options, op_trace);
+    if (!warp_uses_crop_frame(plan)) return decode_warped(w, info, plan, spec, fmt, slot, key, options, op_trace);
     gather = true;
   }
   // DCT scaling averages pixels before the resize: right for the antialiased filters (whose support

@@ -5,7 +5,7 @@
 
 namespace fastload {
 
-bool warp_uses_resampler(const WarpPlan& p) {
+bool warp_uses_crop_frame(const WarpPlan& p) {
   return p.snap && p.kernel == WarpKernel::kLinear && p.antialias && !p.quantize && p.has_frame &&
          p.frame[0] == 0.0 && p.frame[1] == 0.0 && p.frame[2] >= 1.0 && p.frame[3] >= 1.0 && p.frame[2] <= 16384.0 &&
          p.frame[3] <= 16384.0 && p.frame[2] == std::floor(p.frame[2]) && p.frame[3] == std::floor(p.frame[3]) &&

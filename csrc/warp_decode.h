@@ -28,7 +28,7 @@ struct WarpWorkspace {
 // two-pass result. The decode path (batch_decode.cpp) makes the frame with the plain crop path
 // itself (its crop-bounded filters, DCT scaling and restart slices) and gathers; warp_decode
 // evaluates such plans like any other (the numpy reference's arithmetic).
-bool warp_uses_resampler(const WarpPlan& plan);
+bool warp_uses_crop_frame(const WarpPlan& plan);
 
 // Decodes the image `decoder` has just opened (header `info`) through `plan` into dst (out_h rows
 // of out_w RGB pixels, dst_stride bytes apart). dct_scaling: the caller's DecodeOptions switch.

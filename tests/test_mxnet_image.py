@@ -164,15 +164,12 @@ def test_augmentation_arguments_reach_the_geometry(data_dir):
     )
     t = it.config.transform
     t = getattr(t, "geometry", t)  # a Pipeline when colour or normalization ops follow the geometry
-    if isinstance(t, transforms.RandomResizedCrop):  # this build's fallback (no MXNetDefaultAugment yet)
-        assert (t.scale, t.ratio, t.flip, t.size) == ((0.08, 1.0), (0.75, 4 / 3), 0.5, (20, 20))
-    else:
-        assert (t.min_random_area, t.min_aspect_ratio, t.max_aspect_ratio, t.rand_mirror) == (0.08, 0.75, 4 / 3, True)
+    assert isinstance(t, transforms.MXNetDefaultAugment) and t.random_resized_crop and t.size == (20, 20)
+    assert (t.min_random_area, t.min_aspect_ratio, t.max_aspect_ratio, t.rand_mirror) == (0.08, 0.75, 4 / 3, True)
     it.close()
     it = fm.ImageRecordIter(resize=32, mirror=True, **common)
     g = getattr(it.config.transform, "geometry", it.config.transform)
-    if isinstance(g, transforms.CenterCrop):
-        assert g.resize == 32 and g.flip == 1.0
+    assert isinstance(g, transforms.MXNetDefaultAugment) and g.resize == 32 and g.mirror
     mirrored = it.next().data[0].asnumpy()
     it.close()
     plain = fm.ImageRecordIter(resize=32, **common).next().data[0].asnumpy()

@@ -302,7 +302,7 @@ def uses_crop_frame(plan: WarpPlan) -> bool:
     """Whether ``plan`` is a RandomAffine(nearest) whose frame is exactly the plain crop path's output.
 
     True for a snapped plan over the crop's antialiased bilinear filter (``csrc/warp_decode.h``'s
-    ``warp_uses_resampler``): both backends then make the frame with their plain crop path (the crop
+    ``warp_uses_crop_frame``): both backends then make the frame with their plain crop path (the crop
     resized by the geometry op, filters bounded by the crop as torchvision's crop-then-resize) and
     copy pixels with :func:`gather_frame`: torchvision's two-pass result.
     """
