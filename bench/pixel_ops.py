@@ -17,7 +17,8 @@ CutMix])`` collate, as the reference recipes) run in a ``torch.utils.data.DataLo
 ``num_workers=2``, alternated epoch by epoch with fastload at 2 threads on the same images.
 
 The pixel ops and RandomErasing run inside the decode (``decode_batch`` with a
-``fastload.transforms.Pipeline``); the batch mix is one engine call per batch. ``--normalize``
+``fastload.transforms.Pipeline``); the batch mix too, in the decode's output stage
+(``decode_batch(mix=...)``). ``--normalize``
 measures a float32 NCHW output normalized with the ImageNet statistics instead of uint8 pixels.
 """
 
@@ -92,9 +93,9 @@ def _fastload_work(
 ) -> Work:
     """Decode images[start:stop] in batches through RandomResizedCrop(224)+flip and, if ``name``, its op.
 
-    Pixel ops and RandomErasing run inside the decode (a ``Pipeline``); MixUp / CutMix is one more
-    engine call per batch, as a Loader makes it. ``normalize``: a float32 NCHW output normalized with
-    the ImageNet statistics instead of uint8 NHWC.
+    Pixel ops and RandomErasing run inside the decode (a ``Pipeline``); MixUp / CutMix too, in its
+    output stage (``decode_batch(mix=...)``, as a Loader with ``mix=`` makes it). ``normalize``: a
+    float32 NCHW output normalized with the ImageNet statistics instead of uint8 NHWC.
     """
     from fastload import decode
     from fastload import transforms as T
@@ -112,9 +113,17 @@ def _fastload_work(
             e = min(stop, s + batch)
             idx = np.arange(s, e, dtype=np.int64)
             view = out[: e - s]
-            decode.decode_batch(images[s:e], view, transform, seed=0, epoch=epoch[0], indices=idx, threads=threads)
-            if mix is not None:
-                T.mix_batch(view, labels[: e - s], mix, seed=0, epoch=epoch[0], first_index=s, threads=threads)
+            decode.decode_batch(
+                images[s:e],
+                view,
+                transform,
+                seed=0,
+                epoch=epoch[0],
+                indices=idx,
+                threads=threads,
+                mix=mix,
+                labels=labels[: e - s] if mix is not None else None,
+            )
 
     return run
 

@@ -33,6 +33,7 @@ struct Worker {
   std::vector<int> xmap, ymap;    // RandomCrop: output column / row -> source column / row (-1: fill)
   std::vector<int> pad1, pad2;    // RandomCrop: the two paddings' index maps of one axis
   WarpWorkspace warp;             // warp geometries: the decoded region and the warp's tap tables
+  std::vector<uint8_t> mix_own, mix_prev;  // fused mixing: two samples' final outputs, in cache
   JpegEncoder encoder;            // pack --resize only
   std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
 };
@@ -472,9 +473,101 @@ ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const Outp
   return oc;
 }
 
+
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+// Sample j's final output (normalization, then erasing) from its uint8 HWC image, into `dst`.
+void write_sample(const PipelineSpec& spec, const OutputFormat& fmt, const uint8_t* hwc, uint64_t key,
+                  double* erase_trace, void* dst) {
+  write_output_image(fmt, hwc, static_cast<size_t>(fmt.width) * 3, dst);
+  if (spec.erasing.active()) {
+    ErasingTrace trace{erase_trace};
+    apply_erasing(dst, fmt.dtype, fmt.layout == Layout::kNchw, fmt.height, fmt.width, spec.erasing, key,
+                  erase_trace ? &trace : nullptr);
+  }
+}
+
+// decode_batch's second pass with a fused mix: the output stage of every decoded image. All
+// decoded: each of up to `threads` contiguous runs [s, e) writes sample s - 1's output into one
+// per-thread buffer, then for i = s .. e - 1 sample i's into the other and the slot as the mix of
+// the two (swapping them), so every sample's output is computed once more than its own run needs
+// only at a run's start, and never read back from memory. Otherwise: unmixed outputs for the
+// images that decoded.
+void output_mixed(const PipelineSpec& spec, const OutputFormat& fmt, const uint8_t* scratch, size_t stride, void* out,
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int n, int threads, BatchResults* results) {
+  const size_t slot_bytes = fmt.slot_bytes();
+  auto slot = [&](int i) { return static_cast<uint8_t*>(out) + slot_bytes * static_cast<size_t>(i); };
+  auto image = [&](int i) { return scratch + stride * static_cast<size_t>(i); };
+  auto key = [&](int i) { return sample_key(seed, epoch, static_cast<uint64_t>(indices[i])); };
+  auto trace = [&](int i) {
+    return results->erase_traces ? results->erase_traces + static_cast<size_t>(i) * kErasingTraceValues : nullptr;
+  };
+  auto unmixed = [&] {
+    ThreadPool::instance().run(n, threads, [&](int i) {
+      if (results->status[i] == static_cast<int32_t>(Status::kOk))
+        write_sample(spec, fmt, image(i), key(i), trace(i), slot(i));
+    });
+  };
+  bool all_ok = true;
+  for (int i = 0; i < n; ++i) all_ok = all_ok && results->status[i] == static_cast<int32_t>(Status::kOk);
+  if (!all_ok) {
+    unmixed();
+    return;
+  }
+  const int runs = std::max(1, std::min(threads, n));
+  const bool nchw = fmt.layout == Layout::kNchw;
+  std::atomic<bool> no_memory{false};
+  ThreadPool::instance().run(runs, threads, [&](int r) {
+    const int s = static_cast<int>(static_cast<long long>(n) * r / runs);
+    const int e = static_cast<int>(static_cast<long long>(n) * (r + 1) / runs);
+    if (e <= s) return;
+    Worker& w = this_worker();
+    try {
+      if (w.mix_own.size() < slot_bytes) w.mix_own.resize(slot_bytes), w.mix_prev.resize(slot_bytes);
+    } catch (const std::bad_alloc&) {  // the pool's threads must not throw
+      no_memory.store(true);
+      return;
+    }
+    const int before = s == 0 ? n - 1 : s - 1;
+    write_sample(spec, fmt, image(before), key(before), nullptr, w.mix_prev.data());
+    for (int i = s; i < e; ++i) {
+      write_sample(spec, fmt, image(i), key(i), trace(i), w.mix_own.data());
+      mix_sample(slot(i), w.mix_own.data(), w.mix_prev.data(), fmt.dtype, nchw, fmt.height, fmt.width, *spec.mix);
+      std::swap(w.mix_own, w.mix_prev);
+    }
+  });
+  if (no_memory.load()) {
+    unmixed();  // every slot again, unmixed, from the intact batch scratch; the caller mixes
+    return;
+  }
+  results->mixed = true;
+}
+#endif
 }  // namespace
 
 void force_hwc_scratch(bool on) { g_force_scratch.store(on); }
+
+namespace {
+
+// Bytes of one image in the fused mix's batch scratch: the HWC uint8 image and the 32 spare bytes
+// the pixel-op kernels may touch past its end (as the per-thread scratch), rounded to a cache line.
+size_t mix_stride(const OutputFormat& f) {
+  const size_t bytes = static_cast<size_t>(f.height) * f.width * 3 + 32;
+  return (bytes + 63) / 64 * 64;
+}
+
+// The calling thread's batch scratch of the fused mix, grown on demand and kept for the thread's
+// life (a loader calls from one producer thread: no page faults after its first batch).
+uint8_t* mix_scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < bytes) {
+    scratch.clear();
+    scratch.shrink_to_fit();
+    scratch.resize(bytes);
+  }
+  return scratch.data();
+}
+
+}  // namespace
 
 void decode_batch(const std::vector<ImageRef>& images, void* out, const PipelineSpec& spec, const OutputFormat& format,
                   uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
@@ -482,7 +575,29 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
   const int n = static_cast<int>(images.size());
   const size_t slot_bytes = format.slot_bytes();
   results->errors.assign(n, std::string());
+  results->mixed = false;
   std::atomic<long long> warnings{0}, sliced{0}, fallbacks{0};
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  const bool fuse_mix = spec.mix != nullptr && n > 0;
+#else
+  const bool fuse_mix = false;
+#endif
+  // Fused mixing decodes every image (pixel ops included) into the batch scratch first, as uint8
+  // HWC; the output stage (normalization, erasing, the mix) runs afterwards, below.
+  PipelineSpec first_pass;
+  OutputFormat raw;  // uint8 NHWC, not normalized
+  uint8_t* scratch = nullptr;
+  size_t stride = 0;
+  if (fuse_mix) {
+    first_pass = spec;
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+    first_pass.erasing = ErasingSpec();
+    first_pass.mix = nullptr;
+#endif
+    raw.height = format.height, raw.width = format.width;
+    stride = mix_stride(format);
+    scratch = mix_scratch(stride * static_cast<size_t>(n));
+  }
   auto work = [&](int i) {
     SampleBox box;
     box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
@@ -502,7 +617,12 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
 #endif
       double* warp_trace =
           results->warp_traces ? results->warp_traces + static_cast<size_t>(i) * kWarpTraceValues : nullptr;
-      oc = decode_one(images[i], spec, format, slot, key, options, &box, op_trace, erase_trace, warp_trace);
+      if (fuse_mix) {
+        oc = decode_one(images[i], first_pass, raw, scratch + stride * static_cast<size_t>(i), key, options, &box,
+                        op_trace, nullptr, warp_trace);
+      } else {
+        oc = decode_one(images[i], spec, format, slot, key, options, &box, op_trace, erase_trace, warp_trace);
+      }
     } catch (const std::bad_alloc&) {
       oc.status = Status::kInternal;
       oc.message = "out of memory";
@@ -530,6 +650,9 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
   results->warnings = warnings.load();
   results->sliced = sliced.load();
   results->slice_fallbacks = fallbacks.load();
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  if (fuse_mix) output_mixed(spec, format, scratch, stride, out, seed, epoch, indices, n, threads, results);
+#endif
 }
 
 void resize_encode_batch(const std::vector<ImageRef>& images, int shorter, int quality, int threads,

@@ -50,6 +50,8 @@ struct PipelineSpec {
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
   PixelOpsSpec pixel_ops;
   ErasingSpec erasing;
+  // The batch's MixUp / CutMix, fused into the output stage (nullptr: none); see decode_batch.
+  const MixParams* mix = nullptr;
 #endif
   bool has_pixel_ops() const {
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
@@ -82,12 +84,21 @@ struct BatchResults {
   // The warp geometry's draws (n * kWarpTraceValues doubles: RandomAffine's 6 values of
   // fastload.transforms.affine.AFFINE_PARAM_NAMES, or MXNet's 18 of MXNET_PARAM_NAMES), or nullptr.
   double* warp_traces = nullptr;
+  // True when decode_batch applied spec.mix (every image decoded); false leaves the slots unmixed.
+  bool mixed = false;
 };
 
 constexpr int kWarpTraceValues = kMXNetParamCount;
 
 // Decodes images[i] into out + i * (slot bytes of `format`) for every i. `format` is the prepared
 // form of spec.output for the geometry's output size. Never throws for a bad image.
+//
+// With spec.mix the batch is mixed in the same call, with mix_batch's result bit for bit, but
+// without its extra pass over the output: every image is first decoded (pixel ops included) into
+// a uint8 HWC image of the calling thread's batch scratch; then each thread walks a contiguous run
+// of samples, writing sample i's output (normalization, erasing) into a per-thread buffer that
+// stays in cache and the slot from it and sample i - 1's buffer. If any image did not decode, the
+// slots are written unmixed and results->mixed stays false (the caller mixes after replacing them).
 void decode_batch(const std::vector<ImageRef>& images, void* out, const PipelineSpec& spec, const OutputFormat& format,
                   uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
                   BatchResults* results);

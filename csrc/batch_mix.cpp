@@ -27,9 +27,10 @@ namespace {
 
 size_t elem_size(DType t) { return t == DType::kUint8 ? 1 : t == DType::kFloat32 ? 4 : 2; }
 
-// dst = prev * wb + dst * wa (torch: rolled.mul_(1 - lam).add_(image.mul(lam))), n elements.
-void mix_float(float* dst, const float* prev, size_t n, float wa, float wb) {
-  for (size_t i = 0; i < n; ++i) dst[i] = prev[i] * wb + dst[i] * wa;
+// dst = prev * wb + own * wa (torch: rolled.mul_(1 - lam).add_(image.mul(lam))), n elements; dst
+// may be own.
+void mix_float(float* dst, const float* own, const float* prev, size_t n, float wa, float wb) {
+  for (size_t i = 0; i < n; ++i) dst[i] = prev[i] * wb + own[i] * wa;
 }
 
 // Round half to even through the current (default) rounding mode: cvtss2si, no libm call (a call
@@ -42,94 +43,94 @@ inline int round_even(float v) {
 #endif
 }
 
-void mix_u8_scalar(uint8_t* dst, const uint8_t* prev, size_t n, float wa, float wb) {
+void mix_u8_scalar(uint8_t* dst, const uint8_t* own, const uint8_t* prev, size_t n, float wa, float wb) {
   for (size_t i = 0; i < n; ++i) {
-    const int v = round_even(static_cast<float>(prev[i]) * wb + static_cast<float>(dst[i]) * wa);
+    const int v = round_even(static_cast<float>(prev[i]) * wb + static_cast<float>(own[i]) * wa);
     dst[i] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
   }
 }
 
 #ifdef FL_HAVE_F16C_PATH
-__attribute__((target("avx2"))) void mix_u8_avx2(uint8_t* dst, const uint8_t* prev, size_t n, float wa, float wb) {
+__attribute__((target("avx2"))) void mix_u8_avx2(uint8_t* dst, const uint8_t* own, const uint8_t* prev, size_t n, float wa, float wb) {
   const __m256 va = _mm256_set1_ps(wa), vb = _mm256_set1_ps(wb);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 p = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(prev + i))));
-    const __m256 d = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(dst + i))));
+    const __m256 d = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(own + i))));
     const __m256i v = _mm256_cvtps_epi32(_mm256_add_ps(_mm256_mul_ps(p, vb), _mm256_mul_ps(d, va)));
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + i), _mm_packus_epi16(w, w));
   }
-  mix_u8_scalar(dst + i, prev + i, n - i, wa, wb);
+  mix_u8_scalar(dst + i, own + i, prev + i, n - i, wa, wb);
 }
 #endif
 
 #ifdef FL_HAVE_F16C_PATH
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void mix_u8_avx512(uint8_t* dst, const uint8_t* prev, size_t n,
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void mix_u8_avx512(uint8_t* dst, const uint8_t* own, const uint8_t* prev, size_t n,
                                                                        float wa, float wb) {
   const __m512 va = _mm512_set1_ps(wa), vb = _mm512_set1_ps(wb);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 p = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prev + i))));
-    const __m512 d = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + i))));
+    const __m512 d = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(own + i))));
     const __m512i v = _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(p, vb), _mm512_mul_ps(d, va)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512())));
   }
-  mix_u8_scalar(dst + i, prev + i, n - i, wa, wb);
+  mix_u8_scalar(dst + i, own + i, prev + i, n - i, wa, wb);
 }
 #endif
 
-void mix_u8(uint8_t* dst, const uint8_t* prev, size_t n, float wa, float wb) {
+void mix_u8(uint8_t* dst, const uint8_t* own, const uint8_t* prev, size_t n, float wa, float wb) {
 #ifdef FL_HAVE_F16C_PATH
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl");
   if (avx512) {
-    mix_u8_avx512(dst, prev, n, wa, wb);
+    mix_u8_avx512(dst, own, prev, n, wa, wb);
     return;
   }
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) {
-    mix_u8_avx2(dst, prev, n, wa, wb);
+    mix_u8_avx2(dst, own, prev, n, wa, wb);
     return;
   }
 #endif
-  mix_u8_scalar(dst, prev, n, wa, wb);
+  mix_u8_scalar(dst, own, prev, n, wa, wb);
 }
 
 // Half: each product rounded to half, then their sum (torch's half arithmetic).
-void mix_half_scalar(uint16_t* dst, const uint16_t* prev, size_t n, float wa, float wb) {
+void mix_half_scalar(uint16_t* dst, const uint16_t* own, const uint16_t* prev, size_t n, float wa, float wb) {
   for (size_t i = 0; i < n; ++i) {
     const float x = half::to_float(half::from_float(half::to_float(prev[i]) * wb));
-    const float y = half::to_float(half::from_float(half::to_float(dst[i]) * wa));
+    const float y = half::to_float(half::from_float(half::to_float(own[i]) * wa));
     dst[i] = half::from_float(x + y);
   }
 }
 
 #ifdef FL_HAVE_F16C_PATH
-FL_F16C void mix_half_f16c(uint16_t* dst, const uint16_t* prev, size_t n, float wa, float wb) {
+FL_F16C void mix_half_f16c(uint16_t* dst, const uint16_t* own, const uint16_t* prev, size_t n, float wa, float wb) {
   const __m256 va = _mm256_set1_ps(wa), vb = _mm256_set1_ps(wb);
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT;
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 p = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prev + i)));
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + i)));
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(own + i)));
     const __m256 x = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(p, vb), kRound));
     const __m256 y = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(d, va), kRound));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_add_ps(x, y), kRound));
   }
-  mix_half_scalar(dst + i, prev + i, n - i, wa, wb);
+  mix_half_scalar(dst + i, own + i, prev + i, n - i, wa, wb);
 }
 #endif
 
-void mix_half(uint16_t* dst, const uint16_t* prev, size_t n, float wa, float wb) {
+void mix_half(uint16_t* dst, const uint16_t* own, const uint16_t* prev, size_t n, float wa, float wb) {
 #ifdef FL_HAVE_F16C_PATH
   static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   if (f16c) {
-    mix_half_f16c(dst, prev, n, wa, wb);
+    mix_half_f16c(dst, own, prev, n, wa, wb);
     return;
   }
 #endif
-  mix_half_scalar(dst, prev, n, wa, wb);
+  mix_half_scalar(dst, own, prev, n, wa, wb);
 }
 
 // Copies the CutMix box of src into dst (both one sample).
@@ -151,6 +152,29 @@ void copy_box(uint8_t* dst, const uint8_t* src, size_t es, bool channels_first, 
 }
 
 }  // namespace
+
+void mix_sample(void* out, const void* own, const void* prev, DType type, bool channels_first, int h, int w,
+                const MixParams& params) {
+  const size_t count = static_cast<size_t>(h) * static_cast<size_t>(w) * 3;
+  const size_t es = elem_size(type);
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  const uint8_t* src = static_cast<const uint8_t*>(own);
+  if (params.cutmix) {
+    if (dst != src) std::memcpy(dst, src, count * es);
+    copy_box(dst, static_cast<const uint8_t*>(prev), es, channels_first, h, w, params);
+    return;
+  }
+  const float wa = static_cast<float>(params.lam), wb = static_cast<float>(1.0 - params.lam);
+  if (type == DType::kFloat32) {
+    mix_float(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src), static_cast<const float*>(prev), count,
+              wa, wb);
+  } else if (type == DType::kUint8) {
+    mix_u8(dst, src, static_cast<const uint8_t*>(prev), count, wa, wb);
+  } else {
+    mix_half(reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(src),
+             static_cast<const uint16_t*>(prev), count, wa, wb);
+  }
+}
 
 void mix_batch(void* images, DType type, bool channels_first, int n, int h, int w, const MixParams& params,
                const float* labels, int num_classes, float* soft, int threads) {
@@ -175,18 +199,7 @@ void mix_batch(void* images, DType type, bool channels_first, int n, int h, int 
     const int before = start[static_cast<size_t>(c)] == 0 ? n - 1 : start[static_cast<size_t>(c)] - 1;
     std::memcpy(saved.data() + static_cast<size_t>(c) * bytes, base + static_cast<size_t>(before) * bytes, bytes);
   }
-  const float wa = static_cast<float>(params.lam), wb = static_cast<float>(1.0 - params.lam);
-  auto mix_one = [&](uint8_t* dst, const uint8_t* prev) {
-    if (params.cutmix) {
-      copy_box(dst, prev, es, channels_first, h, w, params);
-    } else if (type == DType::kFloat32) {
-      mix_float(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(prev), count, wa, wb);
-    } else if (type == DType::kUint8) {
-      mix_u8(dst, prev, count, wa, wb);
-    } else {
-      mix_half(reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(prev), count, wa, wb);
-    }
-  };
+  auto mix_one = [&](uint8_t* dst, const uint8_t* prev) { mix_sample(dst, dst, prev, type, channels_first, h, w, params); };
   ThreadPool::instance().run(chunks, threads, [&](int c) {
     const int s = start[static_cast<size_t>(c)], e = start[static_cast<size_t>(c) + 1];
     for (int i = e - 1; i > s; --i) mix_one(base + static_cast<size_t>(i) * bytes, base + static_cast<size_t>(i - 1) * bytes);

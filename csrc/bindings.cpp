@@ -13,6 +13,7 @@
 #include <pybind11/native_enum.h>
 #endif
 
+#include <cmath>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
@@ -215,10 +216,31 @@ bool format_matches(DType dtype, const std::string& fmt, Py_ssize_t itemsize) {
   return false;
 }
 
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+// (cutmix, lam, (x0, y0, x1, y1), lam_labels): one batch's MixUp / CutMix draw, checked against an
+// h x w output (mix_batch_py's checks).
+MixParams mix_from_python(const py::object& mix, int h, int w) {
+  const py::tuple t = py::cast<py::tuple>(mix);
+  if (py::len(t) != 4) throw py::value_error("mix must be (cutmix, lam, (x0, y0, x1, y1), lam_labels)");
+  const py::sequence box = t[2].cast<py::sequence>();
+  if (py::len(box) != 4) throw py::value_error("box must be (x0, y0, x1, y1)");
+  MixParams p;
+  p.cutmix = t[0].cast<bool>();
+  p.lam = t[1].cast<double>();
+  p.lam_labels = t[3].cast<double>();
+  p.x0 = box[0].cast<int>(), p.y0 = box[1].cast<int>(), p.x1 = box[2].cast<int>(), p.y1 = box[3].cast<int>();
+  if (p.cutmix && !(0 <= p.x0 && p.x0 <= p.x1 && p.x1 <= w && 0 <= p.y0 && p.y0 <= p.y1 && p.y1 <= h))
+    throw py::value_error("box must lie within the image");
+  if (!std::isfinite(p.lam)) throw py::value_error("lam must be finite");
+  return p;
+}
+#endif
+
 py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, const GeometryParams& op,
                          const OutputParams& output, const py::sequence& ops, const py::object& erase, uint64_t seed,
                          uint64_t epoch, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,
-                         int threads, const DecodeSettings& options, bool want_params, const py::object& warp) {
+                         int threads, const DecodeSettings& options, bool want_params, const py::object& warp,
+                         const py::object& mix) {
   check_geometry(op);
   check_settings(options);
   if (threads < 1) throw py::value_error("threads=" + std::to_string(threads) + " must be >= 1");
@@ -239,7 +261,13 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
   spec.pixel_ops = pixel_ops_from_python(ops, op);
   spec.erasing = erasing_from_python(erase, ops, output);
+  MixParams mix_params;
+  if (!mix.is_none()) {
+    mix_params = mix_from_python(mix, op.out_h, op.out_w);
+    spec.mix = &mix_params;
+  }
 #else
+  if (!mix.is_none()) throw py::value_error("this engine was built without pixel ops (csrc/pixel_ops.h): no mix");
   if (py::len(ops) != 0 || !erase.is_none())
     throw py::value_error("this engine was built without pixel ops (csrc/pixel_ops.h): ops and erase must be empty");
 #endif
@@ -328,6 +356,7 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   r["pixel_traces"] = pixel_traces;
   r["erase_traces"] = erase_traces;
   r["warp_traces"] = warp_traces;
+  r["mixed"] = results.mixed;
   return r;
 }
 
@@ -1122,11 +1151,14 @@ PYBIND11_MODULE(_engine, m) {
   m.def("decode_batch", &decode_batch_py, py::arg("images"), py::arg("out"), py::arg("geometry"), py::arg("output"),
         py::arg("ops"), py::arg("erase"), py::arg("seed"), py::arg("epoch"), py::arg("indices"), py::arg("threads"),
         py::arg("options"), py::arg("want_params") = false, py::arg("warp") = py::none(),
+        py::arg("mix") = py::none(),
         "Decode a batch into out (GIL released once) through the pipeline geometry (warp: the "
         "MXNetDefaultAugment of an MXNET_AUGMENT geometry, or a RandomAffine after the crop) -> pixel "
         "ops -> output stage (dtype, layout, normalization) -> erasing; returns a dict of per-image "
         "results (with want_params, the pixel ops' traces [B, ops, 64], the output stage's [B, 8] and "
-        "the warp's draws [B, 18], RandomAffine's in the first 6 columns).");
+        "the warp's draws [B, 18], RandomAffine's in the first 6 columns). mix: the batch's MixUp / "
+        "CutMix draw (cutmix, lam, box, lam_labels), fused into the output stage; 'mixed' says whether "
+        "it was applied (every image decoded).");
   m.def("decode_image", &decode_image_py, py::arg("buf"), py::arg("options"),
         "Full-size RGB decode: (status, message, array or None).");
   m.def("resize_encode_batch", &resize_encode_batch_py, py::arg("images"), py::arg("shorter"), py::arg("quality"),

@@ -160,6 +160,12 @@ struct MixParams {
 void mix_batch(void* images, DType type, bool channels_first, int n, int h, int w, const MixParams& params,
                const float* labels, int num_classes, float* soft, int threads);
 
+// One sample of the same mixing: out = own mixed with prev (the sample before it), with mix_batch's
+// arithmetic bit for bit. out may be own; prev must not overlap out. The decode's fused MixUp /
+// CutMix (batch_decode.cpp) writes each slot through it from two cache-hot sample images.
+void mix_sample(void* out, const void* own, const void* prev, DType type, bool channels_first, int h, int w,
+                const MixParams& params);
+
 // Batch forms of apply_pixel_ops / apply_erasing over n contiguous samples, spread over up to
 // `threads` threads of the engine's pool, keys sample_key(seed, epoch, indices[i]); traces (or
 // nullptr) hold n * ops * kTraceValuesPerOp / n * kErasingTraceValues doubles. For callers that run

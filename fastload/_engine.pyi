@@ -156,6 +156,7 @@ def decode_batch(
     options: DecodeSettings,
     want_params: bool = False,
     warp: Any = None,
+    mix: tuple[bool, float, tuple[int, int, int, int], float] | None = None,
 ) -> dict[str, Any]: ...
 def decode_image(buf: Buffer, options: DecodeSettings) -> tuple[Status, str, npt.NDArray[np.uint8] | None]: ...
 def resize_encode_batch(

@@ -61,6 +61,7 @@ from fastload.transforms import (
 from fastload.transforms.affine import AFFINE_PARAM_NAMES
 from fastload.transforms.erasing import apply_output_ops, output_params_from_trace
 from fastload.transforms.geometry import ImageTooSmall
+from fastload.transforms.mixing import BatchOp, MixResult, mix_batch, mix_labels
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES, MXNetSampleError
 from fastload.transforms.warp import gather_frame, uses_crop_frame
 
@@ -189,6 +190,10 @@ class BatchResult:
             ``affine``, an ``MXNetParams`` for ``MXNetDefaultAugment``), None for a failed sample;
             ``None`` unless ``want_params`` and the pipeline has a warp geometry. The boxes of an
             ``MXNetDefaultAugment`` are NaN (its windows are in ``warp_params``).
+        mix: With ``mix=``, the batch's :class:`~fastload.transforms.mixing.MixResult` (soft labels
+            and the draw) once the images are mixed; ``None`` when some image failed (the slots are
+            then unmixed: replace them and call :func:`~fastload.transforms.mix_batch` with
+            ``first_index=indices[0]``), or without ``mix=``.
     """
 
     status: np.ndarray
@@ -204,6 +209,7 @@ class BatchResult:
     op_params: list[list[dict[str, Any]] | None] | None = None
     output_params: list[dict[str, Any] | None] | None = None
     warp_params: list[Any] | None = None
+    mix: Any = None
 
     @property
     def ok(self) -> bool:
@@ -604,6 +610,12 @@ def _warp_params_from_trace(pipeline: Pipeline, trace: np.ndarray) -> Any:
     return AffineParams(angle=angle, translate=(int(tx), int(ty)), scale=scale, shear=(shear_x, shear_y))
 
 
+def _native_mix(params: dict[str, Any]) -> tuple[bool, float, tuple[int, int, int, int], float]:
+    """A batch draw of :func:`~fastload.transforms.mixing.sample_mix` as the engine's ``mix`` argument."""
+    box = params["box"] or (0, 0, 0, 0)
+    return (params["op"] == "cutmix", float(params["lam"]), tuple(int(v) for v in box), float(params["lam_labels"]))
+
+
 def decode_batch(
     images: Sequence,
     out: np.ndarray,
@@ -616,6 +628,9 @@ def decode_batch(
     layout: str | Layout | None = None,
     want_params: bool = False,
     options: DecodeOptions = DecodeOptions(),
+    mix: BatchOp | None = None,
+    labels: Any = None,
+    soft_labels: np.ndarray | None = None,
 ) -> BatchResult:
     """Decode ``images`` through ``transform`` into ``out``, one slot per image.
 
@@ -635,19 +650,46 @@ def decode_batch(
         want_params: Return the crop boxes and flips used, and each sample's pixel-op and output-stage
             parameters.
         options: :class:`DecodeOptions`.
+        mix: A batch op (:class:`~fastload.transforms.MixUp`, ``CutMix``, ``RandomChoice``) applied
+            to the decoded batch with ``labels``: the result equals :func:`~fastload.transforms.mix_batch`
+            with ``first_index=indices[0]`` on the unmixed batch, bit for bit, but the engine mixes
+            in its output stage, without another pass over ``out``. ``BatchResult.mix`` holds the
+            soft labels.
+        labels: The batch's class indices ``[B]`` / ``[B, 1]`` or probabilities ``[B, num_classes]``
+            (with ``mix``).
+        soft_labels: Caller-owned float32 ``[B, num_classes]`` array for the soft labels (with
+            ``mix``), or None for a new one.
 
     Returns:
         A :class:`BatchResult`. Failed positions have a non-zero status, a reason in ``errors`` and a
         zero-filled slot.
 
     Raises:
-        ValueError: On API misuse (wrong ``out`` shape, dtype or contiguity, mismatched lengths).
+        ValueError: On API misuse (wrong ``out`` shape, dtype or contiguity, mismatched lengths,
+            ``mix`` without ``labels``).
     """
     pipeline = as_pipeline(transform)
     layout, idx, threads = _check_args(images, out, pipeline, indices, threads, layout, options)
     n = len(images)
     seed = int(seed)
     epoch = int(epoch)
+    planned: MixResult | None = None
+    if mix is not None:
+        if labels is None:
+            raise ValueError("mix needs the batch's labels (labels=)")
+        height, width = pipeline.size
+        planned = mix_labels(
+            labels,
+            mix,
+            seed=seed,
+            epoch=epoch,
+            first_index=int(idx[0]) if n else 0,
+            height=height,
+            width=width,
+            out=soft_labels,
+        )
+        if planned.labels.shape[0] != n:
+            raise ValueError(f"labels have {planned.labels.shape[0]} rows for a batch of {n}")
     backend = active_backend()
     warnings_count = sliced = slice_fallbacks = 0
     if backend == "pillow":
@@ -673,6 +715,7 @@ def decode_batch(
             _native_options(options),
             bool(want_params),
             _warp_spec(pipeline),
+            _native_mix(planned.params) if planned is not None and n else None,
         )
         status, errors, boxes = native["status"], dict(native["errors"]), native["boxes"]
         flips, vflips = native["flips"], native["vflips"]
@@ -717,6 +760,22 @@ def decode_batch(
             warp_params,
         )
     has_output_ops = pipeline.erase is not None or any(getattr(op, "has_output_jitter", False) for op in pipeline.ops)
+    mixed: MixResult | None = None
+    if planned is not None and not errors:
+        if n == 0 or (backend != "pillow" and native["mixed"]):
+            mixed = planned
+        else:  # the Pillow path decoded some images: mix the finished batch
+            mixed = mix_batch(
+                out,
+                labels,
+                mix,
+                seed=seed,
+                epoch=epoch,
+                first_index=int(idx[0]),
+                layout=layout.value,
+                threads=threads,
+                out=soft_labels,
+            )
     return BatchResult(
         status=status,
         errors=errors,
@@ -731,6 +790,7 @@ def decode_batch(
         op_params=op_params if want_params and pipeline.ops else None,
         output_params=output_params if want_params and has_output_ops else None,
         warp_params=warp_params if want_params and _warp_spec(pipeline) is not None else None,
+        mix=mixed,
     )
 
 

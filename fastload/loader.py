@@ -70,6 +70,7 @@ from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum
 from fastload.prefetch import Producer, ProducerStopped
 from fastload.stats import LoaderStats, Stage, StageTimer
 from fastload.transforms import Transform, train
+from fastload.transforms.mixing import mix_batch
 
 __all__ = ["IMAGE_DTYPES", "Batch", "Even", "Layout", "Loader", "LoaderConfig", "OnError", "Shuffle"]
 
@@ -163,6 +164,10 @@ class LoaderConfig:
             batch has ``batch_size`` rows, and the repeated rows are read and decoded like the others
             (``on_error``, stats). The epoch's last batch then repeats
             ``len(loader) * batch_size - records in this rank's share`` rows at its end.
+        mix: A batch op (``fastload.transforms.MixUp``, ``CutMix`` or ``RandomChoice`` of them;
+            torchvision v2 semantics) applied to every batch in the engine's output stage, keyed by
+            the batch's first sample in the epoch's order; ``batch.labels`` are then the float32
+            ``[B, num_classes]`` soft labels. Substituted bad records are mixed in like the others.
     """
 
     batch_size: int = 256
@@ -187,6 +192,7 @@ class LoaderConfig:
     image_dtype: Any = None
     max_extra_slots: int | None = None
     round_batch: bool = False
+    mix: Any = None
 
     def __post_init__(self) -> None:
         _positive_int(self.batch_size, "batch_size")
@@ -227,6 +233,10 @@ class LoaderConfig:
                 raise ValueError(f"decode_options={self.decode_options!r} must be a fastload.decode.DecodeOptions")
         if self.trace_path is not None and not isinstance(self.trace_path, (str, os.PathLike)):
             raise ValueError(f"trace_path={self.trace_path!r} must be a path or None")
+        if self.mix is not None and not isinstance(
+            self.mix, (_transforms.MixUp, _transforms.CutMix, _transforms.RandomChoice)
+        ):
+            raise ValueError(f"mix={self.mix!r} must be a fastload.transforms MixUp, CutMix or RandomChoice, or None")
         wanted = _dtype_or_none(self.image_dtype, "image_dtype")
         declared = _dtype_or_none(transform_image_dtype(self.transform), "the transform's output dtype")
         if wanted is not None and declared is not None and wanted != declared:
@@ -289,7 +299,12 @@ class Loader:
         self._labels = np.asarray(dataset.labels, dtype=np.float32)
         if self._labels.ndim == 1:
             self._labels = self._labels[:, None]
-        self.label_width = int(self._labels.shape[1])
+        if config.mix is not None and self._labels.shape[1] not in (1, config.mix.num_classes):
+            raise ValueError(
+                f"mix needs class indices or {config.mix.num_classes} probabilities per record; the dataset's "
+                f"labels have {self._labels.shape[1]} values per record"
+            )
+        self.label_width = int(self._labels.shape[1]) if config.mix is None else int(config.mix.num_classes)
         self.order_spec = OrderSpec(
             num_records=self._num_records,
             batch_size=config.batch_size,
@@ -633,9 +648,21 @@ class _Pipeline:
                     views.append(view)
                     if err is not None:
                         read_errors[pos] = err
+        mix = self.config.mix
+        first = int(indices[0]) if m else 0  # keys the batch's mix, whatever replaces a bad first record
+        mix_kwargs = (
+            {} if mix is None else {"mix": mix, "labels": self._labels[indices], "soft_labels": arrays["labels"][:m]}
+        )
         with timer.span(Stage.DECODE, batch=number):
             result = self._decode(
-                views, out, self.config.transform, seed=seed, epoch=epoch, indices=indices, **self._decode_kwargs
+                views,
+                out,
+                self.config.transform,
+                seed=seed,
+                epoch=epoch,
+                indices=indices,
+                **self._decode_kwargs,
+                **mix_kwargs,
             )
             timer.backend = result.backend
             timer.count_slices(getattr(result, "sliced", 0), getattr(result, "slice_fallbacks", 0))
@@ -644,11 +671,25 @@ class _Pipeline:
             if failures:
                 indices = indices.copy()
                 self._substitute(failures, indices, out, epoch, seed)
+            if mix is not None and getattr(result, "mix", None) is None:
+                # Not mixed in the decode (a bad record was replaced, or a decode without mix=).
+                mix_batch(
+                    out,
+                    self._labels[indices],
+                    mix,
+                    seed=seed,
+                    epoch=epoch,
+                    first_index=first,
+                    layout=self.config.layout.value,
+                    threads=self.config.num_threads,
+                    out=arrays["labels"][:m],
+                )
         if self._done_with is not None:
             del views  # the decoded bytes are no longer referenced by this batch
             self._done_with(indices)
         arrays["indices"][:m] = indices
-        np.take(self._labels, indices, axis=0, out=arrays["labels"][:m])
+        if mix is None:
+            np.take(self._labels, indices, axis=0, out=arrays["labels"][:m])
         return indices
 
     def _report_bad(self, i: int, reason: str) -> None:

@@ -35,7 +35,7 @@ import numpy as np
 from fastload.transforms.pixel import BATCH_OPS_COUNTER_BASE, normal, randint
 from fastload.transforms.rng import sample_key, uniform
 
-__all__ = ["CutMix", "MixResult", "MixUp", "RandomChoice", "mix_batch", "sample_beta", "sample_mix"]
+__all__ = ["CutMix", "MixResult", "MixUp", "RandomChoice", "mix_batch", "mix_labels", "sample_beta", "sample_mix"]
 
 _K = BATCH_OPS_COUNTER_BASE
 _GAMMA_X = _K + 16
@@ -240,10 +240,15 @@ def _one_hot(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray:
     )
 
 
-def _reference(images: np.ndarray, onehot: np.ndarray, params: dict[str, Any], nchw: bool) -> np.ndarray:
+def _soft(onehot: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    """The mixed labels, with the engine's float32 arithmetic (``prev * w_roll + own * w_own``)."""
     w_own = np.float32(params["lam_labels"])
     w_roll = np.float32(1.0 - params["lam_labels"])
-    soft = (np.roll(onehot, 1, axis=0) * w_roll + onehot * w_own).astype(np.float32)
+    return (np.roll(onehot, 1, axis=0) * w_roll + onehot * w_own).astype(np.float32)
+
+
+def _reference(images: np.ndarray, onehot: np.ndarray, params: dict[str, Any], nchw: bool) -> np.ndarray:
+    soft = _soft(onehot, params)
     rolled = np.roll(images, 1, axis=0)
     if params["op"] == "cutmix":
         x0, y0, x1, y1 = params["box"]
@@ -263,6 +268,67 @@ def _reference(images: np.ndarray, onehot: np.ndarray, params: dict[str, Any], n
     else:
         images[...] = rolled * b + images * a
     return soft
+
+
+def _check_mix(mix: Any) -> None:
+    if not isinstance(mix, (MixUp, CutMix, RandomChoice)):
+        raise ValueError(f"mix={mix!r} must be a MixUp, CutMix or RandomChoice")
+
+
+def _check_out(out: Any, n: int, num_classes: int) -> None:
+    if out is not None and (
+        not isinstance(out, np.ndarray)
+        or out.dtype != np.float32
+        or out.shape != (n, num_classes)
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
+        raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {(n, num_classes)}")
+
+
+def mix_labels(
+    labels: np.ndarray,
+    mix: BatchOp,
+    *,
+    seed: int,
+    epoch: int,
+    first_index: int,
+    height: int,
+    width: int,
+    out: np.ndarray | None = None,
+) -> MixResult:
+    """The draw and the soft labels :func:`mix_batch` gives a batch, without touching its images.
+
+    What ``fastload.decode.decode_batch(mix=...)`` uses to mix the images in the decode's output
+    stage: the same parameters and labels as :func:`mix_batch` on the decoded batch.
+
+    Args:
+        labels: Class indices (``[B]`` or ``[B, 1]``) or probability rows ``[B, num_classes]``.
+        mix: :class:`MixUp`, :class:`CutMix` or :class:`RandomChoice`.
+        seed: Loader seed.
+        epoch: Epoch.
+        first_index: Global sample index of the batch's first sample (keys the batch's draws).
+        height: Image height (CutMix's box).
+        width: Image width.
+        out: Caller-owned float32 ``[B, num_classes]`` array for the soft labels, or None.
+
+    Returns:
+        :class:`MixResult` with the soft labels and the sampled parameters.
+
+    Raises:
+        ValueError: Bad labels, mix or out.
+    """
+    _check_mix(mix)
+    lab = np.asarray(labels)
+    n = lab.shape[0] if lab.ndim else 0
+    _check_out(out, n, mix.num_classes)
+    onehot = _one_hot(lab, n, mix.num_classes)
+    params = sample_mix(mix, sample_key(int(seed), int(epoch), int(first_index)), int(height), int(width))
+    soft = _soft(onehot, params) if n else onehot
+    if out is None:
+        return MixResult(soft, params)
+    out[...] = soft
+    return MixResult(out, params)
 
 
 def _engine():
@@ -309,22 +375,14 @@ def mix_batch(
     Raises:
         ValueError: Bad shapes, dtypes, or a label that is not a class index in range.
     """
-    if not isinstance(mix, (MixUp, CutMix, RandomChoice)):
-        raise ValueError(f"mix={mix!r} must be a MixUp, CutMix or RandomChoice")
+    _check_mix(mix)
     if not isinstance(images, np.ndarray) or images.dtype not in (np.uint8, np.float32, np.float16):
         raise ValueError("images must be a numpy uint8, float32 or float16 array")
     if not images.flags.c_contiguous or not images.flags.writeable:
         raise ValueError("images must be C-contiguous and writeable (they are mixed in place)")
     nchw = _layout(images, layout)
     n = images.shape[0]
-    if out is not None and (
-        not isinstance(out, np.ndarray)
-        or out.dtype != np.float32
-        or out.shape != (n, mix.num_classes)
-        or not out.flags.c_contiguous
-        or not out.flags.writeable
-    ):
-        raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {(n, mix.num_classes)}")
+    _check_out(out, n, mix.num_classes)
     h, w = (images.shape[2], images.shape[3]) if nchw else (images.shape[1], images.shape[2])
     onehot = _one_hot(labels, n, mix.num_classes)
     params = sample_mix(mix, sample_key(int(seed), int(epoch), int(first_index)), h, w)
