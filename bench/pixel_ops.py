@@ -195,10 +195,16 @@ class _EpochRatio:
         return dict(self.__dict__)
 
 
-def _versus_torchvision(images: Sequence[bytes], name: str, batch: int, rounds: int) -> _EpochRatio:
-    """fastload (2 threads) over torchvision (num_workers=2), epoch by epoch, order swapped every pair."""
+def _versus_torchvision(
+    images: Sequence[bytes], name: str, batch: int, rounds: int, fastload_images: Sequence[bytes] | None = None
+) -> _EpochRatio:
+    """fastload (2 threads) over torchvision (num_workers=2), epoch by epoch, order swapped every pair.
+
+    ``fastload_images``: what fastload decodes instead of ``images`` (the same pictures as
+    ``fastload pack --restart-index`` stores them); torchvision always reads ``images``.
+    """
     loader = _torchvision_loader(images, name, batch, workers=2)
-    work = _fastload_work(images, name, threads=2, batch=batch)
+    work = _fastload_work(images if fastload_images is None else fastload_images, name, threads=2, batch=batch)
     n = len(images)
 
     def tv_epoch() -> float:
@@ -304,9 +310,15 @@ def run(
     normalize: bool = False,
     pipelines: Sequence[str] = PIPELINES,
     quiet: bool = False,
+    restart_index: bool = False,
     argv: Sequence[str] = (),
 ) -> dict:
-    """Measures every pipeline's cost; returns the JSON-able results (``argv``: recorded as the command)."""
+    """Measures every pipeline's cost; returns the JSON-able results (``argv``: recorded as the command).
+
+    ``restart_index``: fastload decodes the images as ``fastload pack --restart-index`` stores them
+    (the same pixels, with restart markers: the engine decodes only the intervals a crop covers);
+    torchvision reads the original files.
+    """
     count = images or (48 if quick else 512)
     chunk = 16 if quick else 128
     rounds = 1 if quick else 3
@@ -314,12 +326,17 @@ def run(
     batch = 16 if quick else 64
     with tempfile.TemporaryDirectory(prefix="fastload-pixel-bench-") as tmp:
         data = _dataset(count, os.path.join(tmp, "images"))
+        fl_data = data
+        if restart_index:
+            from fastload.pack.restart import transcode
+
+            fl_data = [transcode(b)[0] for b in data]
         rows: list[PairedRatio] = []
         for t in threads if pairs else ():
-            plain = _fastload_work(data, None, t, batch, normalize)
+            plain = _fastload_work(fl_data, None, t, batch, normalize)
             out_kind = "float32 NCHW" if normalize else "uint8"
             for name in pipelines:
-                with_op = _fastload_work(data, name, t, batch, normalize)
+                with_op = _fastload_work(fl_data, name, t, batch, normalize)
                 # The ratio of times op / plain: 1.10 = 10% slower.
                 for r in _paired(
                     f"{name} + RRC+flip / RRC+flip, {out_kind}, {t}t",
@@ -347,7 +364,7 @@ def run(
                 skipped = f"torchvision is not installed: {exc}"
             else:
                 for name in pipelines:
-                    v = _versus_torchvision(data, name, batch, rounds=tv_rounds)
+                    v = _versus_torchvision(data, name, batch, rounds=tv_rounds, fastload_images=fl_data)
                     versus.append(v)
                     if not quiet:
                         print(
@@ -365,6 +382,7 @@ def run(
         "batch": batch,
         "threads": list(threads),
         "output": "float32 NCHW normalized" if normalize else "uint8 NHWC",
+        "fastload_input": "restart-indexed (fastload pack --restart-index)" if restart_index else "the JPEG files",
         "engine": engine_info(),
         "command": " ".join(["python", "-m", "bench.pixel_ops", *list(argv)]),
         "paired": [r.to_json() for r in rows],
@@ -389,6 +407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         help="indices of the pipelines to run: " + ", ".join(f"{i} {n}" for i, n in enumerate(PIPELINES)),
     )
+    p.add_argument(
+        "--restart-index",
+        action="store_true",
+        help="fastload decodes the images as `fastload pack --restart-index` stores them (torchvision: the files)",
+    )
     p.add_argument("--out", help="write results.json here")
     args = p.parse_args(argv)
     res = run(
@@ -400,6 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tv_rounds=args.tv_rounds,
         normalize=args.normalize,
         pipelines=[PIPELINES[i] for i in args.pipelines] if args.pipelines else PIPELINES,
+        restart_index=args.restart_index,
         argv=list(argv if argv is not None else sys.argv[1:]),
     )
     if args.out:

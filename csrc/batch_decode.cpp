@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 
 #include "jpeg_encode.h"
@@ -487,13 +488,17 @@ void write_sample(const PipelineSpec& spec, const OutputFormat& fmt, const uint8
 }
 
 // decode_batch's second pass with a fused mix: the output stage of every decoded image. All
-// decoded: each of up to `threads` contiguous runs [s, e) writes sample s - 1's output into one
+// decoded and no erasing (`written` given: the decode pass already wrote the slots whose flag is
+// set): the rest with mix_output_rows. All decoded, with erasing (which works on whole output
+// images): each of up to
+// `threads` contiguous runs [s, e) writes sample s - 1's output into one
 // per-thread buffer, then for i = s .. e - 1 sample i's into the other and the slot as the mix of
 // the two (swapping them), so every sample's output is computed once more than its own run needs
 // only at a run's start, and never read back from memory. Otherwise: unmixed outputs for the
 // images that decoded.
 void output_mixed(const PipelineSpec& spec, const OutputFormat& fmt, const uint8_t* scratch, size_t stride, void* out,
-                  uint64_t seed, uint64_t epoch, const int64_t* indices, int n, int threads, BatchResults* results) {
+                  uint64_t seed, uint64_t epoch, const int64_t* indices, int n, int threads,
+                  const std::atomic<bool>* written, BatchResults* results) {
   const size_t slot_bytes = fmt.slot_bytes();
   auto slot = [&](int i) { return static_cast<uint8_t*>(out) + slot_bytes * static_cast<size_t>(i); };
   auto image = [&](int i) { return scratch + stride * static_cast<size_t>(i); };
@@ -513,9 +518,23 @@ void output_mixed(const PipelineSpec& spec, const OutputFormat& fmt, const uint8
     unmixed();
     return;
   }
+  if (written != nullptr) {
+    // Nothing follows the normalization: the decode pass wrote each slot from the two uint8 images
+    // as soon as both were decoded (mix_output_rows); any left (none, barring a missed handshake)
+    // are written here.
+    const size_t row_bytes = slot_bytes / static_cast<size_t>(fmt.height) + kMixRowSlack;
+    std::vector<uint8_t> own_row(row_bytes), prev_row(row_bytes);
+    for (int i = 0; i < n; ++i) {
+      if (!written[i].load())
+        mix_output_rows(fmt, image(i), image(i == 0 ? n - 1 : i - 1), static_cast<size_t>(fmt.width) * 3, slot(i),
+                        *spec.mix, own_row.data(), prev_row.data());
+    }
+    results->mixed = true;
+    return;
+  }
+  std::atomic<bool> no_memory{false};
   const int runs = std::max(1, std::min(threads, n));
   const bool nchw = fmt.layout == Layout::kNchw;
-  std::atomic<bool> no_memory{false};
   ThreadPool::instance().run(runs, threads, [&](int r) {
     const int s = static_cast<int>(static_cast<long long>(n) * r / runs);
     const int e = static_cast<int>(static_cast<long long>(n) * (r + 1) / runs);
@@ -598,6 +617,30 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
     stride = mix_stride(format);
     scratch = mix_scratch(stride * static_cast<size_t>(n));
   }
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+  // Without erasing, slot i is written as soon as images i and i - 1 are both decoded, by the
+  // thread that finishes the second of them: its own image is still in cache, the other one in
+  // the shared cache. decoded[i]: 0 pending, 1 decoded, 2 failed; written[i]: slot i claimed.
+  const bool rows_now = fuse_mix && !spec.erasing.active();
+#else
+  const bool rows_now = false;
+#endif
+  std::unique_ptr<std::atomic<uint8_t>[]> decoded(rows_now ? new std::atomic<uint8_t>[n] : nullptr);
+  std::unique_ptr<std::atomic<bool>[]> written(rows_now ? new std::atomic<bool>[n] : nullptr);
+  for (int i = 0; rows_now && i < n; ++i) decoded[i].store(0), written[i].store(false);
+  const size_t row_bytes = rows_now ? slot_bytes / static_cast<size_t>(format.height) + kMixRowSlack : 0;
+  auto write_when_ready = [&](Worker& w, int i) {
+#ifdef FASTLOAD_HAVE_PIXEL_OPS
+    const int p = i == 0 ? n - 1 : i - 1;
+    if (decoded[i].load() != 1 || decoded[p].load() != 1 || written[i].exchange(true)) return;
+    mix_output_rows(format, scratch + stride * static_cast<size_t>(i), scratch + stride * static_cast<size_t>(p),
+                    static_cast<size_t>(format.width) * 3, static_cast<uint8_t*>(out) + slot_bytes * i, *spec.mix,
+                    w.mix_own.data(), w.mix_prev.data());
+#else
+    (void)w;
+    (void)i;
+#endif
+  };
   auto work = [&](int i) {
     SampleBox box;
     box.x0 = box.y0 = box.x1 = box.y1 = __builtin_nan("");
@@ -618,6 +661,10 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
       double* warp_trace =
           results->warp_traces ? results->warp_traces + static_cast<size_t>(i) * kWarpTraceValues : nullptr;
       if (fuse_mix) {
+        if (rows_now) {
+          Worker& w = this_worker();
+          if (w.mix_own.size() < row_bytes) w.mix_own.resize(row_bytes), w.mix_prev.resize(row_bytes);
+        }
         oc = decode_one(images[i], first_pass, raw, scratch + stride * static_cast<size_t>(i), key, options, &box,
                         op_trace, nullptr, warp_trace);
       } else {
@@ -645,13 +692,23 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
     if (oc.warnings) warnings.fetch_add(oc.warnings, std::memory_order_relaxed);
     if (oc.sliced) sliced.fetch_add(1, std::memory_order_relaxed);
     if (oc.slice_fallback) fallbacks.fetch_add(1, std::memory_order_relaxed);
+    if (rows_now) {
+      // Sequentially consistent flags: of two threads finishing neighbours, at least one sees both.
+      decoded[i].store(oc.status == Status::kOk ? 1 : 2);
+      if (oc.status == Status::kOk) {
+        Worker& w = this_worker();
+        write_when_ready(w, i);
+        write_when_ready(w, i + 1 == n ? 0 : i + 1);
+      }
+    }
   };
   ThreadPool::instance().run(n, threads, work);
   results->warnings = warnings.load();
   results->sliced = sliced.load();
   results->slice_fallbacks = fallbacks.load();
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
-  if (fuse_mix) output_mixed(spec, format, scratch, stride, out, seed, epoch, indices, n, threads, results);
+  if (fuse_mix)
+    output_mixed(spec, format, scratch, stride, out, seed, epoch, indices, n, threads, written.get(), results);
 #endif
 }
 

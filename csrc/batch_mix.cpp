@@ -29,8 +29,36 @@ size_t elem_size(DType t) { return t == DType::kUint8 ? 1 : t == DType::kFloat32
 
 // dst = prev * wb + own * wa (torch: rolled.mul_(1 - lam).add_(image.mul(lam))), n elements; dst
 // may be own.
-void mix_float(float* dst, const float* own, const float* prev, size_t n, float wa, float wb) {
+void mix_float_scalar(float* dst, const float* own, const float* prev, size_t n, float wa, float wb) {
   for (size_t i = 0; i < n; ++i) dst[i] = prev[i] * wb + own[i] * wa;
+}
+
+#ifdef FL_HAVE_F16C_PATH
+// The same products and sum, 8 lanes at a time (no fused multiply-add: the scalar loop's bits).
+// Plain stores: streaming ones measured 1.14x the plain decode instead of 1.05x here (NCHW rows
+// are three interleaved store streams per image row).
+__attribute__((target("avx2"))) void mix_float_avx2(float* dst, const float* own, const float* prev, size_t n,
+                                                    float wa, float wb) {
+  const __m256 va = _mm256_set1_ps(wa), vb = _mm256_set1_ps(wb);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(prev + i), vb);
+    const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(own + i), va);
+    _mm256_storeu_ps(dst + i, _mm256_add_ps(p, d));
+  }
+  mix_float_scalar(dst + i, own + i, prev + i, n - i, wa, wb);
+}
+#endif
+
+void mix_float(float* dst, const float* own, const float* prev, size_t n, float wa, float wb) {
+#ifdef FL_HAVE_F16C_PATH
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    mix_float_avx2(dst, own, prev, n, wa, wb);
+    return;
+  }
+#endif
+  mix_float_scalar(dst, own, prev, n, wa, wb);
 }
 
 // Round half to even through the current (default) rounding mode: cvtss2si, no libm call (a call
@@ -173,6 +201,60 @@ void mix_sample(void* out, const void* own, const void* prev, DType type, bool c
   } else {
     mix_half(reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(src),
              static_cast<const uint16_t*>(prev), count, wa, wb);
+  }
+}
+
+void mix_output_rows(const OutputFormat& fmt, const uint8_t* own, const uint8_t* prev, size_t stride, void* slot,
+                     const MixParams& params, void* own_row, void* prev_row) {
+  OutputFormat row = fmt;
+  row.height = 1;  // a one-row image: NCHW rows come out as three planes of `width` values
+  const size_t es = fmt.element_size();
+  const int h = fmt.height, w = fmt.width;
+  const bool nchw = fmt.layout == Layout::kNchw;
+  const float wa = static_cast<float>(params.lam), wb = static_cast<float>(1.0 - params.lam);
+  uint8_t* a = static_cast<uint8_t*>(own_row);
+  uint8_t* b = static_cast<uint8_t*>(prev_row);
+  const size_t rgb = 3 * static_cast<size_t>(w);
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* o = own + static_cast<size_t>(y) * stride;
+    const uint8_t* q = prev + static_cast<size_t>(y) * stride;
+    if (params.cutmix) {
+      // The output stage is per pixel: the box's pixels swapped in before it equal the box copied
+      // from the previous sample's output after it.
+      if (y >= params.y0 && y < params.y1 && params.x1 > params.x0) {
+        std::memcpy(a, o, rgb);
+        std::memcpy(a + 3 * static_cast<size_t>(params.x0), q + 3 * static_cast<size_t>(params.x0),
+                    3 * static_cast<size_t>(params.x1 - params.x0));
+        o = a;
+      }
+      write_output_row(fmt, o, y, slot);
+      continue;
+    }
+    if (write_output_row_mixed(fmt, o, q, y, slot, wa, wb)) continue;
+    if (fmt.is_raw_nhwc()) {  // the rows are the outputs already
+      mix_u8(static_cast<uint8_t*>(slot) + static_cast<size_t>(y) * rgb, o, q, rgb, wa, wb);
+      continue;
+    }
+    // Both rows through the output stage into the row buffers, then mixed into the slot.
+    write_output_row(row, o, 0, a);
+    write_output_row(row, q, 0, b);
+    const int segments = nchw ? 3 : 1;
+    const size_t seg = nchw ? static_cast<size_t>(w) : rgb;
+    for (int c = 0; c < segments; ++c) {
+      const size_t at = nchw ? (static_cast<size_t>(c) * h + y) * w : static_cast<size_t>(y) * seg;
+      uint8_t* d = static_cast<uint8_t*>(slot) + at * es;
+      const uint8_t* x = a + static_cast<size_t>(c) * seg * es;
+      const uint8_t* z = b + static_cast<size_t>(c) * seg * es;
+      if (fmt.dtype == DType::kFloat32) {
+        mix_float(reinterpret_cast<float*>(d), reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(z),
+                  seg, wa, wb);
+      } else if (fmt.dtype == DType::kUint8) {
+        mix_u8(d, x, z, seg, wa, wb);
+      } else {
+        mix_half(reinterpret_cast<uint16_t*>(d), reinterpret_cast<const uint16_t*>(x),
+                 reinterpret_cast<const uint16_t*>(z), seg, wa, wb);
+      }
+    }
   }
 }
 

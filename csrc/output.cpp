@@ -5,7 +5,9 @@
 // element; the scalar loop took about a third of a 1-thread RandomResizedCrop(224) decode. Eight
 // pixels per step (24 bytes in, 3 x 8 floats out) with the per-channel constants laid out in three
 // vectors of period 3 (NHWC), or one shuffle per channel plane (NCHW), bring it to a few percent.
+#include "fp_exact.h"  // first: the mixed rows multiply and add separately (mix_batch's bits)
 #include "output.h"
+#include "half_float.h"
 
 #include <atomic>
 #include <cmath>
@@ -180,9 +182,45 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 widen8(__m128i bytes) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
 }
 
+// Channel c of 8 packed RGB pixels (24 bytes from s, readable to s + 24), widened to floats.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 channel8(const uint8_t* s, const ChannelMasks& cm, int c) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16));
+  return widen8(_mm_or_si128(_mm_shuffle_epi8(lo, cm.lo[c]), _mm_shuffle_epi8(hi, cm.hi[c])));
+}
+
+// A MixUp of the row with the previous sample's (write_output_row_mixed): its pixels and weights.
+struct RowMix {
+  const uint8_t* prev = nullptr;
+  float wa = 1, wb = 0;
+};
+
+// The mix of one element pair, as mix_batch computes it on the written outputs: float32
+// prev * wb + own * wa; float16 each output rounded to half, each product rounded to half, then
+// their sum (rounded by the store).
 template <bool kHalf>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 mix8(__m256 own, __m256 prev, __m256 wa, __m256 wb) {
+  if (!kHalf) return _mm256_add_ps(_mm256_mul_ps(prev, wb), _mm256_mul_ps(own, wa));
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m256 o = _mm256_cvtph_ps(_mm256_cvtps_ph(own, kRound));
+  const __m256 p = _mm256_cvtph_ps(_mm256_cvtps_ph(prev, kRound));
+  const __m256 x = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(p, wb), kRound));
+  const __m256 y = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(o, wa), kRound));
+  return _mm256_add_ps(x, y);
+}
+
+float mix1(float own, float prev, bool half, float wa, float wb) {
+  if (!half) return prev * wb + own * wa;
+  const auto round = [](float v) { return half::to_float(float_to_half(v)); };
+  return round(round(prev) * wb) + round(round(own) * wa);
+}
+
+// kMix: each element is the mix of this row's value and mix.prev's (same layout, same arithmetic).
+template <bool kHalf, bool kMix = false>
 __attribute__((target("avx2,fma,f16c"))) void float_row_avx2(const OutputFormat& f, const uint8_t* rgb, int y,
-                                                             void* slot) {
+                                                             void* slot, const RowMix& mix = RowMix()) {
+  const __m256 wa = _mm256_set1_ps(mix.wa), wb = _mm256_set1_ps(mix.wb);
+  const uint8_t* q = mix.prev;
   const int w = f.width;
   const size_t plane = static_cast<size_t>(f.height) * w;
   const size_t row = static_cast<size_t>(y) * w;
@@ -199,31 +237,37 @@ __attribute__((target("avx2,fma,f16c"))) void float_row_avx2(const OutputFormat&
     const __m256 a1 = _mm256_setr_ps(a[2], a[0], a[1], a[2], a[0], a[1], a[2], a[0]);
     const __m256 a2 = _mm256_setr_ps(a[1], a[2], a[0], a[1], a[2], a[0], a[1], a[2]);
     const size_t base = 3 * row;
+    const __m256 ms[3] = {m0, m1, m2}, as[3] = {a0, a1, a2};
     for (; x + 8 <= w; x += 8) {
-      const uint8_t* s = rgb + 3 * x;
       const size_t at = base + 3 * static_cast<size_t>(x);
-      store8<kHalf>(slot, at, _mm256_fmadd_ps(widen8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))), m0, a0));
-      store8<kHalf>(slot, at + 8, _mm256_fmadd_ps(widen8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 8))), m1, a1));
-      store8<kHalf>(slot, at + 16, _mm256_fmadd_ps(widen8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16))), m2, a2));
+      for (int k = 0; k < 3; ++k) {
+        const size_t off = 3 * static_cast<size_t>(x) + 8 * k;
+        __m256 v = _mm256_fmadd_ps(widen8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rgb + off))), ms[k], as[k]);
+        if (kMix) {
+          const __m256 p =
+              _mm256_fmadd_ps(widen8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + off))), ms[k], as[k]);
+          v = mix8<kHalf>(v, p, wa, wb);
+        }
+        store8<kHalf>(slot, at + 8 * k, v);
+      }
     }
   } else {
     static const ChannelMasks cm = make_channel_masks();
     const __m256 mc[3] = {_mm256_set1_ps(m[0]), _mm256_set1_ps(m[1]), _mm256_set1_ps(m[2])};
     const __m256 ac[3] = {_mm256_set1_ps(a[0]), _mm256_set1_ps(a[1]), _mm256_set1_ps(a[2])};
     for (; x + 8 <= w; x += 8) {
-      const uint8_t* s = rgb + 3 * x;
-      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-      const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16));
       for (int c = 0; c < 3; ++c) {
-        const __m128i bytes = _mm_or_si128(_mm_shuffle_epi8(lo, cm.lo[c]), _mm_shuffle_epi8(hi, cm.hi[c]));
-        store8<kHalf>(slot, c * plane + row + x, _mm256_fmadd_ps(widen8(bytes), mc[c], ac[c]));
+        __m256 v = _mm256_fmadd_ps(channel8(rgb + 3 * x, cm, c), mc[c], ac[c]);
+        if (kMix) v = mix8<kHalf>(v, _mm256_fmadd_ps(channel8(q + 3 * x, cm, c), mc[c], ac[c]), wa, wb);
+        store8<kHalf>(slot, c * plane + row + x, v);
       }
     }
   }
   // The last w % 8 pixels: the scalar kernel's arithmetic (fmaf, the same rounding to half).
   for (; x < w; ++x) {
     for (int c = 0; c < 3; ++c) {
-      const float v = std::fmaf(static_cast<float>(rgb[3 * x + c]), m[c], a[c]);
+      float v = std::fmaf(static_cast<float>(rgb[3 * x + c]), m[c], a[c]);
+      if (kMix) v = mix1(v, std::fmaf(static_cast<float>(q[3 * x + c]), m[c], a[c]), kHalf, mix.wa, mix.wb);
       const size_t at = f.layout == Layout::kNhwc ? 3 * (row + x) + c : c * plane + row + x;
       if (kHalf) static_cast<uint16_t*>(slot)[at] = float_to_half(v);
       else static_cast<float*>(slot)[at] = v;
@@ -268,6 +312,21 @@ RowKernel best_row_kernel(const char** name) {
 void write_output_row(const OutputFormat& f, const uint8_t* rgb, int y, void* slot) {
   const char* name;
   best_row_kernel(&name)(f, rgb, y, slot);
+}
+
+bool write_output_row_mixed(const OutputFormat& f, const uint8_t* own, const uint8_t* prev, int y, void* slot,
+                            float wa, float wb) {
+#ifdef FASTLOAD_OUTPUT_X86
+  static const bool avx2 = cpu_has_avx2_f16c();
+  if (!avx2 || g_force_scalar.load(std::memory_order_relaxed) || f.dtype == DType::kUint8) return false;
+  const RowMix mix{prev, wa, wb};
+  if (f.dtype == DType::kFloat32) float_row_avx2<false, true>(f, own, y, slot, mix);
+  else float_row_avx2<true, true>(f, own, y, slot, mix);
+  return true;
+#else
+  (void)f, (void)own, (void)prev, (void)y, (void)slot, (void)wa, (void)wb;
+  return false;
+#endif
 }
 
 void write_output_image(const OutputFormat& f, const uint8_t* hwc, size_t stride, void* slot) {

@@ -44,6 +44,14 @@ bool make_output_format(const OutputParams& p, int height, int width, OutputForm
 // `slot`, one image of the batch in `f`'s dtype and layout.
 void write_output_row(const OutputFormat& f, const uint8_t* rgb, int y, void* slot);
 
+// MixUp fused into the output stage: writes output row y of `slot` as mix_batch would mix the rows
+// written from `own` and `prev` (prev * wb + own * wa on the float32 outputs; float16: each output,
+// then each product, rounded to half), both packed RGB rows readable 32 bytes past their end.
+// Returns false (nothing written) where no fused kernel applies: uint8 outputs, no AVX2, or the
+// scalar kernels forced; the caller then writes both rows and mixes them.
+bool write_output_row_mixed(const OutputFormat& f, const uint8_t* own, const uint8_t* prev, int y, void* slot,
+                            float wa, float wb);
+
 // Writes a whole HWC uint8 image (`stride` bytes per row, rows readable 32 bytes past their end)
 // into `slot`.
 void write_output_image(const OutputFormat& f, const uint8_t* hwc, size_t stride, void* slot);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "fastload_abi.h"  // PixelPrim, PixelOpKind, WarpMode, DType (generated from fastload/engine_abi.py)
+#include "output.h"
 
 namespace fastload {
 
@@ -165,6 +166,16 @@ void mix_batch(void* images, DType type, bool channels_first, int n, int h, int 
 // CutMix (batch_decode.cpp) writes each slot through it from two cache-hot sample images.
 void mix_sample(void* out, const void* own, const void* prev, DType type, bool channels_first, int h, int w,
                 const MixParams& params);
+
+// The same sample written from the two samples' uint8 HWC images (`stride` bytes per row, readable
+// 32 bytes past each row) when nothing follows the output stage's normalization, row by row into
+// `slot`: MixUp through write_output_row_mixed (both rows normalized and mixed in registers), CutMix
+// as the own row with the box's pixels swapped in, then the output stage. The caller's row buffers
+// (kMixRowSlack + fmt.slot_bytes() / fmt.height bytes each, so they stay in L1) serve the kernels
+// that cannot fuse (uint8 NCHW, no AVX2). The slot is written once, never read.
+constexpr size_t kMixRowSlack = 64;
+void mix_output_rows(const OutputFormat& fmt, const uint8_t* own, const uint8_t* prev, size_t stride, void* slot,
+                     const MixParams& params, void* own_row, void* prev_row);
 
 // Batch forms of apply_pixel_ops / apply_erasing over n contiguous samples, spread over up to
 // `threads` threads of the engine's pool, keys sample_key(seed, epoch, indices[i]); traces (or

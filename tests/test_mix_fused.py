@@ -99,6 +99,23 @@ def test_fused_mix_with_pixel_ops_and_erasing_on_any_thread_count(jpegs, threads
 
 
 @requires_engine
+@pytest.mark.parametrize("normalize", [None, IMAGENET, HALF], ids=["uint8", "float32", "float16"])
+def test_fused_mix_without_simd_output_kernels(jpegs, normalize):
+    """With the output stage's scalar kernels the rows are written, then mixed: the same bytes."""
+    import fastload._engine as engine
+
+    mixup = T.MixUp(alpha=0.5, num_classes=CLASSES)
+    assert engine._resize_force_kernels("scalar")
+    try:
+        plain, fused, _, _ = _both(jpegs, _pipeline(normalize), mixup)
+    finally:
+        engine._resize_force_kernels("best")
+    np.testing.assert_array_equal(fused, plain)
+    _, simd, _, _ = _both(jpegs, _pipeline(normalize), mixup)
+    np.testing.assert_array_equal(simd, fused)
+
+
+@requires_engine
 def test_fused_mix_single_image_batch_mixes_with_itself(jpegs):
     plain, fused, expected, got = _both(jpegs[:1], _pipeline(IMAGENET), T.MixUp(alpha=0.4, num_classes=CLASSES))
     np.testing.assert_array_equal(fused, plain)

@@ -214,6 +214,26 @@ def _layout(images: np.ndarray, layout: str | None) -> bool:
     return nchw
 
 
+def _class_indices(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray | None:
+    """Index labels as int64 ``[B]`` class indices (checked as :func:`_one_hot` checks them).
+
+    Returns None for probability rows.
+    """
+    lab = np.asarray(labels)
+    if lab.ndim == 0 or lab.shape[0] != n:
+        raise ValueError(f"labels have {lab.shape[0] if lab.ndim else 0} rows for a batch of {n}")
+    if lab.ndim == 1 or (lab.ndim == 2 and lab.shape[1] == 1 and num_classes > 1):
+        idx = lab.reshape(n)
+        if idx.dtype.kind in "iu":
+            if n and (idx.min() < 0 or idx.max() >= num_classes):
+                _one_hot(lab, n, num_classes)  # raises, naming the first bad label
+            return idx.astype(np.int64, copy=False)
+        if not np.all((idx >= 0) & (idx < num_classes) & (idx == np.floor(idx))):
+            _one_hot(lab, n, num_classes)  # raises, naming the first bad label (NaN included)
+        return idx.astype(np.int64)
+    return None
+
+
 def _one_hot(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray:
     lab = np.asarray(labels)
     if lab.shape[0] != n:
@@ -322,13 +342,25 @@ def mix_labels(
     lab = np.asarray(labels)
     n = lab.shape[0] if lab.ndim else 0
     _check_out(out, n, mix.num_classes)
-    onehot = _one_hot(lab, n, mix.num_classes)
     params = sample_mix(mix, sample_key(int(seed), int(epoch), int(first_index)), int(height), int(width))
-    soft = _soft(onehot, params) if n else onehot
-    if out is None:
-        return MixResult(soft, params)
-    out[...] = soft
-    return MixResult(out, params)
+    classes = _class_indices(lab, n, mix.num_classes)
+    if classes is None:  # probability rows
+        soft = _soft(_one_hot(lab, n, mix.num_classes), params) if n else np.zeros((0, mix.num_classes), np.float32)
+        if out is None:
+            return MixResult(soft, params)
+        out[...] = soft
+        return MixResult(out, params)
+    # One-hot rows, written sparsely (no [B, num_classes] temporaries): prev * w_roll + own * w_own
+    # is w_roll at the previous sample's class, w_own at the own class, and their float32 sum when
+    # the two agree; the dense formula's bits.
+    soft = np.zeros((n, mix.num_classes), np.float32) if out is None else out
+    if out is not None:
+        soft.fill(0)
+    if n:
+        rows = np.arange(n)
+        soft[rows, np.roll(classes, 1)] = np.float32(1.0 - params["lam_labels"])
+        soft[rows, classes] += np.float32(params["lam_labels"])
+    return MixResult(soft, params)
 
 
 def _engine():
