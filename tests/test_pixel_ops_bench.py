@@ -65,3 +65,15 @@ def test_pixel_ops_bench_quick_normalized(tmp_path):
     assert [r["check"].split(" + ")[0] for r in res["paired"]] == [pixel_ops.PIPELINES[3]] * 2 + [
         pixel_ops.PIPELINES[4]
     ] * 2
+
+
+@requires_engine
+def test_pixel_ops_bench_quick_restart_indexed(tmp_path):
+    """--restart-index: fastload's side decodes the transcoded records (torchvision: the files)."""
+    args = ["--quick", "--threads", "1", "--images", "16", "--pipelines", "1", "--restart-index"]
+    assert pixel_ops.main(args + ([] if HAVE_TORCH else ["--no-torchvision"]) + ["--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "pixel_ops.json").read_text())
+    assert res["fastload_input"].startswith("restart-indexed")
+    assert [r["extra"]["clock"] for r in res["paired"]] == ["wall", "cpu"]
+    if HAVE_TORCH:
+        assert res["versus_torchvision"][0]["fastload_ips"] > 0
