@@ -294,9 +294,13 @@ class RemoteStore:
             raise self._error(exc, key, "GET") from exc
 
     def stream(
-        self, key: str, start: int | None = None, end: int | None = None, chunk: int = 8 << 20
+        self, key: str, start: int | None = None, end: int | None = None, chunk: int = 1 << 20
     ) -> Iterator[memoryview]:
         """The object (or bytes ``[start, end)``) as chunks of about ``chunk`` bytes.
+
+        1 MB by default: a chunk that stays in the core's cache while it is gathered, written and
+        hashed (8 x 27 MB from the loopback S3 server: 0.22-0.26 s of client CPU with 1 MB chunks,
+        0.25-0.31 s with 8 MB ones).
 
         A failure in the middle of the body raises :class:`RemoteError`; what was yielded before
         must then be thrown away by the caller (:mod:`fastload.remote.fetch` does).
