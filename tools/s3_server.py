@@ -154,6 +154,10 @@ class LocalS3Server:
             "-ip.bind=127.0.0.1",
             "-webdav=false",
             "-admin.ui=false",
+            # Store objects in chunks of up to 64 MB (SeaweedFS's default is 4 MB): shards are
+            # large objects, and each chunk is one more internal hop per GET. Measured on 8 x 27 MB
+            # GETs: 0.22-0.25 s of server CPU instead of 0.29-0.34 s.
+            "-filer.maxMB=64",
         ] + [f"-{k}={v}" for k, v in self.ports.items()]
         self._log = open(os.path.join(self.data_dir, "weed.log"), "ab")
         # Own session: stop() signals the whole group, whatever the binary starts.
