@@ -95,10 +95,12 @@ constexpr int kWarpTraceValues = kMXNetParamCount;
 //
 // With spec.mix the batch is mixed in the same call, with mix_batch's result bit for bit, but
 // without its extra pass over the output: every image is first decoded (pixel ops included) into
-// a uint8 HWC image of the calling thread's batch scratch; then each thread walks a contiguous run
-// of samples, writing sample i's output (normalization, erasing) into a per-thread buffer that
-// stays in cache and the slot from it and sample i - 1's buffer. If any image did not decode, the
-// slots are written unmixed and results->mixed stays false (the caller mixes after replacing them).
+// a uint8 HWC image of the calling thread's batch scratch. Without erasing, slot i is written from
+// images i and i - 1 as soon as both are decoded (mix_output_rows: normalized and mixed row by
+// row); with erasing, each thread walks a contiguous run of samples, writing sample i's output
+// into a per-thread buffer that stays in cache and the slot from it and sample i - 1's buffer. If
+// any image did not decode, the slots are written unmixed and results->mixed stays false (the
+// caller mixes after replacing them).
 void decode_batch(const std::vector<ImageRef>& images, void* out, const PipelineSpec& spec, const OutputFormat& format,
                   uint64_t seed, uint64_t epoch, const int64_t* indices, int threads, const DecodeSettings& options,
                   BatchResults* results);
