@@ -474,7 +474,6 @@ ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const Outp
   return oc;
 }
 
-
 #ifdef FASTLOAD_HAVE_PIXEL_OPS
 // Sample j's final output (normalization, then erasing) from its uint8 HWC image, into `dst`.
 void write_sample(const PipelineSpec& spec, const OutputFormat& fmt, const uint8_t* hwc, uint64_t key,
@@ -487,15 +486,15 @@ void write_sample(const PipelineSpec& spec, const OutputFormat& fmt, const uint8
   }
 }
 
-// decode_batch's second pass with a fused mix: the output stage of every decoded image. All
-// decoded and no erasing (`written` given: the decode pass already wrote the slots whose flag is
-// set): the rest with mix_output_rows. All decoded, with erasing (which works on whole output
-// images): each of up to
-// `threads` contiguous runs [s, e) writes sample s - 1's output into one
-// per-thread buffer, then for i = s .. e - 1 sample i's into the other and the slot as the mix of
-// the two (swapping them), so every sample's output is computed once more than its own run needs
-// only at a run's start, and never read back from memory. Otherwise: unmixed outputs for the
-// images that decoded.
+// decode_batch's second pass with a fused mix: the output stage of every decoded image.
+// - All decoded, no erasing (`written` given: the decode pass already wrote the slots whose flag
+//   is set): the rest with mix_output_rows.
+// - All decoded, with erasing (which works on whole output images): each of up to `threads`
+//   contiguous runs [s, e) writes sample s - 1's output into one per-thread buffer, then for
+//   i = s .. e - 1 sample i's into the other and the slot as the mix of the two (swapping them):
+//   an output is computed twice only at a run's start, and none is read back from memory.
+// - Otherwise: unmixed outputs for the images that decoded (the caller mixes after replacing the
+//   others).
 void output_mixed(const PipelineSpec& spec, const OutputFormat& fmt, const uint8_t* scratch, size_t stride, void* out,
                   uint64_t seed, uint64_t epoch, const int64_t* indices, int n, int threads,
                   const std::atomic<bool>* written, BatchResults* results) {
