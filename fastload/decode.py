@@ -658,7 +658,9 @@ def decode_batch(
         labels: The batch's class indices ``[B]`` / ``[B, 1]`` or probabilities ``[B, num_classes]``
             (with ``mix``).
         soft_labels: Caller-owned float32 ``[B, num_classes]`` array for the soft labels (with
-            ``mix``), or None for a new one.
+            ``mix``), or None for a new one. It is written before the decode, so it holds the
+            planned labels even when ``BatchResult.mix`` is None (``mix_batch`` with
+            ``out=soft_labels`` then rewrites it).
 
     Returns:
         A :class:`BatchResult`. Failed positions have a non-zero status, a reason in ``errors`` and a

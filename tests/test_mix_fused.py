@@ -237,3 +237,39 @@ def test_loader_mix_is_checked():
         LoaderConfig(mix="mixup")
     with pytest.raises(ValueError, match="probabilities per record"):
         Loader(FakeDataset(8, label_width=2), LoaderConfig(batch_size=4, mix=T.MixUp(num_classes=CLASSES)))
+
+
+@requires_engine
+@pytest.mark.parametrize("stop_after", [2, 5])
+def test_loader_mix_resumes_exactly(stop_after):
+    """The mix is keyed by (seed, epoch, the batch's first index): a resumed run mixes the same."""
+    from fake_dataset import FakeDataset
+
+    from fastload.loader import Loader, LoaderConfig
+
+    ds = FakeDataset(37, classes=CLASSES, bad=(9,))
+    config = LoaderConfig(
+        batch_size=8, transform=_pipeline(IMAGENET), num_threads=2, seed=5, shuffle="global", mix=MIXES[2]
+    )
+
+    def epochs(loader, count):
+        out = []
+        for _ in range(count):
+            out += [(b.indices.copy(), b.labels.copy(), b.images.copy()) for b in loader]
+        return out
+
+    with Loader(ds, config) as loader:
+        reference = epochs(loader, 2)  # 5 batches an epoch
+    with Loader(ds, config) as first:
+        for k, _batch in enumerate(first):
+            if k + 1 == stop_after:
+                break
+        state = first.state_dict()
+    with Loader(ds, config) as second:
+        second.load_state_dict(state)
+        resumed = epochs(second, 2)[: len(reference) - stop_after]
+    assert len(resumed) == len(reference) - stop_after
+    for (ia, la, xa), (ib, lb, xb) in zip(resumed, reference[stop_after:], strict=True):
+        np.testing.assert_array_equal(ia, ib)
+        np.testing.assert_array_equal(la, lb)
+        np.testing.assert_array_equal(xa, xb)
