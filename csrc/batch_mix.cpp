@@ -161,6 +161,19 @@ void mix_half(uint16_t* dst, const uint16_t* own, const uint16_t* prev, size_t n
   mix_half_scalar(dst, own, prev, n, wa, wb);
 }
 
+// MixUp of `count` elements of `type`: dst = prev * wb + own * wa with the type's rounding.
+void mix_values(void* dst, const void* own, const void* prev, DType type, size_t count, float wa, float wb) {
+  if (type == DType::kFloat32) {
+    mix_float(static_cast<float*>(dst), static_cast<const float*>(own), static_cast<const float*>(prev), count, wa, wb);
+  } else if (type == DType::kUint8) {
+    mix_u8(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(own), static_cast<const uint8_t*>(prev), count, wa,
+           wb);
+  } else {
+    mix_half(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(own), static_cast<const uint16_t*>(prev), count,
+             wa, wb);
+  }
+}
+
 // Copies the CutMix box of src into dst (both one sample).
 void copy_box(uint8_t* dst, const uint8_t* src, size_t es, bool channels_first, int h, int w, const MixParams& p) {
   const size_t bw = static_cast<size_t>(p.x1 - p.x0);
@@ -192,16 +205,7 @@ void mix_sample(void* out, const void* own, const void* prev, DType type, bool c
     copy_box(dst, static_cast<const uint8_t*>(prev), es, channels_first, h, w, params);
     return;
   }
-  const float wa = static_cast<float>(params.lam), wb = static_cast<float>(1.0 - params.lam);
-  if (type == DType::kFloat32) {
-    mix_float(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src), static_cast<const float*>(prev), count,
-              wa, wb);
-  } else if (type == DType::kUint8) {
-    mix_u8(dst, src, static_cast<const uint8_t*>(prev), count, wa, wb);
-  } else {
-    mix_half(reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(src),
-             static_cast<const uint16_t*>(prev), count, wa, wb);
-  }
+  mix_values(dst, src, prev, type, count, static_cast<float>(params.lam), static_cast<float>(1.0 - params.lam));
 }
 
 void mix_output_rows(const OutputFormat& fmt, const uint8_t* own, const uint8_t* prev, size_t stride, void* slot,
@@ -243,17 +247,8 @@ void mix_output_rows(const OutputFormat& fmt, const uint8_t* own, const uint8_t*
     for (int c = 0; c < segments; ++c) {
       const size_t at = nchw ? (static_cast<size_t>(c) * h + y) * w : static_cast<size_t>(y) * seg;
       uint8_t* d = static_cast<uint8_t*>(slot) + at * es;
-      const uint8_t* x = a + static_cast<size_t>(c) * seg * es;
-      const uint8_t* z = b + static_cast<size_t>(c) * seg * es;
-      if (fmt.dtype == DType::kFloat32) {
-        mix_float(reinterpret_cast<float*>(d), reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(z),
-                  seg, wa, wb);
-      } else if (fmt.dtype == DType::kUint8) {
-        mix_u8(d, x, z, seg, wa, wb);
-      } else {
-        mix_half(reinterpret_cast<uint16_t*>(d), reinterpret_cast<const uint16_t*>(x),
-                 reinterpret_cast<const uint16_t*>(z), seg, wa, wb);
-      }
+      mix_values(d, a + static_cast<size_t>(c) * seg * es, b + static_cast<size_t>(c) * seg * es, fmt.dtype, seg, wa,
+                 wb);
     }
   }
 }
