@@ -68,6 +68,25 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def _cpu_self() -> float:
+    """CPU seconds (user + system) this process has used, all threads."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from ``/proc`` (0.0 where unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command's ")": state is field 3, utime and stime are fields 14 and 15 (proc(5)).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dict[str, object]:
     """Loader images/s: S3 first epoch and warm epoch vs the local page cache."""
     from fastload.loader import Loader, LoaderConfig
@@ -106,19 +125,28 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
                         n += len(batch.indices)
                 return n / (time.perf_counter() - t0)
 
+            # CPU seconds of each timed run: where the first epoch's time goes on a small machine.
+            cpu: dict[str, list[float]] = {"local": [], "s3_loader": [], "s3_server": []}
+            timed = [False]
+
             def local() -> float:
                 with open_dataset(packed) as ds:  # the shards are in the page cache: read before each run
                     for s in ds.shards:
                         with open(s.path, "rb") as f:
                             while f.read(16 << 20):
                                 pass
-                    return epoch(ds)
+                    c0 = _cpu_self()
+                    rate = epoch(ds)
+                    if timed[0]:
+                        cpu["local"].append(_cpu_self() - c0)
+                    return rate
 
             counter = [0]
 
             def remote_first() -> float:
                 counter[0] += 1
                 cache = os.path.join(shm, f"c{counter[0]}")
+                c0, s0 = _cpu_self(), _cpu_of(server.proc.pid)
                 t0 = time.perf_counter()
                 with open_remote_dataset(url, storage_options=options, cache_dir=cache) as ds:
                     n = 0
@@ -127,6 +155,9 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
                             n += len(batch.indices)
                     stats = ds.remote_stats()
                 rate = n / (time.perf_counter() - t0)
+                if timed[0]:
+                    cpu["s3_loader"].append(_cpu_self() - c0)
+                    cpu["s3_server"].append(_cpu_of(server.proc.pid) - s0)
                 results.setdefault("first_epoch_waits", []).append([stats["waits"], round(stats["waited_seconds"], 3)])
                 shutil.rmtree(cache, ignore_errors=True)
                 return rate
@@ -141,7 +172,16 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
 
             local()
             remote_first()
+            timed[0] = True
             results["first_epoch_vs_local"] = _pairs(local, remote_first, pairs)
+            timed[0] = False
+            med = {k: statistics.median(v) for k, v in cpu.items()}
+            results["first_epoch_cpu_seconds"] = {
+                **med,
+                # The first epoch's time if it were bound by CPU alone, relative to local: what two
+                # cores can give when the S3 server and the download share them with the decode.
+                "cpu_bound_ratio": med["local"] / (med["s3_loader"] + med["s3_server"]),
+            }
             results["later_epoch_vs_local"] = _pairs(local, remote_warm, pairs)
     finally:
         shutil.rmtree(shm, ignore_errors=True)
@@ -154,6 +194,12 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
             f"loader  {label:24s} {r['b_median']:8.0f} img/s  local {r['a_median']:8.0f} img/s  "
             f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f})"
         )
+    c = results["first_epoch_cpu_seconds"]
+    _say(
+        f"loader  first epoch CPU: local {c['local']:.2f} core-s; from S3 loader {c['s3_loader']:.2f} + "
+        f"S3 server {c['s3_server']:.2f} core-s on the same {os.cpu_count()} cores: CPU-bound ratio "
+        f"{c['cpu_bound_ratio']:.2f}x"
+    )
     waits = results["first_epoch_waits"]
     _say(
         f"loader  first epochs: reads that waited for a shard {[w for w, _ in waits]}, "
