@@ -325,6 +325,99 @@ def test_two_ranks_share_one_cache_without_fetching_a_shard_twice(s3_dataset, tm
     assert fetched == 9
 
 
+class _RecordBytes:
+    """A map-style torch dataset over a fastload dataset: (record bytes, index, worker pid)."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        return bytes(self.ds.image(i)), i, os.getpid()
+
+
+def _helper_orphans() -> list[int]:
+    """Storage helper processes that are not this process's own (theirs should exit with them)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"fastload.remote.spawned" in cmd and ppid != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def test_forked_dataloader_workers_read_through_the_cache(s3_dataset, packed_folder, tmp_path):
+    """torch's DataLoader forks its workers (Linux's default) after the parent has used the storage
+    client, which cannot run in a forked process: the workers download through helper processes,
+    read the same bytes as the local dataset, and leave no process behind."""
+    torch = pytest.importorskip("torch")
+    url, options = s3_dataset
+    with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "cache")) as ds:
+        ds.will_read(range(len(ds)))  # the parent prefetches while the workers start (fork mid-download)
+        loader = torch.utils.data.DataLoader(
+            _RecordBytes(ds), batch_size=4, num_workers=2, multiprocessing_context="fork", collate_fn=list
+        )
+        got, workers = {}, set()
+        for epoch in range(2):
+            for batch in loader:
+                for data, i, pid in batch:
+                    got.setdefault(i, set()).add(data)
+                    workers.add(pid)
+    assert len(workers) == 4 and os.getpid() not in workers  # two new workers each epoch
+    with open_dataset(str(packed_folder)) as local:
+        assert sorted(got) == list(range(len(local)))
+        for i, seen in got.items():
+            assert seen == {bytes(local.image(i))}
+    deadline = time.monotonic() + 15
+    while _helper_orphans() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _helper_orphans() == []
+
+
+def test_a_forked_process_gets_storage_errors_not_a_hang(s3_dataset, tmp_path):
+    url, options = s3_dataset
+    store = RemoteStore(url, options)
+    assert store.exists("fastload.json")  # the client has started in this process
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            out = []
+            try:
+                store.get_bytes("no-such-object")
+            except RemoteNotFound as exc:
+                out.append(exc.url)
+            out.append(len(store.get_bytes("fastload.json")))
+            out.append(store.head("fastload.json").size)
+            fetch_to_file(store, "fastload.json", str(tmp_path / "m.json"))
+            out.append(os.path.getsize(tmp_path / "m.json"))
+            try:
+                store.store  # the raw client would hang here: refused instead
+            except RemoteError as exc:
+                out.append("refused" if "fork" in str(exc) else str(exc))
+            os.write(w, json.dumps(out).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    size = store.head("fastload.json").size
+    assert json.loads(data) == [store.url_of("no-such-object"), size, size, size, "refused"]
+
+
 def test_settings_from_env_and_aws_files(s3_server, s3_dataset, packed_folder, tmp_path, monkeypatch):
     url, _ = s3_dataset
     clean_env(monkeypatch)

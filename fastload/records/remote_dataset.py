@@ -18,10 +18,12 @@ those. Without a plan (direct ``ds.image(i)`` calls) a shard is downloaded when 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -33,7 +35,15 @@ from fastload.records import recordio
 from fastload.records.lmdb_shard import LmdbShard
 from fastload.records.manifest import FORMAT_VERSION, MANIFEST_NAME, load_index
 from fastload.records.sharded import ShardedDataset
-from fastload.remote.cache import CACHE_MARKER, CachedObject, NoRoomYet, ShardCache, default_cache_dir, shard_objects
+from fastload.remote.cache import (
+    CACHE_MARKER,
+    CachedObject,
+    CacheError,
+    NoRoomYet,
+    ShardCache,
+    default_cache_dir,
+    shard_objects,
+)
 from fastload.remote.fetch import DEFAULT_RETRY, FetchError, RetryPolicy
 from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
 
@@ -136,8 +146,34 @@ class RemoteDataset(ShardedDataset):
             raise
         self._lmdb = manifest.get("format") == "lmdb"
         self._pool = ThreadPoolExecutor(max_workers=fetch_threads, thread_name_prefix="fastload-fetch")
+        self._manager: threading.Thread | None = None
+        self._start_manager()
+        _open_datasets.add(self)
+
+    def _start_manager(self) -> None:
         self._manager = threading.Thread(target=self._manage, name="fastload-prefetch-shards", daemon=True)
         self._manager.start()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child (a torch DataLoader worker) starts with its own threads, locks and pins.
+
+        The parent's prefetch threads do not exist here and any of its locks may have been held at
+        the fork; its mapped shards and its downloads in flight are the parent's. The child reads
+        on demand (downloads run in a helper process, :mod:`fastload.remote.spawned`) and starts
+        prefetching when it is given a plan (:meth:`will_read`).
+        """
+        self._lock = threading.Lock()
+        self._state = threading.RLock()
+        self._wake = threading.Condition(self._state)
+        self._stop = threading.Event()
+        self._open, self._futures = {}, {}
+        self._plan, self._planned, self._active, self._cursor = None, set(), 1, 0
+        self._waits, self._waited = 0, 0.0
+        self._pool = ThreadPoolExecutor(max_workers=self.fetch_threads, thread_name_prefix="fastload-fetch")
+        self._manager = None
+        # The parent's reader registration stays the parent's (its methods do nothing here).
+        with contextlib.suppress(OSError, CacheError):
+            self._reader = self.cache.reader()
 
     # --- the loader's hints --------------------------------------------------------------------
 
@@ -179,6 +215,8 @@ class RemoteDataset(ShardedDataset):
             self._active = active
             self._cursor = 0
             self._unmap_unneeded()
+            if self._manager is None and not self._closed:  # in a forked child
+                self._start_manager()
             self._wake.notify_all()
 
     def done_with(self, indices: Iterable[int]) -> None:
@@ -334,13 +372,26 @@ class RemoteDataset(ShardedDataset):
         self._stop.set()
         with self._state:
             self._wake.notify_all()
-        self._manager.join(timeout=30)
+        if self._manager is not None:
+            self._manager.join(timeout=30)
         self._pool.shutdown(wait=True, cancel_futures=True)
         super().close()
         with self._state:
             for s in list(self._open):
                 self._unmap(s)
         self._reader.close()
+
+
+_open_datasets: weakref.WeakSet[RemoteDataset] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for ds in list(_open_datasets):
+        if not ds._closed:
+            ds._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def open_remote_dataset(

@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from fastload.checksum import file_matches, recorded_checksum
 from fastload.errors import FastloadError, UserError
@@ -140,39 +140,100 @@ def default_cache_dir(url: str, need_bytes: int) -> str:
 
 
 class _FileLock:
-    """An exclusive ``flock`` on a lock file, taken with a deadline instead of blocking forever."""
+    """An exclusive ``flock`` on a lock file, taken with a deadline instead of blocking forever.
+
+    Threads of one process first queue on an in-process lock of the same path: a thread waiting
+    for another thread of its own process (a prefetch and a read wanting the same shard) wakes the
+    moment it is released instead of at the next poll of the ``flock``. A forked child (a
+    DataLoader worker) closes its copies of the descriptors of the locks held at the fork: an
+    ``flock`` belongs to the open file, so a child's copy would otherwise keep the parent's lock
+    taken after the parent released it, stalling every process that waits for it.
+    """
+
+    _threads_guard: ClassVar[threading.Lock] = threading.Lock()
+    # Lock file path -> [its in-process lock, threads holding or waiting]; an entry lives while used.
+    _threads: ClassVar[dict[str, list[Any]]] = {}
+    _held: ClassVar[set[_FileLock]] = set()  # locks this process holds (their descriptors carry the flock)
 
     def __init__(self, path: str) -> None:
-        self.path = path
+        self.path = os.path.abspath(path)
         self.fd = -1
+        self._entry: list[Any] | None = None  # this lock's in-process entry while acquiring or held
+
+    def _enter(self) -> threading.Lock:
+        with _FileLock._threads_guard:
+            entry = _FileLock._threads.setdefault(self.path, [threading.Lock(), 0])
+            entry[1] += 1
+        self._key, self._entry = self.path, entry  # the key stays if the path is renamed while held
+        return entry[0]
+
+    def _leave(self) -> None:
+        entry, self._entry = self._entry, None
+        if entry is None:
+            return
+        with _FileLock._threads_guard:
+            entry[1] -= 1
+            if entry[1] == 0 and _FileLock._threads.get(self._key) is entry:
+                del _FileLock._threads[self._key]
 
     def acquire(self, timeout: float | None, *, waiting: Callable[[], None] | None = None) -> bool:
         """Take the lock; ``waiting()`` runs between tries (it may raise). False on timeout."""
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                pass
-            if deadline is not None and time.monotonic() >= deadline:
-                os.close(self.fd)
-                self.fd = -1
-                return False
-            if waiting is not None:
-                try:
+        in_process = self._enter()
+        try:
+            while not in_process.acquire(timeout=_POLL):
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._leave()
+                    return False
+                if waiting is not None:
                     waiting()
-                except BaseException:
-                    os.close(self.fd)
-                    self.fd = -1
-                    raise
-            time.sleep(_POLL)
+        except BaseException:
+            self._leave()
+            raise
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            while True:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    _FileLock._held.add(self)
+                    return True
+                except BlockingIOError:
+                    pass
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.release()
+                    return False
+                if waiting is not None:
+                    waiting()
+                time.sleep(_POLL)
+        except BaseException:
+            self.release()
+            raise
 
     def release(self) -> None:
+        _FileLock._held.discard(self)
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)  # closing the descriptor drops the flock
+        entry = self._entry
+        if entry is not None:
+            entry[0].release()
+            self._leave()
+
+    @classmethod
+    def _after_fork_in_child(cls) -> None:
+        # The parent's threads are gone in a forked child (a DataLoader worker): the locks they held
+        # stay the parent's. Closing the child's copy of a descriptor leaves the parent's flock in
+        # place; no flock(LOCK_UN), which would drop it for the parent too.
+        for lock in list(cls._held):
+            with contextlib.suppress(OSError):
+                os.close(lock.fd)
+            lock.fd, lock._entry = -1, None
+        cls._held = set()
+        cls._threads_guard = threading.Lock()
+        cls._threads = {}
+
+
+os.register_at_fork(after_in_child=_FileLock._after_fork_in_child)
 
 
 def object_lock(folder: str, key: str) -> _FileLock:
@@ -571,12 +632,13 @@ class CacheReader:
         self._lock.acquire(None)
         os.replace(self._lock.path, final)
         self._lock.path = final
+        self._pid = os.getpid()
         self._closed = False
 
     def update(self, pinned: Iterable[str], upcoming: Sequence[str]) -> None:
         """Publish which object keys this reader has pinned and which it will read, in order."""
         state = (tuple(sorted(pinned)), tuple(upcoming))
-        if state == self._state or self._closed:
+        if state == self._state or self._closed or os.getpid() != self._pid:  # a forked child's copy
             return
         self._state = state
         _write_json(self._json, {"id": self.id, "pinned": list(state[0]), "upcoming": list(state[1])})
@@ -586,6 +648,8 @@ class CacheReader:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:  # a forked child's copy: the registration is the parent's
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._json)
         with contextlib.suppress(FileNotFoundError):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from fastload.checksum import Checksum
 from fastload.errors import FastloadError
-from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
+from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore, forked_from_client
 
 __all__ = ["DEFAULT_RETRY", "ChecksumMismatch", "FetchError", "RetryPolicy", "fetch_to_file"]
 
@@ -144,6 +144,17 @@ def fetch_to_file(
         RemoteNotFound: The object does not exist (not retried).
         InterruptedError: ``stop`` was set.
     """
+    if forked_from_client():
+        # The whole download runs in the helper process, which writes ``dest`` itself: the
+        # shard's bytes never cross the pipe. ``stop`` is checked before it starts.
+        from fastload.remote import spawned
+
+        if stop is not None and stop.is_set():
+            raise InterruptedError("download cancelled")
+        try:
+            return spawned.call(fetch_to_file, store, key, dest, size=size, checksum=checksum, policy=policy)
+        except spawned.HelperLost as exc:
+            raise FetchError(f"{store.url_of(key)}: {exc}", url=store.url_of(key)) from None
     url = store.url_of(key)
     folder = os.path.dirname(os.path.abspath(dest))
     rng = random.Random()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import builtins
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -42,6 +42,10 @@ from urllib.parse import urlsplit
 from fastload.errors import FastloadError, UserError
 
 __all__ = ["SCHEMES", "ObjectInfo", "RemoteError", "RemoteNotFound", "RemoteStore", "is_remote_url"]
+
+# The process that built the first obstore store: obstore's runtime threads live there only, so a
+# process forked from it runs its storage calls in a spawned helper (fastload.remote.spawned).
+_client_pid: int | None = None
 
 #: URL schemes this module opens (everything obstore covers).
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "http", "https", "memory")
@@ -103,6 +107,15 @@ class ObjectInfo:
     key: str
     size: int
     etag: str | None = None
+
+
+def forked_from_client() -> bool:
+    """Whether this process was forked from one that had started the storage client.
+
+    obstore is not fork-safe (its runtime's threads stay in the parent): such a process runs its
+    storage calls in a spawned helper process (:mod:`fastload.remote.spawned`).
+    """
+    return _client_pid is not None and _client_pid != os.getpid()
 
 
 def is_remote_url(path: Any) -> bool:
@@ -221,11 +234,24 @@ class RemoteStore:
 
     @property
     def store(self):
-        """The obstore store, built on first use (imports obstore lazily)."""
+        """The obstore store, built on first use (imports obstore lazily).
+
+        Raises:
+            RemoteError: In a process forked after the client started, where obstore would hang
+                (this class's methods work there: they run in a helper process).
+        """
+        global _client_pid
+        if forked_from_client():
+            raise RemoteError(
+                "the storage client cannot run in a process forked after it started (obstore is not "
+                "fork-safe); RemoteStore's methods run in a helper process there, .store cannot",
+                url=self.url,
+            )
         if self._store is None:
             with self._lock:
                 if self._store is None:
                     self._store = self._build()
+                    _client_pid = os.getpid()
         return self._store
 
     def _build(self):
@@ -267,6 +293,15 @@ class RemoteStore:
 
     # --- operations ---------------------------------------------------------------------------
 
+    def _in_helper(self, what: str, key: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(self, *args)`` run by this process's helper (see :func:`forked_from_client`)."""
+        from fastload.remote import spawned
+
+        try:
+            return spawned.call(fn, self, *args)
+        except spawned.HelperLost as exc:
+            raise RemoteError(f"{what} failed: {exc}", url=self.url_of(key)) from None
+
     def _error(self, exc: BaseException, key: str, what: str) -> RemoteError:
         url = self.url_of(key)
         if isinstance(exc, FileNotFoundError):
@@ -276,6 +311,8 @@ class RemoteStore:
 
     def head(self, key: str) -> ObjectInfo:
         """Size and etag of ``key``."""
+        if forked_from_client():
+            return self._in_helper("HEAD", key, RemoteStore.head, key)
         import obstore
 
         try:
@@ -286,6 +323,8 @@ class RemoteStore:
 
     def get_bytes(self, key: str) -> bytes:
         """The whole object (small ones: manifests, indexes)."""
+        if forked_from_client():
+            return self._in_helper("GET", key, RemoteStore.get_bytes, key)
         import obstore
 
         try:
@@ -303,8 +342,14 @@ class RemoteStore:
         0.25-0.31 s with 8 MB ones).
 
         A failure in the middle of the body raises :class:`RemoteError`; what was yielded before
-        must then be thrown away by the caller (:mod:`fastload.remote.fetch` does).
+        must then be thrown away by the caller (:mod:`fastload.remote.fetch` does). In a forked
+        process (:func:`forked_from_client`) the helper reads the range whole and it comes as one
+        chunk (:func:`fastload.remote.fetch.fetch_to_file` downloads in the helper instead).
         """
+        if forked_from_client():
+            what = "GET" if end is None else f"GET bytes {start}-{end}"
+            yield memoryview(self._in_helper(what, key, RemoteStore._read, key, start, end))
+            return
         import obstore
 
         options: Any = {"range": (int(start or 0), int(end))} if end is not None else None
@@ -317,8 +362,14 @@ class RemoteStore:
         except Exception as exc:
             raise self._error(exc, key, "GET" if end is None else f"GET bytes {start}-{end}") from exc
 
+    def _read(self, key: str, start: int | None, end: int | None) -> bytes:
+        """The object (or bytes ``[start, end)``) in one piece (what ``stream`` hands a helper)."""
+        return b"".join(bytes(piece) for piece in self.stream(key, start, end))
+
     def put_file(self, key: str, path: str) -> None:
         """Upload a local file (multipart for big ones; the object appears whole or not at all)."""
+        if forked_from_client():
+            return self._in_helper("PUT", key, RemoteStore.put_file, key, path)
         import pathlib
 
         import obstore
@@ -330,6 +381,8 @@ class RemoteStore:
 
     def put_bytes(self, key: str, data) -> None:
         """Upload bytes (one request; the object appears whole or not at all)."""
+        if forked_from_client():
+            return self._in_helper("PUT", key, RemoteStore.put_bytes, key, bytes(data))
         import obstore
 
         try:
@@ -339,6 +392,8 @@ class RemoteStore:
 
     def delete(self, key: str) -> None:
         """Delete ``key`` (no error when it is absent)."""
+        if forked_from_client():
+            return self._in_helper("DELETE", key, RemoteStore.delete, key)
         import obstore
 
         try:
@@ -358,6 +413,8 @@ class RemoteStore:
 
     def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         """Every object below ``prefix`` (recursively), keys relative to the root."""
+        if forked_from_client():
+            return self._in_helper("LIST", prefix, RemoteStore.list, prefix)
         import obstore
 
         out: list[ObjectInfo] = []
