@@ -4,8 +4,8 @@ obstore runs its requests on a Tokio runtime whose threads live only in the proc
 it. A process forked after that (a torch ``DataLoader`` worker: fork is the default on Linux) has
 the runtime's state without its threads, and its first request waits forever, even on a store built
 after the fork (obstore is not fork-safe, as its maintainers say). Such a process hands each storage
-call to a helper instead: a fresh interpreter (``python -m fastload.remote.spawned``), started on
-the first call, that runs the call with its own client and sends back the result, or the exception
+call to a helper instead: a fresh interpreter (``python -c`` loading this same fastload package),
+started on the first call, that runs the call with its own client and sends back the result, or the exception
 with the helper's traceback attached as a note. A shard download runs whole in the helper, which
 writes the cache file itself (:func:`fastload.remote.fetch.fetch_to_file`): the bytes never cross
 the pipe.
@@ -38,20 +38,32 @@ class HelperLost(FastloadError):
     """The helper process died (or could not start) before answering."""
 
 
+# The helper's first lines: load the fastload package found at argv[1], then serve the socket argv[2].
+_BOOT = """
+import importlib.util, os, sys
+package = sys.argv[1]
+spec = importlib.util.spec_from_file_location(
+    "fastload", os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+module = importlib.util.module_from_spec(spec)
+sys.modules["fastload"] = module
+spec.loader.exec_module(module)
+from fastload.remote.spawned import _serve
+_serve(int(sys.argv[2]))
+"""
+
+
 class _Helper:
     """One spawned helper process and this process's end of the socket to it."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        # The folder this process imported fastload from: the helper runs the same code.
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        # The helper imports this very fastload package (not another one on its path) without
+        # putting its folder ahead of the standard library.
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fastload.remote.spawned", str(theirs.fileno())],
+                [sys.executable, "-c", _BOOT, package, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
-                env=env,
                 stdin=subprocess.DEVNULL,
             )
         except OSError as exc:
@@ -151,7 +163,3 @@ def _serve(fd: int) -> None:
             conn.send(("error", RuntimeError, (f"unpicklable outcome of a storage call: {exc}",), {}, ""))
         except (BrokenPipeError, ConnectionResetError):
             return
-
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]))
