@@ -5,10 +5,10 @@ it. A process forked after that (a torch ``DataLoader`` worker: fork is the defa
 the runtime's state without its threads, and its first request waits forever, even on a store built
 after the fork (obstore is not fork-safe, as its maintainers say). Such a process hands each storage
 call to a helper instead: a fresh interpreter (``python -c`` loading this same fastload package),
-started on the first call, that runs the call with its own client and sends back the result, or the exception
-with the helper's traceback attached as a note. A shard download runs whole in the helper, which
-writes the cache file itself (:func:`fastload.remote.fetch.fetch_to_file`): the bytes never cross
-the pipe.
+started on the first call, that runs the call with its own client and sends back the result, or
+the exception with the helper's traceback attached as a note. A shard download runs whole in the
+helper, which writes the cache file itself (:func:`fastload.remote.fetch.fetch_to_file`): the
+bytes never cross the socket.
 
 One helper per process, one call at a time. The helper exits when the process that started it
 closes its end of the socket (on exit, kill -9 included), and a helper that died is replaced at
