@@ -21,6 +21,7 @@ def test_a_call_runs_in_another_process_and_returns_its_result():
 
 
 def test_exceptions_come_back_with_type_attributes_and_the_helpers_traceback():
+    pytest.importorskip("obstore")
     # The helper's own (empty) in-memory store: the object is missing there.
     with pytest.raises(RemoteNotFound) as info:
         spawned.call(RemoteStore.head, RemoteStore("memory:///data"), "missing")
