@@ -380,6 +380,31 @@ def test_forked_dataloader_workers_read_through_the_cache(s3_dataset, packed_fol
     assert _helper_orphans() == []
 
 
+def test_spawned_dataloader_workers_reopen_the_remote_dataset(s3_dataset, packed_folder, tmp_path):
+    """A spawned worker unpickles the dataset as its URL, options and cache folder, and reopens it."""
+    torch = pytest.importorskip("torch")
+    from fastload.torch import ImageDataset
+
+    url, options = s3_dataset
+    cache = tmp_path / "cache"
+    with open_remote_dataset(url, storage_options=options, cache_dir=str(cache)) as ds:
+        loader = torch.utils.data.DataLoader(
+            ImageDataset(ds), batch_size=8, num_workers=2, multiprocessing_context="spawn", collate_fn=list
+        )
+        got = [(np.asarray(img), target) for batch in loader for img, target in batch]
+        assert ds.remote_stats()["fetched"] == 1  # the index, at open: the workers fetched the shards
+    local = ImageDataset(str(packed_folder))
+    assert len(got) == len(local)
+    for (img, target), i in zip(got, range(len(local)), strict=True):
+        ref_img, ref_target = local[i]
+        assert target == ref_target
+        np.testing.assert_array_equal(img, np.asarray(ref_img))
+    local.close()
+    assert sorted(p.name for p in cache.iterdir() if p.name.endswith(".rec")) == sorted(
+        p.name for p in packed_folder.iterdir() if p.name.endswith(".rec")
+    )
+
+
 def test_a_forked_process_gets_storage_errors_not_a_hang(s3_dataset, tmp_path):
     url, options = s3_dataset
     store = RemoteStore(url, options)

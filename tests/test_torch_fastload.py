@@ -86,6 +86,20 @@ def test_image_dataset_view_with_torchs_own_dataloader(packed, tiny_folder, num_
     assert all(torch.equal(a[0], b[0]) for a, b in zip(one, two, strict=False))
 
 
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_image_dataset_in_spawned_workers_reopens_the_records(packed, context):
+    """Spawned workers unpickle the view: its records reopen there (torch's spawn and forkserver)."""
+    ours = batches(tud.DataLoader(ImageDataset(packed, transform=eval_tf()), batch_size=8))
+    with fastload.open_dataset(packed) as records:  # a dataset the user opened and passes in
+        spawned = tud.DataLoader(
+            ImageDataset(records, transform=eval_tf()), batch_size=8, num_workers=2, multiprocessing_context=context
+        )
+        theirs = batches(spawned)
+    assert len(ours) == len(theirs)
+    for (x, y), (tx, ty) in zip(ours, theirs, strict=True):
+        assert torch.equal(x, tx) and torch.equal(y, ty)
+
+
 def test_fastload_op_dtype_normalize_and_channels_last(packed):
     with DataLoader(packed, batch_size=8, transform=EVAL) as plain:
         raw = batches(plain)[0][0]

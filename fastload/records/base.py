@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 __all__ = ["Dataset"]
 
 
+def _reopen(opener: Any, args: tuple, kwargs: dict[str, Any]) -> Dataset:
+    """Unpickling a dataset: open it again (what a spawned DataLoader worker receives)."""
+    return opener(*args, **kwargs)
+
+
 class Dataset:
     """Records addressed by global index ``0 <= i < len(ds)``; the API every reader implements.
 
@@ -43,6 +48,8 @@ class Dataset:
     kind: str = ""
     path: str = ""
     shards: Sequence[RecordIOShard | LmdbShard] = ()
+    # How it was opened: (function, args, kwargs), set by the openers; pickling reopens it.
+    _opened_by: tuple[Any, tuple, dict[str, Any]] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -85,6 +92,21 @@ class Dataset:
         if not 0 <= i < n:
             raise IndexError(f"record {i} out of range for a dataset of {n} records")
         return i
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        """A dataset pickles as the way to open it again (files, mappings and threads stay here).
+
+        A spawned or forkserver DataLoader worker (``multiprocessing_context="spawn"``) unpickles
+        its own dataset: it opens the same path, or the same URL with the same options and cache
+        folder. Raises TypeError for a dataset built otherwise than by ``open_dataset`` /
+        ``open_remote_dataset``.
+        """
+        if self._opened_by is None:
+            raise TypeError(
+                f"{self!r} cannot be pickled: only datasets from fastload.open_dataset can (they reopen "
+                "in the process that unpickles them)"
+            )
+        return _reopen, self._opened_by
 
     def __enter__(self) -> Dataset:
         return self

@@ -69,7 +69,17 @@ def open_dataset(
     """
     if is_remote_url(path):
         return open_remote_dataset(str(path), **remote)
-    path = os.fspath(path)
+    ds = _open_local(os.fspath(path), idx_path, remote)
+    if ds._opened_by is None:  # (a partial cache, opened from its URL, has its own)
+        ds._opened_by = (open_dataset, (os.path.abspath(os.fspath(path)),), {"idx_path": _abs(idx_path)})
+    return ds
+
+
+def _abs(path: str | os.PathLike[str] | None) -> str | None:
+    return None if path is None else os.path.abspath(os.fspath(path))
+
+
+def _open_local(path: str, idx_path: str | os.PathLike[str] | None, remote: dict[str, Any]) -> Dataset:
     if not os.path.exists(path):
         raise UserError(f"{path}: no such file or directory")
     if idx_path is not None and os.path.isdir(path):

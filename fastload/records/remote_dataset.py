@@ -459,7 +459,7 @@ def open_remote_dataset(
     if manifest.get("format") not in ("recordio", "lmdb"):
         raise UserError(f"{store.url_of(MANIFEST_NAME)}: unknown dataset format {manifest.get('format')!r}")
     index = load_index(index_path, int(manifest["label_width"]), int(manifest["records"]))
-    return RemoteDataset(
+    ds = RemoteDataset(
         store=store,
         cache=cache,
         manifest=manifest,
@@ -467,3 +467,11 @@ def open_remote_dataset(
         prefetch_shards=prefetch_shards,
         fetch_threads=fetch_threads,
     )
+    # Unpickled (a spawned DataLoader worker), it reopens through the same cache folder.
+    options = {"storage_options": store.storage_options, "cache_dir": cache.folder, "cache_limit": limit}
+    ds._opened_by = (
+        open_remote_dataset,
+        (url,),
+        {**options, "prefetch_shards": prefetch_shards, "fetch_threads": fetch_threads, "retry": retry},
+    )
+    return ds

@@ -301,6 +301,18 @@ class ImageDataset(torch.utils.data.Dataset):
         if self._finalizer is not None:
             self._finalizer()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A spawned DataLoader worker gets the records reopened (fastload datasets pickle that
+        # way) and owns them: they close with its copy of this view.
+        state = dict(self.__dict__)
+        state["_finalizer"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._owns = True
+        self._finalizer = weakref.finalize(self, self.records.close)
+
     def __repr__(self) -> str:
         return f"ImageDataset({self.root!r}, {len(self)} records, transform={self.transform!r})"
 
