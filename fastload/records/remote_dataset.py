@@ -18,7 +18,6 @@ those. Without a plan (direct ``ds.image(i)`` calls) a shard is downloaded when 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -172,8 +171,16 @@ class RemoteDataset(ShardedDataset):
         self._pool = ThreadPoolExecutor(max_workers=self.fetch_threads, thread_name_prefix="fastload-fetch")
         self._manager = None
         # The parent's reader registration stays the parent's (its methods do nothing here).
-        with contextlib.suppress(OSError, CacheError):
+        try:
             self._reader = self.cache.reader()
+        except (OSError, CacheError) as exc:
+            log.warning(
+                "forked process %d: cannot register as a reader of cache %s (%s); its shards are not "
+                "pinned against eviction by other processes",
+                os.getpid(),
+                self.cache.folder,
+                exc,
+            )
 
     # --- the loader's hints --------------------------------------------------------------------
 
