@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from forked import run_in_fork
 from remote_fixtures import (  # noqa: F401
     BUCKET,
     clean_env,
@@ -409,38 +410,26 @@ def test_a_forked_process_gets_storage_errors_not_a_hang(s3_dataset, tmp_path):
     url, options = s3_dataset
     store = RemoteStore(url, options)
     assert store.exists("fastload.json")  # the client has started in this process
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
+
+    def in_child():
+        out = []
         try:
-            os.close(r)
-            out = []
-            try:
-                store.get_bytes("no-such-object")
-            except RemoteNotFound as exc:
-                out.append(exc.url)
-            out.append(len(store.get_bytes("fastload.json")))
-            out.append(store.head("fastload.json").size)
-            fetch_to_file(store, "fastload.json", str(tmp_path / "m.json"))
-            out.append(os.path.getsize(tmp_path / "m.json"))
-            try:
-                store.store  # the raw client would hang here: refused instead
-            except RemoteError as exc:
-                out.append("refused" if "fork" in str(exc) else str(exc))
-            os.write(w, json.dumps(out).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+            store.get_bytes("no-such-object")
+        except RemoteNotFound as exc:
+            out.append(exc.url)
+        out.append(len(store.get_bytes("fastload.json")))
+        out.append(store.head("fastload.json").size)
+        fetch_to_file(store, "fastload.json", str(tmp_path / "m.json"))
+        out.append(os.path.getsize(tmp_path / "m.json"))
+        try:
+            store.store  # the raw client would hang here: refused instead
+        except RemoteError as exc:
+            out.append("refused" if "fork" in str(exc) else str(exc))
+        return out
+
+    result = run_in_fork(in_child)
     size = store.head("fastload.json").size
-    assert json.loads(data) == [store.url_of("no-such-object"), size, size, size, "refused"]
+    assert result == [store.url_of("no-such-object"), size, size, size, "refused"]
 
 
 def test_settings_from_env_and_aws_files(s3_server, s3_dataset, packed_folder, tmp_path, monkeypatch):

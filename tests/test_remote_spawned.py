@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+from forked import run_in_fork
 
 from fastload.remote import spawned
 from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
@@ -58,18 +59,6 @@ def test_a_helper_that_dies_is_reported_and_replaced():
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_starts_its_own_helper():
     parent_helper = spawned.call(os.getpid)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(r)
-            child_helper = spawned.call(os.getpid)
-            code = 0 if child_helper not in (parent_helper, os.getpid()) else 2
-        finally:
-            os._exit(code)
-    os.close(w)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    child_pid, child_helper = run_in_fork(lambda: (os.getpid(), spawned.call(os.getpid)))
+    assert child_helper not in (parent_helper, child_pid)
     assert spawned.call(os.getpid) == parent_helper  # the parent's helper is untouched

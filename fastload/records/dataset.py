@@ -71,7 +71,7 @@ def open_dataset(
         return open_remote_dataset(str(path), **remote)
     ds = _open_local(os.fspath(path), idx_path, remote)
     if ds._opened_by is None:  # (a partial cache, opened from its URL, has its own)
-        ds._opened_by = (open_dataset, (os.path.abspath(os.fspath(path)),), {"idx_path": _abs(idx_path)})
+        ds._opened_by = (open_dataset, (_abs(path),), {"idx_path": _abs(idx_path)})
     return ds
 
 
