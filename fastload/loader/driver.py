@@ -186,7 +186,7 @@ class _Driver:
             run.batch += 1
             ps.taken += 1
         self._ring.taken(item.slot, item._generation)
-        timer.consumer_took(item.size)
+        timer.consumer_took(item.size, (item.epoch, item.number))
         if item.fresh and not self._warned:
             self._warned = True
             ring = self._ring
@@ -261,3 +261,4 @@ class _Driver:
         run, self.run = self.run, None
         if run is not None:
             run.stop()
+            self._timer.drop_pending()  # its batches still queued are never handed out

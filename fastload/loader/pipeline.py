@@ -172,12 +172,17 @@ class _Pipeline:
                 **mix_kwargs,
             )
             timer.backend = result.backend
-            timer.count_slices(getattr(result, "sliced", 0), getattr(result, "slice_fallbacks", 0))
             failures = dict(result.errors)
             failures.update(read_errors)
             if failures:
                 indices = indices.copy()
                 self._substitute(failures, indices, out, epoch, seed)
+            timer.count_batch(
+                (epoch, number),
+                skipped=len(failures),
+                sliced=getattr(result, "sliced", 0),
+                fallbacks=getattr(result, "slice_fallbacks", 0),
+            )
             if mix is not None and getattr(result, "mix", None) is None:
                 # Not mixed in the decode (a bad record was replaced, or a decode without mix=).
                 mix_batch(
@@ -219,7 +224,6 @@ class _Pipeline:
             if self.config.on_error is OnError.RAISE:
                 raise DecodeError(failures[pos], index=i, source=self._locate(i))
             self._report_bad(i, failures[pos])
-            self.timer.skipped += 1
             j = i
             for _ in range(self.config.max_substitutes):
                 j = (j + 1) % self._num_records
