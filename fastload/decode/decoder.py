@@ -16,8 +16,6 @@ import numpy as np
 import fastload.engine_abi as engine_abi
 from fastload.decode.contract import BatchResult, DecodeOptions, DecodeStatus, Layout, _slice_entropy
 from fastload.decode.native import (
-    _engine,
-    _engine_reason,
     _native_decode_batch,
     _native_decode_image,
     _native_params,
@@ -25,6 +23,7 @@ from fastload.decode.native import (
     _warp_spec,
 )
 from fastload.decode.pillow import _Failure, _pillow_batch, _pillow_open_rgb, _PillowBatch
+from fastload.engine import native, pillow_reason, pixel_engine
 from fastload.errors import DecodeError
 from fastload.transforms import Pipeline, Transform, as_pipeline
 from fastload.transforms.mixing import BatchOp, MixResult, mix_batch, mix_labels
@@ -32,9 +31,7 @@ from fastload.transforms.mixing import BatchOp, MixResult, mix_batch, mix_labels
 
 def active_backend() -> str:
     """The backend :func:`decode_batch` uses now: ``"libjpeg-turbo"`` or ``"pillow"``."""
-    if os.environ.get("FASTLOAD_DECODER", "").strip().lower() == "pillow":
-        return "pillow"
-    return "libjpeg-turbo" if _engine is not None else "pillow"
+    return "libjpeg-turbo" if pixel_engine() is not None else "pillow"
 
 
 def default_threads() -> int:
@@ -67,15 +64,16 @@ def engine_info() -> dict:
         "pillow": PIL.__version__,
         "reason": "",
     }
-    if _engine is not None:
-        native = _engine.info()
-        info["libjpeg_turbo"] = native["libjpeg_turbo"]
-        info["simd"] = native["simd"]
+    engine = native()
+    if engine is not None:
+        built = engine.info()
+        info["libjpeg_turbo"] = built["libjpeg_turbo"]
+        info["simd"] = built["simd"]
         wanted = _slice_entropy(DecodeOptions())
-        usable = wanted is engine_abi.EntropyDecoder.LIBJPEG or native["slice_entropy_available"]
+        usable = wanted is engine_abi.EntropyDecoder.LIBJPEG or built["slice_entropy_available"]
         info["slice_entropy"] = wanted.name.lower() if usable else "libjpeg"
     if backend == "pillow":
-        info["reason"] = "FASTLOAD_DECODER=pillow" if _engine is not None else _engine_reason
+        info["reason"] = pillow_reason()
     return info
 
 

@@ -3,34 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 import fastload.engine_abi as engine_abi
 from fastload.decode.contract import DecodeOptions, DecodeStatus, Layout, _slice_entropy
+from fastload.engine import native, unavailable_reason
 from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline, Transform
 from fastload.transforms.affine import AFFINE_PARAM_NAMES
 from fastload.transforms.erasing import output_params_from_trace
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES
 
-_engine: Any = None
-_engine_reason = ""
-try:
-    import fastload._engine as _engine
-except ImportError as exc:  # built without libjpeg-turbo, or not built yet
-    _engine = None
-    _engine_reason = f"fastload._engine is not available ({exc})"
+
+def _loaded() -> ModuleType:
+    """The engine; the engine path runs only when it is loaded (else a RuntimeError that says why)."""
+    engine = native()
+    if engine is None:
+        raise RuntimeError(f"the C++ engine is not loaded: {unavailable_reason()}")
+    return engine
 
 
 def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
     """The engine's ``name`` struct (a ``py::class_`` generated from :data:`engine_abi.STRUCTS`)."""
     types = {field: ctype for ctype, field, _default, _doc in engine_abi.STRUCTS[name]}
-    obj = getattr(_engine, name)()
+    engine = _loaded()
+    obj = getattr(engine, name)()
     for field, value in values.items():
         ctype = types[field]
         if ctype in engine_abi.ENUMS:
-            value = getattr(_engine, ctype)(int(value))
+            value = getattr(engine, ctype)(int(value))
         setattr(obj, field, value)
     return obj
 
@@ -144,7 +147,7 @@ def _native_decode_batch(
 ) -> dict[str, Any]:
     """The engine's ``decode_batch`` for the whole batch (one call, the GIL released once): its result dict."""
     mask = (1 << 64) - 1
-    return _engine.decode_batch(
+    return _loaded().decode_batch(
         images if isinstance(images, (list, tuple)) else list(images),
         out,
         _native_geometry(pipeline.geometry),
@@ -186,7 +189,7 @@ def _native_params(native: dict[str, Any], pipeline: Pipeline, n: int) -> tuple[
 
 def _native_decode_image(buf: Any, options: DecodeOptions) -> tuple[DecodeStatus, str, np.ndarray]:
     """The engine's full-size RGB decode of one image: ``(status, message, array)``."""
-    native_status, msg, arr = _engine.decode_image(buf, _native_options(options))
+    native_status, msg, arr = _loaded().decode_image(buf, _native_options(options))
     return DecodeStatus(int(native_status)), msg, arr
 
 
@@ -194,7 +197,7 @@ def _native_resize_encode(
     images: Sequence, shorter: int, quality: int, threads: int, options: DecodeOptions
 ) -> list[bytes | None]:
     """The engine's decode, resize and JPEG encode of each image (None where it could not)."""
-    native = _engine.resize_encode_batch(
+    native = _loaded().resize_encode_batch(
         list(images), int(shorter), int(quality), int(threads), _native_options(options)
     )
     return [data for _status, _message, data in native]
