@@ -70,7 +70,7 @@ class _WorkerLikeRNG:
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def __enter__(self):
+    def __enter__(self) -> _WorkerLikeRNG:
         self._torch = torch.get_rng_state()
         self._py = random.getstate()
         self._np = np.random.get_state()  # noqa: NPY002 - saved and restored around the call, as torch's worker does
@@ -79,7 +79,7 @@ class _WorkerLikeRNG:
         np.random.seed(self.seed & 0xFFFFFFFF)  # noqa: NPY002
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         torch.set_rng_state(self._torch)
         random.setstate(self._py)
         np.random.set_state(self._np)  # noqa: NPY002
