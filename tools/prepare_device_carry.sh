@@ -6,6 +6,8 @@
 #   .device/jpeg/     the two packages unpacked with `dpkg -x` (a prefix: usr/include, usr/lib/<triplet>);
 #                     the engine is built against it with FASTLOAD_JPEG_ROOT=.device/jpeg/usr and
 #                     finds its libjpeg.so.62 there at run time (rpath)
+#   .device/python3.12/include/
+#                     CPython 3.12's headers, used only if the GPU machine's Python lacks Python.h
 #   .device/wheels/   Python 3.12 manylinux wheels of what the GPU machine lacks (lmdb), installed
 #                     there with `pip install --no-index --no-deps --target`, never touching its torch
 #
@@ -55,7 +57,27 @@ rm -rf "$DEST/jpeg/usr/share"
 test -f "$DEST/jpeg/usr/include/jpeglib.h"
 ls "$DEST"/jpeg/usr/lib/*-linux-gnu/libjpeg.so.62 >/dev/null
 
-# 3. Wheels for the GPU machine's Python 3.12 (x86-64 manylinux), without dependencies.
+# 3. CPython 3.12's headers, in case the GPU machine's Python has none (a venv of a distribution
+#    Python without its -dev package): the engine's build adds them only when Python.h is missing
+#    there. Any local 3.12 will do: the C API is the same across 3.12.x releases.
+if [[ ! -f "$DEST/python$PY_VERSION/include/Python.h" ]]; then
+    py312=""
+    for candidate in "${PYTHON312:-}" "python$PY_VERSION" /root/.pyenv/versions/"$PY_VERSION".*/bin/python"$PY_VERSION"; do
+        if [[ -n "$candidate" ]] && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+            py312=$candidate
+            break
+        fi
+    done
+    if [[ -n "$py312" ]]; then
+        inc=$("$py312" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+        mkdir -p "$DEST/python$PY_VERSION"
+        cp -r "$inc" "$DEST/python$PY_VERSION/include"
+    else
+        echo "prepare_device_carry: no Python $PY_VERSION here (set PYTHON312=...); its headers are not carried" >&2
+    fi
+fi
+
+# 4. Wheels for the GPU machine's Python 3.12 (x86-64 manylinux), without dependencies.
 if ! ls "$DEST"/wheels/*.whl >/dev/null 2>&1; then
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
@@ -63,7 +85,7 @@ if ! ls "$DEST"/wheels/*.whl >/dev/null 2>&1; then
 fi
 
 echo "prepare_device_carry: $DEST is ready:"
-find "$DEST" -name '*.deb' -o -name '*.whl' -o -name 'libjpeg.so*' -o -name jpeglib.h | sort | sed 's/^/  /'
+find "$DEST" -name '*.deb' -o -name '*.whl' -o -name 'libjpeg.so*' -o -name jpeglib.h -o -name Python.h | sort | sed 's/^/  /'
 du -sh "$DEST" | sed 's/^/  total /'
 bytes=$(du -sb "$DEST" | cut -f1)
 if ((bytes > 32 * 1024 * 1024)); then
