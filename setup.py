@@ -260,6 +260,8 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # the install must still succeed; the fallback is reported at runtime
+            if os.environ.get("FASTLOAD_REQUIRE_EXTENSION") == "1":
+                raise
             _say(f"C++ engine build failed ({exc}); fastload will use the Pillow decode path")
 
     def build_extension(self, ext):

@@ -108,15 +108,16 @@ def build_engine(
 ) -> dict[str, Any]:
     """Build ``fastload._engine`` in place for this Python, against the carried libjpeg-turbo.
 
-    Without a carried prefix the engine is built only when none imports (setup.py then searches
-    the system as usual); an engine that imports and has nothing carried to build against is kept.
+    Without a carried prefix nothing is built (a checkout's own engine comes from ``make build``):
+    the record says whether an engine imports, and the parts use it or fastload's Pillow path.
     """
     prefix = carry / "jpeg" / "usr"
     carried = (prefix / "include" / "jpeglib.h").is_file()
-    before = _engine_probe(repo, env)
     record: dict[str, Any] = {"jpeg_root": str(prefix) if carried else None}
-    if not carried and before["importable"]:
-        record.update(built=False, reason="no carried libjpeg-turbo; the engine already imports", engine=before)
+    if not carried:
+        engine = _engine_probe(repo, env)
+        reason = "the checkout's engine imports" if engine["importable"] else "fastload's Pillow path is measured"
+        record.update(built=False, reason=f"no carried libjpeg-turbo: {reason}", engine=engine)
         return record
     build_env = dict(env)
     build_env.update(FASTLOAD_REQUIRE_EXTENSION="1", FASTLOAD_BUILD_JOBS=str(max(1, cores)))
@@ -128,7 +129,9 @@ def build_engine(
     include = sysconfig.get_paths()["include"]
     headers = carry / f"python{sys.version_info.major}.{sys.version_info.minor}" / "include"
     if not os.path.isfile(os.path.join(include, "Python.h")) and (headers / "Python.h").is_file():
-        build_env["CFLAGS"] = f"{env.get('CFLAGS', '')} -I{headers}".strip()
+        # CPPFLAGS: setuptools adds it to the C and the C++ compile lines alike (CFLAGS reaches only
+        # the C one in recent versions).
+        build_env["CPPFLAGS"] = f"{env.get('CPPFLAGS', '')} -I{headers}".strip()
         record["python_headers"] = str(headers)
     t0 = time.perf_counter()
     try:
@@ -148,13 +151,15 @@ def build_engine(
     log.write_text(output)
     record["log"] = str(log)
     record["setup_says"] = [line for line in output.splitlines() if line.startswith("fastload setup:")][-4:]
+    after = _engine_probe(repo, env)
+    record["engine"] = after
     if returncode != 0:
         reason = "timed out" if returncode is None else f"exited {returncode}"
         record.update(built=False, error=f"setup.py build_ext {reason}: {_tail(output)}")
+    elif not after.get("importable"):
+        record.update(built=False, error=f"the built engine does not import: {after.get('error')}")
     else:
         record["built"] = True
-    after = _engine_probe(repo, env)
-    record["engine"] = after
     if carried and after.get("importable") and after.get("libjpeg"):
         # The module must resolve the carried library, not one it happened to find on the system.
         record["libjpeg_from_carry"] = bool(re.search(re.escape(str(prefix)), after["libjpeg"]))

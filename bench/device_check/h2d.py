@@ -23,6 +23,11 @@ __all__ = ["run"]
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
+def _sig(value: float) -> float:
+    """Four significant digits (tiny dry-run copies must not round to zero)."""
+    return float(f"{value:.4g}")
+
+
 class _Clock:
     """Seconds of device work: synchronize, host clock, synchronize (no-op synchronization on the CPU)."""
 
@@ -83,8 +88,8 @@ def run(config: Config, rec: Recorder) -> None:
                 "dtype": dtype_name,
                 "source": "pinned" if pinned and cuda else "pageable",
                 "mb": round(nbytes / 1e6, 1),
-                "gb_per_s": round(sizes.copies * nbytes / seconds / 1e9, 2),
-                "ms_per_copy": round(1e3 * seconds / sizes.copies, 3),
+                "gb_per_s": _sig(sizes.copies * nbytes / seconds / 1e9),
+                "ms_per_copy": _sig(1e3 * seconds / sizes.copies),
             },
         )
         del dst
@@ -93,7 +98,7 @@ def run(config: Config, rec: Recorder) -> None:
     u8_dev = host_u8.to(device)
     convert = FloatOutput(torch.float16, 1 / 255, MEAN, STD)
     convert(u8_dev)
-    rec.set("convert_on_device_ms", round(1e3 * median(clock.time(lambda: convert(u8_dev), sizes.repeats)), 3))
+    rec.set("convert_on_device_ms", _sig(1e3 * median(clock.time(lambda: convert(u8_dev), sizes.repeats))))
 
     # Overlap: a pinned copy on a side stream beside matrix products on the default stream.
     side = torch.cuda.Stream() if cuda else None
@@ -134,9 +139,9 @@ def run(config: Config, rec: Recorder) -> None:
             {
                 "dtype": dtype_name,
                 "source": "pinned" if pinned and cuda else "pageable",
-                "copy_ms": round(1e3 * t_copy, 3),
-                "compute_ms": round(1e3 * t_compute, 3),
-                "both_ms": round(1e3 * t_both, 3),
+                "copy_ms": _sig(1e3 * t_copy),
+                "compute_ms": _sig(1e3 * t_compute),
+                "both_ms": _sig(1e3 * t_both),
                 "hidden": round(min(1.0, max(0.0, hidden)), 3),
             },
         )
