@@ -20,6 +20,7 @@ The exit status is 0 when every selected part ended ``ok``, else 1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -49,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="CPU devices and tiny sizes (automatic without CUDA)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument("--deadline", type=float, default=DEADLINE, help="seconds the whole run may take")
+    p.add_argument(
+        "--sizes",
+        choices=("auto", "full", "dry"),
+        default="auto",
+        help="the plan's sizes: auto (full on a GPU, dry otherwise); full on a CPU measures per-core rates",
+    )
+    p.add_argument("--images", type=int, default=None, help="generate this many images instead of the plan's")
     return p
 
 
@@ -154,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     run.say(f"device: {device.get('gpu') or 'no GPU'}, {device.get('cpu_model')}; dry run: {dry_run} ({reason})")
 
     # 3. data
-    sizes = sizes_for(dry_run)
+    sizes = sizes_for(dry_run if args.sizes == "auto" else args.sizes == "dry")
+    if args.images is not None:
+        sizes = dataclasses.replace(sizes, images=args.images)
     data_error = None
     if any(p in selected for p in _NEEDS_DATA):
         run.say(f"data: {sizes.images} {'tiny' if sizes.tiny else 'ImageNet-like'} JPEGs, plain and restart-indexed")
@@ -176,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         dry_run=dry_run,
         device="cpu" if dry_run else "cuda",
         cores=cores,
-        threads=tuple(thread_counts(cores, dry_run)),
+        threads=tuple(thread_counts(cores, sizes.tiny)),
         sizes=sizes,
         images=str(data_root / "images"),
         packed=str(data_root / "packed"),

@@ -146,6 +146,7 @@ def run(config: Config, rec: Recorder) -> None:
         sampler=RandomSampler(range(_length(config.packed_restart)), num_samples=draws),
         transform=fastload.train(S),
         num_workers=workers,
+        pin_memory=cuda,  # a page-locked ring: the copy on the loader's stream is truly asynchronous
         device=device,
         channels_last=True,
         normalize=(MEAN, STD),
