@@ -45,8 +45,8 @@ class Sizes:
         warmup_steps: Untimed training steps before the synthetic feed (cuDNN's autotuning).
         loader_skip: Untimed training steps of a fastload feed (its prefetched batches and start).
         decode_batches: Timed batches of the GPU-decode part.
-        model: The torchvision model of the training step (ResNet-50; a ResNet-18 on the CPU, where
-            a ResNet-50 step takes many seconds).
+        model: The torchvision model of the training step (ResNet-50; a SqueezeNet on the CPU, where
+            a ResNet step takes seconds).
         copies: Copies per timed repeat of the host-to-device part.
         repeats: Timed repeats (medians are reported).
     """
@@ -92,7 +92,7 @@ DRY = Sizes(
     warmup_steps=1,
     loader_skip=1,
     decode_batches=2,
-    model="resnet18",
+    model="squeezenet1_1",
     copies=2,
     repeats=2,
 )

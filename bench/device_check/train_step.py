@@ -1,6 +1,6 @@
 """Part 4, ``train_step``: is a ResNet-50 training step input-bound, fed by each loader?
 
-torchvision's ResNet-50 (a ResNet-18 in the dry run), bf16 autocast, channels-last, SGD with
+torchvision's ResNet-50 (a SqueezeNet in the dry run), bf16 autocast, channels-last, SGD with
 momentum, batch ``B``, eager mode with cuDNN autotuning, fed by:
 
 - a synthetic batch already on the device (the step's own speed: what a loader must match);
