@@ -197,8 +197,12 @@ def test_device_lists_on_one_gpu(packed, reference, dev):
 
 
 def _delayed_device_copies(packed, n_ref):
-    """Batches copied by ``device=``, each copy held back on the GPU behind a sleep on its stream."""
-    with DataLoader(packed, batch_size=8, transform=EVAL, device="cuda:0", prefetch=1) as loader:
+    """Batches copied by ``device=``, each copy held back on the GPU behind a sleep on its stream.
+
+    The ring is pinned, so each copy is a true asynchronous DMA that reads the slot when the GPU
+    reaches it (from pageable memory the driver would stage the bytes before returning).
+    """
+    with DataLoader(packed, batch_size=8, transform=EVAL, device="cuda:0", prefetch=1, pin_memory=True) as loader:
         it = iter(loader)
         stream = it._placement._streams[torch.device("cuda:0")]
         got = []
@@ -214,7 +218,10 @@ def _delayed_device_copies(packed, n_ref):
 @requires_cuda
 def test_device_copy_fences_keep_slots_until_the_copy_ran(packed, reference, monkeypatch):
     # The host batch dies as soon as next() returns, while its copy still waits on the GPU: only the
-    # CUDA event attached to the slot keeps the ring from refilling it under the copy.
+    # CUDA event the placement attaches to the slot keeps the ring from refilling it under the copy.
+    # (The release hook's event, recorded on the consumer's stream, which waits for the copy stream,
+    # would guard it too: it is switched off here so that the placement's own fence is what is tested.)
+    monkeypatch.setattr(fdl, "cuda_release_fences", list)
     same_batches(_delayed_device_copies(packed, len(reference)), reference)
     # Control: without the fence the same run reads refilled slots (so the check above has teeth).
     monkeypatch.setattr(fastload.batch.Batch, "add_fence", lambda self, fence: None)
@@ -246,8 +253,9 @@ def test_user_copies_of_pinned_batches_stay_intact(packed, reference, monkeypatc
 
 @pytest.mark.parametrize("dev", DEVICES)
 def test_kept_device_batches_stay_intact(packed, reference, dev):
-    """``list(loader)`` with device copies: every batch kept, none overwritten."""
-    with DataLoader(packed, batch_size=8, transform=EVAL, device=dev, prefetch=1) as loader:
+    """``list(loader)`` with device copies (asynchronous from a pinned ring): every batch intact."""
+    pin = dev != "cpu"
+    with DataLoader(packed, batch_size=8, transform=EVAL, device=dev, prefetch=1, pin_memory=pin) as loader:
         for _ in range(2):
             same_batches(list(loader), reference)
 
