@@ -169,8 +169,8 @@ def test_dry_run_of_one_part_writes_both_files(tmp_path, repo_root):
     assert result["device"]["setup"]["build"]["built"] is False  # nothing carried: nothing built
     h2d = result["h2d"]
     assert h2d["status"] == "ok" and h2d["shape"] == [DRY.batch, 3, DRY.size, DRY.size]
-    assert {(r["dtype"], r["source"]) for r in h2d["copies"]} == {("uint8", "pageable"), ("float16", "pageable")}
-    assert all(r["gb_per_s"] > 0 for r in h2d["copies"]) and len(h2d["overlap"]) == 3
+    assert [(r["dtype"], r["source"]) for r in h2d["copies"]] == [("uint8", "pageable"), ("float16", "pageable")]
+    assert all(r["gb_per_s"] > 0 for r in h2d["copies"]) and len(h2d["overlap"]) == 1  # nothing pinned
     assert all(result[p]["status"] == "not run" for p in PARTS if p != "h2d")
     assert not (tmp_path / "data").exists()  # no part that reads the dataset: none generated
     text = (out / "device-check.md").read_text()
