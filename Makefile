@@ -11,7 +11,7 @@ STAMP    := $(VENV)/.fastload-installed
 DEMO     ?= demo-out
 COUNT    ?= 1000
 
-.PHONY: demo test test-pillow lint sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean
+.PHONY: demo test test-pillow lint sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean device-check
 
 system-deps:
 	@bash tools/install_system_deps.sh
@@ -87,6 +87,19 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(VENV)/bin/fastload bench --quick --out bench-out
+
+# Every GPU path and the scaling with cores, on a GPU machine (docs/gpu.md): builds the engine for the
+# machine's Python against the carried libjpeg-turbo (tools/prepare_device_carry.sh makes .device/),
+# installs the carried wheels aside, generates the dataset, runs the parts, writes
+# $(DEVICE_CHECK_OUT)/device-check.json and .md. DRY_RUN=1 (automatic without CUDA): CPU devices,
+# tiny sizes, the same code. PARTS=h2d,train_step runs a subset. Never touches the venv's packages.
+DEVICE_PY         ?= $(if $(wildcard $(VPY)),$(VPY),$(PY))
+DEVICE_CHECK_OUT  ?= build/device-check
+DEVICE_CHECK_DATA ?= build/device-check-data
+DEVICE_CARRY      ?= .device
+device-check:
+	$(DEVICE_PY) -m bench.device_check --out $(DEVICE_CHECK_OUT) --data $(DEVICE_CHECK_DATA) --carry $(DEVICE_CARRY) \
+		$(if $(filter-out 0,$(DRY_RUN)),--dry-run) $(if $(PARTS),--parts $(PARTS))
 
 clean:
 	rm -rf build dist *.egg-info fastload/*.so $(DEMO) bench-out

@@ -55,7 +55,17 @@ def _from_prefix(prefix):
     ]
     if not libdirs:
         return None
-    return {"include_dirs": [inc], "library_dirs": libdirs, "libraries": ["jpeg"], "how": f"prefix {prefix}"}
+    # Debian's packages put jconfig.h in include/<triplet>/, which the compiler searches by itself only
+    # under /usr/include: a prefix unpacked elsewhere (`dpkg -x`) must name it.
+    multiarch = sorted(
+        d for d in glob.glob(os.path.join(inc, "*-linux-gnu")) if os.path.isfile(os.path.join(d, "jconfig.h"))
+    )
+    return {
+        "include_dirs": [inc, *multiarch],
+        "library_dirs": libdirs,
+        "libraries": ["jpeg"],
+        "how": f"prefix {prefix}",
+    }
 
 
 def _from_pkg_config():
@@ -250,6 +260,8 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # the install must still succeed; the fallback is reported at runtime
+            if os.environ.get("FASTLOAD_REQUIRE_EXTENSION") == "1":
+                raise
             _say(f"C++ engine build failed ({exc}); fastload will use the Pillow decode path")
 
     def build_extension(self, ext):
@@ -278,10 +290,13 @@ def extensions():
             raise SystemExit("FASTLOAD_REQUIRE_EXTENSION=1 but libjpeg-turbo was not found")
         return []
     try:
-        from pybind11.setup_helpers import Pybind11Extension
+        from pybind11.setup_helpers import ParallelCompile, Pybind11Extension
     except ImportError:
         _say("pybind11 is not installed in the build environment; building without the C++ engine")
         return []
+    # FASTLOAD_BUILD_JOBS=N compiles the engine's sources on N threads (0: every core); unset, one at
+    # a time as before (setuptools' own --parallel only runs whole extensions side by side).
+    ParallelCompile("FASTLOAD_BUILD_JOBS", default=1).install()
     sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
     sanitize_compile, sanitize_link = _sanitizer_flags()
     return [
