@@ -11,7 +11,7 @@ STAMP    := $(VENV)/.fastload-installed
 DEMO     ?= demo-out
 COUNT    ?= 1000
 
-.PHONY: demo test test-pillow lint sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean device-check
+.PHONY: demo test test-pillow lint docs sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean device-check
 
 system-deps:
 	@bash tools/install_system_deps.sh
@@ -23,7 +23,7 @@ $(STAMP): setup.py pyproject.toml $(wildcard csrc/*.cpp csrc/*.h)
 	# torch first and pinned: these versions are local wheels (a CUDA build that runs on the CPU);
 	# torchvision does not import beside the CPU-only 2.13.0 wheel, and a bare "torch" would download.
 	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench,dev]"
+	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench,dev,docs]"
 	$(VPY) -m fastload info
 	@touch $(STAMP)
 
@@ -50,6 +50,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The docs site (mkdocs.yml: MkDocs + Material, the API reference from the docstrings by mkdocstrings)
+# into site/; --strict fails on a broken link, a missing page or an API name that does not resolve.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The engine built with AddressSanitizer + UndefinedBehaviorSanitizer (setup.py's FASTLOAD_SANITIZE=1)
 # in build/sanitize/, a copy of the checkout (which keeps its normal build), then the tests that drive
@@ -102,4 +107,4 @@ device-check:
 		$(if $(filter-out 0,$(DRY_RUN)),--dry-run) $(if $(PARTS),--parts $(PARTS))
 
 clean:
-	rm -rf build dist *.egg-info fastload/*.so $(DEMO) bench-out
+	rm -rf build dist *.egg-info fastload/*.so $(DEMO) bench-out site
