@@ -16,7 +16,7 @@ COUNT    ?= 1000
 system-deps:
 	@bash tools/install_system_deps.sh
 
-$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.cpp csrc/*.h)
+$(STAMP): setup.py pyproject.toml $(wildcard csrc/*/*.cpp csrc/*/*.h)
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip wheel setuptools pybind11

@@ -282,14 +282,14 @@ def extensions():
     except ImportError:
         _say("pybind11 is not installed in the build environment; building without the C++ engine")
         return []
-    sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+    sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
     sanitize_compile, sanitize_link = _sanitizer_flags()
     return [
         Pybind11Extension(
             "fastload._engine",
             sources,
             # Headers and the ABI definition too: editing any of them rebuilds the engine.
-            depends=[*sorted(glob.glob(os.path.join("csrc", "*.h"))), ABI_SOURCE],
+            depends=[*sorted(glob.glob(os.path.join("csrc", "**", "*.h"), recursive=True)), ABI_SOURCE],
             include_dirs=jpeg["include_dirs"] + ["csrc"],
             library_dirs=jpeg["library_dirs"],
             libraries=jpeg["libraries"],

@@ -20,18 +20,18 @@
 #include <string>
 #include <vector>
 
-#include "batch_decode.h"
-#include "entropy_decode.h"
+#include "decode/batch_decode.h"
+#include "decode/entropy_decode.h"
 #include "fastload_abi.h"
-#include "mxnet_augment.h"
-#include "random_affine.h"
-#include "warp.h"
-#include "warp_decode.h"
-#include "record_framing.h"
-#include "restart_slice.h"
-#include "row_gather.h"
-#include "restart_transcode.h"
-#include "thread_pool.h"
+#include "warp/mxnet_augment.h"
+#include "warp/random_affine.h"
+#include "warp/warp.h"
+#include "decode/warp_decode.h"
+#include "pack/record_framing.h"
+#include "decode/restart_slice.h"
+#include "arrays/row_gather.h"
+#include "pack/restart_transcode.h"
+#include "common/thread_pool.h"
 
 #ifndef FASTLOAD_JPEG_TURBO_VERSION
 #define FASTLOAD_JPEG_TURBO_VERSION "unknown"
@@ -196,13 +196,11 @@ void check_geometry(const GeometryParams& op) {
 
 // ---- decode ----------------------------------------------------------------------------------------
 
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
 // The pixel-op glue (csrc/pixel_ops.h's owner adds these to this file): converts the Pipeline's
 // `ops` (Python op specs, in order) and `erase` (a RandomErasing or None; MXNet's normalization
 // jitter comes from an MXNetColorAugment in `ops`) into the engine's structs.
 PixelOpsSpec pixel_ops_from_python(const py::sequence& ops, const GeometryParams& geometry);
 ErasingSpec erasing_from_python(const py::object& erase, const py::sequence& ops, const OutputParams& output);
-#endif
 
 // The element format numpy / the buffer protocol reports for each output dtype.
 bool format_matches(DType dtype, const std::string& fmt, Py_ssize_t itemsize) {
@@ -216,7 +214,6 @@ bool format_matches(DType dtype, const std::string& fmt, Py_ssize_t itemsize) {
   return false;
 }
 
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
 // (cutmix, lam, (x0, y0, x1, y1), lam_labels): one batch's MixUp / CutMix draw, checked against an
 // h x w output (mix_batch_py's checks).
 MixParams mix_from_python(const py::object& mix, int h, int w) {
@@ -234,7 +231,6 @@ MixParams mix_from_python(const py::object& mix, int h, int w) {
   if (!std::isfinite(p.lam)) throw py::value_error("lam must be finite");
   return p;
 }
-#endif
 
 py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, const GeometryParams& op,
                          const OutputParams& output, const py::sequence& ops, const py::object& erase, uint64_t seed,
@@ -258,7 +254,6 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
     spec.affine = warp_glue::affine_spec(warp);
     spec.has_affine = true;
   }
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
   spec.pixel_ops = pixel_ops_from_python(ops, op);
   spec.erasing = erasing_from_python(erase, ops, output);
   MixParams mix_params;
@@ -266,11 +261,6 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
     mix_params = mix_from_python(mix, op.out_h, op.out_w);
     spec.mix = &mix_params;
   }
-#else
-  if (!mix.is_none()) throw py::value_error("this engine was built without pixel ops (csrc/pixel_ops.h): no mix");
-  if (py::len(ops) != 0 || !erase.is_none())
-    throw py::value_error("this engine was built without pixel ops (csrc/pixel_ops.h): ops and erase must be empty");
-#endif
   OutputFormat format;
   std::string why;
   if (!make_output_format(output, op.out_h, op.out_w, &format, &why)) throw py::value_error(why);
@@ -307,7 +297,6 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   results.flips = reinterpret_cast<uint8_t*>(flips.mutable_data());
   results.vflips = reinterpret_cast<uint8_t*>(vflips.mutable_data());
   py::object pixel_traces = py::none(), erase_traces = py::none();
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
   if (want_params && spec.has_pixel_ops()) {
     py::array_t<double> t({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(spec.pixel_ops.ops.size()),
                            static_cast<py::ssize_t>(kTraceValuesPerOp)});
@@ -321,9 +310,6 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
     results.erase_traces = t.mutable_data();
     erase_traces = t;
   }
-#else
-  (void)want_params;
-#endif
   py::object warp_traces = py::none();
   if (want_params && (spec.has_affine || op.kind == GeometryKind::kMxnetAugment)) {
     // [B, 18]: a RandomAffine fills the first 6 columns.
@@ -553,8 +539,8 @@ bool restart_verify_py(const py::object& a, const py::object& b) {
 // Glue of the pixel ops (csrc/pixel_ops.h): the Python specs arrive as plain dicts built by
 // fastload.transforms.pixel.engine_specs (numbers only: ranges, magnitude tables, warp matrices)
 // and are copied into the C++ structs here; the work runs with the GIL released.
-#include "pixel_color.h"
-#include "pixel_ops.h"
+#include "pixel/pixel_color.h"
+#include "pixel/pixel_ops.h"
 
 namespace pixel_glue {
 
@@ -1185,11 +1171,7 @@ PYBIND11_MODULE(_engine, m) {
     d["libjpeg_turbo"] = FASTLOAD_JPEG_TURBO_VERSION;
     d["simd"] = resize_kernel_name();
     d["output_simd"] = output_kernel_name();
-#ifdef FASTLOAD_HAVE_PIXEL_OPS
     d["pixel_ops"] = true;
-#else
-    d["pixel_ops"] = false;
-#endif
     d["slice_entropy_available"] = interval_entropy_available();
     d["threads"] = pool_threads();
 #if defined(__SANITIZE_ADDRESS__)

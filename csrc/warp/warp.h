@@ -1,0 +1,121 @@
+// Pixels stage (native): the one-pass warp resampler for geometries with rotation, shear or scale.
+//
+// A WarpPlan says, for one sample, where each output pixel's centre lands in the decoded image and
+// how it is sampled there: a first affine map to the "frame" (the intermediate image a two-pass
+// pipeline would have made: torchvision's resized crop before RandomAffine, MXNet's image after its
+// resize and warp, before pad; points outside it get the fill colour; optionally snapped to the
+// centre of their frame pixel), a second affine map to the source position, then a separable kernel
+// (bilinear / bicubic (Pillow's or OpenCV's) / Lanczos-4 / area / nearest, optionally widened by the
+// downscale factor as Pillow's antialiased resize) with a border rule for taps outside the image.
+// fastload/transforms/warp.py is the reference this file reproduces bit for bit: positions to
+// 1/256 pixel; plain bilinear as 8-bit integer weights; the other kernels tabulated per phase (the
+// weights computed once per plan and axis, not per pixel), 14-bit weights, integer accumulation.
+//
+// The engine decodes only the source rectangle a plan reads (warp_source_rect), at a DCT scale when
+// the plan allows it, into a per-thread RegionBuffer, then warp_region writes the output-sized HWC
+// image. Plain C++: no pybind11, no exceptions thrown through libjpeg (RegionBuffer::begin / rows
+// never allocate: reserve() does, before the decode starts).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "decode/jpeg_decode.h"
+
+namespace fastload {
+
+// x' = a x + b y + c, y' = d x + e y + f.
+struct Affine2 {
+  double a = 1, b = 0, c = 0, d = 0, e = 1, f = 0;
+};
+
+// outer after inner.
+Affine2 compose(const Affine2& outer, const Affine2& inner);
+
+// Kernels and border rules; values shared with fastload/transforms/warp.py (Kernel, Border).
+enum class WarpKernel : int { kNearest = 0, kLinear = 1, kCubic = 2, kCubicCV = 3, kLanczos4 = 4, kArea = 5 };
+enum class WarpBorder : int { kDrop = 0, kReplicate = 1, kConstant = 2 };
+
+struct WarpPlan {
+  int out_h = 0, out_w = 0;
+  Affine2 to_frame;              // output pixel centre (x + 0.5, y + 0.5) -> frame point
+  bool has_frame = false;
+  double frame[4] = {0, 0, 0, 0};  // x0, y0, x1, y1: frame points outside get `fill`
+  bool snap = false;             // frame point -> centre of the frame pixel containing it
+  Affine2 to_source;             // frame point -> source position (full-resolution pixels, Pillow's convention)
+  double scale_x = 1, scale_y = 1;  // source pixels per output pixel (antialias support, AREA footprint)
+  WarpKernel kernel = WarpKernel::kLinear;
+  bool antialias = false;
+  double shift_x = 0, shift_y = 0;  // added to the position before NEAREST picks its pixel
+  WarpBorder border = WarpBorder::kReplicate;
+  uint8_t fill[3] = {0, 0, 0};
+  bool dct_scaling = false;      // the source may be decoded at 1/2, 1/4, 1/8 when the plan shrinks it >= 2x
+  bool quantize = false;         // evaluate to_source as cv::warpAffine (fixed point, 1/32-pixel positions)
+};
+
+// Added to NEAREST positions (warp.py's NEAREST_EPSILON).
+constexpr double kNearestEpsilon = 1e-6;
+
+// DCT scale denominator (1, 2, 4 or 8) for a plan: the rule of the crop path (1/2 from a 2x
+// shrink, deeper scales leave the kernel at least a 2x step), when plan.dct_scaling and `enabled`.
+int warp_denom(const WarpPlan& plan, bool enabled);
+
+// Source rectangle [x0, x1) x [y0, y1) of the image decoded at 1/denom (scaled_w x scaled_h) that
+// the plan's taps can read; never empty (at least one pixel, so the decode still validates the image).
+struct SourceRect {
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+SourceRect warp_source_rect(const WarpPlan& plan, int denom, int scaled_w, int scaled_h);
+
+// Decoded rows of an image at 1/denom: columns [x0, x0 + width), rows [y0, y0 + height).
+struct SourceRegion {
+  const uint8_t* data = nullptr;
+  size_t stride = 0;             // bytes between rows
+  int x0 = 0, y0 = 0, width = 0, height = 0;
+  int image_w = 0, image_h = 0;  // the scaled image's size (border rules apply at its edges)
+  int denom = 1;
+};
+
+// Per-thread scratch of warp_region (tap weights), reused across images.
+struct WarpScratch {
+  std::vector<int32_t> tx, ty;  // renormalised weights of one position (DROP at the image edge)
+  std::vector<double> td;
+  std::vector<double> cu, cv;   // per-column terms of separable plans
+  std::vector<long long> cqx, cqy;
+  std::vector<uint8_t> cok;
+  std::vector<int> gx;          // per-column first tap (or position) of grid plans
+  std::vector<int32_t> gw;      // per-column tap weights of grid plans
+  // Plain bilinear, one output row: each pixel's position (1/256 pixel) and, for pixels whose four
+  // taps lie inside the region, the byte offset of the top-left tap (-1 otherwise; -2: fill).
+  std::vector<int32_t> bq, bqy, boff;
+};
+
+// Evaluates the plan into dst: out_h rows of out_w RGB pixels, dst_stride bytes apart.
+void warp_region(const WarpPlan& plan, const SourceRegion& src, uint8_t* dst, size_t dst_stride, WarpScratch* scratch);
+
+// A snapped plan whose frame is an image already made (the resized crop: frame_w x frame_h RGB
+// pixels, frame_stride bytes apart; the frame rectangle starts at 0): each output pixel copies the
+// frame pixel its frame point falls in, or gets fill.
+void warp_gather(const WarpPlan& plan, const uint8_t* frame_img, size_t frame_stride, int frame_w, int frame_h,
+                 uint8_t* dst, size_t dst_stride);
+
+// Collects the decoded rows of a region (a RowSink for JpegDecoder::decode_region).
+class RegionBuffer final : public RowSink {
+ public:
+  // Makes room for `rows` rows starting at row y0 of an image `max_width` pixels wide; call before
+  // decode_region (begin / rows never allocate, so nothing can throw inside the decoder).
+  void reserve(int y0, int rows, int max_width);
+  void begin(int x_origin, int width) override;
+  void rows(int y, const uint8_t* const* rgb, int count) override;
+  int rows_received() const { return received_; }
+  // The collected rows as a region of an image_w x image_h image decoded at 1/denom.
+  SourceRegion region(int image_w, int image_h, int denom) const;
+
+ private:
+  std::vector<uint8_t> data_;
+  size_t stride_ = 0;
+  int y0_ = 0, rows_ = 0, x_origin_ = 0, width_ = 0, received_ = 0;
+};
+
+}  // namespace fastload
