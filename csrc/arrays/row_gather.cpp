@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <unistd.h>
 
+namespace fastload {
 namespace {
 
 // Reads len bytes at offset, retrying partial reads and EINTR; false on error or end of file.
@@ -32,10 +33,12 @@ RowGatherFailure gather_rows(const int32_t* fds, const int64_t* offsets, size_t 
            offsets[end] == offsets[end - 1] + static_cast<int64_t>(row_bytes))
       ++end;
     if (!read_fully(fds[start], out + start * row_bytes, (end - start) * row_bytes, offsets[start], &failure.error)) {
-      failure.row = static_cast<int64_t>(start);
+      failure.row = static_cast<long long>(start);
       return failure;
     }
     start = end;
   }
   return failure;
 }
+
+}  // namespace fastload

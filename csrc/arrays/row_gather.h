@@ -9,11 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 
-struct RowGatherFailure {
-  int64_t row = -1;  // first output row that could not be read in full (-1: none)
-  int error = 0;     // errno of the failed read (0: the file ended early)
-};
+#include "fastload_abi.h"  // RowGatherFailure
+
+namespace fastload {
 
 // out[i * row_bytes, (i + 1) * row_bytes) = bytes of file fds[i] at offsets[i]. Consecutive rows of
 // the same file at consecutive offsets are read by one pread. Stops at the first short read.
 RowGatherFailure gather_rows(const int32_t* fds, const int64_t* offsets, size_t n, size_t row_bytes, uint8_t* out);
+
+}  // namespace fastload

@@ -1,5 +1,5 @@
-// Restart-indexed JPEGs, shared by both halves (restart_transcode: pack time, restart_slice:
-// decode time): the MCU grid and restart interval a JPEG's headers describe.
+// Restart-indexed JPEGs, shared by both halves (pack/restart_transcode: pack time,
+// decode/restart_slice: decode time): the MCU grid and restart interval a JPEG's headers describe.
 //
 // Restart markers (RSTn) reset the entropy decoder (bit buffer and DC predictors), so the compressed
 // bytes between two markers decode on their own. With an interval of N MCUs where N divides the MCU
@@ -10,22 +10,12 @@
 // Plain C++: no Python, no libjpeg here.
 #pragma once
 
+#include "fastload_abi.h"  // RestartGeometry
+
 namespace fastload {
 
-// What a JPEG's headers say about its restart intervals and MCU grid.
-struct RestartGeometry {
-  int width = 0;               // frame size in pixels
-  int height = 0;
-  int components = 0;
-  int mcu_width = 0;           // MCU size in pixels
-  int mcu_height = 0;
-  int mcus_per_row = 0;        // MCU grid
-  int mcu_rows = 0;
-  int restart_interval = 0;    // MCUs per restart interval (DRI); 0 = no restart markers
-  int intervals_per_row = 0;   // mcus_per_row / restart_interval when it divides, else 0
-  bool subsampled_x = false;   // some component is horizontally subsampled (needs the column pad)
-  bool subsampled_y = false;   // ... vertically subsampled (needs the row pad)
-};
+// RestartGeometry (fastload/engine_abi.py): what a JPEG's headers say about its restart intervals
+// and MCU grid.
 
 // MCU grid of the single interleaved scan libjpeg writes (or of the lone component's scan).
 inline void fill_geometry(int width, int height, int components, const int* h_samp, const int* v_samp,

@@ -456,7 +456,7 @@ ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const Outp
   ImageOutcome oc;
   if (!open_image(w, im, options, &info, &oc)) return oc;
   oc = decode_opened(w, im, info, spec, fmt, slot, key, options, box_out, op_trace, warp_trace);
-  if (oc.status == Status::kOk && spec.erasing.active()) {
+  if (oc.status == Status::kOk && erasing_active(spec.erasing)) {
     ErasingTrace trace{erase_trace};
     apply_erasing(slot, fmt.dtype, fmt.layout == Layout::kNchw, fmt.height, fmt.width, spec.erasing, key,
                   erase_trace ? &trace : nullptr);
@@ -468,7 +468,7 @@ ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const Outp
 void write_sample(const PipelineSpec& spec, const OutputFormat& fmt, const uint8_t* hwc, uint64_t key,
                   double* erase_trace, void* dst) {
   write_output_image(fmt, hwc, static_cast<size_t>(fmt.width) * 3, dst);
-  if (spec.erasing.active()) {
+  if (erasing_active(spec.erasing)) {
     ErasingTrace trace{erase_trace};
     apply_erasing(dst, fmt.dtype, fmt.layout == Layout::kNchw, fmt.height, fmt.width, spec.erasing, key,
                   erase_trace ? &trace : nullptr);
@@ -601,7 +601,7 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
   // Without erasing, slot i is written as soon as images i and i - 1 are both decoded, by the
   // thread that finishes the second of them: its own image is still in cache, the other one in
   // the shared cache. decoded[i]: 0 pending, 1 decoded, 2 failed; written[i]: slot i claimed.
-  const bool rows_now = fuse_mix && !spec.erasing.active();
+  const bool rows_now = fuse_mix && !erasing_active(spec.erasing);
   std::unique_ptr<std::atomic<uint8_t>[]> decoded(rows_now ? new std::atomic<uint8_t>[n] : nullptr);
   std::unique_ptr<std::atomic<bool>[]> written(rows_now ? new std::atomic<bool>[n] : nullptr);
   for (int i = 0; rows_now && i < n; ++i) decoded[i].store(0), written[i].store(false);

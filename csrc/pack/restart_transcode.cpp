@@ -188,8 +188,8 @@ bool add_restart_markers(const uint8_t* data, size_t size, int max_mcus, std::ve
       notes->source_progressive = st->progressive;
       notes->source_arithmetic = st->arithmetic;
       notes->source_warnings = st->source_warnings;
-      notes->source_bytes = size;
-      notes->output_bytes = st->out.size;
+      notes->source_bytes = static_cast<long long>(size);
+      notes->output_bytes = static_cast<long long>(st->out.size);
     }
   } else if (err) {
     *err = st->em.message;

@@ -5,7 +5,7 @@
 // The transcode copies DCT coefficients (jpeg_read_coefficients / jpeg_write_coefficients), so the
 // output decodes to exactly the original's pixels; verify_identical proves it on a sample.
 //
-// Plain C++ over the libjpeg API: no Python here (bindings.cpp is the glue). libjpeg errors go
+// Plain C++ over the libjpeg API: no Python here (glue/pack.cpp is the glue). libjpeg errors go
 // through the shared error manager (jpeg_io.h): they longjmp back and come out as `false` plus a
 // message.
 #pragma once
@@ -19,14 +19,8 @@
 
 namespace fastload {
 
-// Side facts of one transcode, for the pack manifest and the size-overhead figures.
-struct TranscodeNotes {
-  bool source_progressive = false;
-  bool source_arithmetic = false;
-  int source_warnings = 0;     // libjpeg warnings while reading the source (corrupt-data class)
-  size_t source_bytes = 0;
-  size_t output_bytes = 0;
-};
+// TranscodeNotes (fastload/engine_abi.py): side facts of one transcode, for the pack manifest and
+// the size-overhead figures.
 
 // Largest width * height add_restart_markers accepts (Pillow's DecompressionBombError threshold):
 // the transcode holds all DCT coefficients in memory, ~2-6 bytes per pixel.

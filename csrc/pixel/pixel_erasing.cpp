@@ -23,16 +23,6 @@ namespace {
 constexpr int kAttempts = 10;
 constexpr uint64_t kNoise = 64;
 
-inline int randint(uint64_t key, uint64_t counter, int n) {
-  return std::min(static_cast<int>(uniform(key, counter) * static_cast<double>(n)), n - 1);
-}
-
-inline double normal(uint64_t key, uint64_t counter) {
-  const double u1 = uniform(key, counter);
-  const double u2 = uniform(key, counter + 1);
-  return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * M_PI * u2);
-}
-
 // out = out * c + l * s[ch], float32 arithmetic (half outputs: through float, rounded back).
 template <typename T>
 void affine_scalar(T* p, size_t plane, bool channels_first, float c, const float add[3]);

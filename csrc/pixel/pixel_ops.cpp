@@ -20,25 +20,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The draw helpers of fastload/transforms/pixel.py.
-inline int randint(uint64_t key, uint64_t counter, int n) {
-  const int v = static_cast<int>(uniform(key, counter) * static_cast<double>(n));
-  return std::min(v, n - 1);
-}
-
-inline double normal(uint64_t key, uint64_t counter) {
-  const double u1 = uniform(key, counter);
-  const double u2 = uniform(key, counter + 1);
-  return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * M_PI * u2);
-}
-
-template <int N>
-void permutation(uint64_t key, uint64_t counter, int (&perm)[N]) {
-  for (int i = 0; i < N; ++i) perm[i] = i;
-  int step = 0;
-  for (int i = N - 1; i > 0; --i, ++step) std::swap(perm[i], perm[randint(key, counter + step, i + 1)]);
-}
-
 struct Scratch {
   std::vector<uint8_t> a;
 };
@@ -164,7 +145,7 @@ void auto_augment(uint8_t* rgb, int h, int w, const PixelOp& op, uint64_t key, u
     const bool hit = uniform(key, base + 1 + i) <= st.prob;
     const bool negative = st.is_signed && uniform(key, base + 3 + i) < 0.5;
     const double m = negative ? -st.magnitude : st.magnitude;
-    if (hit) apply_prim(rgb, h, w, st.prim, m, st.warps + (negative ? kWarpValues : 0), op.bilinear, op.fill);
+    if (hit) apply_prim(rgb, h, w, st.prim, m, st.warps.data() + (negative ? kWarpValues : 0), op.bilinear, op.fill.data());
     if (t) t[1 + i] = hit, t[3 + 2 * i] = static_cast<int>(st.prim), t[4 + 2 * i] = m;
   }
 }
@@ -174,7 +155,7 @@ void list_policy_step(uint8_t* rgb, int h, int w, const PixelOp& op, const Polic
   double m = cand.magnitudes.empty() ? 0.0 : cand.magnitudes[static_cast<size_t>(bin)];
   const bool negative = cand.is_signed && sign_draw;
   if (negative) m = -m;
-  apply_prim(rgb, h, w, cand.prim, m, warp_of(cand, cand.magnitudes.empty() ? -1 : bin, negative), op.bilinear, op.fill);
+  apply_prim(rgb, h, w, cand.prim, m, warp_of(cand, cand.magnitudes.empty() ? -1 : bin, negative), op.bilinear, op.fill.data());
   if (t) t[0] = static_cast<int>(cand.prim), t[1] = m;
 }
 

@@ -1,7 +1,7 @@
 // Pixels stage (native): the ops that run on the output-sized image after the geometry, the ops
 // that run on the final (normalized) output, and the batch-level MixUp / CutMix.
 //
-// Three entry points, all plain C++ (bindings.cpp converts the Python specs into these structs):
+// Three entry points, all plain C++ (glue/pixel.cpp and glue/decode.cpp bind them):
 //   apply_pixel_ops  one output-sized RGB image (HWC uint8), between the resampler and the output
 //                    write: ColorJitter, RandomGrayscale, Lighting, MXNet's colour augmenter and the
 //                    AutoAugment / RandAugment / TrivialAugmentWide policies, in the Pipeline's order;
@@ -19,9 +19,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
-#include "fastload_abi.h"  // PixelPrim, PixelOpKind, WarpMode, DType (generated from fastload/engine_abi.py)
+#include "fastload_abi.h"  // the specs, PixelPrim, PixelOpKind, WarpMode, DType (from fastload/engine_abi.py)
 #include "decode/output.h"
 
 namespace fastload {
@@ -41,61 +40,20 @@ constexpr int kNumPixelPrims = kPixelPrimCount;
 // transposes ROTATE_90 / ROTATE_180 / ROTATE_270 (WarpMode).
 constexpr int kWarpValues = 7;
 
-// One candidate op of a policy: the primitive, its magnitude bins (empty for magnitude-free ops)
-// and whether the magnitude gets a random sign. Tables are computed by the Python spec (the same
-// float32 linspace as torchvision) for the Pipeline's output size; geometric ops also carry, per
-// bin, the warp of +magnitude then of -magnitude (2 * kWarpValues numbers per bin).
-struct PolicyOp {
-  PixelPrim prim = PixelPrim::kIdentity;
-  bool is_signed = false;
-  std::vector<double> magnitudes;
-  std::vector<double> warps;
-};
-
-// One step of an AutoAugment sub-policy: applied when its draw is <= prob, with a fixed magnitude
-// (and, for geometric ops, the warps of +magnitude and -magnitude).
-struct PolicyStep {
-  PixelPrim prim = PixelPrim::kIdentity;
-  double prob = 0.0;
-  double magnitude = 0.0;
-  bool is_signed = false;
-  double warps[2 * kWarpValues] = {1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
-};
-
-struct PixelOp {
-  PixelOpKind kind = PixelOpKind::kColorJitter;
-
-  // ColorJitter: factor ranges; has_* false where torchvision's range is None (op skipped).
-  bool has_brightness = false, has_contrast = false, has_saturation = false, has_hue = false;
-  double brightness[2] = {1, 1}, contrast[2] = {1, 1}, saturation[2] = {1, 1}, hue[2] = {0, 0};
-
-  // RandomGrayscale (Grayscale is p = 1).
-  double p = 0.0;
-
-  // Lighting: alpha ~ N(0, alphastd) per component; shift_c = sum_j eigvec[c][j] * alpha_j * eigval_j
-  // in [0, 1] pixel units (times 255 on uint8 pixels).
-  double alphastd = 0.0;
-  double eigval[3] = {0, 0, 0};
-  double eigvec[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};  // row-major [channel][component]
-
-  // MXNetColorAugment (MXNet's ImageRecordIter names). The post-normalization part
-  // (max_random_contrast / max_random_illumination) runs in apply_erasing.
-  double mx_brightness = 0, mx_contrast = 0, mx_saturation = 0, mx_pca_noise = 0;
-  int random_h = 0, random_s = 0, random_l = 0;
-
-  // Policies.
-  std::vector<PolicyOp> candidates;                 // RandAugment / TrivialAugmentWide op lists
-  std::vector<std::vector<PolicyStep>> subpolicies;  // AutoAugment
-  int num_ops = 2;                                  // RandAugment
-  int magnitude = 9;                                // RandAugment bin
-  bool bilinear = false;                            // geometric ops: bilinear, else nearest
-  uint8_t fill[3] = {0, 0, 0};
-};
-
-struct PixelOpsSpec {
-  std::vector<PixelOp> ops;
-  bool empty() const { return ops.empty(); }
-};
+// The specs (fastload/engine_abi.py, generated into fastload_abi.h; fields documented there):
+//   PixelOp       one op of the Pipeline's `ops`; the fields of its `kind` are read. ColorJitter's
+//                 ranges apply where has_* (torchvision's None otherwise). Lighting: alpha ~
+//                 N(0, alphastd) per component, shift_c = sum_j eigvec[c][j] * alpha_j * eigval_j in
+//                 [0, 1] pixel units (times 255 on uint8 pixels). MXNetColorAugment's
+//                 post-normalization part (max_random_contrast / max_random_illumination) runs in
+//                 apply_erasing (ErasingSpec).
+//   PolicyOp      one candidate of RandAugment / TrivialAugmentWide: the primitive, its magnitude
+//                 bins (empty for magnitude-free ops; the same float32 linspace as torchvision, for
+//                 the Pipeline's output size) and, for geometric ops, per bin the warp of +magnitude
+//                 then of -magnitude (2 * kWarpValues numbers per bin).
+//   PolicyStep    one step of an AutoAugment sub-policy: applied when its draw is <= prob, with a
+//                 fixed magnitude (and, for geometric ops, the warps of +magnitude and -magnitude).
+//   PixelOpsSpec  the ops in order (at most kMaxPixelOps).
 
 // Sampled parameters of one image, kTraceValuesPerOp doubles per op (layout per op kind in
 // fastload/transforms/pixel.py); NaN where a value was not drawn.
@@ -114,27 +72,12 @@ void apply_pixel_ops(uint8_t* rgb, int h, int w, const PixelOpsSpec& ops, uint64
 void apply_pixel_prim(uint8_t* rgb, int h, int w, PixelPrim prim, double magnitude, const double* warp, bool bilinear,
                       const uint8_t fill[3]);
 
-// The ops on the final output of one image.
-struct ErasingSpec {
-  // MXNet's ImageRecordIter normalization jitter (float outputs only, as MXNet):
-  // out = out * c + l * scale / std[ch], c ~ U(1 - max_random_contrast, 1 + max_random_contrast),
-  // l ~ U(-max_random_illumination, max_random_illumination); drawn from the MXNetColorAugment op's
-  // counters (mx_counter_base).
-  bool mx_jitter = false;
-  double max_random_contrast = 0, max_random_illumination = 0;
-  float illumination_scale[3] = {1, 1, 1};  // float32(Normalize's scale / std) per channel
-  uint64_t mx_counter_base = 0;
-
-  // RandomErasing (torchvision semantics; value is in output units: normalized for float outputs).
-  bool erase = false;
-  double p = 0.5;
-  double scale[2] = {0.02, 0.33};
-  double log_ratio[2] = {0, 0};
-  bool random_value = false;  // float outputs: N(0, 1) per element; uint8 outputs: uniform 0..255
-  double value[3] = {0, 0, 0};
-
-  bool active() const { return mx_jitter || erase; }
-};
+// The ops on the final output of one image (ErasingSpec): MXNet's ImageRecordIter normalization
+// jitter (float outputs only, as MXNet): out = out * c + l * illumination_scale[ch],
+// c ~ U(1 - max_random_contrast, 1 + max_random_contrast), l ~ U(-max_random_illumination,
+// max_random_illumination), drawn from the MXNetColorAugment op's counters (mx_counter_base); then
+// RandomErasing (torchvision semantics; value is in output units: normalized for float outputs).
+inline bool erasing_active(const ErasingSpec& spec) { return spec.mx_jitter || spec.erase; }
 
 // What apply_erasing drew: applied (0/1), top, left, height, width, mx contrast, mx illumination.
 constexpr int kErasingTraceValues = 8;
@@ -146,15 +89,8 @@ struct ErasingTrace {
 void apply_erasing(void* image, DType type, bool channels_first, int h, int w, const ErasingSpec& spec,
                    uint64_t key, ErasingTrace* trace);
 
-// Batch-level mixing (torchvision.transforms.v2 MixUp / CutMix): sample i is mixed with sample
-// i - 1 (sample 0 with the last), as torch's roll(1, 0).
-struct MixParams {
-  bool cutmix = false;
-  double lam = 1.0;                    // MixUp weight of the sample itself
-  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // CutMix box (pixels taken from the rolled batch)
-  double lam_labels = 1.0;             // weight of the sample's own label (CutMix: adjusted by the box)
-};
-
+// Batch-level mixing (torchvision.transforms.v2 MixUp / CutMix; MixParams): sample i is mixed with
+// sample i - 1 (sample 0 with the last), as torch's roll(1, 0).
 // images: n samples of [h, w, 3] or [3, h, w] `type` values, mixed in place with up to `threads`
 // threads of the engine's pool. labels: n rows of num_classes float32 (one-hot or probabilities);
 // soft: n rows of num_classes float32, written with the mixed labels.

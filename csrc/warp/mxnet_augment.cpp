@@ -17,19 +17,6 @@ constexpr uint64_t kRrc = 10, kRrcDraws = 5;
 constexpr int kRrcAttempts = 10;
 constexpr uint64_t kMirror = 60;
 
-// std::uniform_real_distribution<float>(0, 1).
-inline float u32(uint64_t key, uint64_t counter) {
-  const float u = static_cast<float>(uniform(key, counter));
-  return u >= 1.0f ? std::nextafter(1.0f, 0.0f) : u;
-}
-
-// std::uniform_int_distribution<int>(lo, hi).
-inline int uniform_int(uint64_t key, uint64_t counter, int lo, int hi) {
-  const long long span = static_cast<long long>(hi) - lo + 1;
-  const long long v = lo + static_cast<long long>(uniform(key, counter) * static_cast<double>(span));
-  return static_cast<int>(std::min<long long>(hi, v));
-}
-
 // DefaultImageAugmenter::GetInterMethod.
 int inter_method(const MXNetAugmentSpec& s, int old_w, int old_h, int new_w, int new_h, uint64_t key, int step) {
   if (s.inter_method == 9) {
@@ -56,7 +43,7 @@ Affine2 resize_map(int src_w, int src_h, int dst_w, int dst_h) {
 WarpKernel kernel_of(int method) {
   switch (method) {
     case 0: return WarpKernel::kNearest;
-    case 2: return WarpKernel::kCubicCV;
+    case 2: return WarpKernel::kCubicCv;
     case 3: return WarpKernel::kArea;
     case 4: return WarpKernel::kLanczos4;
     default: return WarpKernel::kLinear;
@@ -127,17 +114,17 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
 
   if (has_warp(s)) {
     const float max_shear = s.max_shear_ratio;
-    const float sh = u32(key, kShear) * max_shear * 2.0f - max_shear;
+    const float sh = uniform_float32(key, kShear) * max_shear * 2.0f - max_shear;
     int angle = uniform_int(key, kAngle, -s.max_rotate_angle, s.max_rotate_angle);
     if (s.rotate > 0) angle = s.rotate;
     const float a = static_cast<float>(std::cos(angle / 180.0 * 3.14159265358979323846));
     const float b = static_cast<float>(std::sin(angle / 180.0 * 3.14159265358979323846));
     float sc = 1.0f, rt = 1.0f;
     if (!s.random_resized_crop) {
-      sc = u32(key, kScale) * (s.max_random_scale - s.min_random_scale) + s.min_random_scale;
+      sc = uniform_float32(key, kScale) * (s.max_random_scale - s.min_random_scale) + s.min_random_scale;
       float lo, hi;
       aspect_range(s, &lo, &hi);
-      rt = u32(key, kRatio) * (hi - lo) + lo;
+      rt = uniform_float32(key, kRatio) * (hi - lo) + lo;
     }
     const float hs = 2.0f * sc / (1.0f + rt);
     const float ws = rt * hs;
@@ -185,12 +172,12 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
       const float area = static_cast<float>(static_cast<long long>(rows) * cols);
       for (int attempt = 0; attempt < kRrcAttempts; ++attempt) {
         const uint64_t c = kRrc + kRrcDraws * static_cast<uint64_t>(attempt);
-        const float rand_area = u32(key, c) * (hi_a - lo_a) + lo_a;
-        const float r = u32(key, c + 1) * (hi_r - lo_r) + lo_r;
+        const float rand_area = uniform_float32(key, c) * (hi_a - lo_a) + lo_a;
+        const float r = uniform_float32(key, c + 1) * (hi_r - lo_r) + lo_r;
         const float target = area * rand_area;
         int y_area = static_cast<int>(std::round(std::sqrt(target / r)));
         int x_area = static_cast<int>(std::round(std::sqrt(target * r)));
-        if (u32(key, c + 2) > 0.5f) std::swap(x_area, y_area);
+        if (uniform_float32(key, c + 2) > 0.5f) std::swap(x_area, y_area);
         if (1 <= y_area && y_area <= rows && 1 <= x_area && x_area <= cols) {
           const int y = uniform_int(key, c + 3, 0, rows - y_area);
           const int x = uniform_int(key, c + 4, 0, cols - x_area);

@@ -14,28 +14,8 @@
 
 namespace fastload {
 
-// MXNet's parameter names (DefaultImageAugmentParam + the iterator's mirror flags).
-struct MXNetAugmentSpec {
-  int out_h = 0, out_w = 0;  // data_shape[1], data_shape[2]
-  int resize = -1;
-  bool rand_crop = false;
-  bool random_resized_crop = false;
-  int max_rotate_angle = 0;
-  float max_aspect_ratio = 0.0f;
-  bool has_min_aspect_ratio = false;
-  float min_aspect_ratio = 0.0f;
-  float max_shear_ratio = 0.0f;
-  int max_crop_size = -1, min_crop_size = -1;
-  float max_random_scale = 1.0f, min_random_scale = 1.0f;
-  float max_random_area = 1.0f, min_random_area = 1.0f;
-  float max_img_size = 1e10f, min_img_size = 0.0f;
-  int rotate = -1;
-  int fill_value = 255;
-  int inter_method = 1;
-  int pad = 0;
-  bool rand_mirror = false;
-  bool mirror = false;
-};
+// MXNetAugmentSpec (fastload/engine_abi.py) holds MXNet's parameter names (DefaultImageAugmentParam
+// + the iterator's mirror flags; out_h, out_w: data_shape[1], data_shape[2]).
 
 // What the augmenter did (MXNET_PARAM_NAMES order in the Python module).
 struct MXNetParams {

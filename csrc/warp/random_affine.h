@@ -11,20 +11,8 @@
 
 namespace fastload {
 
-// A parsed RandomAffine spec (ranges already normalised by the Python dataclass).
-struct AffineSpec {
-  double degrees_lo = 0, degrees_hi = 0;
-  bool has_translate = false;
-  double translate_x = 0, translate_y = 0;
-  bool has_scale = false;
-  double scale_lo = 1, scale_hi = 1;
-  int shear_count = 0;  // 0 (none), 2 (x shear range) or 4 (x and y ranges)
-  double shear[4] = {0, 0, 0, 0};
-  WarpKernel kernel = WarpKernel::kNearest;  // kNearest: snap to the resized crop's pixels
-  uint8_t fill[3] = {0, 0, 0};
-  bool has_center = false;
-  double center_x = 0, center_y = 0;
-};
+// AffineSpec (fastload/engine_abi.py): the RandomAffine's ranges as normalised by the Python
+// dataclass; kernel kNearest snaps to the resized crop's pixels.
 
 // One sample's drawn parameters (torchvision's RandomAffine.get_params).
 struct AffineParams {

@@ -30,7 +30,7 @@ inline double kernel_radius(WarpKernel k) {
   switch (k) {
     case WarpKernel::kLinear: return 1.0;
     case WarpKernel::kCubic:
-    case WarpKernel::kCubicCV: return 2.0;
+    case WarpKernel::kCubicCv: return 2.0;
     case WarpKernel::kLanczos4: return 4.0;
     default: return 0.0;
   }
@@ -53,7 +53,7 @@ inline double kernel_value(WarpKernel k, double d) {
   switch (k) {
     case WarpKernel::kLinear: return std::max(0.0, 1.0 - std::fabs(d));
     case WarpKernel::kCubic: return cubic(d, -0.5);
-    case WarpKernel::kCubicCV: return cubic(d, -0.75);
+    case WarpKernel::kCubicCv: return cubic(d, -0.75);
     case WarpKernel::kLanczos4: return lanczos4(d);
     default: return 0.0;
   }
@@ -119,7 +119,7 @@ struct Axis {
     size = image_size;
     drop = p.border == WarpBorder::kDrop;
     const bool plain = fs == 1.0 && (kernel == WarpKernel::kLinear || kernel == WarpKernel::kCubic ||
-                                     kernel == WarpKernel::kCubicCV);
+                                     kernel == WarpKernel::kCubicCv);
     if (kernel == WarpKernel::kNearest) {
       support = 0.0, count = 1;
     } else if (kernel == WarpKernel::kArea) {
@@ -367,7 +367,7 @@ void sample_border(const WarpPlan& p, const SourceRegion& src, int nx, int ny, i
     for (int t = 0; t < nx; ++t) {
       // DROP taps outside the image have weight zero; any pixel will do for them.
       const uint8_t* q = pixel_at(p, src, jx + t, jy + ty);
-      if (q == nullptr) q = p.fill;
+      if (q == nullptr) q = p.fill.data();
       for (int c = 0; c < 3; ++c) rs[c] += static_cast<int64_t>(wx[t]) * q[c];
     }
     for (int c = 0; c < 3; ++c) acc[c] += wy[ty] * rs[c];
@@ -464,7 +464,7 @@ void warp_nearest(const Mapper& map, const SourceRegion& src, const Axis& ax, co
       double u, v;
       const uint8_t* q = nullptr;
       if (map(x, row, &u, &v)) q = pixel_at(p, src, ifloor(u + sx), ifloor(v + sy));
-      const uint8_t* c = q != nullptr ? q : p.fill;
+      const uint8_t* c = q != nullptr ? q : p.fill.data();
       out[0] = c[0], out[1] = c[1], out[2] = c[2];
     }
   }
@@ -614,10 +614,10 @@ void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* ds
         } else {
           p00 = pixel_at(p, src, x0, y0), p01 = pixel_at(p, src, x0 + 1, y0);
           p10 = pixel_at(p, src, x0, y0 + 1), p11 = pixel_at(p, src, x0 + 1, y0 + 1);
-          if (p00 == nullptr) p00 = p.fill;
-          if (p01 == nullptr) p01 = p.fill;
-          if (p10 == nullptr) p10 = p.fill;
-          if (p11 == nullptr) p11 = p.fill;
+          if (p00 == nullptr) p00 = p.fill.data();
+          if (p01 == nullptr) p01 = p.fill.data();
+          if (p10 == nullptr) p10 = p.fill.data();
+          if (p11 == nullptr) p11 = p.fill.data();
         }
         blend1(p00, p01, p10, p11, qx & 255, qy & 255, out);
       }
@@ -733,7 +733,7 @@ void gather_tail(const WarpPlan& p, double rx, double ry, const uint8_t* frame_i
   for (int x = first; x < p.out_w; ++x, out += 3) {
     const double px = x + 0.5;
     const double fx = p.to_frame.a * px + rx, fy = p.to_frame.d * px + ry;
-    const uint8_t* c = p.fill;
+    const uint8_t* c = p.fill.data();
     if (fx >= 0.0 && fx < frame_w && fy >= 0.0 && fy < frame_h &&
         (!p.has_frame || (fx >= p.frame[0] && fx < p.frame[2] && fy >= p.frame[1] && fy < p.frame[3]))) {
       c = frame_img + frame_stride * static_cast<int>(fy) + 3 * static_cast<int>(fx);
@@ -772,7 +772,7 @@ __attribute__((target("avx2"))) int gather_row_avx2(const WarpPlan& p, double rx
     _mm_store_si128(reinterpret_cast<__m128i*>(iy), _mm256_cvttpd_epi32(fy));
     uint8_t* out = row_out + 3 * static_cast<size_t>(x);
     for (int k = 0; k < 4; ++k, out += 3) {
-      const uint8_t* c = (mask >> k) & 1 ? frame_img + frame_stride * iy[k] + 3 * static_cast<size_t>(ix[k]) : p.fill;
+      const uint8_t* c = (mask >> k) & 1 ? frame_img + frame_stride * iy[k] + 3 * static_cast<size_t>(ix[k]) : p.fill.data();
       out[0] = c[0], out[1] = c[1], out[2] = c[2];
     }
   }

@@ -22,37 +22,15 @@
 #include <vector>
 
 #include "decode/jpeg_decode.h"
+#include "fastload_abi.h"  // Affine2, WarpKernel, WarpBorder, WarpPlan
 
 namespace fastload {
 
-// x' = a x + b y + c, y' = d x + e y + f.
-struct Affine2 {
-  double a = 1, b = 0, c = 0, d = 0, e = 1, f = 0;
-};
+// Affine2 (x' = a x + b y + c, y' = d x + e y + f), WarpKernel, WarpBorder and WarpPlan come from
+// fastload/engine_abi.py (generated into fastload_abi.h; fastload/transforms/warp.py uses the same).
 
 // outer after inner.
 Affine2 compose(const Affine2& outer, const Affine2& inner);
-
-// Kernels and border rules; values shared with fastload/transforms/warp.py (Kernel, Border).
-enum class WarpKernel : int { kNearest = 0, kLinear = 1, kCubic = 2, kCubicCV = 3, kLanczos4 = 4, kArea = 5 };
-enum class WarpBorder : int { kDrop = 0, kReplicate = 1, kConstant = 2 };
-
-struct WarpPlan {
-  int out_h = 0, out_w = 0;
-  Affine2 to_frame;              // output pixel centre (x + 0.5, y + 0.5) -> frame point
-  bool has_frame = false;
-  double frame[4] = {0, 0, 0, 0};  // x0, y0, x1, y1: frame points outside get `fill`
-  bool snap = false;             // frame point -> centre of the frame pixel containing it
-  Affine2 to_source;             // frame point -> source position (full-resolution pixels, Pillow's convention)
-  double scale_x = 1, scale_y = 1;  // source pixels per output pixel (antialias support, AREA footprint)
-  WarpKernel kernel = WarpKernel::kLinear;
-  bool antialias = false;
-  double shift_x = 0, shift_y = 0;  // added to the position before NEAREST picks its pixel
-  WarpBorder border = WarpBorder::kReplicate;
-  uint8_t fill[3] = {0, 0, 0};
-  bool dct_scaling = false;      // the source may be decoded at 1/2, 1/4, 1/8 when the plan shrinks it >= 2x
-  bool quantize = false;         // evaluate to_source as cv::warpAffine (fixed point, 1/32-pixel positions)
-};
 
 // Added to NEAREST positions (warp.py's NEAREST_EPSILON).
 constexpr double kNearestEpsilon = 1e-6;
