@@ -25,7 +25,7 @@
 // from a full decode in those two columns; slices keep exactly the plain region decode's behaviour
 // because their MCU grid coincides with the image's.
 //
-// Plain C++: no Python and no libjpeg calls here (bindings.cpp is the glue; batch_decode decodes
+// Plain C++: no Python and no libjpeg calls here (glue/pack.cpp is the glue; batch_decode decodes
 // the slices).
 #pragma once
 

@@ -7,7 +7,7 @@
 // (jpeg_io.h) longjmps back and they come out as `false` plus a message; the output buffer is
 // libjpeg-style memory (jpeg_io.h's GrowingDestination), so no C++ allocation, and no exception,
 // happens inside libjpeg's frames.
-// Plain C++: bindings.cpp holds the Python glue.
+// Plain C++: glue/pack.cpp holds the Python glue.
 #pragma once
 
 #include <cstdint>

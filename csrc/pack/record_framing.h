@@ -7,7 +7,7 @@
 // ~100 us per file in interpreter overhead and extra copies; here one GIL-free call does a batch,
 // each file is read() straight into its place in the caller's buffer, and anything unusual is left
 // to the Python path (which owns the conversions and the error messages).
-// Plain C++: bindings.cpp holds the Python glue.
+// Plain C++: glue/pack.cpp holds the Python glue.
 #pragma once
 
 #include <cstddef>
