@@ -29,8 +29,7 @@ RowGatherFailure gather_rows(const int32_t* fds, const int64_t* offsets, size_t 
   size_t start = 0;
   while (start < n) {
     size_t end = start + 1;
-    while (end < n && fds[end] == fds[start] &&
-           offsets[end] == offsets[end - 1] + static_cast<int64_t>(row_bytes))
+    while (end < n && fds[end] == fds[start] && offsets[end] == offsets[end - 1] + static_cast<int64_t>(row_bytes))
       ++end;
     if (!read_fully(fds[start], out + start * row_bytes, (end - start) * row_bytes, offsets[start], &failure.error)) {
       failure.row = static_cast<long long>(start);

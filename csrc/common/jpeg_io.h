@@ -31,11 +31,11 @@ extern "C" {
 namespace fastload {
 
 struct JpegErrorManager {
-  jpeg_error_mgr pub;  // first: libjpeg's cinfo->err points here
-  std::jmp_buf jump;   // where error_exit returns to (set by the caller before each libjpeg call)
-  int warnings;        // warnings (corrupt-data class) since the last reset
-  int error_code;      // msg_code of the error that jumped (0: none)
-  bool saw_eof;        // libjpeg warned of premature end of data (JWRN_JPEG_EOF)
+  jpeg_error_mgr pub;             // first: libjpeg's cinfo->err points here
+  std::jmp_buf jump;              // where error_exit returns to (set by the caller before each libjpeg call)
+  int warnings;                   // warnings (corrupt-data class) since the last reset
+  int error_code;                 // msg_code of the error that jumped (0: none)
+  bool saw_eof;                   // libjpeg warned of premature end of data (JWRN_JPEG_EOF)
   char message[JMSG_LENGTH_MAX];  // the error's text, or the premature-EOF warning's
 };
 
@@ -54,9 +54,9 @@ void use_memory_source(jpeg_decompress_struct* cinfo, const uint8_t* data, size_
 // setjmp frame or a calloc'd state block): release_destination frees the buffer.
 struct GrowingDestination {
   jpeg_destination_mgr pub;
-  uint8_t* data;      // the buffer (kept between images and reused)
-  size_t capacity;    // its size
-  size_t size;        // bytes written by the last completed compression
+  uint8_t* data;    // the buffer (kept between images and reused)
+  size_t capacity;  // its size
+  size_t size;      // bytes written by the last completed compression
 };
 
 // Zeroes `d` and installs its callbacks; attach with cinfo->dest = &d->pub.

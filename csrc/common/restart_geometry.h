@@ -19,7 +19,7 @@ namespace fastload {
 
 // MCU grid of the single interleaved scan libjpeg writes (or of the lone component's scan).
 inline void fill_geometry(int width, int height, int components, const int* h_samp, const int* v_samp,
-                   int restart_interval, RestartGeometry* geo) {
+                          int restart_interval, RestartGeometry* geo) {
   int max_h = 1, max_v = 1;
   for (int c = 0; c < components; ++c) {
     if (h_samp[c] > max_h) max_h = h_samp[c];

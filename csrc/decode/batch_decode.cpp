@@ -29,14 +29,14 @@ struct Worker {
   RestartSlice slice;
   IntervalEntropyDecoder entropy;
   std::string why;
-  std::vector<uint8_t> hwc;       // output-sized HWC uint8 scratch (pixel ops, the scratch path)
-  std::vector<uint8_t> region;    // RandomCrop: the decoded source rows and columns its window reads
-  std::vector<int> xmap, ymap;    // RandomCrop: output column / row -> source column / row (-1: fill)
-  std::vector<int> pad1, pad2;    // RandomCrop: the two paddings' index maps of one axis
-  WarpWorkspace warp;             // warp geometries: the decoded region and the warp's tap tables
+  std::vector<uint8_t> hwc;                // output-sized HWC uint8 scratch (pixel ops, the scratch path)
+  std::vector<uint8_t> region;             // RandomCrop: the decoded source rows and columns its window reads
+  std::vector<int> xmap, ymap;             // RandomCrop: output column / row -> source column / row (-1: fill)
+  std::vector<int> pad1, pad2;             // RandomCrop: the two paddings' index maps of one axis
+  WarpWorkspace warp;                      // warp geometries: the decoded region and the warp's tap tables
   std::vector<uint8_t> mix_own, mix_prev;  // fused mixing: two samples' final outputs, in cache
-  JpegEncoder encoder;            // pack --resize only
-  std::vector<uint8_t> pixels;    // pack --resize: the resized image before encoding
+  JpegEncoder encoder;                     // pack --resize only
+  std::vector<uint8_t> pixels;             // pack --resize: the resized image before encoding
 };
 
 Worker& this_worker() {
@@ -159,8 +159,8 @@ void write_scratch(const PipelineSpec& spec, const OutputFormat& fmt, uint8_t* h
 
 // Hands the resampled image to the output stage: straight into the slot (the vertical pass writes
 // the final dtype and layout), or, with pixel ops, through the thread's HWC scratch.
-void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, void* slot, uint64_t key,
-                  bool vflip, double* op_trace) {
+void finish_image(Worker& w, const PipelineSpec& spec, const OutputFormat& fmt, void* slot, uint64_t key, bool vflip,
+                  double* op_trace) {
   if (!spec.has_pixel_ops() && !g_force_scratch.load(std::memory_order_relaxed)) {
     w.resampler.finish(fmt, slot, vflip);
     return;
@@ -273,10 +273,10 @@ ImageOutcome decode_random_crop(Worker& w, const JpegInfo& info, const PipelineS
   }
   *box_out = c.box;
   int x0, x1, y0, y1;
-  crop_axis(c.left, op.out_w, c.pad_x, op.pad_left, op.pad_right, info.width, op.padding_mode, c.box.flip,
-            &w.pad1, &w.pad2, &w.xmap, &x0, &x1);
-  crop_axis(c.top, op.out_h, c.pad_y, op.pad_top, op.pad_bottom, info.height, op.padding_mode, c.box.vflip,
-            &w.pad1, &w.pad2, &w.ymap, &y0, &y1);
+  crop_axis(c.left, op.out_w, c.pad_x, op.pad_left, op.pad_right, info.width, op.padding_mode, c.box.flip, &w.pad1,
+            &w.pad2, &w.xmap, &x0, &x1);
+  crop_axis(c.top, op.out_h, c.pad_y, op.pad_top, op.pad_bottom, info.height, op.padding_mode, c.box.vflip, &w.pad1,
+            &w.pad2, &w.ymap, &y0, &y1);
   const bool any_source = x1 > x0 && y1 > y0;
   const size_t region_stride = any_source ? 3 * static_cast<size_t>(x1 - x0) : 0;
   if (any_source) {
@@ -325,8 +325,8 @@ ImageOutcome decode_warped(Worker& w, const JpegInfo& info, const WarpPlan& plan
   }
   uint8_t* hwc = scratch_image(w, h, wd);
   int denom = 1;
-  const Status st = warp_decode(w.decoder, info, plan, options.dct_scaling, &w.warp, hwc, static_cast<size_t>(wd) * 3,
-                                &denom);
+  const Status st =
+      warp_decode(w.decoder, info, plan, options.dct_scaling, &w.warp, hwc, static_cast<size_t>(wd) * 3, &denom);
   oc.warnings += w.decoder.warnings();
   if (st != Status::kOk) {
     oc.status = st;
@@ -380,8 +380,8 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
     AffineParams prm;
     plan = affine_plan(spec.affine, box, b.flip, op.out_h, op.out_w, key, crop_kernel, op.antialias, &prm);
     if (warp_trace != nullptr) {
-      const double values[6] = {prm.angle, static_cast<double>(prm.tx), static_cast<double>(prm.ty), prm.scale,
-                                prm.shear_x, prm.shear_y};
+      const double values[6] = {
+          prm.angle, static_cast<double>(prm.tx), static_cast<double>(prm.ty), prm.scale, prm.shear_x, prm.shear_y};
       std::copy(values, values + 6, warp_trace);
     }
     if (!warp_uses_crop_frame(plan)) return decode_warped(w, info, plan, spec, fmt, slot, key, options, op_trace);
@@ -448,9 +448,9 @@ ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened
   return oc;
 }
 
-ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const OutputFormat& fmt, void* slot,
-                        uint64_t key, const DecodeSettings& options, SampleBox* box_out, double* op_trace,
-                        double* erase_trace, double* warp_trace) {
+ImageOutcome decode_one(const ImageRef& im, const PipelineSpec& spec, const OutputFormat& fmt, void* slot, uint64_t key,
+                        const DecodeSettings& options, SampleBox* box_out, double* op_trace, double* erase_trace,
+                        double* warp_trace) {
   Worker& w = this_worker();
   JpegInfo info;
   ImageOutcome oc;
@@ -620,11 +620,12 @@ void decode_batch(const std::vector<ImageRef>& images, void* out, const Pipeline
     ImageOutcome oc;
     try {
       const uint64_t key = sample_key(seed, epoch, static_cast<uint64_t>(indices[i]));
-      double* op_trace = results->pixel_traces
-                             ? results->pixel_traces + static_cast<size_t>(i) * spec.pixel_ops.ops.size() * kTraceValuesPerOp
-                             : nullptr;
-      double* erase_trace = results->erase_traces ? results->erase_traces + static_cast<size_t>(i) * kErasingTraceValues
-                                                  : nullptr;
+      double* op_trace =
+          results->pixel_traces
+              ? results->pixel_traces + static_cast<size_t>(i) * spec.pixel_ops.ops.size() * kTraceValuesPerOp
+              : nullptr;
+      double* erase_trace =
+          results->erase_traces ? results->erase_traces + static_cast<size_t>(i) * kErasingTraceValues : nullptr;
       double* warp_trace =
           results->warp_traces ? results->warp_traces + static_cast<size_t>(i) * kWarpTraceValues : nullptr;
       if (fuse_mix) {

@@ -100,9 +100,9 @@ void force_hwc_scratch(bool on);
 // One re-encoded image of resize_encode_batch.
 struct EncodedImage {
   Status status = Status::kOk;
-  std::string message;          // why it failed ("" when it did not)
-  int width = 0, height = 0;    // size after the resize
-  std::vector<uint8_t> jpeg;    // the re-encoded bytes
+  std::string message;        // why it failed ("" when it did not)
+  int width = 0, height = 0;  // size after the resize
+  std::vector<uint8_t> jpeg;  // the re-encoded bytes
 };
 
 // `fastload pack --resize`: decodes each JPEG, resizes it so its shorter side is `shorter` (the

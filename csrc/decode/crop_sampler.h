@@ -3,8 +3,8 @@
 // This is a line-for-line twin of fastload/transforms/geometry.py (_rrc_box, sample_params), drawing
 // from the counter-based RNG (common/rng.h, twin of fastload/transforms/rng.py): same double
 // arithmetic in the same order, round-half-even rounding (Python's round(), torchvision's choice;
-// std::nearbyint under the default rounding mode), draw counters 4 * attempt + {0: area, 1: log-aspect, 2: y, 3: x}, flip draw 40. The Python tests
-// check every box and flip the engine returns against transforms.sample_params.
+// std::nearbyint under the default rounding mode), draw counters 4 * attempt + {0: area, 1: log-aspect, 2: y, 3: x},
+// flip draw 40. The Python tests check every box and flip the engine returns against transforms.sample_params.
 #pragma once
 
 #include <algorithm>
@@ -30,8 +30,8 @@ constexpr int kVFlipDraw = kFlipDraw + 1;                   // 41
 constexpr int kCropTopDraw = 0, kCropLeftDraw = 1;          // RandomCrop (torchvision draws i, then j)
 
 // torchvision RandomResizedCrop sampling; returns an integer box (x, y, w, h).
-inline void rrc_box(long long width, long long height, const GeometryParams& op, uint64_t key, long long* bx, long long* by,
-                    long long* bw, long long* bh) {
+inline void rrc_box(long long width, long long height, const GeometryParams& op, uint64_t key, long long* bx,
+                    long long* by, long long* bw, long long* bh) {
   const double area = static_cast<double>(width * height);
   const double log_lo = std::log(op.ratio_lo), log_hi = std::log(op.ratio_hi);
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
@@ -41,8 +41,10 @@ inline void rrc_box(long long width, long long height, const GeometryParams& op,
     const long long w = round_half_even(std::sqrt(target_area * aspect));
     const long long h = round_half_even(std::sqrt(target_area / aspect));
     if (0 < w && w <= width && 0 < h && h <= height) {
-      const long long y = std::min(static_cast<long long>(uniform(key, c + 2) * static_cast<double>(height - h + 1)), height - h);
-      const long long x = std::min(static_cast<long long>(uniform(key, c + 3) * static_cast<double>(width - w + 1)), width - w);
+      const long long y =
+          std::min(static_cast<long long>(uniform(key, c + 2) * static_cast<double>(height - h + 1)), height - h);
+      const long long x =
+          std::min(static_cast<long long>(uniform(key, c + 3) * static_cast<double>(width - w + 1)), width - w);
       *bx = x, *by = y, *bw = w, *bh = h;
       return;
     }
@@ -107,12 +109,12 @@ inline SampleBox sample_box(long long width, long long height, const GeometryPar
 // RandomCrop (torchvision): pad by the op's padding, then (pad_if_needed) by the shortfall on both
 // sides, then an unscaled window drawn uniformly. geometry.py's random_crop_window is its twin.
 struct CropWindow {
-  bool fits = false;        // false: the padded image is smaller than the crop
-  long long pad_x = 0;      // pad_if_needed's padding, on each side
+  bool fits = false;    // false: the padded image is smaller than the crop
+  long long pad_x = 0;  // pad_if_needed's padding, on each side
   long long pad_y = 0;
-  long long top = 0;        // the window in the twice-padded image
+  long long top = 0;  // the window in the twice-padded image
   long long left = 0;
-  SampleBox box;            // the window in original-image coordinates, and the flips
+  SampleBox box;  // the window in original-image coordinates, and the flips
 };
 
 inline CropWindow random_crop_window(long long width, long long height, const GeometryParams& op, uint64_t key) {

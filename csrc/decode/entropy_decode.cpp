@@ -19,10 +19,10 @@ namespace {
 
 // Zigzag position -> natural (row-major) position, with libjpeg's 16 guard entries: a corrupt run
 // can push k past 63, and libjpeg then writes coefficient 63, as does this decoder.
-constexpr int kNatural[64 + 16] = {
-    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13,
-    6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31,
-    39, 46, 53, 60, 61, 54, 47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+constexpr int kNatural[64 + 16] = {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33,
+                                   40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36,
+                                   29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
+                                   47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
 
 constexpr int kLook = 9;  // bits resolved by one table lookup; longer codes are rare
 
@@ -172,8 +172,7 @@ bool IntervalEntropyDecoder::install(jpeg_decompress_struct* cinfo) {
 #else
   if (data_ == nullptr || data_->offsets.size() < 2) return fail();
   if (cinfo->progressive_mode || cinfo->arith_code) return fail();
-  if (cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 || cinfo->Ah != 0 || cinfo->Al != 0)
-    return fail();
+  if (cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 || cinfo->Ah != 0 || cinfo->Al != 0) return fail();
   if (cinfo->data_precision != 8) return fail();
   if (cinfo->restart_interval == 0) return fail();
   if (cinfo->comps_in_scan < 1 || cinfo->comps_in_scan > 4 || cinfo->blocks_in_MCU < 1 || cinfo->blocks_in_MCU > 10)
@@ -185,8 +184,7 @@ bool IntervalEntropyDecoder::install(jpeg_decompress_struct* cinfo) {
     const int dct = comp->dc_tbl_no, act = comp->ac_tbl_no;
     if (dct < 0 || dct > 3 || act < 0 || act > 3) return fail();
     if (!built[dct] && !build_table(cinfo->dc_huff_tbl_ptrs[dct], true, &tables_[dct])) return fail();
-    if (!built[4 + act] && !build_table(cinfo->ac_huff_tbl_ptrs[act], false, &tables_[4 + act]))
-      return fail();
+    if (!built[4 + act] && !build_table(cinfo->ac_huff_tbl_ptrs[act], false, &tables_[4 + act])) return fail();
     built[dct] = built[4 + act] = true;
     dc_[b] = &tables_[dct];
     ac_[b] = &tables_[4 + act];

@@ -59,16 +59,16 @@ class IntervalEntropyDecoder final : public EntropyOverride {
   friend struct EntropyGlue;
 
   const SliceEntropy* data_ = nullptr;
-  std::vector<Table> tables_;      // [0, 4): DC tables, [4, 8): AC tables (by table number)
-  const Table* dc_[10] = {};       // per block of the MCU
+  std::vector<Table> tables_;  // [0, 4): DC tables, [4, 8): AC tables (by table number)
+  const Table* dc_[10] = {};   // per block of the MCU
   const Table* ac_[10] = {};
-  int comp_[10] = {};              // component (index within the scan) of each block
+  int comp_[10] = {};  // component (index within the scan) of each block
   int blocks_ = 0;
   int restart_interval_ = 0;
-  int mcus_left_ = 0;              // MCUs still to decode in the current interval
-  size_t interval_ = 0;            // current interval
-  uint64_t pos_ = 0;               // bit position in data_->bytes
-  uint64_t end_ = 0;               // bit position where the current interval ends
+  int mcus_left_ = 0;    // MCUs still to decode in the current interval
+  size_t interval_ = 0;  // current interval
+  uint64_t pos_ = 0;     // bit position in data_->bytes
+  uint64_t end_ = 0;     // bit position where the current interval ends
   int dc_pred_[4] = {};
   bool failed_ = false;
   std::unique_ptr<EntropyGlue> glue_;  // the jpeg_entropy_decoder libjpeg calls (see .cpp)

@@ -35,8 +35,7 @@ Status JpegDecoder::failed() {
   if (err_.saw_eof) return Status::kTruncated;
   switch (err_.error_code) {
     case JERR_INPUT_EMPTY:
-    case JERR_INPUT_EOF:
-      return Status::kTruncated;
+    case JERR_INPUT_EOF: return Status::kTruncated;
     case JERR_BAD_PRECISION:
     case JERR_CCIR601_NOTIMPL:
     case JERR_CONVERSION_NOTIMPL:
@@ -44,10 +43,8 @@ Status JpegDecoder::failed() {
     case JERR_NOT_COMPILED:
     case JERR_ARITH_NOTIMPL:
     case JERR_IMAGE_TOO_BIG:
-    case JERR_WIDTH_OVERFLOW:
-      return Status::kUnsupported;
-    default:
-      return Status::kCorrupt;
+    case JERR_WIDTH_OVERFLOW: return Status::kUnsupported;
+    default: return Status::kCorrupt;
   }
 }
 
@@ -56,9 +53,12 @@ int exif_orientation(const uint8_t* p, size_t n) {
   p += 6;
   n -= 6;
   bool le;
-  if (p[0] == 'I' && p[1] == 'I') le = true;
-  else if (p[0] == 'M' && p[1] == 'M') le = false;
-  else return 1;
+  if (p[0] == 'I' && p[1] == 'I')
+    le = true;
+  else if (p[0] == 'M' && p[1] == 'M')
+    le = false;
+  else
+    return 1;
   auto u16 = [&](size_t off) -> unsigned {
     return le ? unsigned(p[off]) | unsigned(p[off + 1]) << 8 : unsigned(p[off]) << 8 | unsigned(p[off + 1]);
   };
@@ -114,8 +114,7 @@ Status JpegDecoder::open(const uint8_t* data, size_t size, const DecodeSettings&
   switch (cinfo_.jpeg_color_space) {
     case JCS_GRAYSCALE:
     case JCS_YCbCr:
-    case JCS_RGB:
-      break;
+    case JCS_RGB: break;
     case JCS_CMYK:
     case JCS_YCCK:
       cmyk_ = true;

@@ -29,7 +29,7 @@ uint16_t float_to_half(float value) {
   if (exp == 0xFF) return static_cast<uint16_t>(sign | 0x7C00u | (mant != 0 ? 0x200u | (mant >> 13) : 0u));
   const int e = exp - 127 + 15;
   if (e >= 0x1F) return static_cast<uint16_t>(sign | 0x7C00u);  // overflow: infinity
-  if (e <= 0) {                                                // half subnormal, or zero
+  if (e <= 0) {                                                 // half subnormal, or zero
     if (e < -10) return static_cast<uint16_t>(sign);
     mant |= 0x800000u;
     const int shift = 14 - e;
@@ -103,8 +103,10 @@ void row_scalar(const OutputFormat& f, const uint8_t* rgb, int y, void* slot) {
     for (int c = 0; c < 3; ++c) {
       const float v = std::fmaf(static_cast<float>(rgb[3 * x + c]), f.mul[c], f.add[c]);
       const size_t at = f.layout == Layout::kNhwc ? 3 * (row + x) + c : c * plane + row + x;
-      if (f.dtype == DType::kFloat32) static_cast<float*>(slot)[at] = v;
-      else static_cast<uint16_t*>(slot)[at] = float_to_half(v);
+      if (f.dtype == DType::kFloat32)
+        static_cast<float*>(slot)[at] = v;
+      else
+        static_cast<uint16_t*>(slot)[at] = float_to_half(v);
     }
   }
 }
@@ -269,8 +271,10 @@ __attribute__((target("avx2,fma,f16c"))) void float_row_avx2(const OutputFormat&
       float v = std::fmaf(static_cast<float>(rgb[3 * x + c]), m[c], a[c]);
       if (kMix) v = mix1(v, std::fmaf(static_cast<float>(q[3 * x + c]), m[c], a[c]), kHalf, mix.wa, mix.wb);
       const size_t at = f.layout == Layout::kNhwc ? 3 * (row + x) + c : c * plane + row + x;
-      if (kHalf) static_cast<uint16_t*>(slot)[at] = float_to_half(v);
-      else static_cast<float*>(slot)[at] = v;
+      if (kHalf)
+        static_cast<uint16_t*>(slot)[at] = float_to_half(v);
+      else
+        static_cast<float*>(slot)[at] = v;
     }
   }
 }
@@ -311,17 +315,19 @@ RowKernel best_row_kernel(const char** name) {
 
 void write_output_row(const OutputFormat& f, const uint8_t* rgb, int y, void* slot) {
   const char* name;
-  best_row_kernel(&name)(f, rgb, y, slot);
+  best_row_kernel (&name)(f, rgb, y, slot);
 }
 
-bool write_output_row_mixed(const OutputFormat& f, const uint8_t* own, const uint8_t* prev, int y, void* slot,
-                            float wa, float wb) {
+bool write_output_row_mixed(const OutputFormat& f, const uint8_t* own, const uint8_t* prev, int y, void* slot, float wa,
+                            float wb) {
 #ifdef FASTLOAD_OUTPUT_X86
   static const bool avx2 = cpu_has_avx2_f16c();
   if (!avx2 || g_force_scalar.load(std::memory_order_relaxed) || f.dtype == DType::kUint8) return false;
   const RowMix mix{prev, wa, wb};
-  if (f.dtype == DType::kFloat32) float_row_avx2<false, true>(f, own, y, slot, mix);
-  else float_row_avx2<true, true>(f, own, y, slot, mix);
+  if (f.dtype == DType::kFloat32)
+    float_row_avx2<false, true>(f, own, y, slot, mix);
+  else
+    float_row_avx2<true, true>(f, own, y, slot, mix);
   return true;
 #else
   (void)f, (void)own, (void)prev, (void)y, (void)slot, (void)wa, (void)wb;

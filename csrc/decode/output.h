@@ -49,8 +49,8 @@ void write_output_row(const OutputFormat& f, const uint8_t* rgb, int y, void* sl
 // then each product, rounded to half), both packed RGB rows readable 32 bytes past their end.
 // Returns false (nothing written) where no fused kernel applies: uint8 outputs, no AVX2, or the
 // scalar kernels forced; the caller then writes both rows and mixes them.
-bool write_output_row_mixed(const OutputFormat& f, const uint8_t* own, const uint8_t* prev, int y, void* slot,
-                            float wa, float wb);
+bool write_output_row_mixed(const OutputFormat& f, const uint8_t* own, const uint8_t* prev, int y, void* slot, float wa,
+                            float wb);
 
 // Writes a whole HWC uint8 image (`stride` bytes per row, rows readable 32 bytes past their end)
 // into `slot`.

@@ -196,22 +196,22 @@ template <bool kTwoTaps>
 __attribute__((target("avx2"))) inline void hpix4_avx2(const uint8_t* s0, const uint8_t* s1, const uint8_t* s2,
                                                        const uint8_t* s3, size_t off, const int16_t* k, int taps,
                                                        __m256i* out01, __m256i* out23) {
-  const __m256i pair01 = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                          0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
-  const __m256i pair23 = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1,
-                                          6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  const __m256i pair01 = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 0, -1, 3, -1, 1, -1,
+                                          4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m256i pair23 = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1, 6, -1, 9, -1, 7,
+                                          -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   const __m256i round = _mm256_set1_epi32(1 << (kCoefBits - 1));
   __m256i a01 = round, a23 = round;
   if (kTwoTaps) {
     int32_t kk;
     std::memcpy(&kk, k, 4);
     const __m256i c = _mm256_set1_epi32(kk);
-    const __m256i r01 = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + off))),
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1 + off)), 1);
-    const __m256i r23 = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s2 + off))),
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s3 + off)), 1);
+    const __m256i r01 =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + off))),
+                                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1 + off)), 1);
+    const __m256i r23 =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s2 + off))),
+                                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s3 + off)), 1);
     a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c));
     a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c));
   } else {
@@ -221,12 +221,12 @@ __attribute__((target("avx2"))) inline void hpix4_avx2(const uint8_t* s0, const 
       std::memcpy(&k23, k + j + 2, 4);
       const __m256i c01 = _mm256_set1_epi32(k01), c23 = _mm256_set1_epi32(k23);
       const size_t o = off + 3 * static_cast<size_t>(j);
-      const __m256i r01 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + o))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + o)), 1);
-      const __m256i r23 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s2 + o))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(s3 + o)), 1);
+      const __m256i r01 =
+          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + o))),
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + o)), 1);
+      const __m256i r23 =
+          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s2 + o))),
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(s3 + o)), 1);
       a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair01), c01));
       a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(r23, pair01), c01));
       a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(r01, pair23), c23));
@@ -244,8 +244,8 @@ __attribute__((target("avx2"))) void hpass4_avx2_t(const uint8_t* const* src, co
                                                    int taps, int out_w, uint8_t* const* dst, bool flip) {
   // After packus: lane 0 holds A.row0 A.row2 B.row0 B.row2 (4 bytes each), lane 1 the odd rows;
   // this gathers A.rgb B.rgb of each row into 6 consecutive bytes.
-  const __m256i join = _mm256_setr_epi8(0, 1, 2, 8, 9, 10, -1, -1, 4, 5, 6, 12, 13, 14, -1, -1,
-                                        0, 1, 2, 8, 9, 10, -1, -1, 4, 5, 6, 12, 13, 14, -1, -1);
+  const __m256i join = _mm256_setr_epi8(0, 1, 2, 8, 9, 10, -1, -1, 4, 5, 6, 12, 13, 14, -1, -1, 0, 1, 2, 8, 9, 10, -1,
+                                        -1, 4, 5, 6, 12, 13, 14, -1, -1);
   const uint8_t *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
   uint8_t *d0 = dst[0], *d1 = dst[1], *d2 = dst[2], *d3 = dst[3];
   const int x_step = flip ? -1 : 1;
@@ -253,12 +253,12 @@ __attribute__((target("avx2"))) void hpass4_avx2_t(const uint8_t* const* src, co
   for (; i + 2 <= out_w; i += 2, x += 2 * x_step) {
     const int xb = x + x_step;
     __m256i a01, a23, b01, b23;
-    hpix4_avx2<kTwoTaps>(s0, s1, s2, s3, 3 * static_cast<size_t>(start[x]),
-                         coef + static_cast<size_t>(x) * taps, taps, &a01, &a23);
-    hpix4_avx2<kTwoTaps>(s0, s1, s2, s3, 3 * static_cast<size_t>(start[xb]),
-                         coef + static_cast<size_t>(xb) * taps, taps, &b01, &b23);
-    const __m256i u = _mm256_shuffle_epi8(
-        _mm256_packus_epi16(_mm256_packs_epi32(a01, a23), _mm256_packs_epi32(b01, b23)), join);
+    hpix4_avx2<kTwoTaps>(s0, s1, s2, s3, 3 * static_cast<size_t>(start[x]), coef + static_cast<size_t>(x) * taps, taps,
+                         &a01, &a23);
+    hpix4_avx2<kTwoTaps>(s0, s1, s2, s3, 3 * static_cast<size_t>(start[xb]), coef + static_cast<size_t>(xb) * taps,
+                         taps, &b01, &b23);
+    const __m256i u =
+        _mm256_shuffle_epi8(_mm256_packus_epi16(_mm256_packs_epi32(a01, a23), _mm256_packs_epi32(b01, b23)), join);
     const __m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
     const size_t dx = 3 * static_cast<size_t>(i);
     // movhps through its builtin: _mm_storeh_pd is written as a plain (aligned) double store, which
@@ -270,8 +270,8 @@ __attribute__((target("avx2"))) void hpass4_avx2_t(const uint8_t* const* src, co
   }
   if (i < out_w) {
     __m256i a01, a23;
-    hpix4_avx2<kTwoTaps>(s0, s1, s2, s3, 3 * static_cast<size_t>(start[x]),
-                         coef + static_cast<size_t>(x) * taps, taps, &a01, &a23);
+    hpix4_avx2<kTwoTaps>(s0, s1, s2, s3, 3 * static_cast<size_t>(start[x]), coef + static_cast<size_t>(x) * taps, taps,
+                         &a01, &a23);
     // lane 0: row0 then row2; lane 1: row1 then row3 (pack works within lanes).
     __m256i p = _mm256_packs_epi32(a01, a23);
     p = _mm256_packus_epi16(p, p);
@@ -371,8 +371,9 @@ __attribute__((target("avx2"))) void vpass_avx2(const uint8_t* const* rows, cons
 // runs): 4-10% more images/s than the AVX2 kernel. Packing four groups into one 64-byte store
 // was 2% slower than this (the four groups' indices and coefficients outgrow the registers).
 template <int kPairs>
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline __m512i group_sum(
-    const uint8_t* src, const __m512i* ix, const __m512i* cf) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline __m512i group_sum(const uint8_t* src,
+                                                                                           const __m512i* ix,
+                                                                                           const __m512i* cf) {
   const __mmask64 low_bytes = 0x5555555555555555ULL;  // zero-extends each permuted byte to int16
   const __m512i pix = _mm512_loadu_si512(src);
   __m512i acc = _mm512_set1_epi32(1 << (kCoefBits - 1));
@@ -383,8 +384,10 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) inline __m512i
 }
 
 template <int kPairs, int kRows>
-__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void hgroups_avx512_t(
-    const uint8_t* const* src, int x_origin, const GroupPlan& plan, uint8_t* const* dst) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni"))) void hgroups_avx512_t(const uint8_t* const* src,
+                                                                                        int x_origin,
+                                                                                        const GroupPlan& plan,
+                                                                                        uint8_t* const* dst) {
   const __m512i zero = _mm512_setzero_si512();
   for (int g = 0; g < plan.groups; ++g) {
     __m512i ix[kPairs], cf[kPairs];
@@ -442,8 +445,8 @@ struct Kernels {
   void (*hpass4)(const uint8_t* const*, const int*, const int16_t*, int, int, uint8_t* const*, bool);
   // Processes bytes rounded up to its vector width: writes may run up to 31 bytes past `bytes`.
   void (*vpass)(const uint8_t* const*, const int16_t*, int, int, uint8_t*);
-  // Horizontal pass over up to 4 rows from a GroupPlan (source columns counted from x_origin), or null. Used whenever the axis admits a
-  // plan; the per-pixel kernels above cover the rest (downscales past about 2.5x).
+  // Horizontal pass over up to 4 rows from a GroupPlan (source columns counted from x_origin), or null. Used whenever
+  // the axis admits a plan; the per-pixel kernels above cover the rest (downscales past about 2.5x).
   void (*hgroups)(const uint8_t* const*, int, int, const GroupPlan&, uint8_t* const*);
   const char* name;
 };
@@ -574,8 +577,8 @@ void nearest_indices(double rel0, double scale, int out_size, bool antialias, st
 
 }  // namespace
 
-void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t, Interpolation interp,
-                bool antialias, int clip0, int clip1) {
+void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t, Interpolation interp, bool antialias,
+                int clip0, int clip1) {
   if (clip1 < 0 || clip1 > in_size) clip1 = in_size;
   clip0 = std::max(0, std::min(clip0, clip1 - 1));
   const double scale = (in1 - in0) / out_size;

@@ -25,11 +25,11 @@ constexpr int kCoefBits = 14;
 // Filter taps of one axis, for a box [in0, in1) of an axis of in_size pixels mapped to out_size.
 struct AxisTable {
   int out_size = 0;
-  int taps = 0;                 // per output, zero padded: 2 or a multiple of 4 (horizontal kernel step)
-  int src_first = 0;            // source range read by the taps: [src_first, src_last)
+  int taps = 0;       // per output, zero padded: 2 or a multiple of 4 (horizontal kernel step)
+  int src_first = 0;  // source range read by the taps: [src_first, src_last)
   int src_last = 0;
-  std::vector<int> start;       // first source index per output pixel
-  std::vector<int16_t> coef;    // out_size * taps
+  std::vector<int> start;     // first source index per output pixel
+  std::vector<int16_t> coef;  // out_size * taps
 };
 
 // Builds the table of one axis: the box [in0, in1) of an axis of in_size pixels to out_size
@@ -40,18 +40,17 @@ struct AxisTable {
 //   plain: torch's interpolate(align_corners=False, antialias=False): 2 taps, or 4 with A = -0.75;
 //   nearest: PIL's NEAREST (antialias) or torch's "nearest" (plain), one tap.
 void build_axis(double in0, double in1, int in_size, int out_size, AxisTable* t,
-                Interpolation interp = Interpolation::kBilinear, bool antialias = true, int clip0 = 0,
-                int clip1 = -1);
+                Interpolation interp = Interpolation::kBilinear, bool antialias = true, int clip0 = 0, int clip1 = -1);
 
 // The horizontal pass as a gather plan over the output row in 16-byte groups (see resize.cpp):
 // for each group, the source pixel its one vector load starts at and, per pair of taps, the byte
 // permutation that lays out that pair of samples for each output byte and the coefficient pair.
 struct GroupPlan {
-  int groups = 0;               // ceil(3 * out_w / 16)
-  int pairs = 0;                // taps / 2
-  std::vector<int> base;        // per group: first source pixel of its load (image coordinates)
-  std::vector<uint8_t> index;   // groups * pairs * 64 permutation bytes (odd bytes unused)
-  std::vector<int32_t> coef;    // groups * pairs * 16 coefficient pairs (low half: even tap)
+  int groups = 0;              // ceil(3 * out_w / 16)
+  int pairs = 0;               // taps / 2
+  std::vector<int> base;       // per group: first source pixel of its load (image coordinates)
+  std::vector<uint8_t> index;  // groups * pairs * 64 permutation bytes (odd bytes unused)
+  std::vector<int32_t> coef;   // groups * pairs * 16 coefficient pairs (low half: even tap)
 };
 
 // Receives decoded rows (RowSink), runs the horizontal pass on the rows the vertical pass needs,
@@ -76,7 +75,7 @@ class Resampler final : public RowSink {
   int rows_received_ = 0;
   size_t tmp_stride_ = 0;
   std::vector<int> rel_start_;
-  bool grouped_ = false;        // plan_ is valid and the grouped kernel runs the horizontal pass
+  bool grouped_ = false;  // plan_ is valid and the grouped kernel runs the horizontal pass
   GroupPlan plan_;
   std::vector<uint8_t> tmp_;   // intermediate packed RGB rows, out_w wide (+ kernel slack)
   std::vector<uint8_t> line_;  // one output row, packed RGB (NCHW and slot-end rows)

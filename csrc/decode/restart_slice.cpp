@@ -21,9 +21,9 @@ struct Segment {
 
 struct ParsedHeaders {
   RestartGeometry geo;
-  Segment keep[64];   // segments a decoder of the slice needs, in file order
+  Segment keep[64];  // segments a decoder of the slice needs, in file order
   int n_keep = 0;
-  int sof_index = -1; // which kept segment is the SOF
+  int sof_index = -1;     // which kept segment is the SOF
   size_t scan_start = 0;  // first entropy-coded byte
 };
 
@@ -58,8 +58,10 @@ class IntervalScan {
   // An RSTn marker: the interval ends at `end` (its first 0xFF, fill bytes included), the marker
   // byte m is at `at` and the next interval starts after it.
   Step restart(size_t end, size_t at, int m) {
-    if (idx_ + 1 >= total_) return failed("more restart markers than the %ld intervals DRI and the frame imply", total_);
-    if (m - 0xD0 != idx_ % 8) return failed("restart marker RST%ld where RST%ld was due (interval %ld)", m - 0xD0, idx_ % 8, idx_);
+    if (idx_ + 1 >= total_)
+      return failed("more restart markers than the %ld intervals DRI and the frame imply", total_);
+    if (m - 0xD0 != idx_ % 8)
+      return failed("restart marker RST%ld where RST%ld was due (interval %ld)", m - 0xD0, idx_ % 8, idx_);
     bounds_[2 * idx_ + 1] = static_cast<uint32_t>(end);
     ++idx_;
     bounds_[2 * idx_] = static_cast<uint32_t>(at + 1);
@@ -112,7 +114,7 @@ class IntervalScan {
 
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx512f,avx512bw,bmi"))) IntervalScan::Step scan_avx512(IntervalScan& sc, const uint8_t* data,
-                                                                              size_t p, size_t size) {
+                                                                               size_t p, size_t size) {
   const __m512i ff = _mm512_set1_epi8(static_cast<char>(0xFF));
   const __m512i zero = _mm512_setzero_si512();
   // Each block reads 65 bytes (64 and the byte after them); the tail goes to the scalar walk.
@@ -155,12 +157,13 @@ bool scan_intervals(const uint8_t* data, size_t size, size_t scan_start, long to
 #if defined(__x86_64__) || defined(__i386__)
   static const bool wide = cpu_has_avx512bw();
   st = wide && !g_scalar_scan.load(std::memory_order_relaxed) ? scan_avx512(sc, data, scan_start, size)
-                                                               : sc.scalar(scan_start);
+                                                              : sc.scalar(scan_start);
 #else
   st = sc.scalar(scan_start);
 #endif
   if (st != IntervalScan::kDone) return false;
-  if (sc.count() != total) return fail(why, "found %ld restart intervals, DRI and the frame imply %ld", sc.count(), total);
+  if (sc.count() != total)
+    return fail(why, "found %ld restart intervals, DRI and the frame imply %ld", sc.count(), total);
   return true;
 }
 
@@ -225,9 +228,9 @@ bool parse_headers(const uint8_t* data, size_t size, ParsedHeaders* ph, std::str
       ph->scan_start = end;
       break;
     } else if (marker == 0xE0) {
-      keep = body_len >= 5 && std::memcmp(body, "JFIF\0", 5) == 0;   // colour-space hint
+      keep = body_len >= 5 && std::memcmp(body, "JFIF\0", 5) == 0;  // colour-space hint
     } else if (marker == 0xEE) {
-      keep = body_len >= 5 && std::memcmp(body, "Adobe", 5) == 0;   // colour transform flag
+      keep = body_len >= 5 && std::memcmp(body, "Adobe", 5) == 0;  // colour transform flag
     } else if ((marker >= 0xE1 && marker <= 0xEF) || marker == 0xFE) {
       keep = false;  // EXIF, ICC, XMP, comments: metadata a pixel decoder of the slice never reads
     }
@@ -297,7 +300,8 @@ bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_
   // Every interval but the last ends with a 2-byte marker and holds at least one byte: a header
   // claiming more intervals than that is a lie, refused before the offset table is allocated.
   if (total > static_cast<long>(size / 3) + 1)
-    return fail(why, "the frame claims %ld restart intervals, more than %ld bytes can hold", total, static_cast<long>(size));
+    return fail(why, "the frame claims %ld restart intervals, more than %ld bytes can hold", total,
+                static_cast<long>(size));
   std::vector<uint32_t>& bounds = out->scratch;
   bounds.resize(2 * static_cast<size_t>(total));
   if (!scan_intervals(data, size, ph.scan_start, total, bounds.data(), why)) return false;
@@ -332,8 +336,10 @@ bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_
   // most 2 samples wide, i.e. an output at most 4 pixels wide. Only the last, partial interval
   // column can make such a narrow slice; widen it so its decoder upsamples as the full image's does.
   if (g.subsampled_x && (x_end - c0 * n * g.mcu_width + d - 1) / d <= 4) {
-    if (c0 > 0) --c0;
-    else if (c1 < g.intervals_per_row) ++c1;
+    if (c0 > 0)
+      --c0;
+    else if (c1 < g.intervals_per_row)
+      ++c1;
     x_end = c1 * n * g.mcu_width < g.width ? c1 * n * g.mcu_width : g.width;
   }
   out->x0 = c0 * n * g.mcu_width;

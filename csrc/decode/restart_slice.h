@@ -41,8 +41,7 @@ namespace fastload {
 // Parses the headers only (no entropy data). Returns false with a reason when the image is not a
 // single-scan baseline/extended sequential Huffman JPEG; a JPEG without DRI parses with
 // restart_interval == 0.
-bool parse_restart_geometry(const uint8_t* data, size_t size, RestartGeometry* geo,
-                            std::string* why);
+bool parse_restart_geometry(const uint8_t* data, size_t size, RestartGeometry* geo, std::string* why);
 
 // Testing hook: true makes the slicer's interval scan use its portable walk even where the
 // AVX-512 one is available (both accept and refuse the same inputs).
@@ -67,11 +66,11 @@ struct RestartSlice {
   // the intervals are in `entropy` instead and `jpeg` ends with EOI right after the SOS header.
   std::vector<uint8_t> jpeg;
   SliceEntropy entropy;
-  int x0 = 0;                  // slice origin in full-size pixels (multiples of the MCU size)
+  int x0 = 0;  // slice origin in full-size pixels (multiples of the MCU size)
   int y0 = 0;
-  int width = 0;               // slice size in pixels (what a decoder of `jpeg` reports)
+  int width = 0;  // slice size in pixels (what a decoder of `jpeg` reports)
   int height = 0;
-  int intervals = 0;           // restart intervals copied
+  int intervals = 0;  // restart intervals copied
   // What the headers claimed (restart_interval 0 when they do not parse or have no DRI), set even
   // when slicing fails: a caller tells plain JPEGs from records whose markers lie without a re-parse.
   RestartGeometry claimed;
@@ -91,8 +90,7 @@ struct RestartSlice {
 // edge on a scaled MCU boundary needs its neighbour even when the full-size crop edge is not on one.
 //
 // separate_entropy: the intervals go to out->entropy (unstuffed) instead of into out->jpeg.
-bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_y, int crop_w,
-                         int crop_h, RestartSlice* out, std::string* why, int scale_denom = 1,
-                         bool separate_entropy = false);
+bool build_restart_slice(const uint8_t* data, size_t size, int crop_x, int crop_y, int crop_w, int crop_h,
+                         RestartSlice* out, std::string* why, int scale_denom = 1, bool separate_entropy = false);
 
 }  // namespace fastload

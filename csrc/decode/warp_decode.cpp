@@ -6,12 +6,11 @@
 namespace fastload {
 
 bool warp_uses_crop_frame(const WarpPlan& p) {
-  return p.snap && p.kernel == WarpKernel::kLinear && p.antialias && !p.quantize && p.has_frame &&
-         p.frame[0] == 0.0 && p.frame[1] == 0.0 && p.frame[2] >= 1.0 && p.frame[3] >= 1.0 && p.frame[2] <= 16384.0 &&
+  return p.snap && p.kernel == WarpKernel::kLinear && p.antialias && !p.quantize && p.has_frame && p.frame[0] == 0.0 &&
+         p.frame[1] == 0.0 && p.frame[2] >= 1.0 && p.frame[3] >= 1.0 && p.frame[2] <= 16384.0 &&
          p.frame[3] <= 16384.0 && p.frame[2] == std::floor(p.frame[2]) && p.frame[3] == std::floor(p.frame[3]) &&
          p.to_source.b == 0.0 && p.to_source.d == 0.0 && p.to_source.a != 0.0 && p.to_source.e > 0.0;
 }
-
 
 Status warp_decode(JpegDecoder& decoder, const JpegInfo& info, const WarpPlan& plan, bool dct_scaling,
                    WarpWorkspace* ws, uint8_t* dst, size_t dst_stride, int* denom_out) {

@@ -57,13 +57,13 @@ std::string repr_value(const std::vector<T>& v) {
   return out + "]";
 }
 
-#define FASTLOAD_REPR_FIELD(Struct, field, doc)                              \
+#define FASTLOAD_REPR_FIELD(Struct, field, doc)                             \
   out += std::string(first ? "" : ", ") + #field "=" + repr_value(v.field); \
   first = false;
-#define FASTLOAD_DEFINE_REPR(Struct, doc)                   \
-  std::string repr_value(const Struct& v) {                 \
-    std::string out = #Struct "(";                          \
-    bool first = true;                                      \
+#define FASTLOAD_DEFINE_REPR(Struct, doc)                               \
+  std::string repr_value(const Struct& v) {                             \
+    std::string out = #Struct "(";                                      \
+    bool first = true;                                                  \
     FASTLOAD_ABI_FIELDS_##Struct(FASTLOAD_REPR_FIELD) return out + ")"; \
   }
 FASTLOAD_ABI_STRUCTS(FASTLOAD_DEFINE_REPR)
@@ -81,11 +81,12 @@ void register_abi(py::module_& m) {
 #undef FASTLOAD_BIND_VALUE
 
 #define FASTLOAD_BIND_FIELD(Struct, field, doc) .def_readwrite(#field, &Struct::field, doc)
-#define FASTLOAD_BIND_STRUCT(Struct, doc)                                                              \
-  py::class_<Struct>(m, #Struct, doc)                                                                  \
-      .def(py::init<>())                                                                               \
-      .def("__repr__", [](const Struct& v) { return repr_value(v); })                                  \
-      .def("__eq__", [](const Struct& a, const Struct& b) { return a == b; }, py::is_operator()) \
+#define FASTLOAD_BIND_STRUCT(Struct, doc)                                                       \
+  py::class_<Struct>(m, #Struct, doc)                                                           \
+      .def(py::init<>())                                                                        \
+      .def("__repr__", [](const Struct& v) { return repr_value(v); })                           \
+      .def(                                                                                     \
+          "__eq__", [](const Struct& a, const Struct& b) { return a == b; }, py::is_operator()) \
           FASTLOAD_ABI_FIELDS_##Struct(FASTLOAD_BIND_FIELD);
   FASTLOAD_ABI_STRUCTS(FASTLOAD_BIND_STRUCT)
 #undef FASTLOAD_BIND_STRUCT

@@ -18,13 +18,15 @@ void check_geometry(const GeometryParams& op) {
                           " must be in 1..16384");
   if (!(op.scale_lo > 0 && op.scale_lo <= op.scale_hi && op.scale_hi <= 1.0))
     throw py::value_error("scale range must satisfy 0 < low <= high <= 1");
-  if (!(op.ratio_lo > 0 && op.ratio_lo <= op.ratio_hi)) throw py::value_error("ratio range must satisfy 0 < low <= high");
+  if (!(op.ratio_lo > 0 && op.ratio_lo <= op.ratio_hi))
+    throw py::value_error("ratio range must satisfy 0 < low <= high");
   if (!(op.flip >= 0.0 && op.flip <= 1.0) || !(op.vflip >= 0.0 && op.vflip <= 1.0))
     throw py::value_error("flip and vflip must be probabilities in [0, 1]");
   if (op.resize < 0) throw py::value_error("resize must be >= 0");
   if (op.pad_left < 0 || op.pad_top < 0 || op.pad_right < 0 || op.pad_bottom < 0)
     throw py::value_error("padding must be >= 0");
-  if (static_cast<long long>(op.pad_left) + op.pad_right > 65536 || static_cast<long long>(op.pad_top) + op.pad_bottom > 65536)
+  if (static_cast<long long>(op.pad_left) + op.pad_right > 65536 ||
+      static_cast<long long>(op.pad_top) + op.pad_bottom > 65536)
     throw py::value_error("padding must be at most 65536 pixels per axis");
   for (double f : op.fill)
     if (!(f >= 0.0 && f <= 255.0)) throw py::value_error("fill values must be in 0..255");
@@ -32,8 +34,10 @@ void check_geometry(const GeometryParams& op) {
 
 // The element format numpy / the buffer protocol reports for each output dtype.
 bool format_matches(DType dtype, const std::string& fmt, Py_ssize_t itemsize) {
-  auto is = [&](char c) { return fmt == std::string(1, c) || fmt == std::string("=") + c || fmt == std::string("<") + c ||
-                                 fmt == std::string("|") + c; };
+  auto is = [&](char c) {
+    return fmt == std::string(1, c) || fmt == std::string("=") + c || fmt == std::string("<") + c ||
+           fmt == std::string("|") + c;
+  };
   switch (dtype) {
     case DType::kUint8: return itemsize == 1 && (is('B') || fmt == "c");
     case DType::kFloat32: return itemsize == 4 && is('f');
@@ -132,8 +136,8 @@ py::dict decode_batch_py(const py::sequence& images, const py::buffer& out, cons
   results.vflips = reinterpret_cast<uint8_t*>(vflips.mutable_data());
   py::object pixel_traces = py::none(), erase_traces = py::none(), warp_traces = py::none();
   if (want_params && spec.has_pixel_ops()) {
-    py::array_t<double> t =
-        nan_array({rows, static_cast<py::ssize_t>(spec.pixel_ops.ops.size()), static_cast<py::ssize_t>(kTraceValuesPerOp)});
+    py::array_t<double> t = nan_array(
+        {rows, static_cast<py::ssize_t>(spec.pixel_ops.ops.size()), static_cast<py::ssize_t>(kTraceValuesPerOp)});
     results.pixel_traces = t.mutable_data();
     pixel_traces = t;
   }
@@ -187,7 +191,8 @@ py::tuple decode_image_py(const py::object& buf, const DecodeSettings& options) 
   // whole switch interval behind the other thread), so 2 threads ran slower than 1.
   Status st = open_single(ref.data, ref.size, options, &info, &msg);
   if (st != Status::kOk) return py::make_tuple(st, msg, py::none());
-  py::array_t<uint8_t> arr({static_cast<py::ssize_t>(info.height), static_cast<py::ssize_t>(info.width), static_cast<py::ssize_t>(3)});
+  py::array_t<uint8_t> arr(
+      {static_cast<py::ssize_t>(info.height), static_cast<py::ssize_t>(info.width), static_cast<py::ssize_t>(3)});
   uint8_t* dst = arr.mutable_data();
   {
     py::gil_scoped_release release;

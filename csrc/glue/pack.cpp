@@ -13,7 +13,9 @@ namespace fastload {
 namespace glue {
 namespace {
 
-py::bytes as_bytes(const std::vector<uint8_t>& v) { return py::bytes(reinterpret_cast<const char*>(v.data()), v.size()); }
+py::bytes as_bytes(const std::vector<uint8_t>& v) {
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+}
 
 // `fastload pack --resize`: one GIL-free call decodes, resizes and re-encodes a batch of files.
 py::list resize_encode_batch_py(const py::sequence& images, int shorter, int quality, int threads,
@@ -65,7 +67,8 @@ py::tuple frame_files_py(const py::sequence& paths, const py::sequence& sizes, c
   const size_t capacity = static_cast<size_t>(outv->len);
   const size_t needed = frame_capacity(jobs);
   if (capacity < needed)
-    throw py::value_error("out holds " + std::to_string(capacity) + " bytes, the batch needs " + std::to_string(needed));
+    throw py::value_error("out holds " + std::to_string(capacity) + " bytes, the batch needs " +
+                          std::to_string(needed));
   py::array_t<int64_t> framed(static_cast<py::ssize_t>(n));
   int64_t* fs = framed.mutable_data();
   uint8_t* dst = static_cast<uint8_t*>(outv->buf);

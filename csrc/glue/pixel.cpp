@@ -315,8 +315,9 @@ void register_pixel(py::module_& m) {
   m.def("mix_batch", &mix_batch_py, FASTLOAD_ABI_ARGS_mix_batch, abi_doc::mix_batch);
   m.def("pixel_prim", &pixel_prim_py, FASTLOAD_ABI_ARGS_pixel_prim, abi_doc::pixel_prim);
   m.def("pixel_mx_prim", &pixel_mx_prim_py, FASTLOAD_ABI_ARGS_pixel_mx_prim, abi_doc::pixel_mx_prim);
-  m.def("pixel_kernels", [](const std::string& name) { return pixel_ops_force_kernels(name.c_str()); },
-        FASTLOAD_ABI_ARGS_pixel_kernels, abi_doc::pixel_kernels);
+  m.def(
+      "pixel_kernels", [](const std::string& name) { return pixel_ops_force_kernels(name.c_str()); },
+      FASTLOAD_ABI_ARGS_pixel_kernels, abi_doc::pixel_kernels);
   m.def("pixel_kernel_name", [] { return std::string(pixel_ops_kernel_name()); }, abi_doc::pixel_kernel_name);
   m.def("_warp_affine_plan", &affine_plan_py, FASTLOAD_ABI_ARGS__warp_affine_plan, abi_doc::_warp_affine_plan);
   m.def("_warp_mxnet_plan", &mxnet_plan_py, FASTLOAD_ABI_ARGS__warp_mxnet_plan, abi_doc::_warp_mxnet_plan);

@@ -29,8 +29,7 @@ class JpegEncoder {
   // defaults otherwise (YCbCr 4:2:0, baseline, standard Huffman tables, JFIF header): the settings
   // Pillow's Image.save(format="JPEG", quality=q) and OpenCV's imencode use. `out` is replaced
   // (after libjpeg has finished: a failed allocation there throws std::bad_alloc to the caller).
-  bool encode(const uint8_t* rgb, int width, int height, int quality, std::vector<uint8_t>* out,
-              std::string* err);
+  bool encode(const uint8_t* rgb, int width, int height, int quality, std::vector<uint8_t>* out, std::string* err);
 
  private:
   jpeg_compress_struct cinfo_;

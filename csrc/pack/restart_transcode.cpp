@@ -66,8 +66,8 @@ bool transcode_impl(TranscodeState* st) {
     h_samp[c] = st->dst.comp_info[c].h_samp_factor;
     v_samp[c] = st->dst.comp_info[c].v_samp_factor;
   }
-  fill_geometry(static_cast<int>(st->dst.image_width), static_cast<int>(st->dst.image_height),
-                st->dst.num_components, h_samp, v_samp, 0, &st->geo);
+  fill_geometry(static_cast<int>(st->dst.image_width), static_cast<int>(st->dst.image_height), st->dst.num_components,
+                h_samp, v_samp, 0, &st->geo);
   // Largest divisor of the MCU row width not above max_mcus: every MCU row is then a whole number
   // of intervals, so interval columns line up from row to row.
   int interval = 1;
@@ -122,11 +122,10 @@ bool verify_impl(VerifyState* st) {
   jpeg_start_decompress(&st->da);
   jpeg_start_decompress(&st->db);
   if (st->da.output_width != st->db.output_width || st->da.output_height != st->db.output_height ||
-      st->da.output_components != st->db.output_components ||
-      st->da.out_color_space != st->db.out_color_space) {
-    std::snprintf(st->reason, sizeof st->reason, "decoded shape differs: %ux%ux%d vs %ux%ux%d",
-                  st->da.output_width, st->da.output_height, st->da.output_components,
-                  st->db.output_width, st->db.output_height, st->db.output_components);
+      st->da.output_components != st->db.output_components || st->da.out_color_space != st->db.out_color_space) {
+    std::snprintf(st->reason, sizeof st->reason, "decoded shape differs: %ux%ux%d vs %ux%ux%d", st->da.output_width,
+                  st->da.output_height, st->da.output_components, st->db.output_width, st->db.output_height,
+                  st->db.output_components);
     st->mismatch_row = 0;
     return true;
   }

@@ -37,7 +37,6 @@ bool add_restart_markers(const uint8_t* data, size_t size, int max_mcus, std::ve
 
 // Decodes both JPEGs fully (default libjpeg settings, default output colour space) and compares the
 // pixels bit for bit. Returns false with the reason (first differing row, or a decode error).
-bool verify_identical(const uint8_t* a, size_t a_size, const uint8_t* b, size_t b_size,
-                      std::string* why);
+bool verify_identical(const uint8_t* a, size_t a_size, const uint8_t* b, size_t b_size, std::string* why);
 
 }  // namespace fastload

@@ -62,7 +62,9 @@ void contrast(uint8_t* rgb, size_t pixels, double factor) {
   kernels().lut1(rgb, pixels * 3, lut);
 }
 
-void saturation(uint8_t* rgb, size_t pixels, double factor) { kernels().saturation(rgb, pixels, static_cast<float>(factor)); }
+void saturation(uint8_t* rgb, size_t pixels, double factor) {
+  kernels().saturation(rgb, pixels, static_cast<float>(factor));
+}
 
 void sharpness(uint8_t* rgb, int h, int w, double factor, std::vector<uint8_t>* scratch) {
   if (h < 3 || w < 3) return;  // ImagingFilter returns a copy: blending it with itself changes nothing
@@ -90,7 +92,8 @@ void posterize(uint8_t* rgb, size_t pixels, int bits) {
 
 void solarize(uint8_t* rgb, size_t pixels, double threshold) {
   uint8_t lut[256];
-  for (int v = 0; v < 256; ++v) lut[v] = static_cast<double>(v) < threshold ? static_cast<uint8_t>(v) : static_cast<uint8_t>(255 - v);
+  for (int v = 0; v < 256; ++v)
+    lut[v] = static_cast<double>(v) < threshold ? static_cast<uint8_t>(v) : static_cast<uint8_t>(255 - v);
   kernels().lut1(rgb, pixels * 3, lut);
 }
 
@@ -148,7 +151,8 @@ void invert(uint8_t* rgb, size_t pixels) {
 void add_rounded(uint8_t* rgb, size_t pixels, const double shift[3]) {
   uint8_t lut[768];
   for (int c = 0; c < 3; ++c)
-    for (int v = 0; v < 256; ++v) lut[256 * c + v] = clip8i(static_cast<long long>(std::nearbyint(static_cast<double>(v) + shift[c])));
+    for (int v = 0; v < 256; ++v)
+      lut[256 * c + v] = clip8i(static_cast<long long>(std::nearbyint(static_cast<double>(v) + shift[c])));
   kernels().lut3(rgb, pixels, lut);
 }
 
@@ -160,14 +164,17 @@ void mx_brightness(uint8_t* rgb, size_t pixels, float alpha) {
 
 void mx_contrast(uint8_t* rgb, size_t pixels, float alpha) {
   if (pixels == 0) return;
-  const float gray_mean = static_cast<float>(static_cast<double>(kernels().mx_gray_sum(rgb, pixels)) / static_cast<double>(pixels));
+  const float gray_mean =
+      static_cast<float>(static_cast<double>(kernels().mx_gray_sum(rgb, pixels)) / static_cast<double>(pixels));
   const float beta = (1.0f - alpha) * gray_mean;
   uint8_t lut[256];
   for (int v = 0; v < 256; ++v) lut[v] = cv_sat(static_cast<float>(v) * alpha + beta);
   kernels().lut1(rgb, pixels * 3, lut);
 }
 
-void mx_saturation(uint8_t* rgb, size_t pixels, float alpha) { kernels().mx_saturation(rgb, pixels, alpha, 1.0f - alpha); }
+void mx_saturation(uint8_t* rgb, size_t pixels, float alpha) {
+  kernels().mx_saturation(rgb, pixels, alpha, 1.0f - alpha);
+}
 
 void mx_hls(uint8_t* rgb, size_t pixels, int dh, int dl, int ds) { kernels().mx_hls(rgb, pixels, dh, dl, ds); }
 

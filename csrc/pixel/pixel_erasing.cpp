@@ -164,9 +164,8 @@ void apply_erasing(void* image, DType type, bool channels_first, int h, int w, c
     const int ih = static_cast<int>(eh), iw = static_cast<int>(ew);
     switch (type) {
       case DType::kUint8:
-        fill_box(static_cast<uint8_t*>(image), channels_first, h, w, top, left, ih, iw, spec, key, true, [](double v) {
-          return static_cast<uint8_t>(std::min(255.0, std::max(0.0, std::nearbyint(v))));
-        });
+        fill_box(static_cast<uint8_t*>(image), channels_first, h, w, top, left, ih, iw, spec, key, true,
+                 [](double v) { return static_cast<uint8_t>(std::min(255.0, std::max(0.0, std::nearbyint(v)))); });
         break;
       case DType::kFloat32:
         fill_box(static_cast<float*>(image), channels_first, h, w, top, left, ih, iw, spec, key, false,

@@ -42,7 +42,8 @@ struct Kernels {
   void (*mx_hls)(uint8_t* rgb, size_t pixels, int dh, int dl, int ds);
   // Pillow's affine_fixed (NEAREST, 16.16 fixed point) from src into dst (both h x w packed RGB; src
   // readable one byte past its end); pixels that map outside get the fill colour.
-  void (*affine_nearest_fixed)(const uint8_t* src, uint8_t* dst, int h, int w, const double a[6], const uint8_t fill[3]);
+  void (*affine_nearest_fixed)(const uint8_t* src, uint8_t* dst, int h, int w, const double a[6],
+                               const uint8_t fill[3]);
   // Pillow's generic transform with affine_transform + bilinear_filter32RGB, same conventions.
   void (*affine_bilinear)(const uint8_t* src, uint8_t* dst, int h, int w, const double a[6], const uint8_t fill[3]);
 };

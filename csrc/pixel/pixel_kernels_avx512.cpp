@@ -73,10 +73,10 @@ FL_AVX512 inline void store16(uint8_t* p, __mmask64 m, __m512i r, __m512i g, __m
 }
 
 // Runs block<kTail>(pixel pointer, mask, args...) over the image, 16 pixels per call.
-#define RUN_BLOCKS(block, rgb, pixels, ...)                                                              \
-  do {                                                                                                 \
-    size_t i_ = 0;                                                                                     \
-    for (; i_ + 22 <= (pixels); i_ += 16) block<false>((rgb) + 3 * i_, 0, __VA_ARGS__);                \
+#define RUN_BLOCKS(block, rgb, pixels, ...)                                                             \
+  do {                                                                                                  \
+    size_t i_ = 0;                                                                                      \
+    for (; i_ + 22 <= (pixels); i_ += 16) block<false>((rgb) + 3 * i_, 0, __VA_ARGS__);                 \
     for (; i_ < (pixels); i_ += 16) block<true>((rgb) + 3 * i_, tail_mask((pixels) - i_), __VA_ARGS__); \
   } while (0)
 
@@ -166,7 +166,8 @@ FL_AVX512 uint64_t gray_sum(const uint8_t* rgb, size_t pixels) {
     const size_t left = pixels - i;
     load16<true>(rgb + 3 * i, tail_mask(left), &r, &g, &b);
     const __m512i l = kMx ? mx_gray16(r, g, b) : pil_luma16(r, g, b);
-    acc = _mm512_add_epi32(acc, _mm512_maskz_mov_epi32(static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1), l));
+    acc = _mm512_add_epi32(acc,
+                           _mm512_maskz_mov_epi32(static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1), l));
   }
   return total + reduce_u32(acc);
 }
@@ -186,7 +187,8 @@ FL_AVX512 void grayscale_avx512(uint8_t* rgb, size_t pixels) { RUN_BLOCKS(gray_b
 
 // Pillow's blend of (in1, in2) with a float alpha: truncation, plus clipping when extrapolating.
 FL_AVX512 inline __m512i pil_blend16(__m512i in1, __m512i in2, __m512 alpha, bool clip) {
-  __m512 v = _mm512_add_ps(_mm512_cvtepi32_ps(in1), _mm512_mul_ps(alpha, _mm512_cvtepi32_ps(_mm512_sub_epi32(in2, in1))));
+  __m512 v =
+      _mm512_add_ps(_mm512_cvtepi32_ps(in1), _mm512_mul_ps(alpha, _mm512_cvtepi32_ps(_mm512_sub_epi32(in2, in1))));
   if (clip) v = _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(255.0f));
   return _mm512_cvttps_epi32(v);
 }
@@ -261,8 +263,8 @@ FL_AVX512 inline void hue_block(uint8_t* p, __mmask64 m, __m512i vshift) {
   const __m512i six_h = _mm512_mullo_epi32(h2, _mm512_set1_epi32(6));
   // i = floor(6 h / 255) exactly (the double quotient is never within rounding of another integer).
   const __m512i i = _mm512_srli_epi32(_mm512_mullo_epi32(six_h, _mm512_set1_epi32(16449)), 22);
-  const __m512 f = _mm512_div_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(six_h, _mm512_mullo_epi32(i, v255))),
-                                 _mm512_set1_ps(255.0f));
+  const __m512 f =
+      _mm512_div_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(six_h, _mm512_mullo_epi32(i, v255))), _mm512_set1_ps(255.0f));
   const __m512 fs = _mm512_div_ps(_mm512_cvtepi32_ps(us), _mm512_set1_ps(255.0f));
   const __m512 vf = _mm512_cvtepi32_ps(maxc);
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -315,14 +317,16 @@ FL_AVX512 void sharpen_avx512(const uint8_t* src, uint8_t* dst, int h, int w, fl
     for (size_t j = 3; j < end; j += 16) {
       // Plain loads while the furthest one (j + 3 .. j + 18) stays inside the row.
       const bool tail = j + 19 > stride;
-      const __mmask16 m = end - j >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (end - j)) - 1);
+      const __mmask16 m =
+          end - j >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (end - j)) - 1);
       __m512 ss = _mm512_set1_ps(0.5f);
       ss = _mm512_add_ps(ss, _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(ld16(down + j - 3, tail, m), k1),
                                                          _mm512_mul_ps(ld16(down + j, tail, m), k1)),
                                            _mm512_mul_ps(ld16(down + j + 3, tail, m), k1)));
       const __m512 centre = ld16(mid + j, tail, m);
-      ss = _mm512_add_ps(ss, _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(ld16(mid + j - 3, tail, m), k1), _mm512_mul_ps(centre, k5)),
-                                           _mm512_mul_ps(ld16(mid + j + 3, tail, m), k1)));
+      ss = _mm512_add_ps(
+          ss, _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(ld16(mid + j - 3, tail, m), k1), _mm512_mul_ps(centre, k5)),
+                            _mm512_mul_ps(ld16(mid + j + 3, tail, m), k1)));
       ss = _mm512_add_ps(ss, _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(ld16(up + j - 3, tail, m), k1),
                                                          _mm512_mul_ps(ld16(up + j, tail, m), k1)),
                                            _mm512_mul_ps(ld16(up + j + 3, tail, m), k1)));
@@ -457,7 +461,8 @@ FL_AVX512 inline void mx_hls_block(uint8_t* p, __mmask64 m, __m512i dh, __m512i 
   go = _mm512_mask_mov_ps(go, grey, l2);
   bo = _mm512_mask_mov_ps(bo, grey, l2);
   const __m512 c255 = _mm512_set1_ps(255.0f);
-  store16<kTail>(p, m, cv_sat16(_mm512_mul_ps(ro, c255)), cv_sat16(_mm512_mul_ps(go, c255)), cv_sat16(_mm512_mul_ps(bo, c255)));
+  store16<kTail>(p, m, cv_sat16(_mm512_mul_ps(ro, c255)), cv_sat16(_mm512_mul_ps(go, c255)),
+                 cv_sat16(_mm512_mul_ps(bo, c255)));
 }
 
 FL_AVX512 void mx_hls_avx512(uint8_t* rgb, size_t pixels, int dh, int dl, int ds) {
@@ -499,7 +504,9 @@ FL_AVX512 inline void store_words8(uint8_t* p, int count, __m256i words) {
 FL_AVX512 void affine_nearest_fixed_avx512(const uint8_t* src, uint8_t* dst, int h, int w, const double a[6],
                                            const uint8_t fill[3]) {
   const __m512i fill_words = _mm512_set1_epi32(fill[0] | (fill[1] << 8) | (fill[2] << 16));
-  auto fix = [](double v) { return v < 0.0 ? static_cast<int>(__builtin_floor(v * 65536.0 + 0.5)) : static_cast<int>(v * 65536.0 + 0.5); };
+  auto fix = [](double v) {
+    return v < 0.0 ? static_cast<int>(__builtin_floor(v * 65536.0 + 0.5)) : static_cast<int>(v * 65536.0 + 0.5);
+  };
   const int a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
   int a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
   int a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
@@ -507,19 +514,28 @@ FL_AVX512 void affine_nearest_fixed_avx512(const uint8_t* src, uint8_t* dst, int
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i step_x = _mm512_mullo_epi32(lane, _mm512_set1_epi32(a0));
   const __m512i step_y = _mm512_mullo_epi32(lane, _mm512_set1_epi32(a3));
-  const __m512i wv = _mm512_set1_epi32(w), hv = _mm512_set1_epi32(h), stride_v = _mm512_set1_epi32(static_cast<int>(stride));
+  const __m512i wv = _mm512_set1_epi32(w), hv = _mm512_set1_epi32(h),
+                stride_v = _mm512_set1_epi32(static_cast<int>(stride));
   for (int y = 0; y < h; ++y) {
     uint8_t* o = dst + y * stride;
     for (int x = 0; x < w; x += 16) {
       const int count = w - x >= 16 ? 16 : w - x;
       const __mmask16 live = static_cast<__mmask16>(count == 16 ? 0xFFFF : (1u << count) - 1);
       // Running sums in int32, wrapping as Pillow's do.
-      const __m512i xx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<unsigned>(a2) + static_cast<unsigned>(x) * static_cast<unsigned>(a0))), step_x);
-      const __m512i yy = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<unsigned>(a5) + static_cast<unsigned>(x) * static_cast<unsigned>(a3))), step_y);
+      const __m512i xx =
+          _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<unsigned>(a2) +
+                                                              static_cast<unsigned>(x) * static_cast<unsigned>(a0))),
+                           step_x);
+      const __m512i yy =
+          _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<unsigned>(a5) +
+                                                              static_cast<unsigned>(x) * static_cast<unsigned>(a3))),
+                           step_y);
       const __m512i xi = _mm512_srai_epi32(xx, 16), yi = _mm512_srai_epi32(yy, 16);
-      const __mmask16 ok = live & _mm512_cmpge_epi32_mask(xi, _mm512_setzero_si512()) & _mm512_cmplt_epi32_mask(xi, wv) &
-                           _mm512_cmpge_epi32_mask(yi, _mm512_setzero_si512()) & _mm512_cmplt_epi32_mask(yi, hv);
-      const __m512i off = _mm512_add_epi32(_mm512_mullo_epi32(yi, stride_v), _mm512_mullo_epi32(xi, _mm512_set1_epi32(3)));
+      const __mmask16 ok = live & _mm512_cmpge_epi32_mask(xi, _mm512_setzero_si512()) &
+                           _mm512_cmplt_epi32_mask(xi, wv) & _mm512_cmpge_epi32_mask(yi, _mm512_setzero_si512()) &
+                           _mm512_cmplt_epi32_mask(yi, hv);
+      const __m512i off =
+          _mm512_add_epi32(_mm512_mullo_epi32(yi, stride_v), _mm512_mullo_epi32(xi, _mm512_set1_epi32(3)));
       const __m512i words = _mm512_mask_i32gather_epi32(fill_words, ok, off, src, 1);
       store_words(o + 3 * x, count, words);
     }
@@ -570,8 +586,10 @@ FL_AVX512 void affine_bilinear_avx512(const uint8_t* src, uint8_t* dst, int h, i
         const __mmask8 has_r1 = _mm256_cmpge_epi32_mask(y1raw, izero) & _mm256_cmple_epi32_mask(y1raw, hmax);
         const __m256i y1 = _mm256_max_epi32(izero, _mm256_min_epi32(hmax, y1raw));
         const __m256i c0 = _mm256_mullo_epi32(x0, three);
-        const __m512i q0 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), ok, _mm256_add_epi32(_mm256_mullo_epi32(y0, stride_v), c0), src, 1);
-        const __m512i q1 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), ok, _mm256_add_epi32(_mm256_mullo_epi32(y1, stride_v), c0), src, 1);
+        const __m512i q0 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), ok,
+                                                       _mm256_add_epi32(_mm256_mullo_epi32(y0, stride_v), c0), src, 1);
+        const __m512i q1 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), ok,
+                                                       _mm256_add_epi32(_mm256_mullo_epi32(y1, stride_v), c0), src, 1);
         for (int ch = 0; ch < 3; ++ch) {
           const __m512i sa = _mm512_set1_epi64(8 * ch), sb = _mm512_set1_epi64(24 + 8 * ch);
           const __m512i l0 = _mm512_and_si512(_mm512_srlv_epi64(q0, sa), mask8);
@@ -579,8 +597,10 @@ FL_AVX512 void affine_bilinear_avx512(const uint8_t* src, uint8_t* dst, int h, i
           const __m512i l1 = _mm512_and_si512(_mm512_srlv_epi64(q1, sa), mask8);
           const __m512i r1 = _mm512_mask_mov_epi64(_mm512_and_si512(_mm512_srlv_epi64(q1, sb), mask8), same_x, l1);
           // v1 = a + (b - a) * dx, the difference taken in int as Pillow's macro does.
-          const __m512d v1 = _mm512_add_pd(_mm512_cvtepi64_pd(l0), _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_sub_epi64(r0, l0)), dx));
-          __m512d v2 = _mm512_add_pd(_mm512_cvtepi64_pd(l1), _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_sub_epi64(r1, l1)), dx));
+          const __m512d v1 =
+              _mm512_add_pd(_mm512_cvtepi64_pd(l0), _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_sub_epi64(r0, l0)), dx));
+          __m512d v2 =
+              _mm512_add_pd(_mm512_cvtepi64_pd(l1), _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_sub_epi64(r1, l1)), dx));
           v2 = _mm512_mask_mov_pd(v1, has_r1, v2);
           const __m512d v = _mm512_add_pd(v1, _mm512_mul_pd(_mm512_sub_pd(v2, v1), dy));
           result = _mm256_mask_or_epi32(result, ok, _mm256_and_si256(result, _mm256_set1_epi32(~(255 << (8 * ch)))),
@@ -593,9 +613,20 @@ FL_AVX512 void affine_bilinear_avx512(const uint8_t* src, uint8_t* dst, int h, i
 }
 
 const Kernels kAvx512 = {
-    "avx512",       lut1_avx512,    lut3_avx512,   luma_sum_avx512,    grayscale_avx512,     saturation_avx512,
-    hue_avx512,     sharpen_avx512, minmax_avx512, mx_gray_sum_avx512, mx_saturation_avx512, mx_hls_avx512,
-    affine_nearest_fixed_avx512, affine_bilinear_avx512,
+    "avx512",
+    lut1_avx512,
+    lut3_avx512,
+    luma_sum_avx512,
+    grayscale_avx512,
+    saturation_avx512,
+    hue_avx512,
+    sharpen_avx512,
+    minmax_avx512,
+    mx_gray_sum_avx512,
+    mx_saturation_avx512,
+    mx_hls_avx512,
+    affine_nearest_fixed_avx512,
+    affine_bilinear_avx512,
 };
 
 }  // namespace

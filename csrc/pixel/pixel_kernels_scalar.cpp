@@ -88,7 +88,8 @@ FL_CLONES void saturation_scalar(uint8_t* rgb, size_t pixels, float alpha) {
       uint8_t* p = rgb + 3 * i;
       const int l = pil_luma(p[0], p[1], p[2]);
       const float lf = static_cast<float>(l);
-      for (int c = 0; c < 3; ++c) p[c] = static_cast<uint8_t>(static_cast<int>(lf + alpha * static_cast<float>(p[c] - l)));
+      for (int c = 0; c < 3; ++c)
+        p[c] = static_cast<uint8_t>(static_cast<int>(lf + alpha * static_cast<float>(p[c] - l)));
     }
     return;
   }
@@ -181,7 +182,8 @@ FL_CLONES void sharpen_scalar(const uint8_t* src, uint8_t* dst, int h, int w, fl
     uint8_t* out = dst + y * stride;
     for (size_t j = 3; j < stride - 3; ++j) {
       float ss = 0.5f;
-      ss += static_cast<float>(down[j - 3]) * k1 + static_cast<float>(down[j]) * k1 + static_cast<float>(down[j + 3]) * k1;
+      ss += static_cast<float>(down[j - 3]) * k1 + static_cast<float>(down[j]) * k1 +
+            static_cast<float>(down[j + 3]) * k1;
       ss += static_cast<float>(mid[j - 3]) * k1 + static_cast<float>(mid[j]) * k5 + static_cast<float>(mid[j + 3]) * k1;
       ss += static_cast<float>(up[j - 3]) * k1 + static_cast<float>(up[j]) * k1 + static_cast<float>(up[j + 3]) * k1;
       ss = ss < 0.0f ? 0.0f : ss;
@@ -349,9 +351,20 @@ void affine_bilinear_scalar(const uint8_t* in, uint8_t* out, int h, int w, const
 }
 
 const Kernels kScalar = {
-    "scalar",       lut1_scalar,    lut3_scalar,   luma_sum_scalar,    grayscale_scalar,     saturation_scalar,
-    hue_scalar,     sharpen_scalar, minmax_scalar, mx_gray_sum_scalar, mx_saturation_scalar, mx_hls_scalar,
-    affine_nearest_fixed_scalar, affine_bilinear_scalar,
+    "scalar",
+    lut1_scalar,
+    lut3_scalar,
+    luma_sum_scalar,
+    grayscale_scalar,
+    saturation_scalar,
+    hue_scalar,
+    sharpen_scalar,
+    minmax_scalar,
+    mx_gray_sum_scalar,
+    mx_saturation_scalar,
+    mx_hls_scalar,
+    affine_nearest_fixed_scalar,
+    affine_bilinear_scalar,
 };
 
 std::atomic<const Kernels*> g_forced{nullptr};

@@ -58,9 +58,11 @@ void apply_prim(uint8_t* rgb, int h, int w, PixelPrim prim, double magnitude, co
 void color_jitter(uint8_t* rgb, size_t px, const PixelOp& op, uint64_t key, uint64_t base, double* t) {
   int order[4];
   permutation(key, base, order);
-  const double b = op.has_brightness ? op.brightness[0] + (op.brightness[1] - op.brightness[0]) * uniform(key, base + 3) : kNaN;
+  const double b =
+      op.has_brightness ? op.brightness[0] + (op.brightness[1] - op.brightness[0]) * uniform(key, base + 3) : kNaN;
   const double c = op.has_contrast ? op.contrast[0] + (op.contrast[1] - op.contrast[0]) * uniform(key, base + 4) : kNaN;
-  const double s = op.has_saturation ? op.saturation[0] + (op.saturation[1] - op.saturation[0]) * uniform(key, base + 5) : kNaN;
+  const double s =
+      op.has_saturation ? op.saturation[0] + (op.saturation[1] - op.saturation[0]) * uniform(key, base + 5) : kNaN;
   const double hu = op.has_hue ? op.hue[0] + (op.hue[1] - op.hue[0]) * uniform(key, base + 6) : kNaN;
   for (int fn : order) {
     if (fn == 0 && op.has_brightness) pixel::brightness(rgb, px, b);
@@ -145,7 +147,8 @@ void auto_augment(uint8_t* rgb, int h, int w, const PixelOp& op, uint64_t key, u
     const bool hit = uniform(key, base + 1 + i) <= st.prob;
     const bool negative = st.is_signed && uniform(key, base + 3 + i) < 0.5;
     const double m = negative ? -st.magnitude : st.magnitude;
-    if (hit) apply_prim(rgb, h, w, st.prim, m, st.warps.data() + (negative ? kWarpValues : 0), op.bilinear, op.fill.data());
+    if (hit)
+      apply_prim(rgb, h, w, st.prim, m, st.warps.data() + (negative ? kWarpValues : 0), op.bilinear, op.fill.data());
     if (t) t[1 + i] = hit, t[3 + 2 * i] = static_cast<int>(st.prim), t[4 + 2 * i] = m;
   }
 }
@@ -155,7 +158,8 @@ void list_policy_step(uint8_t* rgb, int h, int w, const PixelOp& op, const Polic
   double m = cand.magnitudes.empty() ? 0.0 : cand.magnitudes[static_cast<size_t>(bin)];
   const bool negative = cand.is_signed && sign_draw;
   if (negative) m = -m;
-  apply_prim(rgb, h, w, cand.prim, m, warp_of(cand, cand.magnitudes.empty() ? -1 : bin, negative), op.bilinear, op.fill.data());
+  apply_prim(rgb, h, w, cand.prim, m, warp_of(cand, cand.magnitudes.empty() ? -1 : bin, negative), op.bilinear,
+             op.fill.data());
   if (t) t[0] = static_cast<int>(cand.prim), t[1] = m;
 }
 
@@ -215,8 +219,8 @@ void apply_pixel_ops_batch(uint8_t* images, int n, int h, int w, const PixelOpsS
   const size_t bytes = static_cast<size_t>(h) * static_cast<size_t>(w) * 3;
   ThreadPool::instance().run(n, threads, [&](int i) {
     PixelOpsTrace trace{traces ? traces + static_cast<size_t>(i) * ops.ops.size() * kTraceValuesPerOp : nullptr};
-    apply_pixel_ops(images + static_cast<size_t>(i) * bytes, h, w, ops, sample_key(seed, epoch, static_cast<uint64_t>(indices[i])),
-                    traces ? &trace : nullptr);
+    apply_pixel_ops(images + static_cast<size_t>(i) * bytes, h, w, ops,
+                    sample_key(seed, epoch, static_cast<uint64_t>(indices[i])), traces ? &trace : nullptr);
   });
 }
 

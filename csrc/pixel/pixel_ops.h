@@ -86,8 +86,8 @@ struct ErasingTrace {
 };
 
 // image: one sample of the output ([h, w, 3] or [3, h, w] of `type`), modified in place. Never throws.
-void apply_erasing(void* image, DType type, bool channels_first, int h, int w, const ErasingSpec& spec,
-                   uint64_t key, ErasingTrace* trace);
+void apply_erasing(void* image, DType type, bool channels_first, int h, int w, const ErasingSpec& spec, uint64_t key,
+                   ErasingTrace* trace);
 
 // Batch-level mixing (torchvision.transforms.v2 MixUp / CutMix; MixParams): sample i is mixed with
 // sample i - 1 (sample 0 with the last), as torch's roll(1, 0).

@@ -16,7 +16,7 @@ namespace fastload {
 namespace pixel {
 namespace {
 
-inline int coord(double v) { return v < 0.0 ? -1 : static_cast<int>(v); }           // Pillow's COORD
+inline int coord(double v) { return v < 0.0 ? -1 : static_cast<int>(v); }  // Pillow's COORD
 
 void fill_image(uint8_t* rgb, size_t pixels, const uint8_t fill[3]) {
   if (fill[0] == fill[1] && fill[1] == fill[2]) {
@@ -118,8 +118,8 @@ void warp(uint8_t* rgb, int h, int w, const double plan[7], bool bilinear_mode, 
   fill_image(rgb, pixels, fill);
   // An integer translation samples Pillow's bilinear filter at pixel centres (dx = dy = 0): it gives
   // the nearest-neighbour result exactly, which the span copy below produces far faster.
-  const bool integer_shift = a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == std::floor(a[2]) &&
-                             a[5] == std::floor(a[5]);
+  const bool integer_shift =
+      a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == std::floor(a[2]) && a[5] == std::floor(a[5]);
   if (bilinear_mode && !integer_shift) {
     kernels().affine_bilinear(src, rgb, h, w, a, fill);
   } else if (a[1] == 0.0 && a[3] == 0.0) {

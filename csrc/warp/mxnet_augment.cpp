@@ -36,8 +36,8 @@ Affine2 affine(double a, double b, double c, double d, double e, double f) {
 
 // cv::resize, dst -> src in Pillow's coordinates: src = dst * scale, scale = 1 / (dst / src).
 Affine2 resize_map(int src_w, int src_h, int dst_w, int dst_h) {
-  return affine(1.0 / (static_cast<double>(dst_w) / src_w), 0.0, 0.0, 0.0,
-                1.0 / (static_cast<double>(dst_h) / src_h), 0.0);
+  return affine(1.0 / (static_cast<double>(dst_w) / src_w), 0.0, 0.0, 0.0, 1.0 / (static_cast<double>(dst_h) / src_h),
+                0.0);
 }
 
 WarpKernel kernel_of(int method) {
@@ -70,9 +70,9 @@ bool has_warp(const MXNetAugmentSpec& s) {
 
 void mxnet_params_values(const MXNetParams& p, double out[kMXNetParamCount]) {
   const double v[kMXNetParamCount] = {
-      double(p.resized_w), double(p.resized_h), double(p.angle),   double(p.shear),   double(p.scale),
-      double(p.ratio),     double(p.warped_w),  double(p.warped_h), double(p.crop_x),  double(p.crop_y),
-      double(p.crop_w),    double(p.crop_h),    double(p.scaled_w), double(p.scaled_h), p.mirror ? 1.0 : 0.0,
+      double(p.resized_w),    double(p.resized_h),  double(p.angle),     double(p.shear),    double(p.scale),
+      double(p.ratio),        double(p.warped_w),   double(p.warped_h),  double(p.crop_x),   double(p.crop_y),
+      double(p.crop_w),       double(p.crop_h),     double(p.scaled_w),  double(p.scaled_h), p.mirror ? 1.0 : 0.0,
       double(p.inter_resize), double(p.inter_warp), double(p.inter_crop)};
   std::copy(v, v + kMXNetParamCount, out);
 }
@@ -207,13 +207,15 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
   } else {
     prm.inter_crop = inter_method(s, cols, rows, dw, dh, key, 2);
     if (rows < dh) {
-      const int new_cols = static_cast<int>(static_cast<float>(dh) / static_cast<float>(rows) * static_cast<float>(cols));
+      const int new_cols =
+          static_cast<int>(static_cast<float>(dh) / static_cast<float>(rows) * static_cast<float>(cols));
       to_padded = compose(to_padded, resize_map(cols, rows, new_cols, dh));
       cols = new_cols, rows = dh;
       resampled = true;
     }
     if (cols < dw) {
-      const int new_rows = static_cast<int>(static_cast<float>(dw) / static_cast<float>(cols) * static_cast<float>(rows));
+      const int new_rows =
+          static_cast<int>(static_cast<float>(dw) / static_cast<float>(cols) * static_cast<float>(rows));
       to_padded = compose(to_padded, resize_map(cols, rows, dw, new_rows));
       cols = dw, rows = new_rows;
       resampled = true;
@@ -232,7 +234,8 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
   prm.crop_x = crop[0], prm.crop_y = crop[1], prm.crop_w = crop[2], prm.crop_h = crop[3];
 
   prm.mirror = (s.rand_mirror && uniform(key, kMirror) < 0.5) || s.mirror;
-  Affine2 to_frame = compose(affine(1.0, 0.0, -static_cast<double>(pad), 0.0, 1.0, -static_cast<double>(pad)), to_padded);
+  Affine2 to_frame =
+      compose(affine(1.0, 0.0, -static_cast<double>(pad), 0.0, 1.0, -static_cast<double>(pad)), to_padded);
   if (prm.mirror) to_frame = compose(to_frame, affine(-1.0, 0.0, static_cast<double>(dw), 0.0, 1.0, 0.0));
 
   int method;
@@ -248,7 +251,8 @@ bool mxnet_plan(const MXNetAugmentSpec& s, int width, int height, uint64_t key, 
   const bool warp_last = prm.inter_warp != -1 && !resampled;
   if (warp_last && method == 3) method = 1;  // cv::warpAffine has no area mode: OpenCV uses bilinear
   const Affine2 composite = compose(to_warped, to_frame);
-  const double sx = std::fabs(composite.a) + std::fabs(composite.b), sy = std::fabs(composite.d) + std::fabs(composite.e);
+  const double sx = std::fabs(composite.a) + std::fabs(composite.b),
+               sy = std::fabs(composite.d) + std::fabs(composite.e);
 
   WarpPlan p;
   p.out_h = dh, p.out_w = dw;

@@ -35,7 +35,7 @@ void mxnet_params_values(const MXNetParams& p, double out[kMXNetParamCount]);
 
 // The plan for one width x height image; false (with the reason) where MXNet aborts (an image
 // smaller than max_crop_size, a warp to an empty image).
-bool mxnet_plan(const MXNetAugmentSpec& spec, int width, int height, uint64_t key, WarpPlan* plan,
-                MXNetParams* params, std::string* error);
+bool mxnet_plan(const MXNetAugmentSpec& spec, int width, int height, uint64_t key, WarpPlan* plan, MXNetParams* params,
+                std::string* error);
 
 }  // namespace fastload

@@ -69,7 +69,9 @@ inline int ifloor(double v) {
 // clamped there (the taps read the border anyway), which keeps every later int conversion in range
 // (positions times 1024 are OpenCV's fixed point).
 constexpr double kMaxPosition = 1e6;
-inline double clamp_position(double v) { return v < -kMaxPosition ? -kMaxPosition : (v > kMaxPosition ? kMaxPosition : v); }
+inline double clamp_position(double v) {
+  return v < -kMaxPosition ? -kMaxPosition : (v > kMaxPosition ? kMaxPosition : v);
+}
 
 // nearbyint() under the default rounding mode (ties to even) for |v| < 2^51, without a libm call.
 inline double round_even(double v) {
@@ -99,17 +101,17 @@ inline int32_t fixed_weight(double w) { return static_cast<int32_t>(std::floor(w
 // (warp.py's _phase_taps): for a position u = k + phase / 256, taps k + off[phase] ... + count - 1.
 struct Axis {
   WarpKernel kernel;
-  double scale;    // source pixels (at this scale) per output pixel
-  double fs;       // filter widening
-  double support;  // tap radius in source pixels (for the source rectangle)
-  double shift;    // NEAREST shift
-  int count = 1;   // taps per position
-  bool fixed2 = false;  // plain bilinear (the integer path, no table)
-  int size;        // image size along the axis (at this scale)
-  bool drop;       // DROP border: renormalise over the taps inside the image
-  std::vector<int> off;         // per phase: first tap relative to the position's pixel
-  std::vector<double> wd;       // per phase: count double weights (DROP renormalises these)
-  std::vector<int32_t> wi;      // per phase: count fixed-point weights
+  double scale;             // source pixels (at this scale) per output pixel
+  double fs;                // filter widening
+  double support;           // tap radius in source pixels (for the source rectangle)
+  double shift;             // NEAREST shift
+  int count = 1;            // taps per position
+  bool fixed2 = false;      // plain bilinear (the integer path, no table)
+  int size;                 // image size along the axis (at this scale)
+  bool drop;                // DROP border: renormalise over the taps inside the image
+  std::vector<int> off;     // per phase: first tap relative to the position's pixel
+  std::vector<double> wd;   // per phase: count double weights (DROP renormalises these)
+  std::vector<int32_t> wi;  // per phase: count fixed-point weights
 
   Axis(const WarpPlan& p, bool x, int denom, int image_size, bool tables) {
     kernel = p.kernel;
@@ -118,8 +120,8 @@ struct Axis {
     fs = p.antialias && kernel != WarpKernel::kNearest && kernel != WarpKernel::kArea ? std::max(1.0, scale) : 1.0;
     size = image_size;
     drop = p.border == WarpBorder::kDrop;
-    const bool plain = fs == 1.0 && (kernel == WarpKernel::kLinear || kernel == WarpKernel::kCubic ||
-                                     kernel == WarpKernel::kCubicCv);
+    const bool plain =
+        fs == 1.0 && (kernel == WarpKernel::kLinear || kernel == WarpKernel::kCubic || kernel == WarpKernel::kCubicCv);
     if (kernel == WarpKernel::kNearest) {
       support = 0.0, count = 1;
     } else if (kernel == WarpKernel::kArea) {
@@ -192,8 +194,8 @@ struct Axis {
 // and a pixel costs two additions (the same values: the terms are the ones the formula adds).
 struct Mapper {
   const WarpPlan& p;
-  double inv;        // 1 / denom: full-resolution -> scaled source pixels
-  bool clamp;        // the plan's positions may leave int range (degenerate plans only)
+  double inv;  // 1 / denom: full-resolution -> scaled source pixels
+  bool clamp;  // the plan's positions may leave int range (degenerate plans only)
   double b0 = 0, b1 = 0;
   long long delta = 0;
   bool nearest;
@@ -208,9 +210,9 @@ struct Mapper {
 
   // Row state set by row().
   struct Row {
-    double rx = 0, ry = 0;   // to_frame's b y + c parts (general plans)
-    bool ok = true;          // separable: the row's frame point y is inside the frame
-    double ru = 0, rv = 0;   // separable: the y terms of u and v
+    double rx = 0, ry = 0;  // to_frame's b y + c parts (general plans)
+    bool ok = true;         // separable: the row's frame point y is inside the frame
+    double ru = 0, rv = 0;  // separable: the y terms of u and v
     long long rqx = 0, rqy = 0;
   };
 
@@ -354,7 +356,9 @@ inline const uint8_t* pixel_at(const WarpPlan& p, const SourceRegion& src, int j
 struct Window {
   int x0, x1, y0, y1;  // [x0, x1) x [y0, y1)
   explicit Window(const SourceRegion& src)
-      : x0(std::max(0, src.x0)), x1(std::min(src.image_w, src.x0 + src.width)), y0(std::max(0, src.y0)),
+      : x0(std::max(0, src.x0)),
+        x1(std::min(src.image_w, src.x0 + src.width)),
+        y0(std::max(0, src.y0)),
         y1(std::min(src.image_h, src.y0 + src.height)) {}
 };
 
@@ -507,8 +511,10 @@ __attribute__((target("avx2"))) void blend8_avx2(const uint8_t* base, size_t str
   __m256i rgb = _mm256_setzero_si256();
   for (int ch = 0; ch < 3; ++ch) {
     const __m128i sh = _mm_cvtsi32_si128(8 * ch);
-    const __m256i pa = _mm256_and_si256(_mm256_srl_epi32(a, sh), byte), pb = _mm256_and_si256(_mm256_srl_epi32(b, sh), byte);
-    const __m256i pc = _mm256_and_si256(_mm256_srl_epi32(c, sh), byte), pd = _mm256_and_si256(_mm256_srl_epi32(d, sh), byte);
+    const __m256i pa = _mm256_and_si256(_mm256_srl_epi32(a, sh), byte),
+                  pb = _mm256_and_si256(_mm256_srl_epi32(b, sh), byte);
+    const __m256i pc = _mm256_and_si256(_mm256_srl_epi32(c, sh), byte),
+                  pd = _mm256_and_si256(_mm256_srl_epi32(d, sh), byte);
     const __m256i top = _mm256_madd_epi16(_mm256_or_si256(pa, _mm256_slli_epi32(pb, 16)), wx);
     const __m256i bottom = _mm256_madd_epi16(_mm256_or_si256(pc, _mm256_slli_epi32(pd, 16)), wx);
     const __m256i v = _mm256_srli_epi32(
@@ -533,8 +539,7 @@ bool warp_avx2() {
 }
 #endif
 
-void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* dst, size_t dst_stride,
-                         WarpScratch* s) {
+void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* dst, size_t dst_stride, WarpScratch* s) {
   const WarpPlan& p = map.p;
   const Window win(src);
   const bool direct = map.separable && p.quantize && src.denom == 1;
@@ -545,7 +550,8 @@ void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* ds
     for (int x = 0; x < p.out_w; ++x) gqx[x] = map.cok[x] ? ifloor((map.grid_u(x) - 0.5) * 256.0 + 0.5) : 0;
   }
   const int w = p.out_w;
-  s->bq.resize(static_cast<size_t>(w) + 8), s->bqy.resize(static_cast<size_t>(w) + 8), s->boff.resize(static_cast<size_t>(w) + 8);
+  s->bq.resize(static_cast<size_t>(w) + 8), s->bqy.resize(static_cast<size_t>(w) + 8),
+      s->boff.resize(static_cast<size_t>(w) + 8);
   int32_t* bq = s->bq.data();
   int32_t* bqy = s->bqy.data();
   int32_t* boff = s->boff.data();
@@ -573,7 +579,8 @@ void warp_bilinear_fixed(const Mapper& map, const SourceRegion& src, uint8_t* ds
           boff[x] = -2;
           continue;
         }
-        qx = static_cast<int>(((map.cqx[x] + row.rqx) >> 5) * 8), qy = static_cast<int>(((map.cqy[x] + row.rqy) >> 5) * 8);
+        qx = static_cast<int>(((map.cqx[x] + row.rqx) >> 5) * 8),
+        qy = static_cast<int>(((map.cqy[x] + row.rqy) >> 5) * 8);
       } else {
         double u, v;
         if (!map(x, row, &u, &v)) {
@@ -764,15 +771,16 @@ __attribute__((target("avx2"))) int gather_row_avx2(const WarpPlan& p, double rx
     const __m256d px = _mm256_add_pd(_mm256_set1_pd(static_cast<double>(x)), halves);  // x + 0.5, exactly
     const __m256d fx = _mm256_add_pd(_mm256_mul_pd(va, px), vrx);
     const __m256d fy = _mm256_add_pd(_mm256_mul_pd(vd, px), vry);
-    const __m256d in = _mm256_and_pd(
-        _mm256_and_pd(_mm256_cmp_pd(fx, vlx, _CMP_GE_OQ), _mm256_cmp_pd(fx, vhx, _CMP_LT_OQ)),
-        _mm256_and_pd(_mm256_cmp_pd(fy, vly, _CMP_GE_OQ), _mm256_cmp_pd(fy, vhy, _CMP_LT_OQ)));
+    const __m256d in =
+        _mm256_and_pd(_mm256_and_pd(_mm256_cmp_pd(fx, vlx, _CMP_GE_OQ), _mm256_cmp_pd(fx, vhx, _CMP_LT_OQ)),
+                      _mm256_and_pd(_mm256_cmp_pd(fy, vly, _CMP_GE_OQ), _mm256_cmp_pd(fy, vhy, _CMP_LT_OQ)));
     const int mask = _mm256_movemask_pd(in);
     _mm_store_si128(reinterpret_cast<__m128i*>(ix), _mm256_cvttpd_epi32(fx));
     _mm_store_si128(reinterpret_cast<__m128i*>(iy), _mm256_cvttpd_epi32(fy));
     uint8_t* out = row_out + 3 * static_cast<size_t>(x);
     for (int k = 0; k < 4; ++k, out += 3) {
-      const uint8_t* c = (mask >> k) & 1 ? frame_img + frame_stride * iy[k] + 3 * static_cast<size_t>(ix[k]) : p.fill.data();
+      const uint8_t* c =
+          (mask >> k) & 1 ? frame_img + frame_stride * iy[k] + 3 * static_cast<size_t>(ix[k]) : p.fill.data();
       out[0] = c[0], out[1] = c[1], out[2] = c[2];
     }
   }

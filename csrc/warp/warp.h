@@ -49,7 +49,7 @@ SourceRect warp_source_rect(const WarpPlan& plan, int denom, int scaled_w, int s
 // Decoded rows of an image at 1/denom: columns [x0, x0 + width), rows [y0, y0 + height).
 struct SourceRegion {
   const uint8_t* data = nullptr;
-  size_t stride = 0;             // bytes between rows
+  size_t stride = 0;  // bytes between rows
   int x0 = 0, y0 = 0, width = 0, height = 0;
   int image_w = 0, image_h = 0;  // the scaled image's size (border rules apply at its edges)
   int denom = 1;
@@ -59,11 +59,11 @@ struct SourceRegion {
 struct WarpScratch {
   std::vector<int32_t> tx, ty;  // renormalised weights of one position (DROP at the image edge)
   std::vector<double> td;
-  std::vector<double> cu, cv;   // per-column terms of separable plans
+  std::vector<double> cu, cv;  // per-column terms of separable plans
   std::vector<long long> cqx, cqy;
   std::vector<uint8_t> cok;
-  std::vector<int> gx;          // per-column first tap (or position) of grid plans
-  std::vector<int32_t> gw;      // per-column tap weights of grid plans
+  std::vector<int> gx;      // per-column first tap (or position) of grid plans
+  std::vector<int32_t> gw;  // per-column tap weights of grid plans
   // Plain bilinear, one output row: each pixel's position (1/256 pixel) and, for pixels whose four
   // taps lie inside the region, the byte offset of the top-left tap (-1 otherwise; -2: fill).
   std::vector<int32_t> bq, bqy, boff;
