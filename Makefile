@@ -11,12 +11,12 @@ STAMP    := $(VENV)/.fastload-installed
 DEMO     ?= demo-out
 COUNT    ?= 1000
 
-.PHONY: demo test test-pillow lint docs sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean device-check
+.PHONY: demo test test-pillow lint stub docs sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean device-check
 
 system-deps:
 	@bash tools/install_system_deps.sh
 
-$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.cpp csrc/*.h)
+$(STAMP): setup.py pyproject.toml $(wildcard csrc/*/*.cpp csrc/*/*.h)
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip wheel setuptools pybind11
@@ -45,11 +45,21 @@ test: $(STAMP)
 test-pillow: $(STAMP)
 	FASTLOAD_DECODER=pillow $(VPY) -m pytest -q tests
 
-# ruff and mypy over the scope pyproject.toml gives them (the same hooks as .pre-commit-config.yaml).
+# ruff and mypy over the scope pyproject.toml gives them (the same hooks as .pre-commit-config.yaml);
+# the engine's stub: generated from fastload/engine_abi.py (the committed one must be that output) and
+# checked against the built engine by mypy's stubtest; the C++ sources against .clang-format.
+CSRC := $(sort $(wildcard csrc/*/*.cpp csrc/*/*.h))
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VPY) setup.py -q abi_stub --check
+	$(VPY) -m mypy.stubtest fastload._engine --mypy-config-file tools/stubtest.ini
+	$(VENV)/bin/clang-format --dry-run --Werror $(CSRC)
+
+# The engine's stub fastload/_engine.pyi, regenerated from fastload/engine_abi.py.
+stub:
+	$(VPY) setup.py -q abi_stub
 
 # The docs site (mkdocs.yml: MkDocs + Material, the API reference from the docstrings by mkdocstrings)
 # into site/; --strict fails on a broken link, a missing page or an API name that does not resolve.
