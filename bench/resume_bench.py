@@ -199,9 +199,8 @@ def run(path: str, rounds: int) -> list[dict[str, Any]]:
                 )
         dl_states: dict[str, Any] = {}
         pairs[f"DataLoader + OrderSampler global, {OLD_WORLD}->{NEW_WORLD} ranks"] = _dataloader_pair(ds, dl_states)
-        out.append(
-            {"records": n, "shuffle": "global", "what": "DataLoader", "state_bytes": state_sizes(dl_states["dataloader"])}
-        )
+        sizes = state_sizes(dl_states["dataloader"])
+        out.append({"records": n, "shuffle": "global", "what": "DataLoader", "state_bytes": sizes})
         try:
             for row in measure(pairs, rounds):
                 out.append({"records": n, **row})

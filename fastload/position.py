@@ -216,7 +216,7 @@ def read_state(
     if "kind" not in state or "version" not in state:
         missing = [k for k in ("kind", "version") if k not in state]
         raise ResumeStateError(
-            f"not a fastload state (format {STATE_VERSION}): the key(s) {missing} are missing; "
+            f"not a fastload loader state (format {STATE_VERSION}): the key(s) {missing} are missing; "
             f"keys present: {sorted(map(str, state))[:12]}"
         )
     if state["kind"] != kind:

@@ -136,7 +136,7 @@ def test_state_round_trips_and_reads_back():
         (lambda s: s.__setitem__("extra", "7"), "'extra' must be int"),
         (lambda s: s.__setitem__("epoch", 5), "damaged"),
         (lambda s: s["consumed"][0].__setitem__(1, 13), "damaged"),
-        (lambda s: s.pop("kind"), "not a fastload state"),
+        (lambda s: s.pop("kind"), "not a fastload loader state"),
     ],
 )
 def test_damaged_and_foreign_states_name_what_is_wrong(change, match):

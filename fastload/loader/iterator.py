@@ -27,7 +27,8 @@ class _EpochIterator:
         return self
 
     def __len__(self) -> int:
-        return self._driver.num_batches - self._pass.start
+        """Batches this pass hands out in all (a resumed epoch has fewer than ``len(loader)``)."""
+        return self._driver.pass_batches(self._pass) - self._pass.start
 
     def __next__(self) -> Batch:
         return self._driver.take(self._pass)
@@ -39,6 +40,11 @@ class _EpochIterator:
     @property
     def epoch(self) -> int:
         return self._pass.epoch
+
+    @property
+    def order(self):
+        """The pass's :class:`~fastload.order.EpochOrder` (batch ``k`` of the pass is ``order[k]``)."""
+        return self._driver.order(self._pass.cursor)
 
     @property
     def start(self) -> int:
