@@ -161,7 +161,7 @@ def _digest(body: Mapping[str, Any]) -> str:
     return checksum_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
-def make_state(kind: str, position: Position, fingerprint: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+def make_state(kind: str, position: Position, fingerprint: Mapping[str, Any], /, **extra: Any) -> dict[str, Any]:
     """The state dict of ``position`` for a loader of ``kind`` (see the module docstring).
 
     ``extra`` values must be ints, strings, lists or dicts of them (checked by a JSON encoding).

@@ -160,6 +160,13 @@ class OrderSampler(DistributedSampler):
     def __len__(self) -> int:
         return self.num_samples
 
+    @property
+    def upcoming_epoch(self) -> int:
+        """The epoch the next ``iter()`` runs (``set_epoch``'s, else the one after the last, else ``epoch``)."""
+        if self._explicit is not None:
+            return self._explicit
+        return self.epoch + 1 if self._started else self.epoch
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run ``epoch`` (a loaded position inside ``epoch`` is kept)."""
         self._explicit = _check_int(epoch, "epoch", 0)
@@ -182,10 +189,7 @@ class OrderSampler(DistributedSampler):
         )
 
     def __iter__(self) -> Iterator[int]:
-        if self._explicit is not None:
-            epoch, self._explicit = self._explicit, None
-        else:
-            epoch = self.epoch + 1 if self._started else self.epoch
+        epoch, self._explicit = self.upcoming_epoch, None
         self.epoch, self._started = epoch, True
         pending, self._pending = self._pending, None
         n = len(cast(Sized, self.dataset))
@@ -230,6 +234,25 @@ class OrderSampler(DistributedSampler):
         self._started = True
         self._pending = position if position.consumed else None
         self._iteration = None
+
+    def resumed_samples(self) -> int | None:
+        """Samples the next ``iter()`` hands out from a loaded mid-epoch position (None: no such position)."""
+        pending = self._pending
+        if pending is None:
+            return None
+        n = len(cast(Sized, self.dataset))
+        return len(pending.order(self._spec(n, self.rank, self.num_replicas)).rest)
+
+    def skip_loaded_epoch(self) -> None:
+        """Drop a loaded mid-epoch position and run the next epoch instead (nothing of it left to batch)."""
+        if self._pending is not None:
+            self.epoch = self._explicit = self._pending.epoch + 1
+            self._pending = None
+
+    def current(self) -> tuple[int, int, int] | None:
+        """``(epoch, samples of this rank's share before the current iter(), samples in the share)``."""
+        run = self._iteration
+        return None if run is None else (run.epoch, run.offset, run.total)
 
     def _position(self, handed_out: int | None, finished: bool) -> Position:
         if self._pending is not None:
