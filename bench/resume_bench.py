@@ -8,12 +8,13 @@ batch. Measured:
   ``Loader.state_dict()`` after one, two and three resumes in the epoch (its size does not depend
   on the dataset's);
 - ``resume``: seconds from ``load_state_dict(state)`` to the first batch in hand, under the new world
-  size (the remaining records recomputed from the seed: one pass over the epoch's order per resume);
-- ``fresh``: seconds from ``set_epoch(e)`` to the first batch of a whole epoch with the same loader,
+  size (the remaining records recomputed from the seed: one pass over the epoch's order per resume),
+  on a loader just made (untimed), as after a restart;
+- ``fresh``: seconds from ``set_epoch(e)`` to the first batch of a whole epoch on a loader just made,
   the baseline: the difference is what resuming costs.
 
-Paired and alternated: every round times ``resume`` and ``fresh`` on the same loader, in reversed
-order on every other round; medians, min-max and the median ratio are printed, one JSON line each.
+Paired and alternated: every round times ``resume`` and ``fresh``, in reversed order on every other
+round; medians, min-max and the median ratio are printed, one JSON line each.
 Through ``fastload.Loader`` for the ``global``, ``block`` and ``shard`` orders, and through
 ``fastload.torch.DataLoader`` with ``OrderSampler`` (``global``).
 
@@ -114,13 +115,23 @@ def state_sizes(state: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _first_batch(loader: Any, start: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
-    start()
-    it = iter(loader)
-    next(it)
-    seconds = time.perf_counter() - t0
-    it.close()
+def _first_batch(make: Callable[[], Any], start: Callable[[Any], None]) -> float:
+    """Seconds from ``start(loader)`` to the first batch in hand, on a loader just made (untimed).
+
+    A new loader every time, as after a restart: nothing of an earlier order is cached.
+    """
+    loader = make()
+    try:
+        t0 = time.perf_counter()
+        start(loader)
+        it = iter(loader)
+        next(it)
+        seconds = time.perf_counter() - t0
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+    finally:
+        loader.close()
     return seconds
 
 
@@ -164,13 +175,12 @@ def _dataloader_pair(dataset: Any, state_loader: dict[str, Any]) -> tuple[Callab
     state = saver.state_dict()
     saver.close()
     state_loader["dataloader"] = state
-    loader = make(0, NEW_WORLD)
 
     def resume() -> float:
-        return _first_batch(loader, lambda: loader.load_state_dict(state))
+        return _first_batch(lambda: make(0, NEW_WORLD), lambda loader: loader.load_state_dict(state))
 
     def fresh() -> float:
-        return _first_batch(loader, lambda: loader.set_epoch(1))
+        return _first_batch(lambda: make(0, NEW_WORLD), lambda loader: loader.set_epoch(1))
 
     return resume, fresh
 
@@ -183,30 +193,27 @@ def run(path: str, rounds: int) -> list[dict[str, Any]]:
     with open_dataset(path) as ds:
         n = len(ds)
         pairs: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {}
-        keep = []
         for shuffle in ("global", "block", "shard"):
             data = _ShardView(ds, 1000) if shuffle == "shard" else ds
             states = saved_states(data, shuffle, 3)
             for depth, state in enumerate(states, 1):
                 out.append({"records": n, "shuffle": shuffle, "resumes": depth, "state_bytes": state_sizes(state)})
-            loader = _loader(data, shuffle, 0, NEW_WORLD, BATCH)
-            keep.append(loader)
+
+            def make(data: Any = data, shuffle: str = shuffle) -> Any:
+                return _loader(data, shuffle, 0, NEW_WORLD, BATCH)
+
             for depth in (1, 3):
                 state = states[depth - 1]
                 pairs[f"Loader {shuffle}, {depth} resume(s), {OLD_WORLD}->{NEW_WORLD} ranks"] = (
-                    lambda loader=loader, state=state: _first_batch(loader, lambda: loader.load_state_dict(state)),
-                    lambda loader=loader: _first_batch(loader, lambda: loader.set_epoch(1)),
+                    lambda make=make, state=state: _first_batch(make, lambda loader: loader.load_state_dict(state)),
+                    lambda make=make: _first_batch(make, lambda loader: loader.set_epoch(1)),
                 )
         dl_states: dict[str, Any] = {}
         pairs[f"DataLoader + OrderSampler global, {OLD_WORLD}->{NEW_WORLD} ranks"] = _dataloader_pair(ds, dl_states)
         sizes = state_sizes(dl_states["dataloader"])
         out.append({"records": n, "shuffle": "global", "what": "DataLoader", "state_bytes": sizes})
-        try:
-            for row in measure(pairs, rounds):
-                out.append({"records": n, **row})
-        finally:
-            for loader in keep:
-                loader.close()
+        for row in measure(pairs, rounds):
+            out.append({"records": n, **row})
     return out
 
 

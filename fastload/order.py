@@ -53,6 +53,7 @@ from ``offset`` samples into their shares, with any batch size.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -223,7 +224,9 @@ def _shard_padded(seq: np.ndarray, world_size: int, even: Even | str) -> tuple[n
     return seq, n // w
 
 
-def window_shuffle(share: np.ndarray, shard_of: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
+def window_shuffle(
+    share: np.ndarray, shard_of: np.ndarray, window: int, rng: np.random.Generator, limit: int | None = None
+) -> np.ndarray:
     """Shuffle ``share`` within windows of ``window`` consecutive shard runs.
 
     Args:
@@ -231,6 +234,9 @@ def window_shuffle(share: np.ndarray, shard_of: np.ndarray, window: int, rng: np
         shard_of: The shard of each of those records (same length).
         window: Shard runs per window.
         rng: The generator.
+        limit: Only the first ``limit`` positions are needed: windows after the one holding position
+            ``limit - 1`` are left unshuffled (the windows before are shuffled exactly as without it:
+            the generator is drawn window after window).
 
     Returns:
         A new int64 array.
@@ -241,12 +247,24 @@ def window_shuffle(share: np.ndarray, shard_of: np.ndarray, window: int, rng: np
     run_starts = np.flatnonzero(np.concatenate(([True], shard_of[1:] != shard_of[:-1])))
     bounds = np.append(run_starts[::window], len(out))
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
+        if limit is not None and lo >= limit:
+            break
         rng.shuffle(out[lo:hi])
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _shard_lookup(shard_starts: tuple[int, ...]) -> np.ndarray:
+    """The shard of every record (int32), built once per shard layout: a gather, not a search, per share."""
+    starts = np.asarray(shard_starts, dtype=np.int64)
+    lookup = np.repeat(np.arange(len(starts) - 1, dtype=np.int32), np.diff(starts))
+    lookup.setflags(write=False)
+    return lookup
+
+
 def _shard_of(spec: OrderSpec, records: np.ndarray) -> np.ndarray:
-    return np.searchsorted(np.asarray(spec.shard_starts, dtype=np.int64), records, side="right") - 1
+    assert spec.shard_starts is not None  # OrderSpec checks it for Shuffle.SHARD
+    return _shard_lookup(spec.shard_starts)[records]
 
 
 def shards_read(spec: OrderSpec, epochs: Iterable[int], ranks: Iterable[int]) -> list[int]:
@@ -330,15 +348,12 @@ def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Eve
     n = len(permutation)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    if even is Even.PAD:
-        per_rank = -(-n // world_size)
-        total = per_rank * world_size
-        if total > n:
-            # np.resize repeats the array cyclically, which also covers world_size > n.
-            permutation = np.resize(permutation, total)
-    else:
-        per_rank = n // world_size
-    return permutation[rank * per_rank : (rank + 1) * per_rank]
+    per_rank = -(-n // world_size) if even is Even.PAD else n // world_size
+    start, stop = rank * per_rank, (rank + 1) * per_rank
+    if stop <= n:
+        return permutation[start:stop]
+    # The padding repeats the permutation cyclically (also when world_size > n); only this share is built.
+    return permutation[np.arange(start, stop) % n]
 
 
 def num_batches(share_len: int, batch_size: int, drop_last: bool) -> int:
@@ -401,9 +416,22 @@ def layout_share(
     if spec.shuffle is not Shuffle.SHARD:
         return rank_share(sequence, rank=rank, world_size=world_size, even=spec.even)
     padded, per_rank = _shard_padded(sequence, world_size, spec.even)
+    return _shard_rank_share(spec, epoch, padded, per_rank, rank, world_size, level)
+
+
+def _shard_rank_share(
+    spec: OrderSpec,
+    epoch: int,
+    padded: np.ndarray,
+    per_rank: int,
+    rank: int,
+    world_size: int,
+    level: int,
+    limit: int | None = None,
+) -> np.ndarray:
     share = padded[rank * per_rank : (rank + 1) * per_rank]
     rng = _layout_generator(spec, epoch, rank, world_size, level)
-    return window_shuffle(share, _shard_of(spec, share), spec.window, rng)
+    return window_shuffle(share, _shard_of(spec, share), spec.window, rng, limit)
 
 
 def handed_out(
@@ -435,9 +463,11 @@ def handed_out(
     if n == 0 or samples == 0:
         return np.zeros(0, dtype=np.int64)
     if spec.shuffle is Shuffle.SHARD:
+        # Padded once for the layout; each share shuffled only as far as its first `samples`.
+        padded, per_rank = _shard_padded(sequence, world_size, spec.even)
         return np.concatenate(
             [
-                layout_share(spec, epoch, sequence, rank=r, world_size=world_size, level=level)[:samples]
+                _shard_rank_share(spec, epoch, padded, per_rank, r, world_size, level, samples)[:samples]
                 for r in range(world_size)
             ]
         )

@@ -267,3 +267,15 @@ def test_seed_order_is_torch_random_sampler_with_a_seeded_generator(data):
     whole = torch.randperm(N, generator=torch.Generator().manual_seed(order_seed(11, 3))).tolist()
     assert first + rest == whole
     assert np.array_equal(sorted(whole), np.arange(N))
+
+
+def test_a_state_taken_while_indices_were_drawn_ahead_counts_the_batches_handed_out(data):
+    sampler = OrderSampler(data, seed=2, rank=0, world_size=2)
+    loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2, prefetch=3, transform=eval_transform(8))
+    it = iter(loader)  # with workers, torch's iterator draws prefetch_factor * num_workers batches at iter()
+    next(it)
+    assert sampler._iteration is not None and sampler._iteration.yielded > 4
+    state = loader.state_dict()
+    (order_state,) = [s["state_dict"] for s in state["samplers"] if s and "state_dict" in s]
+    assert order_state["consumed"] == [[2, 4]]
+    loader.close()

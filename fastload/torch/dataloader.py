@@ -479,6 +479,8 @@ class DataLoader(_EnginePlanning):
         return self._too_few(total - offset - it.samples)
 
     def _order_batches_left(self, sampler: OrderSampler) -> bool:
+        if not getattr(self.batch_sampler, "drop_last", False):
+            return True  # a loaded position with nothing left moves the sampler to the next epoch itself
         rest = sampler.resumed_samples()
         return rest is None or not self._too_few(rest)
 

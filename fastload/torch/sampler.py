@@ -130,6 +130,7 @@ class OrderSampler(DistributedSampler):
         self._explicit: int | None = None
         self._started = False
         self._pending: Position | None = None  # a loaded mid-epoch position, for the iter() of its epoch
+        self._pending_cache: tuple | None = None
         self._iteration: _Iteration | None = None
         self._identity: tuple[int, str | None] | None = None
 
@@ -201,7 +202,8 @@ class OrderSampler(DistributedSampler):
         history: tuple = ()
         offset = 0
         if pending is not None and pending.epoch == epoch:
-            order = pending.order(spec)
+            order = self._pending_order(pending, rank, world)
+            self._pending_cache = None
             if len(order.rest) == 0:  # nothing left of that epoch for any rank: the next one starts
                 epoch = self.epoch = epoch + 1
                 order = EpochOrder(spec, epoch)
@@ -237,11 +239,17 @@ class OrderSampler(DistributedSampler):
 
     def resumed_samples(self) -> int | None:
         """Samples the next ``iter()`` hands out from a loaded mid-epoch position (None: no such position)."""
-        pending = self._pending
-        if pending is None:
+        if self._pending is None:
             return None
-        n = len(cast(Sized, self.dataset))
-        return len(pending.order(self._spec(n, self.rank, self.num_replicas)).rest)
+        return len(self._pending_order(self._pending, self.rank, self.num_replicas).rest)
+
+    def _pending_order(self, pending: Position, rank: int, world: int) -> EpochOrder:
+        """A loaded position's order for this rank (computed once per layout)."""
+        cached = self._pending_cache
+        if cached is None or cached[:3] != (pending, rank, world):
+            n = len(cast(Sized, self.dataset))
+            cached = self._pending_cache = (pending, rank, world, pending.order(self._spec(n, rank, world)))
+        return cached[3]
 
     def skip_loaded_epoch(self) -> None:
         """Drop a loaded mid-epoch position and run the next epoch instead (nothing of it left to batch)."""
