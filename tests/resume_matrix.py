@@ -1,4 +1,4 @@
-"""Test helper for checkpoint and resume: jobs of in-process ranks that save, stop, and restore elsewhere.
+"""Shared test code for checkpoint and resume: jobs of in-process ranks that save, stop, and restore elsewhere.
 
 Not a test module. A *path* is one way of loading (``fastload.Loader``, ``OrderSampler``,
 ``fastload.torch.DataLoader``, the MXNet iterators): an adapter with ``open`` / ``take`` / ``state``
@@ -6,7 +6,7 @@ Not a test module. A *path* is one way of loading (``fastload.Loader``, ``OrderS
 sequence of *jobs*, each a :class:`Job` with its own world size and batch size: a job's ranks
 (opened fresh, as after a restart) load the state the previous job's rank 0 saved, take some
 batches each (all ranks the same number, as DDP keeps them), and save again. :func:`check_epoch`
-then checks what the issue of resuming anywhere asks of the result:
+then checks what resuming anywhere must give:
 
 - every rank of a job got the same number of batches;
 - the records of the epoch were handed out once each across all jobs, plus at most ``world_size``
@@ -52,7 +52,7 @@ class Job:
 
 
 class LoaderPath:
-    """How one loader is driven by the helper; a subclass per path.
+    """How one loader is driven by :func:`play`; a subclass per path.
 
     ``open`` makes one rank's loader (``rank`` of ``world``, batches of ``batch``); ``take`` returns
     the sample ids of up to ``count`` next batches of its current pass (starting one when none is

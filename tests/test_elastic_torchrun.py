@@ -160,7 +160,7 @@ def _torchrun(job: str, procs: int, tmp_path: Path, data: Path, kill: str = "") 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    # Every process the job started (agent and workers share its session) is gone.
+    # Every process the job started (the agent and its workers share its process group) is gone.
     try:
         os.killpg(proc.pid, 0)
     except ProcessLookupError:

@@ -1,5 +1,5 @@
 """Loader stage, resumed: ``fastload.Loader`` restores a position under any world size, batch size,
-thread count or prefetch depth, driven as in-process ranks by the shared matrix helper."""
+thread count or prefetch depth, driven as in-process ranks by the shared resume matrix."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Order stage, resumed: positions counted in samples restore under any world size, batch size or depth.
 
 The remaining-set math of :mod:`fastload.order` and the state of :mod:`fastload.position`, and
-``fastload.torch.OrderSampler`` driven as in-process ranks by the shared matrix helper
+``fastload.torch.OrderSampler`` driven as in-process ranks by the shared resume matrix
 (``resume_matrix``): every shuffle mode, more and fewer ranks, two and three resumes in one epoch,
 checkpoints before the first and after the last batch, ``drop_last`` and ``even`` both ways.
 """

@@ -1,5 +1,5 @@
 """Remote datasets, resumed under another world size: the shard order over an S3 dataset through the
-node cache, driven as in-process ranks by the shared matrix helper; after a resume each rank tells
+node cache, driven as in-process ranks by the shared resume matrix; after a resume each rank tells
 the dataset its new plan (``will_read``), which is exactly what it then reads."""
 
 from __future__ import annotations

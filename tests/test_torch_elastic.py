@@ -2,7 +2,7 @@
 position under another world size, batch size, worker, thread or prefetch count; torch's samplers
 refuse another world size by name; ``seed=`` makes ``shuffle=True`` reproducible across processes.
 
-In-process ranks through the shared matrix helper (``resume_matrix``); the records' labels are their
+In-process ranks through the shared resume matrix (``resume_matrix``); the records' labels are their
 indices (``FakeDataset(label_width=2)``), so each batch says which samples it holds.
 """
 
