@@ -27,6 +27,7 @@ __all__ = [
     "PASS_BATCH",
     "batch_size",
     "convert_batch",
+    "convert_buffers",
     "convert_options",
     "max_file_bytes",
     "prepare_record",
@@ -66,7 +67,7 @@ def batch_size(options: ConvertOptions) -> int:
     return PASS_BATCH if options.resize is None and options.transcode is None else DECODE_BATCH
 
 
-def prepare_record(item: SourceItem, image: bytes | memoryview, fmt: ShardFormat, label_width: int) -> Prepared:
+def prepare_record(item: SourceItem, image: bytes | bytearray | memoryview, fmt: ShardFormat, label_width: int) -> Prepared:
     """The record (RecordIO) or value (LMDB) of one image, with its length, image offset and checksum."""
     if fmt is ShardFormat.RECORDIO:
         header = recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
@@ -140,4 +141,35 @@ def convert_batch(
         result = results[i]
         prepared = prepare_record(item, result.data, fmt, label_width) if result.data is not None else None
         out.append((result, len(datas.get(i, b"")), prepared))
+    return out
+
+
+def convert_buffers(
+    batch: list[tuple[SourceItem, bytes | memoryview | None, str | None]],
+    options: ConvertOptions,
+    fmt: ShardFormat,
+    label_width: int,
+) -> list[tuple[Converted, int, Prepared | None]]:
+    """Check, convert and frame a batch of images already in memory (a tar's members, a parquet column).
+
+    Each entry is ``(item, image bytes, reason)``: with a reason (a bad entry found while reading),
+    the entry is reported with it and its bytes are not looked at. The result has
+    :func:`convert_batch`'s per-file form, so the shard writer takes both alike.
+    """
+    limit = max_file_bytes(label_width)
+    results: dict[int, Converted] = {}
+    datas: dict[int, bytes | memoryview] = {}
+    for i, (_item, data, reason) in enumerate(batch):
+        if reason is not None or data is None:
+            results[i] = Converted(None, None, reason or "no image bytes")
+        elif len(data) > limit:
+            results[i] = Converted(None, None, f"image of {len(data)} bytes is larger than the {limit}-byte record limit")
+        else:
+            datas[i] = data
+    results.update(zip(datas, convert_images(list(datas.values()), options), strict=True))
+    out: list[tuple[Converted, int, Prepared | None]] = []
+    for i, (item, data, _) in enumerate(batch):
+        result = results[i]
+        prepared = prepare_record(item, result.data, fmt, label_width) if result.data is not None else None
+        out.append((result, len(data) if data is not None else 0, prepared))
     return out
