@@ -5,8 +5,10 @@
   by split as the Hub lays them out (``data/train-00000-of-00002.parquet``, ``train/0000.parquet``)
   takes ``--split`` (default ``train`` when it holds several splits).
 - **hf-disk**: a folder written by ``datasets.Dataset.save_to_disk`` (``state.json`` and Arrow
-  stream files, memory-mapped), or by ``DatasetDict.save_to_disk`` (``dataset_dict.json``, one
-  such folder per split: ``--split``, default ``train``).
+  stream files), or by ``DatasetDict.save_to_disk`` (``dataset_dict.json``, one such folder per
+  split: ``--split``, default ``train``). The Arrow files are read, not memory-mapped (a file
+  truncated under a mapping kills the process with SIGBUS; a short read is an error to report);
+  an Arrow stream tells its row count only at its end, so ``--shards N`` is refused for it.
 
 The image column (``--image-column``, default ``image``) holds ``{bytes, path}`` structs as
 ``datasets`` writes its ``Image`` feature, or plain binary. The label column (``--label-column``,
@@ -82,7 +84,7 @@ class _File:
     def open_stream(self) -> Any:
         pa = _pyarrow()
         if self.local is not None:
-            return pa.memory_map(self.local, "r")
+            return pa.OSFile(self.local, "r")
         from fastload.pack.remote_read import RemoteStream
 
         store, key = self.remote  # type: ignore[misc]
@@ -240,7 +242,7 @@ class ArrowSource:
         return files
 
     def _count_rows(self) -> pa.Schema:
-        """Rows per file (and per row group), from parquet footers or a pass over local Arrow streams."""
+        """Rows per file and per row group from parquet footers (-1: unknown, an Arrow stream); the schema."""
         pa = _pyarrow()
         schema = None
         for f in self.files:
@@ -250,10 +252,6 @@ class ArrowSource:
                     f.groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
                     f.rows = meta.num_rows
                     file_schema = meta.schema.to_arrow_schema()
-                elif f.local is not None:
-                    with self._batches(f) as reader:
-                        file_schema = reader.schema
-                        f.rows = sum(b.num_rows for b in reader)
                 else:
                     with self._batches(f) as reader:
                         file_schema = reader.schema
@@ -381,14 +379,17 @@ class ArrowSource:
         }
 
     def samples(self, position: int, cursor: dict[str, Any] | None) -> Iterator[Sample]:
-        """Samples from global row ``position`` on (rows are counted over the files in order)."""
-        first, skip = 0, position
-        while first < len(self.files) and 0 <= self.files[first].rows <= skip:
-            skip -= self.files[first].rows
-            first += 1
+        """Samples from ``cursor`` (``{"file": i, "row": r}``) on, else from global row ``position``."""
+        if cursor is not None:
+            first, skip = int(cursor["file"]), int(cursor["row"])
+        else:
+            first, skip = 0, position
+            while first < len(self.files) and 0 <= self.files[first].rows <= skip:
+                skip -= self.files[first].rows
+                first += 1
         columns = [self.image_column] + ([self.label_column] if self.label_column else [])
         for index, batch, row in self._batches_with_rows(columns, first, skip):
-            yield from self._rows(self.files[index].shown, batch, row)
+            yield from self._rows(index, batch, row)
 
     def _batches_with_rows(self, columns: list[str], first: int, skip: int) -> Iterator[tuple[int, Any, int]]:
         pa = _pyarrow()
@@ -397,9 +398,10 @@ class ArrowSource:
         except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
             raise UserError(f"{self.path}: cannot read ({exc})") from None
 
-    def _rows(self, shown: str, batch: Any, row: int) -> Iterator[Sample]:
-        """The samples of one record batch: image views, labels, bad entries named by row."""
+    def _rows(self, index: int, batch: Any, row: int) -> Iterator[Sample]:
+        """The samples of one record batch of file ``index``: image views, labels, bad entries named by row."""
         pa = _pyarrow()
+        shown = self.files[index].shown
         column = batch.column(0)
         nulls = column.is_null().to_numpy(zero_copy_only=False)
         if pa.types.is_struct(column.type):
@@ -415,15 +417,16 @@ class ArrowSource:
         labels = self.labels
         for i in range(batch.num_rows):
             name = f"{shown}: row {row + i}"
+            after = {"file": index, "row": row + i + 1}
             if nulls[i]:
-                yield Sample(name, reason="null image cell (no image bytes)")
+                yield Sample(name, reason="null image cell (no image bytes)", after=after)
                 continue
             if values is None:
-                yield Sample(name, data[offsets[i] : offsets[i + 1]], (0.0,))
+                yield Sample(name, data[offsets[i] : offsets[i + 1]], (0.0,), after=after)
                 continue
             try:
                 label = labels.value(values[i])
             except LabelError as exc:
-                yield Sample(name, reason=str(exc))
+                yield Sample(name, reason=str(exc), after=after)
                 continue
-            yield Sample(name, data[offsets[i] : offsets[i + 1]], label)
+            yield Sample(name, data[offsets[i] : offsets[i + 1]], label, after=after)

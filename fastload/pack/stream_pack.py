@@ -80,11 +80,6 @@ def _refuse(options: PackOptions, fmt: InputFormat) -> None:
     if options.root:
         raise UserError("--root only applies to a .lst, CSV or JSONL listing")
     if fmt is InputFormat.WDS:
-        if options.shards is not None:
-            raise UserError(
-                "--shards needs the number of samples up front, which a tar only tells at its end: "
-                "use --shard-size for WebDataset input"
-            )
         wrong = [f for f in ("image_column", "label_column", "split") if getattr(options, f) is not None]
     else:
         wrong = [f for f in ("image_key", "label_key") if getattr(options, f) is not None]
@@ -102,22 +97,32 @@ def open_stream_source(
         UserError: Options that do not apply, or an unusable input.
     """
     _refuse(options, fmt)
+    source: StreamSource
     if fmt is InputFormat.WDS:
+        if options.shards is not None:
+            raise UserError(
+                "--shards needs the number of samples up front, which a tar only tells at its end: "
+                "use --shard-size for WebDataset input"
+            )
         from fastload.pack.wds_source import WdsSource
 
-        return WdsSource(src, image_key=options.image_key, label_key=options.label_key, storage_options=storage_options)
-    from fastload.pack.arrow_source import ArrowSource
+        source = WdsSource(src, image_key=options.image_key, label_key=options.label_key, storage_options=storage_options)
+    else:
+        from fastload.pack.arrow_source import ArrowSource
 
-    source = ArrowSource(
-        src,
-        kind=fmt.value,
-        image_column=options.image_column,
-        label_column=options.label_column,
-        split=options.split,
-        storage_options=storage_options,
-    )
+        source = ArrowSource(
+            src,
+            kind=fmt.value,
+            image_column=options.image_column,
+            label_column=options.label_column,
+            split=options.split,
+            storage_options=storage_options,
+        )
     if options.shards is not None and source.total is None:
-        raise UserError(f"{src}: the row count of remote Arrow streams is unknown up front: use --shard-size")
+        raise UserError(
+            f"--shards needs the number of rows up front, which an Arrow stream ({fmt.value}) only tells at "
+            "its end: use --shard-size"
+        )
     return source
 
 
@@ -162,8 +167,8 @@ class _Marks:
     between the reader and the writer, so the writer always finds its own.
     """
 
-    def __init__(self, source: StreamSource, needs_cursor: bool, keep: int) -> None:
-        self.source, self.needs_cursor, self.keep = source, needs_cursor, keep
+    def __init__(self, source: StreamSource, keep: int) -> None:
+        self.source, self.keep = source, keep
         self.points: dict[int, tuple[dict[str, Any] | None, int]] = {}
         self.lock = threading.Lock()
 
@@ -178,7 +183,7 @@ class _Marks:
         if point is None:
             return None
         after, names = point
-        if after is None and self.needs_cursor:
+        if after is None:
             return None  # no place to start again right after this sample (inside a damaged tar)
         return {"source": after, "labels": self.source.labels.state(names)}
 
@@ -319,7 +324,7 @@ def _write(
     window = max(4, workers * _BATCHES_PER_WORKER)
     depth, group = 4 * workers, 64
     in_flight = depth * group + window * batch_size(converting) + _SETTLE + 2 * group
-    marks = _Marks(source, needs_cursor=source.kind == InputFormat.WDS.value, keep=2 * in_flight)
+    marks = _Marks(source, keep=2 * in_flight)
     samples = source.samples(pos, cursor["source"] if cursor is not None else None)
     count = [0]
 

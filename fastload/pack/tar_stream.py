@@ -24,6 +24,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["BLOCK", "TarError", "TarMember", "TarReader"]
 
@@ -41,8 +42,7 @@ class TarError(ValueError):
     """The archive cannot be read on from here (damaged header); the message says where."""
 
 
-@dataclass(frozen=True)
-class TarMember:
+class TarMember(NamedTuple):
     """One member of the archive.
 
     Attributes:
@@ -64,6 +64,10 @@ class TarMember:
 
 
 def _number(raw: bytes, what: str, offset: int) -> int:
+    try:
+        return int(raw.strip(b" \0") or b"0", 8)  # the usual octal field: "0000644\0", "  644 \0"
+    except ValueError:
+        pass
     if raw[:1] in (b"\x80", b"\xff"):  # base-256 (GNU): big numbers, negative ones
         value = int.from_bytes(raw[1:], "big")
         return value - (1 << (8 * len(raw) - 8)) if raw[0] == 0xFF else value
@@ -228,7 +232,10 @@ class TarReader:
                 if len(blob) < size:
                     raise TarError(f"truncated tar: it ends inside the extended header at byte {at}")
                 if kind == b"x":
-                    pax.update(_pax_records(blob, at))
+                    # Most PAX headers carry only times (webdataset's: a float mtime): nothing to
+                    # parse unless a key this reader uses can be there.
+                    if b"path=" in blob or b"size=" in blob or b"GNU.sparse" in blob:
+                        pax.update(_pax_records(blob, at))
                 elif kind == b"g":
                     self.pax_global.update(_pax_records(blob, at))
                     first = None  # a global header belongs to no member
@@ -236,15 +243,15 @@ class TarReader:
                     long_name = blob.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 continue
             info = {**self.pax_global, **pax} if self.pax_global else pax
-            if "path" in info:
+            if info and "path" in info:
                 name = info["path"]
             elif long_name is not None:
                 name = long_name
             else:
-                name = _text(raw_name)
+                name = raw_name.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 if magic == b"ustar\0" and prefix[:1] not in (b"\0", b""):
                     name = _text(prefix) + "/" + name
-            if "size" in info:
+            if info and "size" in info:
                 try:
                     size = int(info["size"])
                 except ValueError:
@@ -254,7 +261,7 @@ class TarReader:
             if kind == b"5":
                 name = name.rstrip("/")
             problem = None
-            if kind == b"S" or any(k.startswith("GNU.sparse.") for k in info):
+            if kind == b"S" or (info and any(k.startswith("GNU.sparse.") for k in info)):
                 problem = "sparse tar member: not supported"
                 if kind == b"S" and header[482]:  # old GNU sparse: extension blocks follow the header
                     while True:
@@ -264,6 +271,13 @@ class TarReader:
             start, long_name, pax = first, None, {}
             first = None
             if kind in _REGULAR and problem is None:
+                pos = self._pos
+                padded = pos + size + (-size % BLOCK)
+                if padded <= len(self._buf):  # the usual case: data and padding inside the chunk
+                    self._pos = padded
+                    self.offset += padded - pos
+                    yield TarMember(name, start, size, True, self._view[pos : pos + size])
+                    continue
                 data = self._take(size)
                 if len(data) < size:
                     yield TarMember(name, start, size, True, None, f"truncated tar: {len(data)} of {size} bytes present")

@@ -57,26 +57,35 @@ def _expand(pattern: str) -> list[str]:
 
 
 def group_samples(members: Iterator[TarMember]) -> Iterator[tuple[str, dict[str, TarMember], list[str], int]]:
-    """WebDataset's grouping: ``(key, members by suffix, duplicated names, offset of its first member)``."""
+    """WebDataset's grouping: ``(key, members by suffix, duplicated names, offset of its first member)``.
+
+    When reading the members fails (a damaged tar), the sample being gathered is handed out first
+    (with the members read so far), then the error is raised.
+    """
     key: str | None = None
     group: dict[str, TarMember] = {}
     duplicates: list[str] = []
     start = 0
-    for member in members:
-        if not member.regular or _META.match(member.name):
-            continue
-        m = _KEY_SPLIT.match(member.name)
-        if m is None:
-            continue
-        prefix, suffix = m.group(1), m.group(2).lower()
-        if prefix != key:
-            if key is not None:
-                yield key, group, duplicates, start
-            key, group, duplicates, start = prefix, {}, [], member.offset
-        if suffix in group:
-            duplicates.append(member.name)
-        else:
-            group[suffix] = member
+    try:
+        for member in members:
+            if not member.regular or _META.match(member.name):
+                continue
+            m = _KEY_SPLIT.match(member.name)
+            if m is None:
+                continue
+            prefix, suffix = m.group(1), m.group(2).lower()
+            if prefix != key:
+                if key is not None:
+                    yield key, group, duplicates, start
+                key, group, duplicates, start = prefix, {}, [], member.offset
+            if suffix in group:
+                duplicates.append(member.name)
+            else:
+                group[suffix] = member
+    except Exception:
+        if key is not None:
+            yield key, group, duplicates, start
+        raise
     if key is not None:
         yield key, group, duplicates, start
 

@@ -52,6 +52,7 @@ __all__ = [
 
 MAGIC = 0xCED7230A
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
+_MAGIC_U32 = np.uint32(MAGIC)
 _LREC = struct.Struct("<II")
 MAX_RECORD_LENGTH = (1 << 29) - 1
 _IR = struct.Struct("<IfQQ")
@@ -136,10 +137,13 @@ def _magic_positions(payload: Buffer) -> list[int]:
             return []
         return [4 * i for i in range(words) if small[4 * i : 4 * i + 4] == _MAGIC_BYTES]
     # One vectorized compare over the aligned words: several GB/s, against <1 GB/s for bytes.find.
+    # Against a uint32 scalar: a Python int above int32's range makes numpy compare in int64
+    # (2.5x the time on a 90 KB payload).
     aligned = np.frombuffer(payload, dtype="<u4", count=words)
-    if MAGIC not in aligned:  # the usual answer, without numpy's Python-level wrappers
+    hits = aligned == _MAGIC_U32
+    if not hits.any():  # the usual answer
         return []
-    return (np.flatnonzero(aligned == MAGIC) * 4).tolist()
+    return (np.flatnonzero(hits) * 4).tolist()
 
 
 def frame_parts(payload: Buffer) -> list[Buffer]:
