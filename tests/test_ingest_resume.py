@@ -1,0 +1,133 @@
+"""A streamed pack killed at any moment (kill -9 included) and rerun gives what an uninterrupted run gives."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+
+import pytest
+from ingest_inputs import folder_entries, write_parquet, write_tars
+from test_pack import _kill_after, _start_pack, run_cli
+
+from fastload.errors import UserError
+from fastload.pack import shard_writer
+from fastload.pack.packer import pack_folder
+from fastload.pack.wds_source import WdsSource
+from fastload.records.dataset import open_dataset
+from fastload.records.manifest import MANIFEST_NAME
+
+pytest.importorskip("webdataset")
+
+
+class _Crash(BaseException):
+    """Stands in for the process dying (not an Exception: nothing may catch it)."""
+
+
+def _same_dataset(a, b):
+    assert sorted(os.listdir(a)) == sorted(os.listdir(b))
+    for name in os.listdir(a):
+        x, y = open(os.path.join(a, name), "rb").read(), open(os.path.join(b, name), "rb").read()
+        if name == MANIFEST_NAME:
+            mx, my = json.loads(x), json.loads(y)
+            mx.pop("created"), my.pop("created")
+            assert mx == my
+        else:
+            assert x == y, name
+
+
+@pytest.fixture(scope="module")
+def named_tars(tiny_folder, tmp_path_factory):
+    """The tiny folder as 5 tars whose labels are class names (numbered as first seen)."""
+    entries, classes = folder_entries(tiny_folder)
+    entries = entries[::2] + entries[1::2]  # classes first seen out of sorted order
+    folder = tmp_path_factory.mktemp("resume") / "named"
+    write_tars(entries, folder, per_tar=8, label="name", classes=[f"cls-{c}" for c in reversed(classes)])
+    return folder
+
+
+def test_a_crash_after_some_shards_resumes_where_they_end(named_tars, tmp_path, monkeypatch):
+    opts = dict(progress=False, workers=2, shard_size=60_000)
+    ref = pack_folder(str(named_tars), str(tmp_path / "ref"), **opts)
+    assert len(ref.manifest["shards"]) >= 5 and len(ref.manifest["classes"]) == 3
+    real_finish, finished = shard_writer.ShardSink.finish, []
+
+    def crashing_finish(self, end, cursor=None):
+        done = real_finish(self, end, cursor)
+        finished.append(done)
+        if len(finished) == 3:
+            raise _Crash()
+        return done
+
+    monkeypatch.setattr(shard_writer.ShardSink, "finish", crashing_finish)
+    out = tmp_path / "out"
+    with pytest.raises(_Crash):
+        pack_folder(str(named_tars), str(out), **opts)
+    monkeypatch.undo()
+    with pytest.raises(UserError, match="unfinished pack"):
+        open_dataset(str(out))
+    cursor = finished[2].cursor
+    assert cursor["source"]["tar"] >= 1 and cursor["labels"]["names"]  # where the third shard ends
+    opened = []
+    real_reader = WdsSource.samples
+
+    def watched(self, position, cur):
+        opened.append((position, cur))
+        return real_reader(self, position, cur)
+
+    monkeypatch.setattr(WdsSource, "samples", watched)
+    res = pack_folder(str(named_tars), str(out), **opts)
+    assert res.resumed_shards == 3 and res.processed == ref.written - finished[2].end
+    assert opened == [(finished[2].end, cursor["source"])]  # reading started where the shard ended
+    _same_dataset(out, tmp_path / "ref")
+
+
+def test_kill_9_and_rerun_from_tars(named_tars, tmp_path):
+    args = ["--resize", "48", "--shard-size", "20KB", "--workers", "1"]
+    ref = str(tmp_path / "ref")
+    run_cli("pack", str(named_tars), ref, "--quiet", *args, check=0)
+    out = str(tmp_path / "out")
+    staging = os.path.join(out, ".fastload-staging")
+    killed = 0
+    for done_files in (2, 4):
+        rc = _kill_after(_start_pack(str(named_tars), out, *args), staging, done_files)
+        if rc == -signal.SIGKILL:
+            killed += 1
+            assert not os.path.exists(os.path.join(out, MANIFEST_NAME))
+    assert killed >= 1, "pack finished before it could be killed"
+    kept = {
+        os.path.basename(p)[: -len(".done.json")]: os.stat(p[: -len(".done.json")]).st_ino
+        for p in glob.glob(os.path.join(staging, "*.done.json"))
+    }
+    res = run_cli("pack", str(named_tars), out, "--quiet", *args, check=0)
+    assert f"resumed: {len(kept)} shard(s) kept" in res.stdout
+    for name, inode in kept.items():  # completed shards were not rewritten
+        assert os.stat(os.path.join(out, name)).st_ino == inode
+    _same_dataset(out, ref)
+    assert run_cli("verify", out, "--decode", check=0).stdout.startswith("OK")
+
+
+def test_parquet_resumes_at_its_row(odd_folder, tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
+    entries, classes = folder_entries(odd_folder)
+    path = write_parquet(entries, tmp_path / "in" / "p.parquet", classes, rows_per_group=3)
+    opts = dict(progress=False, workers=2, shards=4)
+    pack_folder(str(path), str(tmp_path / "ref"), **opts)
+    real_finish, count = shard_writer.ShardSink.finish, []
+
+    def crashing_finish(self, end, cursor=None):
+        done = real_finish(self, end, cursor)
+        count.append(cursor)
+        if len(count) == 2:
+            raise _Crash()
+        return done
+
+    monkeypatch.setattr(shard_writer.ShardSink, "finish", crashing_finish)
+    with pytest.raises(_Crash):
+        pack_folder(str(path), str(tmp_path / "out"), **opts)
+    monkeypatch.undo()
+    assert count[1]["source"] == {"file": 0, "row": 9}  # 4 shards of 19 rows: [0, 4), [4, 9), ...
+    res = pack_folder(str(path), str(tmp_path / "out"), **opts)
+    assert res.resumed_shards == 2
+    _same_dataset(tmp_path / "out", tmp_path / "ref")
