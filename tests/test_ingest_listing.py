@@ -23,7 +23,9 @@ def _csv(path, header, rows):
 def test_csv_listing_packs_like_the_folder(odd_folder, tmp_path):
     entries, _ = folder_entries(odd_folder)
     rel = [os.path.relpath(p, odd_folder) for p in _paths(odd_folder)]
-    listing = _csv(tmp_path / "list.csv", "path,label,note", [f"{p},{c},x" for p, (_, c, _) in zip(rel, entries, strict=True)])
+    listing = _csv(
+        tmp_path / "list.csv", "path,label,note", [f"{p},{c},x" for p, (_, c, _) in zip(rel, entries, strict=True)]
+    )
     ref = pack_folder(str(odd_folder), str(tmp_path / "ref"), progress=False)
     res = pack_folder(str(listing), str(tmp_path / "csv"), progress=False, root=str(odd_folder))
     assert records(tmp_path / "csv") == records(tmp_path / "ref")
@@ -43,12 +45,18 @@ def _paths(folder):
 def test_csv_class_names_multi_labels_and_bad_rows(tiny_folder, tmp_path):
     paths = _paths(tiny_folder)[:6]
     names = ["zebra", "ant", "moth", "ant", "zebra", "moth"]
-    listing = _csv(tmp_path / "n.csv", "label,path", [f"{n},{p}" for n, p in zip(names, paths, strict=True)] + [",", "emu,"])
+    listing = _csv(
+        tmp_path / "n.csv", "label,path", [f"{n},{p}" for n, p in zip(names, paths, strict=True)] + [",", "emu,"]
+    )
     res = pack_folder(str(listing), str(tmp_path / "a"), progress=False)
     assert res.manifest["classes"] == {"ant": 0, "moth": 1, "zebra": 2}  # sorted: all names known up front
     assert [lab for lab, _ in records(tmp_path / "a")] == [(2.0,), (0.0,), (1.0,), (0.0,), (2.0,), (1.0,)]
     assert dict(res.skipped) == {"n.csv line 9": "empty path"}
-    multi = _csv(tmp_path / "m.csv", "path,label_1,label_2", [f"{p},{i},{i / 2}" for i, p in enumerate(paths)] + [f"{paths[0]},1"])
+    multi = _csv(
+        tmp_path / "m.csv",
+        "path,label_1,label_2",
+        [f"{p},{i},{i / 2}" for i, p in enumerate(paths)] + [f"{paths[0]},1"],
+    )
     res = pack_folder(str(multi), str(tmp_path / "b"), progress=False)
     assert res.manifest["label_width"] == 2
     assert [lab for lab, _ in records(tmp_path / "b")] == [(float(i), i / 2) for i in range(6)]

@@ -91,7 +91,9 @@ def test_string_labels_numbers_binary_columns_and_unlabeled(tmp_path):
     )
     assert res.manifest["label_width"] == 2 and res.manifest["classes"] is None
     assert [lab for lab, _ in records(tmp_path / "b")] == [(float(i), 0.5) for i in range(5)]
-    pack_folder(str(tmp_path / "t.parquet"), str(tmp_path / "c"), progress=False, image_column="img", label_column="none")
+    pack_folder(
+        str(tmp_path / "t.parquet"), str(tmp_path / "c"), progress=False, image_column="img", label_column="none"
+    )
     assert [b for _, b in records(tmp_path / "c")] == jpgs
     with pytest.raises(UserError, match="no image column 'image' .columns: img, name, score.; pass --image-column"):
         pack_folder(str(tmp_path / "t.parquet"), str(tmp_path / "d"), progress=False)
@@ -116,8 +118,12 @@ def test_bad_rows_are_named_by_file_and_row(tmp_path):
     ]
     labels = [0, 1, 0, 1, 7, 1, None]  # 7: not one of the 2 classes; None: no label
     struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    meta = {b"huggingface": b'{"info": {"features": {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": ["x", "y"]}}}}'}
-    table = pa.table({"image": pa.array(images, struct), "label": pa.array(labels, pa.int64())}).replace_schema_metadata(meta)
+    meta = {
+        b"huggingface": b'{"info": {"features": {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": ["x", "y"]}}}}'
+    }
+    table = pa.table(
+        {"image": pa.array(images, struct), "label": pa.array(labels, pa.int64())}
+    ).replace_schema_metadata(meta)
     path = tmp_path / "in" / "bad.parquet"
     path.parent.mkdir()
     pq.write_table(table, str(path), row_group_size=3)

@@ -55,11 +55,13 @@ def test_remote_tars_pack_like_local_ones(uploaded, tmp_path, monkeypatch):
     assert {s["path"].rsplit("/", 1)[0] for s in res.manifest["skipped"]} == {f"s3://{BUCKET}/ingest/tars"}
     assert len(res.skipped) == len(ref.skipped) == 3
     monkeypatch.undo()
-    prefix = pack_folder(f"s3://{BUCKET}/ingest/tars", str(tmp_path / "prefix"), progress=False, storage_options=options)
+    prefix = pack_folder(
+        f"s3://{BUCKET}/ingest/tars", str(tmp_path / "prefix"), progress=False, storage_options=options
+    )
     assert records(tmp_path / "prefix") == records(tmp_path / "ref") and prefix.manifest["name"] == "tars"
 
 
-def test_remote_parquet_and_the_cli(uploaded, s3_server, tmp_path):  # noqa: F811
+def test_remote_parquet_and_the_cli(uploaded, s3_server, tmp_path):
     local, options = uploaded
     pack_folder(str(local / "pq"), str(tmp_path / "ref"), progress=False)
     res = pack_remote(

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import tarfile
-from pathlib import Path
 
 import pytest
 from ingest_inputs import folder_entries, image_bytes, manifest, records, write_tars
@@ -148,7 +147,7 @@ def test_tars_pack_like_the_folder(odd_folder, odd_inputs, tmp_path):
 
 
 def test_one_tar_a_brace_pattern_and_gzip(odd_inputs, tmp_path):
-    entries, _, folder = odd_inputs
+    _entries, _, folder = odd_inputs
     whole = pack_folder(str(folder), str(tmp_path / "all"), progress=False)
     single = pack_folder(str(folder / "train-000001.tar"), str(tmp_path / "one"), progress=False)
     assert records(tmp_path / "one") == records(tmp_path / "all")[4 : 4 + single.written]
@@ -246,7 +245,7 @@ def test_damaged_tar_keeps_what_came_before(tmp_path):
     (path,) = write_tars(entries, tmp_path / "in", per_tar=6)
     data = bytearray(path.read_bytes())
     reader = TarReader(io.BytesIO(bytes(data)).read)
-    fourth = [m for m in reader if m.name.startswith("000003")][0]
+    fourth = next(m for m in reader if m.name.startswith("000003"))
     data[fourth.offset + 3] ^= 0x40  # damage the header of sample 3's first member
     path.write_bytes(bytes(data))
     res = pack_folder(str(path), str(tmp_path / "out"), progress=False)

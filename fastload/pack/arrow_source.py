@@ -47,7 +47,7 @@ _SPLITS = ("train", "validation", "valid", "val", "test", "dev", "eval")
 def _pyarrow() -> Any:
     try:
         import pyarrow as pa
-        import pyarrow.parquet  # noqa: F401  (the submodule is used through pa)
+        import pyarrow.parquet
     except ImportError:
         raise UserError("parquet and hf-disk input need pyarrow: pip install 'fastload[ingest]'") from None
     return pa
@@ -160,7 +160,9 @@ class ArrowSource:
             store = self._store(src)
             for obj in store.list():
                 if obj.key.lower().endswith(".parquet"):
-                    found.append((obj.key, _File(store.url_of(obj.key), obj.size, obj.etag or "", None, (store, obj.key))))
+                    found.append(
+                        (obj.key, _File(store.url_of(obj.key), obj.size, obj.etag or "", None, (store, obj.key)))
+                    )
         elif os.path.isfile(src):
             st = os.stat(src)
             return [_File(os.path.abspath(src), st.st_size, str(st.st_mtime_ns), os.path.abspath(src), None)]
@@ -172,7 +174,9 @@ class ArrowSource:
                     if name.lower().endswith(".parquet"):
                         path = os.path.join(dirpath, name)
                         st = os.stat(path)
-                        found.append((os.path.relpath(path, root), _File(path, st.st_size, str(st.st_mtime_ns), path, None)))
+                        found.append(
+                            (os.path.relpath(path, root), _File(path, st.st_size, str(st.st_mtime_ns), path, None))
+                        )
         found.sort(key=lambda x: x[0])
         splits = {s for rel, _ in found if (s := _split_of(rel, _SPLITS)) is not None}
         if self.split is not None:
@@ -212,7 +216,9 @@ class ArrowSource:
             names = [str(s) for s in splits.get("splits", [])] if isinstance(splits, dict) else []
             split = self.split or "train"
             if split not in names:
-                raise UserError(f"{src}: a DatasetDict with splits {', '.join(names) or 'none'}; no split {split!r} (--split)")
+                raise UserError(
+                    f"{src}: a DatasetDict with splits {', '.join(names) or 'none'}; no split {split!r} (--split)"
+                )
             self.split = split
             folder = f"{folder}/{split}" if self.remote else os.path.join(folder, split)
         elif self.split is not None:
@@ -317,7 +323,11 @@ class ArrowSource:
         if self.label_column is None:
             return Labels(kind="number", width=1)
         feature = self._features(schema).get(self.label_column)
-        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and isinstance(feature.get("names"), list):
+        if (
+            isinstance(feature, dict)
+            and feature.get("_type") == "ClassLabel"
+            and isinstance(feature.get("names"), list)
+        ):
             return Labels([str(n) for n in feature["names"]])
         t = schema.field(self.label_column).type
         if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
@@ -344,13 +354,16 @@ class ArrowSource:
             row = 0
             left = skip if index == first_file else 0
             if self.kind == "parquet":
-                pf = pa.parquet.ParquetFile(f.open_random())
+                # A local file is read column chunk by column chunk as it is decoded (pre-buffering
+                # whole row groups only pays for remote reads, whose requests it coalesces); Arrow's
+                # own threads would only compete with the pack's converter threads.
+                pf = pa.parquet.ParquetFile(f.open_random(), pre_buffer=f.local is None)
                 for group, rows in enumerate(f.groups):
                     if left >= rows:
                         left -= rows
                         row += rows
                         continue
-                    for batch in pf.read_row_group(group, columns=columns).to_batches():
+                    for batch in pf.read_row_group(group, columns=columns, use_threads=False).to_batches():
                         n = batch.num_rows
                         if left < n:
                             yield index, batch.slice(left) if left else batch, row + left

@@ -67,7 +67,9 @@ def batch_size(options: ConvertOptions) -> int:
     return PASS_BATCH if options.resize is None and options.transcode is None else DECODE_BATCH
 
 
-def prepare_record(item: SourceItem, image: bytes | bytearray | memoryview, fmt: ShardFormat, label_width: int) -> Prepared:
+def prepare_record(
+    item: SourceItem, image: bytes | bytearray | memoryview, fmt: ShardFormat, label_width: int
+) -> Prepared:
     """The record (RecordIO) or value (LMDB) of one image, with its length, image offset and checksum."""
     if fmt is ShardFormat.RECORDIO:
         header = recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
@@ -163,7 +165,9 @@ def convert_buffers(
         if reason is not None or data is None:
             results[i] = Converted(None, None, reason or "no image bytes")
         elif len(data) > limit:
-            results[i] = Converted(None, None, f"image of {len(data)} bytes is larger than the {limit}-byte record limit")
+            results[i] = Converted(
+                None, None, f"image of {len(data)} bytes is larger than the {limit}-byte record limit"
+            )
         else:
             datas[i] = data
     results.update(zip(datas, convert_images(list(datas.values()), options), strict=True))

@@ -47,6 +47,7 @@ from fastload.checksum import Checksum, checksum_file
 from fastload.errors import OnError, UserError
 from fastload.pack.convert_batch import batch_size, convert_batch, convert_options, resolve_transcoder
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
+from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.manifest_writer import write_dataset_files
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.plan import dataset_name, fixed_edges, refuse_walk_skips, stat_sources
@@ -54,7 +55,6 @@ from fastload.pack.plan import fingerprint as pack_fingerprint
 from fastload.pack.restart import RestartTranscoder
 from fastload.pack.result import PackResult
 from fastload.pack.shard_writer import ShardSink
-from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.sources import open_source
 from fastload.pack.staging import (
     USER_WRITE_ERRNOS,

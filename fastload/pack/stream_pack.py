@@ -106,7 +106,9 @@ def open_stream_source(
             )
         from fastload.pack.wds_source import WdsSource
 
-        source = WdsSource(src, image_key=options.image_key, label_key=options.label_key, storage_options=storage_options)
+        source = WdsSource(
+            src, image_key=options.image_key, label_key=options.label_key, storage_options=storage_options
+        )
     else:
         from fastload.pack.arrow_source import ArrowSource
 
@@ -188,7 +190,9 @@ class _Marks:
         return {"source": after, "labels": self.source.labels.state(names)}
 
 
-def _resume(staging: str, shard_file: Any, edges: list[int] | None) -> tuple[list[ShardDone], int, dict[str, Any] | None]:
+def _resume(
+    staging: str, shard_file: Any, edges: list[int] | None
+) -> tuple[list[ShardDone], int, dict[str, Any] | None]:
     """The completed shards of an interrupted pack (a prefix), the position after them, their cursor."""
     done: list[ShardDone] = []
     pos = 0
@@ -352,11 +356,26 @@ def _write(
         return convert_buffers([(item, s.data, s.reason) for item, s in chunk], converting, options.format, width)
 
     stream = ordered_results(
-        _chain([first] if first is not None else [], items), convert, workers=workers, batch=batch_size(converting), window=window
+        _chain([first] if first is not None else [], items),
+        convert,
+        workers=workers,
+        batch=batch_size(converting),
+        window=window,
     )
     try:
         new = write_shards(
-            staging, [], pos, number, shard_file, stream, options, edges, width, progress, BufferPool(keep=0), marks.cursor
+            staging,
+            [],
+            pos,
+            number,
+            shard_file,
+            stream,
+            options,
+            edges,
+            width,
+            progress,
+            BufferPool(keep=0),
+            marks.cursor,
         )
     finally:
         stream.close()

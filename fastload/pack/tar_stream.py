@@ -94,7 +94,7 @@ def _text(raw: bytes) -> str:
 
 
 def _pax_records(data: bytes, offset: int) -> dict[str, str]:
-    """``key=value`` records of a PAX header (``"%d %s=%s\\n"``, the length counting itself)."""
+    r"""``key=value`` records of a PAX header (``"%d %s=%s\\n"``, the length counting itself)."""
     out: dict[str, str] = {}
     pos = 0
     while pos < len(data) and data[pos] != 0:
@@ -280,7 +280,9 @@ class TarReader:
                     continue
                 data = self._take(size)
                 if len(data) < size:
-                    yield TarMember(name, start, size, True, None, f"truncated tar: {len(data)} of {size} bytes present")
+                    yield TarMember(
+                        name, start, size, True, None, f"truncated tar: {len(data)} of {size} bytes present"
+                    )
                     return
                 self._skip(-size % BLOCK)
                 yield TarMember(name, start, size, True, data)
