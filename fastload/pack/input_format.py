@@ -117,6 +117,7 @@ def detect_format(src: str, storage_options: Mapping[str, Any] | None = None) ->
     """
     from fastload.remote.storage import is_remote_url
 
+    src = os.fspath(src)
     by_name = _by_name(src)
     if has_braces(src):
         return by_name or InputFormat.WDS

@@ -96,6 +96,7 @@ def pack_folder(
             raise UserError(str(exc)) from None
     elif kwargs:
         raise TypeError("pass either options= or keyword options, not both")
+    src, out = os.fspath(src), os.fspath(out)
     fmt = options.input_format or detect_format(src, storage_options)
     if fmt in STREAMED:
         from fastload.pack.stream_pack import pack_stream
