@@ -35,7 +35,10 @@ _SIGNED = struct.Struct("148b8x356b")
 _ADLER_MOD = 65521
 _ZERO = bytes(BLOCK)
 _REGULAR = (b"0", b"\0", b"7")
-_CHUNK = 4 << 20
+# Bytes read at a time. Few, big reads: each read gives up the GIL and must win it back from the
+# converter threads (up to the interpreter's 5 ms switch interval each time), and the chunks alive
+# are those with samples still in flight either way.
+_CHUNK = 8 << 20
 
 
 class TarError(ValueError):
