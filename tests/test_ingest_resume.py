@@ -131,3 +131,41 @@ def test_parquet_resumes_at_its_row(odd_folder, tmp_path, monkeypatch):
     res = pack_folder(str(path), str(tmp_path / "out"), **opts)
     assert res.resumed_shards == 2
     _same_dataset(tmp_path / "out", tmp_path / "ref")
+
+
+def test_ctrl_c_stops_a_streamed_pack_and_the_rerun_finishes(tiny_folder, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    entries, _ = folder_entries(tiny_folder)
+    write_tars(entries * 40, tmp_path / "tars", per_tar=400)  # 1,600 samples: seconds of --resize work
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fastload", "pack", str(tmp_path / "tars"), str(out), "--resize", "48"]
+    cmd += ["--workers", "1", "--quiet", "--shard-size", "100KB"]
+    # As in a terminal (a background process inherits SIGINT ignored).
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        staging = out / ".fastload-staging"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not glob.glob(str(staging / "*.done.json")):
+            time.sleep(0.01)
+        assert proc.poll() is None, "the pack ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert not (out / MANIFEST_NAME).exists()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    with open_dataset(str(out)) as ds:
+        assert len(ds) == 1600

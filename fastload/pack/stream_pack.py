@@ -329,7 +329,7 @@ def _write(
     depth, group = 4 * workers, 64
     in_flight = depth * group + window * batch_size(converting) + _SETTLE + 2 * group
     marks = _Marks(source, keep=2 * in_flight)
-    samples = source.samples(pos, cursor["source"] if cursor is not None else None)
+    samples = iter(source.samples(pos, cursor["source"] if cursor is not None else None))
     count = [0]
 
     def noted() -> Iterator[tuple[SourceItem, Sample]]:
@@ -340,45 +340,50 @@ def _write(
             source.labels.width = width  # no good label yet: later ones must have this width
         zeros = (0.0,) * width
         p = pos
-        for sample in _chain(head, samples):
-            marks.note(p, sample)
-            yield SourceItem(p, sample.name, sample.labels or zeros), sample
-            p += 1
+        try:
+            for sample in _chain(head, samples):
+                marks.note(p, sample)
+                yield SourceItem(p, sample.name, sample.labels or zeros), sample
+                p += 1
+        finally:
+            samples.close()  # its open files, a remote GET
         count[0] = p - pos
 
     total = source.total - pos if source.total is not None else None
-    progress = Progress(options.progress and sys.stderr.isatty(), total)
     items = read_ahead(noted(), depth=depth, group=group)
-    first = next(items, None)  # the label width is settled once the first item is out
-    width = source.labels.width or 1
-
-    def convert(chunk: list[tuple[SourceItem, Sample]]) -> list[Any]:
-        return convert_buffers([(item, s.data, s.reason) for item, s in chunk], converting, options.format, width)
-
-    stream = ordered_results(
-        _chain([first] if first is not None else [], items),
-        convert,
-        workers=workers,
-        batch=batch_size(converting),
-        window=window,
-    )
+    progress = Progress(options.progress and sys.stderr.isatty(), total)
     try:
-        new = write_shards(
-            staging,
-            [],
-            pos,
-            number,
-            shard_file,
-            stream,
-            options,
-            edges,
-            width,
-            progress,
-            BufferPool(keep=0),
-            marks.cursor,
+        first = next(items, None)  # the label width is settled once the first item is out
+        width = source.labels.width or 1
+
+        def convert(chunk: list[tuple[SourceItem, Sample]]) -> list[Any]:
+            return convert_buffers([(item, s.data, s.reason) for item, s in chunk], converting, options.format, width)
+
+        stream = ordered_results(
+            _chain([first] if first is not None else [], items),
+            convert,
+            workers=workers,
+            batch=batch_size(converting),
+            window=window,
         )
+        try:
+            new = write_shards(
+                staging,
+                [],
+                pos,
+                number,
+                shard_file,
+                stream,
+                options,
+                edges,
+                width,
+                progress,
+                BufferPool(keep=0),
+                marks.cursor,
+            )
+        finally:
+            stream.close()
     finally:
-        stream.close()
         items.close()
         progress.close()
     return new, count[0]
