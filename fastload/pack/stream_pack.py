@@ -199,8 +199,12 @@ def _resume(
     cursor: dict[str, Any] | None = None
     while edges is None or pos < edges[-1]:
         d = load_done(staging, len(done), shard_file(len(done)), pos, edges)
-        if d is None or not isinstance(d.cursor, dict) or not isinstance(d.cursor.get("labels"), dict):
+        if d is None or not isinstance(d.cursor, dict) or not isinstance(d.cursor.get("source"), dict):
             break
+        try:
+            Labels.from_state(d.cursor["labels"])
+        except (KeyError, TypeError, AttributeError):
+            break  # a sidecar without a usable label state: the shard is written again
         done.append(d)
         pos, cursor = d.end, d.cursor
     return done, pos, cursor

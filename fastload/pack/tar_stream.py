@@ -230,8 +230,15 @@ class TarReader:
             if first is None:
                 first = at
             if kind in (b"x", b"g", b"L", b"K"):
-                blob = bytes(self._take(size))
-                self._skip(-size % BLOCK)
+                pos = self._pos
+                end = pos + size + (-size % BLOCK)
+                if end <= len(self._buf):  # the usual case: inside the chunk
+                    blob = self._buf[pos : pos + size]
+                    self._pos = end
+                    self.offset += end - pos
+                else:
+                    blob = bytes(self._take(size))
+                    self._skip(-size % BLOCK)
                 if len(blob) < size:
                     raise TarError(f"truncated tar: it ends inside the extended header at byte {at}")
                 if kind == b"x":
