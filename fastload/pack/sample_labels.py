@@ -67,8 +67,18 @@ class Labels:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Labels:
-        """The state :meth:`state` returned (names first-seen so far are numbered as before)."""
-        labels = cls(state["names"], kind=state["kind"], width=state["width"])
+        """The state :meth:`state` returned (names first-seen so far are numbered as before).
+
+        Raises:
+            TypeError: Not such a state.
+            KeyError: A field missing.
+        """
+        names, kind, width = state["names"], state["kind"], state["width"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise TypeError("label state: names must be a list of strings")
+        if kind not in (None, "number", "name") or not (width is None or (isinstance(width, int) and width >= 1)):
+            raise TypeError("label state: bad kind or width")
+        labels = cls(names, kind=kind, width=width)
         labels.fixed = bool(state["fixed"])
         return labels
 

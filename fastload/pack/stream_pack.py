@@ -350,7 +350,9 @@ def _write(
                 yield SourceItem(p, sample.name, sample.labels or zeros), sample
                 p += 1
         finally:
-            samples.close()  # its open files, a remote GET
+            closer = getattr(samples, "close", None)
+            if closer is not None:
+                closer()  # its open files, a remote GET
         count[0] = p - pos
 
     total = source.total - pos if source.total is not None else None
