@@ -25,11 +25,11 @@ because shards are cut by the records alone.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -161,33 +161,32 @@ def _fingerprint(source: StreamSource, options: PackOptions, name: str, fmt: Inp
 
 
 class _Marks:
-    """Where the input goes on after each sample in flight: what a shard's sidecar records at its end.
+    """Where the input goes on after the samples the writer is at: what a shard's sidecar records at its end.
 
-    The reader thread notes each sample's resume point and the number of class names known after
-    it (:meth:`note`, in order); the writer asks for the point after a shard's last sample
-    (:meth:`cursor`). Only the last ``keep`` points are kept: more than the samples in flight
-    between the reader and the writer, so the writer always finds its own.
+    The reader thread stamps each sample with the number of class names known after it
+    (:attr:`Sample.names`); the batches pass through :meth:`watch` on their way to the writer, which
+    asks for the point after a shard's last sample (:meth:`cursor`): a shard ends inside the batch
+    being written or right after the one before it, so those two are kept.
     """
 
-    def __init__(self, source: StreamSource, keep: int) -> None:
-        self.source, self.keep = source, keep
-        self.points: dict[int, tuple[dict[str, Any] | None, int]] = {}
-        self.lock = threading.Lock()
+    def __init__(self, source: StreamSource) -> None:
+        self.source = source
+        self.recent: collections.deque[list[tuple[SourceItem, Sample]]] = collections.deque(maxlen=2)
 
-    def note(self, position: int, sample: Sample) -> None:
-        with self.lock:
-            self.points[position + 1] = (sample.after, len(self.source.labels.names))
-            self.points.pop(position + 1 - self.keep, None)
+    def watch(self, stream: Iterator[tuple[list[Any], Any]]) -> Iterator[tuple[list[Any], Any]]:
+        for chunk, out in stream:
+            self.recent.append(chunk)
+            yield chunk, out
 
     def cursor(self, end: int) -> dict[str, Any] | None:
-        with self.lock:
-            point = self.points.get(end)
-        if point is None:
-            return None
-        after, names = point
-        if after is None:
-            return None  # no place to start again right after this sample (inside a damaged tar)
-        return {"source": after, "labels": self.source.labels.state(names)}
+        for chunk in reversed(self.recent):
+            first = chunk[0][0].id
+            if first < end <= first + len(chunk):
+                sample = chunk[end - 1 - first][1]
+                if sample.after is None:
+                    return None  # no place to start again right after it (inside a damaged tar)
+                return {"source": sample.after, "labels": self.source.labels.state(sample.names)}
+        return None
 
 
 def _resume(
@@ -331,8 +330,7 @@ def _write(
     workers = options.workers or os.cpu_count() or 1
     window = max(4, workers * _BATCHES_PER_WORKER)
     depth, group = 4 * workers, 64
-    in_flight = depth * group + window * batch_size(converting) + _SETTLE + 2 * group
-    marks = _Marks(source, keep=2 * in_flight)
+    marks = _Marks(source)
     samples = iter(source.samples(pos, cursor["source"] if cursor is not None else None))
     count = [0]
 
@@ -346,7 +344,7 @@ def _write(
         p = pos
         try:
             for sample in _chain(head, samples):
-                marks.note(p, sample)
+                sample.names = len(source.labels.names)
                 yield SourceItem(p, sample.name, sample.labels or zeros), sample
                 p += 1
         finally:
@@ -379,7 +377,7 @@ def _write(
                 pos,
                 number,
                 shard_file,
-                stream,
+                marks.watch(stream),
                 options,
                 edges,
                 width,

@@ -30,6 +30,8 @@ class Sample:
         reason: Why it is a bad entry, else None.
         after: Where reading may start again to go on with the next sample (a source-specific
             JSON-able dict), when the source can resume there; None otherwise.
+        names: Class names numbered once the sample's label was read (the stream pack's note, for
+            the label state at a resume point).
     """
 
     name: str
@@ -37,6 +39,7 @@ class Sample:
     labels: tuple[float, ...] | None = None
     reason: str | None = None
     after: dict[str, Any] | None = field(default=None)
+    names: int = 0
 
 
 class StreamSource(Protocol):
