@@ -98,6 +98,10 @@ def test_tar_reader_reports_damage_with_its_offset():
     assert len(cut) == 2
     with pytest.raises(TarError, match="ends inside the header"):
         _members(data[: second + 100])
+    big = _members(data, max_size=34)  # members larger than a record can hold: passed over unread
+    assert [(n, d, p) for n, _, d, p in big] == [
+        (n, None, "member of 35 bytes is larger than the 34-byte record limit") for n in ("a.jpg", "b.jpg", "c.jpg")
+    ]
     sparse = bytearray(data[:512])  # a GNU sparse member: reported, never handed out as data
     sparse[156:157] = b"S"
     sparse[148:156] = b" " * 8

@@ -127,12 +127,15 @@ class TarReader:
         pax_global: PAX global headers in force at ``start`` (:attr:`pax_global` of the reader that
             stopped there).
         chunk: Bytes read at a time.
+        max_size: Regular members larger than this are passed over unread and handed out with
+            their problem (a record could not hold them; memory stays bounded). None: no limit.
     """
 
     read: Callable[[int], bytes]
     start: int = 0
     pax_global: dict[str, str] = field(default_factory=dict)
     chunk: int = _CHUNK
+    max_size: int | None = None
 
     def __post_init__(self) -> None:
         self._buf = b""
@@ -280,6 +283,8 @@ class TarReader:
                             break
             start, long_name, pax = first, None, {}
             first = None
+            if kind in _REGULAR and problem is None and self.max_size is not None and size > self.max_size:
+                problem = f"member of {size} bytes is larger than the {self.max_size}-byte record limit"
             if kind in _REGULAR and problem is None:
                 pos = self._pos
                 padded = pos + size + (-size % BLOCK)

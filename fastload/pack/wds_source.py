@@ -38,6 +38,7 @@ from fastload.pack.input_format import TAR_SUFFIXES, has_braces, is_tar_name
 from fastload.pack.sample_labels import LabelError, Labels
 from fastload.pack.stream_sample import Sample
 from fastload.pack.tar_stream import TarError, TarMember, TarReader
+from fastload.records import recordio
 
 __all__ = ["IMAGE_KEYS", "WdsSource", "group_samples"]
 
@@ -311,7 +312,12 @@ class WdsSource:
         for i in range(index, len(self.tars)):
             tar = self.tars[i]
             raw, read = tar.reader(offset if i == index else 0)
-            reader = TarReader(read, start=offset if i == index else 0, pax_global=pax if i == index else {})
+            reader = TarReader(
+                read,
+                start=offset if i == index else 0,
+                pax_global=pax if i == index else {},
+                max_size=recordio.MAX_RECORD_LENGTH,
+            )
             pending: Sample | None = None
             try:
                 for key, group, duplicates, start in group_samples(iter(reader)):
