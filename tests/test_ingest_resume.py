@@ -169,3 +169,29 @@ def test_ctrl_c_stops_a_streamed_pack_and_the_rerun_finishes(tiny_folder, tmp_pa
     assert res.returncode == 0, res.stderr[-2000:]
     with open_dataset(str(out)) as ds:
         assert len(ds) == 1600
+
+
+def test_the_input_is_read_a_bounded_distance_ahead_of_the_writer(tiny_folder, tmp_path, monkeypatch):
+    entries, _ = folder_entries(tiny_folder)
+    write_tars(entries * 40, tmp_path / "tars", per_tar=800)  # 1,600 samples
+    read, at_first_shard = [0], []
+    real_samples = WdsSource.samples
+
+    def counted(self, position, cursor):
+        for sample in real_samples(self, position, cursor):
+            read[0] += 1
+            yield sample
+
+    real_finish = shard_writer.ShardSink.finish
+
+    def finish(self, end, cursor=None):
+        at_first_shard.append(read[0])
+        return real_finish(self, end, cursor)
+
+    monkeypatch.setattr(WdsSource, "samples", counted)
+    monkeypatch.setattr(shard_writer.ShardSink, "finish", finish)
+    res = pack_folder(str(tmp_path / "tars"), str(tmp_path / "out"), progress=False, workers=1, shard_size=400_000)
+    assert res.written == 1600 and len(res.manifest["shards"]) > 10
+    # When the first shard (a few dozen samples) is written, the reader is at most its read-ahead
+    # (4 lists of 64 per worker) plus the converters' window (4 batches of 32) ahead: not the input.
+    assert at_first_shard[0] < 600, at_first_shard[:3]
