@@ -47,7 +47,16 @@ def named_tars(tiny_folder, tmp_path_factory):
     return folder
 
 
-def test_a_crash_after_some_shards_resumes_where_they_end(named_tars, tmp_path, monkeypatch):
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_crash_after_some_shards_resumes_where_they_end(named_tars, tmp_path, monkeypatch, compressed):
+    if compressed:  # a .tar.gz resumes by decompressing up to the recorded offset
+        import gzip
+
+        folder = tmp_path / "gz"
+        folder.mkdir()
+        for tar in sorted(named_tars.iterdir()):
+            (folder / (tar.name + ".gz")).write_bytes(gzip.compress(tar.read_bytes()))
+        named_tars = folder
     opts = dict(progress=False, workers=2, shard_size=60_000)
     ref = pack_folder(str(named_tars), str(tmp_path / "ref"), **opts)
     assert len(ref.manifest["shards"]) >= 5 and len(ref.manifest["classes"]) == 3
