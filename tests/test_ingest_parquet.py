@@ -138,3 +138,26 @@ def test_bad_rows_are_named_by_file_and_row(tmp_path):
     assert [lab for lab, _ in records(tmp_path / "out")] == [(0.0,), (1.0,)]
     with pytest.raises(UserError, match=rf"{path}: row 1: null image cell .*--on-error fail"):
         pack_folder(str(path), str(tmp_path / "fail"), progress=False, on_error="fail")
+
+
+def test_damaged_parquet_files_are_bad_entries_and_the_others_are_read(tmp_path):
+    entries = [(f"{i}.jpg", i % 2, make_jpeg(30 + i, 20, seed=i)) for i in range(12)]
+    folder = tmp_path / "in"
+    good = write_parquet(entries[:4], folder / "a.parquet", ["x", "y"], rows_per_group=2)
+    cut = write_parquet(entries[4:8], folder / "b.parquet", ["x", "y"], rows_per_group=2)
+    cut.write_bytes(cut.read_bytes()[:-100])  # no footer: the file cannot be opened
+    hurt = write_parquet(entries[8:], folder / "c.parquet", ["x", "y"], rows_per_group=2)
+    second = pq.ParquetFile(str(hurt)).metadata.row_group(1).column(0)
+    data = bytearray(hurt.read_bytes())
+    start = second.dictionary_page_offset or second.data_page_offset
+    data[start : start + 16] = b"\xff" * 16  # the second row group's first page header
+    hurt.write_bytes(bytes(data))
+    res = pack_folder(str(folder), str(tmp_path / "out"), progress=False)
+    skipped = dict(res.skipped)
+    assert skipped[str(cut)].startswith("cannot read (")
+    assert (
+        skipped[f"{hurt}: row 2 on"].startswith("cannot read (")
+        and "the rest of this file is skipped" in skipped[f"{hurt}: row 2 on"]
+    )
+    assert [b for _, b in records(tmp_path / "out")] == [e[2] for e in entries[:4] + entries[8:10]]
+    assert good.exists()

@@ -75,6 +75,7 @@ class _File:
         self.shown, self.size, self.stamp, self.local, self.remote = shown, size, stamp, local, remote
         self.rows = 0
         self.groups: list[int] = []  # rows per row group (parquet)
+        self.problem: str | None = None  # why the file cannot be read at all (its one bad entry)
 
     def open_random(self) -> Any:
         if self.local is not None:
@@ -265,13 +266,17 @@ class ArrowSource:
                     with self._batches(f) as reader:
                         file_schema = reader.schema
                     f.rows = -1  # unknown until read (an Arrow stream has no footer)
-            except (pa.ArrowInvalid, OSError) as exc:
-                raise UserError(f"{f.shown}: cannot read ({exc})") from None
+            except (pa.ArrowException, OSError) as exc:
+                # A file whose footer or schema cannot be read is one bad entry; the others are read.
+                f.problem = f"cannot read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                f.rows, f.groups = 1, []
+                continue
             if schema is None:
                 schema = file_schema
             elif not file_schema.equals(schema, check_metadata=False):
                 raise UserError(f"{f.shown}: its columns differ from {self.files[0].shown}'s")
-        assert schema is not None
+        if schema is None:
+            raise UserError(f"{self.files[0].shown}: {self.files[0].problem}")
         return schema
 
     def _batches(self, f: _File) -> Any:
@@ -339,54 +344,57 @@ class ArrowSource:
 
     def _all_names(self) -> set[str]:
         """Every class name of the label column (read alone: the first of the two passes)."""
+        pa = _pyarrow()
         names: set[str] = set()
-        for _, batch, _ in self._column_batches([self.label_column]):
-            names.update(v for v in batch.column(0).to_pylist() if isinstance(v, str))
+        for index, f in enumerate(self.files):
+            if f.problem is not None:
+                continue
+            try:
+                for batch, _ in self._file_batches(index, [self.label_column], 0):
+                    names.update(v for v in batch.column(0).to_pylist() if isinstance(v, str))
+            except (pa.ArrowException, OSError):
+                pass  # reported as a bad entry when its rows are read
         return names
 
     # --- rows -----------------------------------------------------------------------------------
 
-    def _column_batches(self, columns: list[Any], first_file: int = 0, skip: int = 0) -> Iterator[tuple[int, Any, int]]:
-        """``(file index, record batch of columns, row in the file of its first row)``, a row group at a time.
-
-        From file ``first_file``, row ``skip`` of it on (row groups before it are not read).
-        """
+    def _file_batches(self, index: int, columns: list[Any], skip: int) -> Iterator[tuple[Any, int]]:
+        """``(record batch of columns, row of its first row)`` of file ``index``, from row ``skip`` on."""
         pa = _pyarrow()
-        for index in range(first_file, len(self.files)):
-            f = self.files[index]
-            row = 0
-            left = skip if index == first_file else 0
-            if self.kind == "parquet":
-                # Pages are read and decoded as the batches are taken, a few megabytes at a time,
-                # instead of a whole row group at once (2,000 ImageNet-like images in two 100 MB
-                # row groups: peak RSS 138 MB instead of 436 MB, a tenth of the system time for
-                # fresh pages). Arrow's own threads would only compete with the converter threads.
-                pf = pa.parquet.ParquetFile(
-                    f.open_random(), pre_buffer=False, buffer_size=_LOCAL_BUFFER if f.local else _REMOTE_BUFFER
+        f = self.files[index]
+        row = 0
+        left = skip
+        if self.kind == "parquet":
+            # Pages are read and decoded as the batches are taken, a few megabytes at a time,
+            # instead of a whole row group at once (2,000 ImageNet-like images in two 100 MB row
+            # groups: peak RSS 138 MB instead of 436 MB, a tenth of the system time for fresh
+            # pages). Arrow's own threads would only compete with the converter threads.
+            pf = pa.parquet.ParquetFile(
+                f.open_random(), pre_buffer=False, buffer_size=_LOCAL_BUFFER if f.local else _REMOTE_BUFFER
+            )
+            for group, rows in enumerate(f.groups):
+                if left >= rows:
+                    left -= rows
+                    row += rows
+                    continue
+                batches = pf.iter_batches(
+                    batch_size=_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
                 )
-                for group, rows in enumerate(f.groups):
-                    if left >= rows:
-                        left -= rows
-                        row += rows
-                        continue
-                    batches = pf.iter_batches(
-                        batch_size=_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
-                    )
-                    for batch in batches:
-                        n = batch.num_rows
-                        if left < n:
-                            yield index, batch.slice(left) if left else batch, row + left
-                        row += n
-                        left = max(0, left - n)
-            else:
-                with self._batches(f) as reader:
-                    for batch in reader:
-                        n = batch.num_rows
-                        if left < n:
-                            picked = batch.select(columns)
-                            yield index, picked.slice(left) if left else picked, row + left
-                        row += n
-                        left = max(0, left - n)
+                for batch in batches:
+                    n = batch.num_rows
+                    if left < n:
+                        yield batch.slice(left) if left else batch, row + left
+                    row += n
+                    left = max(0, left - n)
+            return
+        with self._batches(f) as reader:
+            for batch in reader:
+                n = batch.num_rows
+                if left < n:
+                    picked = batch.select(columns)
+                    yield picked.slice(left) if left else picked, row + left
+                row += n
+                left = max(0, left - n)
 
     def identity(self) -> list[str]:
         return [f"{f.shown}\t{f.size}\t{f.stamp}" for f in self.files]
@@ -401,7 +409,12 @@ class ArrowSource:
         }
 
     def samples(self, position: int, cursor: dict[str, Any] | None) -> Iterator[Sample]:
-        """Samples from ``cursor`` (``{"file": i, "row": r}``) on, else from global row ``position``."""
+        """Samples from ``cursor`` (``{"file": i, "row": r}``) on, else from global row ``position``.
+
+        A file that cannot be read on (damaged pages, a cut file) is a bad entry named by the file
+        and the rows after its last good one; the other files are read as usual.
+        """
+        pa = _pyarrow()
         if cursor is not None:
             first, skip = int(cursor["file"]), int(cursor["row"])
         else:
@@ -410,15 +423,24 @@ class ArrowSource:
                 skip -= self.files[first].rows
                 first += 1
         columns = [self.image_column] + ([self.label_column] if self.label_column else [])
-        for index, batch, row in self._batches_with_rows(columns, first, skip):
-            yield from self._rows(index, batch, row)
-
-    def _batches_with_rows(self, columns: list[str], first: int, skip: int) -> Iterator[tuple[int, Any, int]]:
-        pa = _pyarrow()
-        try:
-            yield from self._column_batches(columns, first, skip)
-        except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
-            raise UserError(f"{self.path}: cannot read ({exc})") from None
+        for index in range(first, len(self.files)):
+            done = skip if index == first else 0
+            if self.files[index].problem is not None:
+                yield Sample(
+                    self.files[index].shown, reason=self.files[index].problem, after={"file": index + 1, "row": 0}
+                )
+                continue
+            try:
+                for batch, row in self._file_batches(index, columns, done):
+                    yield from self._rows(index, batch, row)
+                    done = row + batch.num_rows
+            except (pa.ArrowException, OSError) as exc:
+                text = str(exc).split("\n", 1)[0]
+                yield Sample(
+                    f"{self.files[index].shown}: row {done} on",
+                    reason=f"cannot read ({text}); the rest of this file is skipped",
+                    after={"file": index + 1, "row": 0},
+                )
 
     def _rows(self, index: int, batch: Any, row: int) -> Iterator[Sample]:
         """The samples of one record batch of file ``index``: image views, labels, bad entries named by row."""
