@@ -309,3 +309,33 @@ def test_cli_packs_tars_and_verify_passes(odd_inputs, tmp_path):
     assert m["counts"]["found"] == 19 and m["counts"]["written"] == 16
     shutil.rmtree(out)
     assert json.dumps(m)  # (JSON-able)
+
+
+def test_whole_batches_are_framed_as_the_engine_frames_files(tiny_folder, tmp_path):
+    entries, _ = folder_entries(tiny_folder)
+    write_tars(entries, tmp_path / "tars", per_tar=16)
+    pack_folder(str(tiny_folder), str(tmp_path / "ref"), progress=False, name="x", shard_size=150_000)
+    res = pack_folder(str(tmp_path / "tars"), str(tmp_path / "wds"), progress=False, name="x", shard_size=150_000)
+    assert res.manifest["counts"]["passed_through"] == 40 and len(res.manifest["shards"]) > 2
+    for name in os.listdir(tmp_path / "ref"):
+        if name.endswith((".rec", ".idx", ".npy")):
+            assert (tmp_path / "wds" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+
+
+def test_frame_buffers_leaves_records_to_split_to_the_record_path():
+    from fastload.pack.framing import BufferPool, frame_buffers
+    from fastload.records import recordio
+    from fastload.records.folder_tree import SourceItem
+
+    pool = BufferPool(keep=2)
+    jpgs = [make_jpeg(20 + i, 16, seed=i) for i in range(3)]
+    items = [(SourceItem(i, f"m{i}", (float(i),)), data) for i, data in enumerate(jpgs)]
+    whole = frame_buffers(items, 1, pool)
+    want = b"".join(
+        b"".join(bytes(c) for c in recordio.FramedRecord(d, recordio.pack_header(float(i), i)).chunks)
+        for i, d in enumerate(jpgs)
+    )
+    assert bytes(whole.data) == want and whole.complete
+    magic = recordio.MAGIC.to_bytes(4, "little")
+    split = jpgs[1][:8] + magic + jpgs[1][8:]  # the magic word at an aligned offset: a multi-part record
+    assert frame_buffers([items[0], (items[1][0], split)], 1, pool) is None

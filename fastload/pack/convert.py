@@ -32,6 +32,7 @@ __all__ = [
     "ConvertOptions",
     "Converted",
     "JpegInfo",
+    "cheap_info",
     "convert_image",
     "convert_images",
     "inspect_jpeg",
@@ -285,7 +286,7 @@ def _engine_resize_encode() -> Callable[[Sequence[Buffer], int, int], list[bytes
     return fn
 
 
-def _cheap_info(data: Buffer, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[JpegInfo | None, bool]:
+def cheap_info(data: Buffer, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[JpegInfo | None, bool]:
     """The marker walk's verdict: (info, True) for an 8-bit colour JPEG the engine can take as is.
 
     Raises:
@@ -312,7 +313,7 @@ def _cheap_info(data: Buffer, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Jpe
 
 def _engine_ready(data: Buffer, max_pixels: int) -> bool:
     try:
-        return _cheap_info(data, max_pixels)[1]
+        return cheap_info(data, max_pixels)[1]
     except BadImage:
         return False
 
@@ -361,7 +362,7 @@ def convert_image(data: Buffer, options: ConvertOptions, *, use_engine: bool = T
     if not data:
         return Converted(None, None, "empty file (0 bytes)")
     try:
-        _info, cheap_ok = _cheap_info(data, options.max_pixels)
+        _info, cheap_ok = cheap_info(data, options.max_pixels)
         if options.resize is None:
             if cheap_ok:
                 out, kind = data, "pass"

@@ -13,8 +13,8 @@ import errno
 import xxhash
 
 from fastload.errors import UserError
-from fastload.pack.convert import Converted, ConvertOptions, convert_images
-from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch
+from fastload.pack.convert import BadImage, Converted, ConvertOptions, cheap_info, convert_images
+from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch, frame_buffers
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.restart import RestartTranscoder
 from fastload.pack.restart import available as restart_available
@@ -146,19 +146,46 @@ def convert_batch(
     return out
 
 
+def _passes(data: bytes | memoryview, max_pixels: int) -> bool:
+    """Whether :func:`fastload.pack.convert.convert_image` would store ``data`` untouched (a checked colour JPEG)."""
+    try:
+        return cheap_info(data, max_pixels)[1]
+    except BadImage:
+        return False
+
+
 def convert_buffers(
     batch: list[tuple[SourceItem, bytes | memoryview | None, str | None]],
     options: ConvertOptions,
     fmt: ShardFormat,
     label_width: int,
-) -> list[tuple[Converted, int, Prepared | None]]:
+    pool: BufferPool | None = None,
+) -> FramedBatch | list[tuple[Converted, int, Prepared | None]]:
     """Check, convert and frame a batch of images already in memory (a tar's members, a parquet column).
 
     Each entry is ``(item, image bytes, reason)``: with a reason (a bad entry found while reading),
-    the entry is reported with it and its bytes are not looked at. The result has
+    the entry is reported with it and its bytes are not looked at. A RecordIO batch of JPEGs that
+    all pass through is framed into one buffer from ``pool`` (:func:`fastload.pack.framing.frame_buffers`),
+    which the writer takes whole, as the engine's framed batches of files; otherwise the result has
     :func:`convert_batch`'s per-file form, so the shard writer takes both alike.
     """
     limit = max_file_bytes(label_width)
+    # The usual batch: colour JPEGs that pass through, framed into one buffer the writer takes whole.
+    passing = (
+        fmt is ShardFormat.RECORDIO
+        and options.resize is None
+        and options.transcode is None
+        and pool is not None
+        and all(
+            reason is None and data is not None and len(data) <= limit and _passes(data, options.max_pixels)
+            for _, data, reason in batch
+        )
+    )
+    if passing:
+        assert pool is not None
+        whole = frame_buffers([(item, data) for item, data, _ in batch if data is not None], label_width, pool)
+        if whole is not None:
+            return whole
     results: dict[int, Converted] = {}
     datas: dict[int, bytes | memoryview] = {}
     for i, (_item, data, reason) in enumerate(batch):

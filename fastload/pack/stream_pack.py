@@ -331,6 +331,8 @@ def _write(
     window = max(4, workers * _BATCHES_PER_WORKER)
     depth, group = 4 * workers, 64
     marks = _Marks(source)
+    # Framed batches' buffers come back once written: the batches in flight, plus those gathered.
+    pool = BufferPool(keep=window + 4)
     samples = iter(source.samples(pos, cursor["source"] if cursor is not None else None))
     count = [0]
 
@@ -360,8 +362,10 @@ def _write(
         first = next(items, None)  # the label width is settled once the first item is out
         width = source.labels.width or 1
 
-        def convert(chunk: list[tuple[SourceItem, Sample]]) -> list[Any]:
-            return convert_buffers([(item, s.data, s.reason) for item, s in chunk], converting, options.format, width)
+        def convert(chunk: list[tuple[SourceItem, Sample]]) -> Any:
+            return convert_buffers(
+                [(item, s.data, s.reason) for item, s in chunk], converting, options.format, width, pool
+            )
 
         stream = ordered_results(
             _chain([first] if first is not None else [], items),
@@ -382,7 +386,7 @@ def _write(
                 edges,
                 width,
                 progress,
-                BufferPool(keep=0),
+                pool,
                 marks.cursor,
             )
         finally:

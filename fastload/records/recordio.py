@@ -45,6 +45,7 @@ __all__ = [
     "format_idx",
     "frame_parts",
     "framed_size",
+    "magic_positions",
     "pack_header",
     "read_idx",
     "unpack_header",
@@ -125,7 +126,7 @@ def unpack_header(payload: Buffer) -> RecordHeader:
     return RecordHeader(flag, labels, rid, rid2, end)
 
 
-def _magic_positions(payload: Buffer) -> list[int]:
+def magic_positions(payload: Buffer) -> list[int]:
     """Aligned offsets of the magic word inside a payload (only whole words before the tail)."""
     words = len(payload) >> 2
     if words == 0:
@@ -170,9 +171,7 @@ def _frame(payload: Buffer, head: Buffer = b"") -> tuple[list[Buffer], int]:
     length = hlen + len(payload)
     if length > MAX_RECORD_LENGTH:
         raise ValueError(f"record of {length} bytes exceeds the RecordIO limit of {MAX_RECORD_LENGTH}")
-    splits = (
-        _magic_positions(head) + [hlen + p for p in _magic_positions(payload)] if hlen else _magic_positions(payload)
-    )
+    splits = magic_positions(head) + [hlen + p for p in magic_positions(payload)] if hlen else magic_positions(payload)
     if not splits:  # almost every record: one framing word (merged with the header), data, padding
         first = _LREC.pack(MAGIC, length) + bytes(head) if hlen else _LREC.pack(MAGIC, length)
         pad = _PAD[length & 3]
