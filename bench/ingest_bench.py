@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     work = tempfile.mkdtemp(prefix="fastload-ingest-bench-", dir=args.workdir)
     try:
-        print(f"making {images} images, their tars and their parquet in {work} ...", flush=True)
+        made = f"the images in {args.images_dir}" if args.images_dir else f"{images} images"
+        print(f"making {made}: their tars and their parquet in {work} ...", flush=True)
         inputs = make_inputs(work, images=images, images_dir=args.images_dir)
         result.update(measure(inputs, workers=args.workers, pairs=pairs, workdir=work))
     finally:

@@ -43,8 +43,9 @@ __all__ = ["ArrowSource"]
 
 _SPLITS = ("train", "validation", "valid", "val", "test", "dev", "eval")
 _BATCH_ROWS = 64  # rows decoded at a time (the memory a sample's view keeps alive)
-_LOCAL_BUFFER = 1 << 20  # parquet read size, local
-_REMOTE_BUFFER = 8 << 20  # parquet read size, remote (one ranged GET each)
+# Parquet read size (remote: one ranged GET each). Few, big reads: each gives up the GIL and must
+# win it back from the converter threads.
+_READ_BUFFER = 8 << 20
 
 
 def _pyarrow() -> Any:
@@ -380,9 +381,7 @@ class ArrowSource:
             # instead of a whole row group at once (2,000 ImageNet-like images in two 100 MB row
             # groups: peak RSS 138 MB instead of 436 MB, a tenth of the system time for fresh
             # pages). Arrow's own threads would only compete with the converter threads.
-            pf = pa.parquet.ParquetFile(
-                f.open_random(), pre_buffer=False, buffer_size=_LOCAL_BUFFER if f.local else _REMOTE_BUFFER
-            )
+            pf = pa.parquet.ParquetFile(f.open_random(), pre_buffer=False, buffer_size=_READ_BUFFER)
             for group, rows in enumerate(f.groups):
                 if left >= rows:
                     left -= rows
