@@ -23,7 +23,7 @@ $(STAMP): setup.py pyproject.toml $(wildcard csrc/*/*.cpp csrc/*/*.h)
 	# torch first and pinned: these versions are local wheels (a CUDA build that runs on the CPU);
 	# torchvision does not import beside the CPU-only 2.13.0 wheel, and a bare "torch" would download.
 	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench,dev,docs]"
+	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench,dev,docs,ingest]"
 	$(VPY) -m fastload info
 	@touch $(STAMP)
 

@@ -35,9 +35,19 @@ __all__ = ["write_dataset_files"]
 
 
 def write_dataset_files(
-    staging: str, source: Source, options: PackOptions, name: str, fingerprint: str, done: list[ShardDone]
+    staging: str,
+    source: Source,
+    options: PackOptions,
+    name: str,
+    fingerprint: str,
+    done: list[ShardDone],
+    source_extra: dict[str, Any] | None = None,
 ) -> None:
-    """The binary index, then the manifest, into staging."""
+    """The binary index, then the manifest, into staging.
+
+    ``source_extra``: more about the input for the manifest's ``source`` entry (a streamed input's
+    files, keys or columns).
+    """
     width = source.label_width
     total = sum(len(d.rows["id"]) for d in done)
     found = (done[-1].end if done else 0) + len(source.skipped)
@@ -65,7 +75,8 @@ def write_dataset_files(
         skipped.extend(d.skipped)
         kinds.update(d.kinds)
     if total == 0:
-        raise UserError(f"{source.path}: none of the {found} files is a decodable image; nothing was written")
+        what = "files" if source.kind in ("folder", "lst", "csv", "jsonl") else "entries"
+        raise UserError(f"{source.path}: none of the {found} {what} is a decodable image; nothing was written")
     written = total
     try:
         write_index(os.path.join(staging, INDEX_NAME), index)
@@ -79,7 +90,7 @@ def write_dataset_files(
             "records": written,
             "label_width": width,
             "classes": source.classes,
-            "source": {"kind": source.kind, "path": source.path, "root": source.root},
+            "source": {"kind": source.kind, "path": source.path, "root": source.root, **(source_extra or {})},
             "options": {
                 "format": options.format.value,
                 "shards": options.shards,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import numpy as np
 from fastload.errors import UserError
 from fastload.pack.convert_batch import batch_size, convert_batch, convert_options, resolve_transcoder
 from fastload.pack.framing import BufferPool
+from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.manifest_writer import write_dataset_files
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.ordered_pool import ordered_results
@@ -58,13 +60,26 @@ __all__ = ["pack_folder"]
 _BATCHES_PER_WORKER = 4  # tasks in flight per worker: bounds the images held in memory
 
 
-def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwargs: Any) -> PackResult:
-    """Pack a class-folder tree or an im2rec ``.lst`` into shards plus ``fastload.json``.
+def pack_folder(
+    src: str,
+    out: str,
+    *,
+    options: PackOptions | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> PackResult:
+    """Pack a class-folder tree, a listing, WebDataset tars or parquet into shards plus ``fastload.json``.
+
+    Folders, ``.lst``, CSV and JSONL listings are packed here; WebDataset tars, parquet and
+    ``save_to_disk`` folders are streamed by :func:`fastload.pack.stream_pack.pack_stream`
+    (``options.input_format``, or detected: :func:`fastload.pack.input_format.detect_format`).
 
     Args:
-        src: Folder with one sub-folder per class, or a ``.lst`` file.
+        src: Folder with one sub-folder per class, a ``.lst`` / ``.csv`` / ``.jsonl`` listing, tars
+            (a file, folder, brace pattern or URL), a parquet file or folder, a ``save_to_disk`` folder.
         out: Output folder.
         options: A :class:`PackOptions`; or pass its fields as keyword arguments.
+        storage_options: Settings for a remote (``s3://`` ...) tar or parquet SRC.
         **kwargs: :class:`PackOptions` fields (when ``options`` is None).
 
     Returns:
@@ -81,9 +96,18 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
             raise UserError(str(exc)) from None
     elif kwargs:
         raise TypeError("pass either options= or keyword options, not both")
+    src, out = os.fspath(src), os.fspath(out)
+    fmt = options.input_format or detect_format(src, storage_options)
+    if fmt in STREAMED:
+        from fastload.pack.stream_pack import pack_stream
+
+        return pack_stream(src, out, fmt=fmt, options=options, storage_options=storage_options)
+    for flag in ("image_key", "label_key", "image_column", "label_column", "split"):
+        if getattr(options, flag) is not None:
+            raise UserError(f"--{flag.replace('_', '-')} does not apply to {fmt.value} input")
     t0 = time.perf_counter()
     transcode = resolve_transcoder(options)
-    source = open_source(src, options.root)
+    source = open_source(src, options.root, fmt)
     name = dataset_name(source, options)
     order = np.arange(len(source.items))
     if options.shuffle:

@@ -47,6 +47,7 @@ from fastload.checksum import Checksum, checksum_file
 from fastload.errors import OnError, UserError
 from fastload.pack.convert_batch import batch_size, convert_batch, convert_options, resolve_transcoder
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
+from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.manifest_writer import write_dataset_files
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.plan import dataset_name, fixed_edges, refuse_walk_skips, stat_sources
@@ -277,8 +278,8 @@ def _write_shard(
             sink.bytes_in += nread
             if kind is None:
                 if options.on_error is OnError.RAISE:  # as the local writer: the first bad file fails the pack
-                    raise UserError(f"{item.path}: {note} (on_error='raise', --on-error fail)")
-                sink.skipped.append((item.path, note or "not stored"))
+                    raise UserError(f"{item.shown}: {note} (on_error='raise', --on-error fail)")
+                sink.skipped.append((item.shown, note or "not stored"))
                 continue
             length, data_offset, parts, offset, size, checksum = rec[3:9]
             if seg not in segments:
@@ -356,7 +357,13 @@ def pack_with_ray(
         raise TypeError("pass either options= or keyword options, not both")
     t0 = time.perf_counter()
     transcode = resolve_transcoder(options)  # fails early, on the driver, when the engine is missing
-    source = open_source(src, options.root)
+    fmt = options.input_format or detect_format(src)
+    if fmt in STREAMED:
+        raise UserError(
+            f"--engine ray packs folders and .lst / CSV / JSONL listings; {fmt.value} input is streamed "
+            "by the local engine (the default, --engine local)"
+        )
+    source = open_source(src, options.root, fmt)
     name = dataset_name(source, options)
     order = np.arange(len(source.items))
     if options.shuffle:

@@ -199,8 +199,11 @@ class ShardSink:
         rows["labels"] += [list(item.labels) for item in items]
         rows["checksum"] += framed.checksums
 
-    def finish(self, end: int) -> ShardDone:
-        """Flush, fsync, rename into place, then write the sidecar that marks the shard complete."""
+    def finish(self, end: int, cursor: dict[str, Any] | None = None) -> ShardDone:
+        """Flush, fsync, rename into place, then write the sidecar that marks the shard complete.
+
+        ``cursor``: where a streamed input goes on after ``end`` (kept in the sidecar for a resume).
+        """
         entry: dict[str, Any] = {"file": self.file_name, "records": len(self.rows["id"])}
         if self.fmt is ShardFormat.RECORDIO:
             digest = self.file.checksum()
@@ -230,7 +233,16 @@ class ShardSink:
             os.replace(self.partial, self.final)
         fsync_dir(self.staging)
         done = ShardDone(
-            self.staging, self.number, self.start, end, entry, self.rows, self.skipped, dict(self.kinds), self.bytes_in
+            self.staging,
+            self.number,
+            self.start,
+            end,
+            entry,
+            self.rows,
+            self.skipped,
+            dict(self.kinds),
+            self.bytes_in,
+            cursor,
         )
         write_done(done)
         return done
@@ -258,11 +270,19 @@ def write_shards(
     label_width: int,
     progress: Progress,
     pool: BufferPool,
+    cursor_at: Callable[[int], dict[str, Any] | None] | None = None,
 ) -> list[ShardDone]:
-    """Consume converted items from ``pos`` on, cutting shards at ``edges`` or by size."""
+    """Consume converted items from ``pos`` on, cutting shards at ``edges`` or by size.
+
+    ``cursor_at(end)``, for a streamed input: where reading goes on after item ``end`` (stored in
+    the sidecar of the shard that ends there).
+    """
     done: list[ShardDone] = []
     sink: ShardSink | None = None
     target = os.path.join(staging, shard_file(number))
+
+    def finish(sink: ShardSink, end: int) -> ShardDone:
+        return sink.finish(end, cursor_at(end) if cursor_at is not None else None)
 
     def open_sink() -> ShardSink:
         nonlocal target
@@ -284,7 +304,7 @@ def write_shards(
                     progress.step(sum(out.sizes), len(batch))
                     pos += len(batch)
                     if edges is not None and pos == edges[number + 1]:
-                        done.append(sink.finish(pos))
+                        done.append(finish(sink, pos))
                         sink, number = None, number + 1
                     continue
                 out = out.whole_entries()  # a shard boundary falls inside the batch: record by record
@@ -296,15 +316,15 @@ def write_shards(
                     and sink.rows["id"]
                     and sink.nbytes + recordio.framed_size(prepared.length) > options.shard_size
                 ):
-                    done.append(sink.finish(pos))
+                    done.append(finish(sink, pos))
                     sink, number = None, number + 1
                 if sink is None:
                     sink = open_sink()
                 sink.bytes_in += nread
                 if result.data is None:
                     if options.on_error is OnError.RAISE:
-                        raise UserError(f"{item.path}: {result.reason} (on_error='raise', --on-error fail)")
-                    sink.skipped.append((item.path, result.reason or "not stored"))
+                        raise UserError(f"{item.shown}: {result.reason} (on_error='raise', --on-error fail)")
+                    sink.skipped.append((item.shown, result.reason or "not stored"))
                 else:
                     sink.kinds[result.kind or "pass"] += 1
                     if result.note:
@@ -314,10 +334,10 @@ def write_shards(
                 progress.step(nread)
                 pos += 1
                 if edges is not None and pos == edges[number + 1]:
-                    done.append(sink.finish(pos))
+                    done.append(finish(sink, pos))
                     sink, number = None, number + 1
         if sink is not None:
-            done.append(sink.finish(pos))
+            done.append(finish(sink, pos))
             sink = None
     except OSError as exc:
         if sink is not None:

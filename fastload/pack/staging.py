@@ -74,6 +74,8 @@ class ShardDone:
         skipped: ``(path, reason)`` of the files left out.
         kinds: Stored images per conversion kind.
         bytes_in: Source bytes read.
+        cursor: For a streamed input (tars, parquet), where reading goes on after ``end``, and the
+            label state there (:mod:`fastload.pack.stream_pack`); None for listed input.
     """
 
     staging: str
@@ -85,6 +87,7 @@ class ShardDone:
     skipped: list[tuple[str, str]]
     kinds: dict[str, int]
     bytes_in: int
+    cursor: dict[str, Any] | None = None
 
 
 def write_error(exc: OSError, path: str) -> UserError:
@@ -154,6 +157,7 @@ def load_done(staging: str, number: int, file: str, start: int, edges: list[int]
             [tuple(x) for x in meta["skipped"]],
             meta["kinds"],
             meta["bytes_in"],
+            meta.get("cursor"),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -179,6 +183,7 @@ def write_done(done: ShardDone) -> None:
             "skipped": done.skipped,
             "kinds": done.kinds,
             "bytes_in": done.bytes_in,
+            **({"cursor": done.cursor} if done.cursor is not None else {}),
         },
         indent=None,
     )  # rows: compact, C encoder
