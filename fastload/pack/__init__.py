@@ -3,7 +3,7 @@
 The parts, from the top: ``packer`` (the driver, :func:`pack_folder`), ``options`` / ``result``,
 ``sources`` (folder / ``.lst`` input), ``convert`` (check / convert one image), ``framing`` (the
 engine's pass-through batches), ``restart`` (restart-marker transcoding), ``ordered_pool`` (the
-converter threads), ``shard_writer`` (shard files), ``staging`` (lock, resume, final move),
+converter threads), ``shard_writer`` (shard files), ``work_folder`` (lock, resume, final move),
 ``manifest_writer`` (index and manifest), ``progress``; ``arrays`` packs numpy arrays
 (``fastload pack-arrays``).
 """

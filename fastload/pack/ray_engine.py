@@ -55,7 +55,7 @@ from fastload.pack.restart import RestartTranscoder
 from fastload.pack.result import PackResult
 from fastload.pack.shard_writer import ShardSink
 from fastload.pack.sources import open_source
-from fastload.pack.staging import (
+from fastload.pack.work_folder import (
     USER_WRITE_ERRNOS,
     ShardDone,
     exclusive,

@@ -32,8 +32,8 @@ from fastload.errors import UserError
 from fastload.pack.options import PackOptions
 from fastload.pack.result import PackResult
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
-from fastload.remote.fetch import fetch_to_file
-from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
+from fastload.records.remote.fetch import fetch_to_file
+from fastload.records.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
 
 __all__ = ["default_build_dir", "download_tree", "pack_remote", "publish"]
 
