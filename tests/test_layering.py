@@ -153,6 +153,23 @@ def test_scale_out_package_layers():
     assert not [m for m in graph if m == "fastload.stage" or m.split(".")[:2] == ["fastload", "remote"]]
 
 
+def test_the_transport_loads_without_the_readers():
+    """What a spawned storage helper imports (a fresh interpreter, on a forked worker's first
+    storage call) is the transport alone: no reader, no numpy, so the helper starts fast."""
+    script = textwrap.dedent("""
+        import sys
+        import fastload.records.remote.cache, fastload.records.remote.spawned
+        print(" ".join(sorted(m for m in sys.modules if m.startswith(("fastload", "numpy")))))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(proc.stdout.split())
+    transport = {f"fastload.records.remote.{name}" for name in _REMOTE_TRANSPORT}
+    faces = {"fastload", "fastload.records", "fastload.records.remote"}
+    below = {"fastload.errors", "fastload.checksum", "fastload.folder", "fastload.version"}
+    assert transport <= loaded <= transport | faces | below, loaded
+
+
 def test_only_the_storage_client_imports_obstore():
     """One module talks to object storage; every other reaches it through RemoteStore."""
     users = sorted(

@@ -270,20 +270,22 @@ def test_overwrite_never_removes_outside_the_dataset(tiny_folder, tmp_path, name
 def test_damaged_manifest_in_the_work_folder_is_one_clear_error(tiny_folder, tmp_path):
     out = tmp_path / "out"
     pack_folder(str(tiny_folder), str(out), progress=False, workers=1)
-    staging = out / ".fastload-staging"
-    staging.mkdir()
-    (staging / "plan.json").write_text(json.dumps({"fingerprint": "another command"}))
-    (staging / MANIFEST_NAME).write_text(json.dumps({"shards": [{"file": "../../elsewhere"}]}))
+    work_dir = out / ".fastload-staging"  # the pack's work folder, by its name on disk
+    work_dir.mkdir()
+    (work_dir / "plan.json").write_text(json.dumps({"fingerprint": "another command"}))
+    (work_dir / MANIFEST_NAME).write_text(json.dumps({"shards": [{"file": "../../elsewhere"}]}))
     with pytest.raises(CorruptDatasetError, match=r"\.fastload-staging/fastload\.json: shards"):
         pack_folder(str(tiny_folder), str(out), progress=False, workers=1, overwrite=True, name="again")
-    (staging / MANIFEST_NAME).write_text("{damaged")
+    (work_dir / MANIFEST_NAME).write_text("{damaged")
     res = subprocess.run(
         [sys.executable, "-m", "fastload", "pack", str(tiny_folder), str(out), "--overwrite", "--quiet"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert res.returncode == 2 and "Traceback" not in res.stderr and "manifest in the work folder" in res.stderr, res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "manifest in the work folder" in res.stderr, (
+        res.stderr
+    )
 
 
 def test_a_damaged_dataset_in_out_is_replaced_with_overwrite(tiny_folder, tmp_path):
