@@ -4,7 +4,7 @@ The order is a pure function of its inputs: no state, no global RNG, no environm
 rank computes the same epoch permutation from ``(seed, epoch)`` and then takes its own contiguous
 share of it, so the shares are disjoint and their union covers the epoch.
 
-Stages of the computation, each a function here:
+Steps of the computation, each a function here:
 
 1. :func:`epoch_permutation` -- the whole dataset's order for one epoch:
    ``Shuffle.NONE`` (0, 1, 2, ...), ``Shuffle.GLOBAL`` (a full permutation; right when the data sits
@@ -270,7 +270,7 @@ def _shard_of(spec: OrderSpec, records: np.ndarray) -> np.ndarray:
 def shards_read(spec: OrderSpec, epochs: Iterable[int], ranks: Iterable[int]) -> list[int]:
     """The shards that ``ranks`` read in ``epochs`` under ``spec`` (sorted shard numbers).
 
-    What ``fastload stage --node-rank`` copies for one node: its ranks are ``range(node_rank *
+    What ``fastload copy --node-rank`` copies for one node: its ranks are ``range(node_rank *
     local_size, (node_rank + 1) * local_size)``.
     """
     shards = set()
