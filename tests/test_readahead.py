@@ -192,3 +192,18 @@ def test_options_are_validated():
     for bad in ({"queue_depth": 0}, {"budget": 0}, {"gap": -1}, {"max_read": 0}, {"queue_depth": True}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ReadOptions(**bad)
+
+
+def test_the_automatic_budget_follows_the_widest_window(packed):
+    from fastload.records.readahead import AUTO_BUDGET, NO_WINDOW_BUDGET
+
+    with open_dataset(packed) as ds, ReadAhead(ds) as ra:
+        seq = np.arange(len(ds), dtype=np.int64)
+        ra.begin(seq)
+        assert ra.budget == NO_WINDOW_BUDGET  # no windows: global or no shuffle
+        ra.begin(seq, [10, 30])
+        sizes = ds.extents(seq)[2] - ds.extents(seq)[1]
+        widest = max(sizes[:10].sum(), sizes[10:30].sum(), sizes[30:].sum())
+        assert ra.budget == max(AUTO_BUDGET[0], min(AUTO_BUDGET[1], 2 * widest))
+    with ReadAhead(ds, ReadOptions(budget=1000)) as fixed:
+        assert fixed.budget == 1000

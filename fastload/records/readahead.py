@@ -42,9 +42,12 @@ import numpy as np
 
 from fastload.errors import CorruptRecordError
 
-__all__ = ["ReadAhead", "ReadCounters", "ReadOptions", "coalesce"]
+__all__ = ["AUTO_BUDGET", "NO_WINDOW_BUDGET", "ReadAhead", "ReadCounters", "ReadOptions", "coalesce"]
 
 _MIB = 1 << 20
+# The automatic budget (ReadOptions.budget=None): twice the largest window, within these bounds.
+AUTO_BUDGET = (64 * _MIB, 512 * _MIB)
+NO_WINDOW_BUDGET = 256 * _MIB
 # Records per group when record sizes are unknown (datasets without extents).
 _GENERIC_RECORD_GUESS = 128 << 10
 
@@ -58,7 +61,9 @@ class ReadOptions:
             SSDs and cloud volumes serve many requests in parallel.
         budget: Bytes read ahead and not yet handed to the decode, at most (the memory the
             read-ahead holds; two groups of half of it). For block and shard order, at least twice
-            a shuffle window's bytes lets every window be read as a few long runs.
+            a shuffle window's bytes lets every window be read as a few long runs. None: twice the
+            largest shuffle window's bytes, at least 64 MiB and at most 512 MiB; 256 MiB for orders
+            without windows (global, none).
         gap: Neighbouring records at most this many bytes apart are read together, the bytes
             between them read and dropped. The break-even on a disk is its bandwidth over its
             IOPS (an HDD's 160 MB/s at 150 IOPS: about 1 MB; an SSD: tens of KB).
@@ -67,13 +72,15 @@ class ReadOptions:
     """
 
     queue_depth: int = 16
-    budget: int = 256 * _MIB
+    budget: int | None = None
     gap: int = 64 << 10
     max_read: int = 8 * _MIB
 
     def __post_init__(self) -> None:
         for name, minimum in (("queue_depth", 1), ("budget", 1), ("gap", 0), ("max_read", 1)):
             value = getattr(self, name)
+            if name == "budget" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
                 raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
 
@@ -205,6 +212,16 @@ class ReadAhead:
         self._released = 0
         self._groups: deque[_Group] = deque()
         self._inflight = 0  # bytes of the groups not yet handed out entirely
+        self._widest = 0  # bytes of the largest shuffle window planned (0: no windows)
+
+    @property
+    def budget(self) -> int:
+        """The byte budget in force: the option's, or the automatic one (see :class:`ReadOptions`)."""
+        if self.options.budget is not None:
+            return self.options.budget
+        if not self._widest:
+            return NO_WINDOW_BUDGET
+        return int(min(AUTO_BUDGET[1], max(AUTO_BUDGET[0], 2 * self._widest)))
 
     # --- the plan ---------------------------------------------------------------------------------
 
@@ -245,6 +262,9 @@ class ReadAhead:
         self._csum = np.concatenate([self._csum, self._csum[-1] + np.cumsum(sizes, dtype=np.int64)])
         self._seq = np.concatenate([self._seq, seq])
         inside = win[(win > base) & (win < base + len(seq))]
+        if inside.size:
+            edges = np.concatenate([[base], inside, [base + len(seq)]])
+            self._widest = max(self._widest, int(np.diff(self._csum[edges]).max()))
         self._windows = np.concatenate([self._windows, inside, [base + len(seq)]])
 
     @property
@@ -255,7 +275,7 @@ class ReadAhead:
     def _group_end(self, p0: int) -> int:
         """Where the group starting at ``p0`` ends: half the budget, cut at a window start inside it."""
         n = len(self._seq)
-        target = self._csum[p0] + max(1, self.options.budget // 2)
+        target = self._csum[p0] + max(1, self.budget // 2)
         p1 = int(np.searchsorted(self._csum, target, side="right")) - 1
         p1 = min(n, max(p0 + 1, p1))
         if p1 < n:
@@ -300,7 +320,7 @@ class ReadAhead:
         while self._planned < len(self._seq):
             nxt = self._group_end(self._planned)
             more = int(self._csum[nxt] - self._csum[self._planned])
-            if self._inflight and self._inflight + more > self.options.budget:
+            if self._inflight and self._inflight + more > self.budget:
                 break
             self._submit_group()
 
