@@ -29,7 +29,6 @@ record by record, still ``queue_depth`` at a time and ahead in decode order.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -198,6 +197,8 @@ class ReadAhead:
         self._has_extents = all(hasattr(dataset, m) for m in ("extents", "read_extent", "image_from"))
         self._pool = ThreadPoolExecutor(max_workers=options.queue_depth, thread_name_prefix="fastload-read")
         self._lock = threading.Lock()
+        self._done = threading.Condition()  # notified as reads finish, and by interrupt()
+        self._interrupted = False
         self._closed = False
         self._counts = {"bytes": 0, "reads": 0, "records": 0, "direct": 0}
         self._wait_seconds = 0.0
@@ -272,6 +273,11 @@ class ReadAhead:
         """Positions in the plan (the sequences given since :meth:`begin`)."""
         return len(self._seq)
 
+    @property
+    def unissued(self) -> int:
+        """Positions of the plan whose reads are not issued yet."""
+        return len(self._seq) - self._planned
+
     def _group_end(self, p0: int) -> int:
         """Where the group starting at ``p0`` ends: half the budget, cut at a window start inside it."""
         n = len(self._seq)
@@ -296,7 +302,7 @@ class ReadAhead:
             np.minimum.at(first, run_of, np.arange(p0, p1, dtype=np.int64))
             for r in np.argsort(first, kind="stable").tolist():
                 s, a, b = int(r_sh[r]), int(r_st[r]), int(r_en[r])
-                reads.append(_Read(s, a, self._pool.submit(self._read_run, s, a, b)))
+                reads.append(_Read(s, a, self._issue(self._read_run, s, a, b)))
             # Reads were appended in first-need order: map run numbers to their place in `reads`.
             place = np.empty(len(r_st), dtype=np.int64)
             place[np.argsort(first, kind="stable")] = np.arange(len(r_st))
@@ -305,7 +311,7 @@ class ReadAhead:
             nbytes = int((r_en - r_st).sum())
         else:
             for i in idx.tolist():
-                reads.append(_Read(-1, 0, self._pool.submit(self._read_record, i)))
+                reads.append(_Read(-1, 0, self._issue(self._read_record, i)))
             read_of = np.arange(len(idx), dtype=np.int64)
             rel = None
             nbytes = int(self._csum[p1] - self._csum[p0])
@@ -325,6 +331,15 @@ class ReadAhead:
             self._submit_group()
 
     # --- the reads (pool threads) -----------------------------------------------------------------
+
+    def _issue(self, fn: Any, *args: Any) -> Future:
+        fut = self._pool.submit(fn, *args)
+        fut.add_done_callback(self._notify)
+        return fut
+
+    def _notify(self, _fut: Future) -> None:
+        with self._done:
+            self._done.notify_all()
 
     def _read_run(self, shard: int, start: int, end: int) -> bytes:
         data = self.dataset.read_extent(shard, start, end)
@@ -348,22 +363,39 @@ class ReadAhead:
     def _groups_for(self, start: int, stop: int) -> list[_Group]:
         return [g for g in self._groups if g.p0 < stop and g.p1 > start]
 
-    def wait(self, start: int, stop: int) -> None:
-        """Block until the reads holding positions ``[start, stop)`` are done (submitting them if needed)."""
+    def wait(self, start: int, stop: int) -> bool:
+        """Block until the reads holding positions ``[start, stop)`` are done (submitting them if needed).
+
+        Returns:
+            True; False when :meth:`interrupt` ended the wait first (a stopping producer).
+        """
         self._check_open()
         self._top_up(stop)
-        t0 = time.perf_counter()
-        waited = False
+        futures = []
         for g in self._groups_for(start, stop):
             lo, hi = max(start, g.p0) - g.p0, min(stop, g.p1) - g.p0
-            for r in np.unique(g.read_of[lo:hi]).tolist():
-                fut = g.reads[r].future
-                if not fut.done():
-                    waited = True
-                    with contextlib.suppress(CancelledError):
-                        fut.exception()
-        if waited:
-            self._wait_seconds += time.perf_counter() - t0
+            futures += [g.reads[r].future for r in np.unique(g.read_of[lo:hi]).tolist()]
+        pending = [f for f in futures if not f.done()]
+        if not pending:
+            return True
+        t0 = time.perf_counter()
+        with self._done:
+            while not self._interrupted and not all(f.done() for f in pending):
+                self._done.wait()
+            interrupted = self._interrupted
+        self._wait_seconds += time.perf_counter() - t0
+        return not interrupted
+
+    def interrupt(self) -> None:
+        """End a :meth:`wait` in progress now, and every later one until :meth:`resume` (any thread)."""
+        with self._done:
+            self._interrupted = True
+            self._done.notify_all()
+
+    def resume(self) -> None:
+        """Let :meth:`wait` block again (a new producer run)."""
+        with self._done:
+            self._interrupted = False
 
     def records(self, start: int, stop: int) -> tuple[list[Any], dict[int, str]]:
         """The images of positions ``[start, stop)``, checked; positions before ``stop`` are released.
@@ -371,8 +403,13 @@ class ReadAhead:
         Returns:
             ``(views, errors)``: one image per position (``b""`` for a bad record), and the reason
             for each bad one keyed by its place in the range.
+
+        Raises:
+            InterruptedError: :meth:`interrupt` was called (call :meth:`wait` first to find out
+                without an exception).
         """
-        self.wait(start, stop)
+        if not self.wait(start, stop):
+            raise InterruptedError("the read-ahead was interrupted (the loader is stopping)")
         views: list[Any] = []
         errors: dict[int, str] = {}
         direct = handed = 0
@@ -450,6 +487,7 @@ class ReadAhead:
             if self._closed:
                 return
             self._closed = True
+        self.interrupt()
         for g in list(self._groups):
             g.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
