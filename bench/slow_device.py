@@ -344,6 +344,7 @@ class SlowDevice:
         self._closed = True  # until the janitor and the folder exist: nothing to release before
         self._lock = threading.Lock()
         self._joined: dict[int, str] = {}  # pid -> the blkio cgroup it came from
+        self.repairs: list[str] = []  # limits or memberships found lost and set again (see ensure())
         self._janitor = _Janitor()
         try:
             self._folder = tempfile.mkdtemp(prefix=f"{_PREFIX}-", dir=workdir)
@@ -484,13 +485,38 @@ class SlowDevice:
 
     # --- cache and counters ---------------------------------------------------------------------
 
+    def ensure(self) -> list[str]:
+        """Check that the limits are in force and the joined processes still in the cgroup; restore them.
+
+        A limit that vanished (the kernel keeps it per device and cgroup) would let reads through
+        unthrottled and uncounted. Returns what had to be restored (also kept in :attr:`repairs`).
+        """
+        self._check_open()
+        fixed = []
+        p = self.profile
+        if p is not None:
+            for name, want in (("read_iops_device", p.iops), ("read_bps_device", p.bandwidth)):
+                with open(os.path.join(self.cgroup, f"blkio.throttle.{name}")) as fh:
+                    have = {line.split()[0]: int(line.split()[1]) for line in fh if len(line.split()) == 2}
+                if have.get(self.major_minor) != want:
+                    self._write(f"blkio.throttle.{name}", f"{self.major_minor} {want}")
+                    fixed.append(f"{name} was {have.get(self.major_minor)}, set to {want}")
+        members = set(self.members())
+        for pid in list(self._joined):
+            if pid not in members and os.path.exists(f"/proc/{pid}"):
+                self._write("cgroup.procs", str(pid))
+                fixed.append(f"pid {pid} had left the cgroup, joined again")
+        self.repairs += fixed
+        return fixed
+
     def drop_cache(self) -> None:
-        """Drop the file system's cached pages: unmount and mount it again.
+        """Drop the file system's cached pages: unmount and mount it again (limits checked first).
 
         Raises:
             DeviceBusy: Files on it are open (the message names the processes holding them).
         """
         self._check_open()
+        self.ensure()
         os.sync()
         try:
             _run(["umount", self.mount_point], "unmounting")

@@ -361,7 +361,9 @@ def _run(opts: SlowDiskOptions, doc: dict, threads: int, quiet: bool, peer_proce
                     "bandwidth": profile.bandwidth,
                     "cold_check": check,
                     "read_options": RECOMMENDED.get(name, {}),
+                    "repairs": list(dev.repairs),
                 }
+                dev.repairs.clear()
                 doc["results"] += [r.to_json() for r in results]
         finally:
             procs.close()

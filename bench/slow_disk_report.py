@@ -43,6 +43,10 @@ def profile_rows(doc: dict, profile: str) -> list[dict]:
         images = sum(s["images"] for s in samples)
         r["bw_bound"] = bw_bound
         if seconds and "device_bytes" in e:
+            # Share of the bytes the epochs needed that came from the device: ~1 (or more, with
+            # bridged gaps) for a cold epoch; far less means a cache served them.
+            needed = sum(s.get("bytes", 0) for s in samples)
+            r["cold_fraction"] = e["device_bytes"] / needed if needed else None
             r["device_mbps"] = e["device_bytes"] / seconds / 1e6
             r["device_iops"] = e["device_ios"] / seconds
             r["records_per_io"] = images / e["device_ios"] if e["device_ios"] else None
@@ -77,14 +81,16 @@ def _table(doc: dict, profile: str) -> list[str]:
         f"{', '.join(f'{k} {v >> 10} KiB' for k, v in reads.items()) or 'defaults'}"
     )
     check = info.get("cold_check", {})
+    repairs = info.get("repairs") or []
     lines = [
         "",
         head,
         f"   cold probe: {check.get('probe_bytes', 0) / 1e6:.1f} MB in {check.get('cold_seconds', 0):.3f} s with "
         f"{check.get('cold_device_bytes', 0) / 1e6:.1f} MB from the device; warm {check.get('warm_seconds', 0):.4f} s "
         f"with {check.get('warm_device_bytes', 0) / 1e6:.1f} MB",
+        *([f"   throttle repaired during the runs: {'; '.join(repairs)}"] if repairs else []),
         f"{'row':<58} {'img/s':>7} {'min-max':>11} {'dev MB/s':>8} {'IOPS':>6} {'rec/IO':>6} "
-        f"{'bound':>6} {'vs bw':>6} {'vs bnd':>6} {'vs warm':>7} {'wait/dec':>9}",
+        f"{'bound':>6} {'vs bw':>6} {'vs bnd':>6} {'vs warm':>7} {'wait/dec':>9} {'cold':>5}",
     ]
     for r in rows:
         name = r["name"][:58]
@@ -100,7 +106,7 @@ def _table(doc: dict, profile: str) -> list[str]:
             f"{name:<58} {_num(r['median_ips']):>7} {span:>11} {_num(r.get('device_mbps'), ',.1f'):>8} "
             f"{_num(r.get('device_iops')):>6} {_num(r.get('records_per_io'), '.1f'):>6} {_num(r.get('bound')):>6} "
             f"{_num(r.get('vs_bw'), '.2f'):>6} {_num(r.get('vs_bound'), '.2f'):>6} "
-            f"{_num(r.get('vs_warm'), '.2f'):>7} {split:>9}"
+            f"{_num(r.get('vs_warm'), '.2f'):>7} {split:>9} {_num(r.get('cold_fraction'), '.2f'):>5}"
         )
     return lines
 
@@ -240,7 +246,8 @@ def render(doc: dict) -> str:
         "img/s: median of the cold epochs; dev MB/s, IOPS: what the device served during the timed epochs "
         "(cgroup blkio counters); rec/IO: images per request; bound: min(bandwidth / mean record, IOPS x rec/IO); "
         "vs bw: share of the bandwidth bound; vs bnd: share of the row's bound; vs warm: cold / page-cache rate of "
-        "the same order, paired round by round; wait/dec: the loader's producer time waiting for reads / decoding.",
+        "the same order, paired round by round; wait/dec: the loader's producer time waiting for reads / decoding; "
+        "cold: bytes the device served / bytes the epochs read (below 0.9: not a cold epoch).",
     ]
     return "\n".join(lines)
 

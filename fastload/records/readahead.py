@@ -73,7 +73,7 @@ class ReadOptions:
     queue_depth: int = 16
     budget: int | None = None
     gap: int = 64 << 10
-    max_read: int = 8 * _MIB
+    max_read: int = 16 * _MIB
 
     def __post_init__(self) -> None:
         for name, minimum in (("queue_depth", 1), ("budget", 1), ("gap", 0), ("max_read", 1)):
