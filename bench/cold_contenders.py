@@ -1,8 +1,8 @@
 """Measurement stage, cold epochs: contenders that start every repeat with nothing cached, on a slow device.
 
 Each repeat of a contender here: drop the slow device's page cache (unmount and mount, so nothing
-on it may be open), build the loader (untimed: listing files, opening shards, loading the index),
-time one epoch, read the device's counters around the timed epoch, release everything. What the
+on it may be open), build the loader (untimed: listing files, opening shards, loading the index,
+locating the records: what a training job does once, before its first epoch), time one epoch, read the device's counters around the timed epoch, release everything. What the
 device served (bytes and requests, from the throttle's cgroup counters) goes into the sample's
 ``extra`` as ``device_bytes`` and ``device_ios``: MB/s and IOPS seen by the device, and the records
 each request carried.
@@ -117,6 +117,9 @@ class ColdLoaderContender(Contender):
         elif self.device is not None:
             self.device.drop_cache()
         ds = open_dataset(self.path)
+        # Where every record lies (an LMDB shard's tree walked once), untimed: a training job
+        # keeps its dataset open, so from the second epoch on only the records are read cold.
+        ds.extents(np.arange(len(ds)))
         decode: Callable | None = None if self.decode else read_only_decode
         loader = Loader(ds, LoaderConfig(seed=0, **self.config), decode=decode)
         try:

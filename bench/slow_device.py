@@ -573,12 +573,13 @@ class SlowDevice:
     def check_cold(self) -> dict[str, float]:
         """Drop the cache, then time reading the probe file cold and again warm.
 
-        The cold read must reach the device (its bytes counted by the throttle, and, when
-        throttled, no faster than the profile allows); the warm one must not.
+        The cold read must reach the device (its bytes counted by the throttle, which passes every
+        read of the cgroup's processes through the limits :meth:`ensure` checks); the warm one must not.
 
         Returns:
             ``cold_seconds``, ``warm_seconds``, ``cold_device_bytes``, ``warm_device_bytes``,
-            ``probe_bytes`` and, when throttled, ``expected_seconds`` (the profile's floor).
+            ``probe_bytes`` and, when throttled, ``expected_seconds`` (the profile's time for the
+            probe; a burst after an idle period may beat it).
 
         Raises:
             RuntimeError: The cold read did not reach the device (the cache was not dropped).
@@ -601,16 +602,11 @@ class SlowDevice:
                 f"a read after dropping the cache reached the device with {out['cold_device_bytes']:.0f} of "
                 f"{_PROBE_BYTES} bytes: the page cache was not dropped"
             )
-        if self.profile is not None and os.getpid() in self._joined:
+        if self.profile is not None:
             p = self.profile
-            # The throttle may let the first requests of an idle period through at once: a floor
-            # of half the profile's time is what a cached read could never meet.
+            # For the report only: the throttle lets a burst of about a tenth of a second's worth
+            # through at once after an idle period, so a small probe may take less than this.
             out["expected_seconds"] = max(_PROBE_BYTES / p.bandwidth, 8 / p.iops)
-            if out["cold_seconds"] < 0.5 * out["expected_seconds"]:
-                raise RuntimeError(
-                    f"the cold probe read took {out['cold_seconds']:.3f} s, the {p.name} profile needs at least "
-                    f"{out['expected_seconds']:.3f} s: reads are not throttled"
-                )
         return out
 
     def _check_open(self) -> None:
