@@ -2,10 +2,11 @@
 
 Each repeat of a contender here: drop the slow device's page cache (unmount and mount, so nothing
 on it may be open), build the loader (untimed: listing files, opening shards, loading the index,
-locating the records: what a training job does once, before its first epoch), time one epoch, read the device's counters around the timed epoch, release everything. What the
-device served (bytes and requests, from the throttle's cgroup counters) goes into the sample's
-``extra`` as ``device_bytes`` and ``device_ios``: MB/s and IOPS seen by the device, and the records
-each request carried.
+locating the records: what a training job does once, before its first epoch), time one epoch,
+read the device's counters around the timed epoch, release everything. What the device served
+(bytes and requests, from the throttle's cgroup counters) goes into the sample's ``extra`` as
+``device_bytes`` and ``device_ios``: MB/s and IOPS seen by the device, and the records each
+request carried.
 
 - :class:`ColdLoaderContender`: ``fastload.Loader`` over a packed folder (RecordIO or LMDB), in a
   given order with given read options; ``decode=False`` replaces the decode by a no-op to measure
