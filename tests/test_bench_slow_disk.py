@@ -196,3 +196,32 @@ def test_quick_run_measures_every_row_cold(tmp_path):
     # The device is gone: no loop device over a file of this run, no cgroup left.
     assert "fastload-slowdisk" not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert not [d for d in os.listdir("/sys/fs/cgroup/blkio") if d.startswith(f"fastload-slowdisk-{proc.pid}-")]
+
+
+def test_the_bench_table_tells_read_wait_from_decode():
+    from bench.harness import Result
+    from bench.report import format_table
+
+    row = Result(
+        name="fastload Loader",
+        group="pipeline",
+        family="fastload Loader",
+        threads=2,
+        median_ips=100.0,
+        min_ips=90.0,
+        max_ips=110.0,
+        median_mbps=9.0,
+        per_core_ips=50.0,
+        extra={
+            "stage_seconds.read": 0.5,
+            "stage_seconds.read_wait": 6.0,
+            "stage_seconds.decode": 2.0,
+            "io_bound_fraction": 6.0 / 8.5,
+            "loader_reads": 40,
+            "loader_bytes_read": 400_000_000,
+        },
+    )
+    text = format_table([row])
+    assert "read_wait 6.00" in text and "decode 2.00" in text
+    assert "producer: read wait 6.00 s, decode 2.00 s (bound by storage, 71% waiting for reads)" in text
+    assert "400.0 MB in 40 reads (10,000 KB a read)" in text

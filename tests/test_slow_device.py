@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
@@ -178,40 +179,39 @@ def test_a_kill_is_cleaned_up_by_the_janitor():
 @needs_device
 @pytest.mark.parametrize("fmt", ["recordio", "lmdb"])
 def test_every_order_reads_every_record_cold_from_the_device(tiny_folder, fmt):
-    from fastload.order import EpochOrder, OrderSpec, window_starts
+    from fastload.loader import Loader, LoaderConfig
     from fastload.pack.packer import pack_folder
     from fastload.records.dataset import open_dataset
-    from fastload.records.readahead import ReadAhead, ReadOptions
+    from fastload.transforms import Resize
 
     with SlowDevice(size=128 << 20, profile="ssd-lite") as dev:
         out = os.path.join(dev.mount_point, "ds")
         pack_folder(tiny_folder, out, format=fmt, shards=3, progress=False, workers=2)
         with open_dataset(out) as ds:
-            expected = [bytes(ds.image(i)) for i in range(len(ds))]
-            total = sum(len(e) for e in expected)
+            expected = ds.labels[:, 0].copy()
+            total = int(sum(len(ds.image(i)) for i in range(len(ds))))
         dev.join()
         try:
             for shuffle in ("global", "block", "shard"):
                 dev.drop_cache()
                 before = dev.counters()
-                with open_dataset(out) as ds:
-                    spec = OrderSpec(
-                        num_records=len(ds),
-                        batch_size=8,
-                        shuffle=shuffle,
-                        seed=1,
-                        block_size=4,
-                        window=2,
-                        shard_starts=tuple(ds.shard_starts.tolist()) if shuffle == "shard" else None,
-                    )
-                    order = EpochOrder(spec, 0)
-                    with ReadAhead(ds, ReadOptions(queue_depth=4, budget=1 << 20)) as ra:
-                        ra.begin(order.share, window_starts(spec, 0))
-                        views, errors = ra.records(0, len(order.share))
-                    assert not errors
-                    got = {int(i): bytes(v) for i, v in zip(order.share, views, strict=True)}
-                assert sorted(got) == list(range(len(expected)))  # full coverage
-                assert [got[i] for i in range(len(expected))] == expected
-                assert (dev.counters() - before).bytes >= total  # cold: every byte came from the device
+                config = LoaderConfig(
+                    batch_size=8,
+                    shuffle=shuffle,
+                    seed=1,
+                    block_size=4,
+                    window=2,
+                    num_threads=1,
+                    transform=Resize(size=(16, 16)),
+                )
+                with Loader(out, config) as loader:
+                    batches = [(b.indices.copy(), b.labels[:, 0].copy()) for b in loader]
+                    stats = loader.stats()
+                seen = np.concatenate([i for i, _ in batches])
+                assert sorted(seen.tolist()) == list(range(len(expected)))  # full coverage, each record once
+                for indices, labels in batches:
+                    np.testing.assert_array_equal(labels, expected[indices])
+                assert stats.skipped == 0 and stats.records_read >= len(expected)
+                assert (dev.counters() - before).bytes >= total  # cold: the records came from the device
         finally:
             dev.leave()
