@@ -2,8 +2,8 @@
 
 With ``LoaderConfig.read_options`` (the default), a :class:`~fastload.records.readahead.ReadAhead`
 is given the records of the rest of the epoch in decode order, with where the order's shuffle
-windows start (:func:`fastload.order.window_starts`), and the next epoch's once everything planned
-has been issued: reads run on across the epoch boundary, as the producer does. The producer then
+windows start (:func:`fastload.order.window_starts`), and the next epoch's once every read of this
+one is done: reads run on across the epoch boundary, as the producer does. The producer then
 asks for each batch's positions: the time it waits for reads still in flight is the ``read_wait``
 stage, handing the records over (each checked as ``Dataset.image`` checks it) the ``read`` stage,
 and what was read (bytes, read calls, records) goes into the stats. Batches chosen by the caller
@@ -86,9 +86,13 @@ class _BatchReads:
             self._reader.begin(np.zeros(0, dtype=np.int64))
 
     def _continue(self) -> None:
-        """Append the next epoch to the plan once all of this one's reads are issued."""
+        """Append the next epoch to the plan once all of this one's reads are done.
+
+        Not before: on a disk the next epoch's reads would share the bandwidth with this epoch's
+        last ones and delay them; the batches left to decode hide the next epoch's first reads.
+        """
         reader, order = self._reader, self._order
-        if reader is None or order is None or self._next is not None or reader.unissued:
+        if reader is None or order is None or self._next is not None or reader.unissued or not reader.settled:
             return
         nxt = EpochOrder(self.spec, self._epoch + 1)
         self._next = (self._epoch + 1, reader.planned)

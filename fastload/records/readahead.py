@@ -278,6 +278,11 @@ class ReadAhead:
         """Positions of the plan whose reads are not issued yet."""
         return len(self._seq) - self._planned
 
+    @property
+    def settled(self) -> bool:
+        """Whether every read issued so far is done (nothing in flight or queued)."""
+        return all(r.future.done() for g in self._groups for r in g.reads)
+
     def _group_end(self, p0: int) -> int:
         """Where the group starting at ``p0`` ends: half the budget, cut at a window start inside it."""
         n = len(self._seq)
