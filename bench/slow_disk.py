@@ -365,10 +365,54 @@ def _run(opts: SlowDiskOptions, doc: dict, threads: int, quiet: bool, peer_proce
                 }
                 dev.repairs.clear()
                 doc["results"] += [r.to_json() for r in results]
+            doc["paired"] = _page_cache_pair(dev, forms, opts, threads, quiet)
         finally:
             procs.close()
             with contextlib.suppress(OSError):
                 dev.leave()
+
+
+def _page_cache_pair(dev: SlowDevice, forms: _Forms, opts: SlowDiskOptions, threads: int, quiet: bool) -> list:
+    """From the page cache: read-ahead against one pread per record, epoch by epoch alternated.
+
+    What the read-ahead costs or gains where there is no disk to wait for (the data in memory).
+    """
+    from .paired import run_pair
+
+    _log("paired epochs from the page cache: read ahead / one pread per record", quiet)
+    dev.set_profile(None)
+    out = []
+    for order in ("global", "block"):
+        sides = [
+            ColdLoaderContender(
+                name,
+                forms.rec,
+                device=None,
+                config=_loader_config(order, opts, threads, reads),
+                warm=True,
+                group="page-cache",
+                order=order,
+                threads=threads,
+            )
+            for name, reads in (
+                ("read ahead", read_options_for("ssd-lite")),
+                ("one pread per record", None),
+            )
+        ]
+        for side in sides:
+            side.start()
+        try:
+            pair = run_pair(
+                f"page cache, {order} order: read ahead / one pread per record, {threads} threads",
+                sides[0],
+                sides[1],
+                rounds=1 if opts.quick else max(4, 2 * opts.repeats),
+            )
+        finally:
+            for side in sides:
+                side.close()
+        out.append(pair.to_json())
+    return out
 
 
 def _parse(argv: list[str] | None) -> SlowDiskOptions:

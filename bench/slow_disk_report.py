@@ -50,7 +50,8 @@ def profile_rows(doc: dict, profile: str) -> list[dict]:
             r["device_mbps"] = e["device_bytes"] / seconds / 1e6
             r["device_iops"] = e["device_ios"] / seconds
             r["records_per_io"] = images / e["device_ios"] if e["device_ios"] else None
-            if bw_bound and r["records_per_io"]:
+            # Rows served from memory (the page-cache references) have no device bound.
+            if bw_bound and r["records_per_io"] and (r["cold_fraction"] or 0) >= 0.5:
                 r["bound"] = min(bw_bound, info["iops"] * r["records_per_io"])
         if r.get("median_ips") and bw_bound:
             r["vs_bw"] = r["median_ips"] / bw_bound
@@ -240,6 +241,17 @@ def render(doc: dict) -> str:
     for profile in doc.get("profiles", {}):
         lines += _table(doc, profile)
     lines += _mixing(doc)
+    if doc.get("paired"):
+        lines += [
+            "",
+            "== paired epochs (alternated epoch by epoch; median of the per-pair ratios, quartiles, ratio of sums)",
+        ]
+        for p in doc["paired"]:
+            lines.append(
+                f"  {p['check']:<78} {p['median']:.2f}x ({p['q1']:.2f}-{p['q3']:.2f}, of sums {p['total']:.2f}x, "
+                f"{p['pairs']} pairs; {p['extra'].get('numerator_ips', 0):,.0f} / "
+                f"{p['extra'].get('denominator_ips', 0):,.0f} img/s)"
+            )
     lines += _checks_text(doc)
     lines += [
         "",
