@@ -17,7 +17,7 @@ import os
 import statistics
 from collections.abc import Sequence
 
-__all__ = ["profile_rows", "render", "write_outputs"]
+__all__ = ["checks", "markdown_summary", "profile_rows", "render", "write_outputs"]
 
 _TARGET = 0.9
 
@@ -264,6 +264,46 @@ def render(doc: dict) -> str:
     return "\n".join(lines)
 
 
+_SUMMARY_ROWS = (
+    ("fastload RecordIO, block, read only", "fastload, block order, read path alone"),
+    ("fastload RecordIO, shard, read only", "fastload, shard order, read path alone"),
+    ("fastload RecordIO, global, read only", "fastload, global order, read path alone"),
+    ("fastload LMDB, block, read only", "fastload LMDB, block order, read path alone"),
+    ("fastload RecordIO, block, one pread per record", "fastload, block order, one pread per record"),
+    ("fastload RecordIO, block", "fastload, block order, decoding"),
+    ("fastload RecordIO, block, page cache", "fastload, block order, decoding, page cache"),
+    ("torch DataLoader", "torch DataLoader + ImageFolder"),
+    ("MXNet ImageRecordIter", "MXNet ImageRecordIter, shuffle=True"),
+    ("py-lmdb", "py-lmdb txn.get, global shuffle"),
+)
+
+
+def markdown_summary(doc: dict) -> str:
+    """A Markdown table of the rows the docs quote: images/s per profile and share of the bandwidth bound."""
+    profiles = list(doc.get("profiles", {}))
+    rows = {p: profile_rows(doc, p) for p in profiles}
+    head = "| | " + " | ".join(
+        f"{p} ({doc['profiles'][p]['iops']:,} IOPS, {doc['profiles'][p]['bandwidth'] / 1e6:,.0f} MB/s)"
+        for p in profiles
+    )
+    lines = [head + " |", "|---" * (len(profiles) + 1) + "|"]
+    bounds = " | ".join(f"{_num(rows[p][0]['bw_bound']) if rows[p] else '-'} img/s" for p in profiles)
+    lines.append(f"| bandwidth bound | {bounds} |")
+    for prefix, label in _SUMMARY_ROWS:
+        cells = []
+        for p in profiles:
+            r = next((x for x in rows[p] if x["name"].startswith(prefix) and x.get("median_ips")), None)
+            if r is not None and prefix.endswith(", block") and r["name"] != prefix:
+                r = None
+            if r is None:
+                cells.append("-")
+                continue
+            share = f" ({r['vs_bw']:.2f}x)" if r.get("vs_bw") is not None else ""
+            cells.append(f"{_num(r['median_ips'])}{share}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(doc: dict, path: str) -> None:
     """One panel per profile: every row's images/s, the bandwidth bound as a line."""
     import matplotlib
@@ -314,14 +354,23 @@ def plot(doc: dict, path: str) -> None:
 
 
 def write_outputs(out_dir: str, doc: dict, text: str) -> dict[str, str]:
-    """Write results.json, table.txt and slow_disk.png; returns their paths."""
+    """Write results.json, table.txt, summary.md and slow_disk.png; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
     doc = dict(doc, checks=checks(doc))
     paths = {
         "json": os.path.join(out_dir, "results.json"),
         "table": os.path.join(out_dir, "table.txt"),
+        "summary": os.path.join(out_dir, "summary.md"),
         "png": os.path.join(out_dir, "slow_disk.png"),
     }
+    if doc.get("profiles"):
+        with open(paths["summary"], "w") as fh:
+            fh.write(
+                f"Cold epochs, images/s (share of the device's bandwidth bound); "
+                f"`{doc.get('environment', {}).get('command', '')}`\n\n{markdown_summary(doc)}\n"
+            )
+    else:
+        del paths["summary"]
     with open(paths["json"] + ".tmp", "w") as fh:
         json.dump(doc, fh, indent=1, default=str)
     os.replace(paths["json"] + ".tmp", paths["json"])
