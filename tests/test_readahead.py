@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -319,3 +320,35 @@ def test_a_stopping_loader_is_not_held_by_reads_in_flight(packed):
         assert not closer.is_alive()
         with pytest.raises(Exception, match="closed"):
             next(it)
+
+
+@pytest.mark.parametrize(("world_size", "even"), [(1, "pad"), (3, "pad"), (3, "drop")])
+def test_window_starts_cut_the_share_where_the_shuffle_windows_begin(world_size, even):
+    n, bs, window = 103, 7, 3
+    for rank in range(world_size):
+        spec = OrderSpec(
+            num_records=n,
+            batch_size=5,
+            shuffle="block",
+            block_size=bs,
+            window=window,
+            seed=2,
+            rank=rank,
+            world_size=world_size,
+            even=even,
+        )
+        share = EpochOrder(spec, 4).share
+        starts = window_starts(spec, 4)
+        assert np.all(np.diff(starts) > 0) and (starts.size == 0 or (starts[0] > 0 and starts[-1] < len(share)))
+        bounds = [0, *starts.tolist(), len(share)]
+        for lo, hi in itertools.pairwise(bounds):
+            blocks = np.unique(share[lo:hi] // bs)
+            assert len(blocks) <= window  # a window's records come from its `window` blocks only
+    # Shard order: a window holds the records of at most `window` shards.
+    starts_of = (*tuple(range(0, n, 10)), n)
+    spec = OrderSpec(num_records=n, batch_size=5, shuffle="shard", shard_starts=starts_of, window=2, seed=1)
+    share = EpochOrder(spec, 0).share
+    bounds = [0, *window_starts(spec, 0).tolist(), len(share)]
+    for lo, hi in itertools.pairwise(bounds):
+        assert len(np.unique(np.searchsorted(starts_of, share[lo:hi], side="right"))) <= 2
+    assert window_starts(OrderSpec(num_records=n, batch_size=5, shuffle="global"), 0).size == 0
