@@ -7,6 +7,8 @@ The data path, one module per stage: folder -> shards (:mod:`fastload.pack`) -> 
 :mod:`fastload.mxnet`). torch and mxnet are imported only by their adapters.
 """
 
+from typing import Any
+
 from fastload.version import __version__
 
 _TRANSFORMS = ("CenterCrop", "RandomResizedCrop", "Resize", "eval_transform", "train")
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # Lazy: `import fastload` stays cheap (no numpy) and never imports a stage the caller does not
     # use; the CLI relies on it to configure numpy's BLAS before numpy loads (see fastload.cli).
     if name in _TRANSFORMS:

@@ -85,7 +85,7 @@ def checksum_file(path: str, algo: str = CHECKSUM, chunk: int = 4 << 20) -> str:
 
 def recorded_checksum(meta: dict[str, Any], prefix: str = "") -> str | None:
     """The checksum a manifest entry records under ``<prefix>checksum`` (``<prefix>sha256`` in v1)."""
-    value = meta.get(prefix + "checksum")
+    value: str | None = meta.get(prefix + "checksum")
     if value:
         return value
     legacy = meta.get(prefix + "sha256")

@@ -57,8 +57,10 @@ import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 __all__ = [
     "EpochOrder",
@@ -99,7 +101,10 @@ class Even(str, enum.Enum):
     DROP = "drop"
 
 
-def coerce_enum(cls, value, name: str):
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def coerce_enum(cls: type[_E], value: object, name: str) -> _E:
     """``value`` as a member of the enum ``cls`` (members and their values accepted), else a clear ValueError."""
     if isinstance(value, cls):
         return value
@@ -110,7 +115,7 @@ def coerce_enum(cls, value, name: str):
         raise ValueError(f"{name}={value!r} must be one of {choices}") from None
 
 
-def _check_int(value, name: str, minimum: int) -> int:
+def _check_int(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
     return int(value)
@@ -196,7 +201,7 @@ def _generator(seed: int, epoch: int, *more: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch), *map(int, more)])))
 
 
-def shard_sequence(shard_starts: Sequence[int], *, seed: int, epoch: int) -> np.ndarray:
+def shard_sequence(shard_starts: Sequence[int], *, seed: int, epoch: int) -> NDArray[np.int64]:
     """The shard-aware epoch sequence: shards permuted from ``(seed, epoch)``, records in stored order.
 
     Returns int64 record indices, a permutation of ``range(shard_starts[-1])``.
@@ -209,10 +214,11 @@ def shard_sequence(shard_starts: Sequence[int], *, seed: int, epoch: int) -> np.
     ends = np.cumsum(lengths_o)
     # Record k of the sequence is starts[shard] + (k - where that shard begins in the sequence).
     offsets = np.repeat(starts[:-1][order] - (ends - lengths_o), lengths_o)
-    return np.arange(int(starts[-1]), dtype=np.int64) + offsets
+    sequence: NDArray[np.int64] = np.arange(int(starts[-1]), dtype=np.int64) + offsets
+    return sequence
 
 
-def _shard_padded(seq: np.ndarray, world_size: int, even: Even | str) -> tuple[np.ndarray, int]:
+def _shard_padded(seq: NDArray[np.int64], world_size: int, even: Even | str) -> tuple[NDArray[np.int64], int]:
     """The shard-aware sequence made divisible by ``world_size`` (padding from the tail), and the share length."""
     n, w = len(seq), world_size
     if coerce_enum(Even, even, "even") is Even.PAD:
@@ -226,8 +232,12 @@ def _shard_padded(seq: np.ndarray, world_size: int, even: Even | str) -> tuple[n
 
 
 def window_shuffle(
-    share: np.ndarray, shard_of: np.ndarray, window: int, rng: np.random.Generator, limit: int | None = None
-) -> np.ndarray:
+    share: NDArray[np.int64],
+    shard_of: NDArray[np.int32],
+    window: int,
+    rng: np.random.Generator,
+    limit: int | None = None,
+) -> NDArray[np.int64]:
     """Shuffle ``share`` within windows of ``window`` consecutive shard runs.
 
     Args:
@@ -255,7 +265,7 @@ def window_shuffle(
 
 
 @functools.lru_cache(maxsize=4)
-def _shard_lookup(shard_starts: tuple[int, ...]) -> np.ndarray:
+def _shard_lookup(shard_starts: tuple[int, ...]) -> NDArray[np.int32]:
     """The shard of every record (int32), built once per shard layout: a gather, not a search, per share."""
     starts = np.asarray(shard_starts, dtype=np.int64)
     lookup = np.repeat(np.arange(len(starts) - 1, dtype=np.int32), np.diff(starts))
@@ -263,9 +273,10 @@ def _shard_lookup(shard_starts: tuple[int, ...]) -> np.ndarray:
     return lookup
 
 
-def _shard_of(spec: OrderSpec, records: np.ndarray) -> np.ndarray:
+def _shard_of(spec: OrderSpec, records: NDArray[np.int64]) -> NDArray[np.int32]:
     assert spec.shard_starts is not None  # OrderSpec checks it for Shuffle.SHARD
-    return _shard_lookup(spec.shard_starts)[records]
+    shards: NDArray[np.int32] = _shard_lookup(spec.shard_starts)[records]
+    return shards
 
 
 def shards_read(spec: OrderSpec, epochs: Iterable[int], ranks: Iterable[int]) -> list[int]:
@@ -290,7 +301,7 @@ def _replace_rank(spec: OrderSpec, rank: int) -> OrderSpec:
 
 def epoch_permutation(
     num_records: int, shuffle: Shuffle | str, *, seed: int, epoch: int, block_size: int = 256, window: int = 8
-) -> np.ndarray:
+) -> NDArray[np.int64]:
     """The order of all records for one epoch, identical on every rank.
 
     Args:
@@ -323,7 +334,7 @@ def epoch_permutation(
 
 def _block_layout(
     num_records: int, rng: np.random.Generator, block_size: int, window: int
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Block order's first draw: the records of the permuted blocks, and where its windows start and end."""
     num_blocks = -(-num_records // block_size)
     block_order = rng.permutation(num_blocks)
@@ -340,7 +351,7 @@ def _block_layout(
     return order, bounds
 
 
-def window_starts(spec: OrderSpec, epoch: int) -> np.ndarray:
+def window_starts(spec: OrderSpec, epoch: int) -> NDArray[np.int64]:
     """Where the shuffle windows of this rank's share start, as positions in the share (int64, sorted).
 
     A window is what the order shuffles together: ``window`` blocks (``Shuffle.BLOCK``) or the
@@ -369,10 +380,11 @@ def window_starts(spec: OrderSpec, epoch: int) -> np.ndarray:
     cycles = -(-(lo + per_rank) // n) + 1
     every = np.concatenate([bounds[:-1] + c * n for c in range(cycles)])
     inside = every[(every > lo) & (every < lo + per_rank)] - lo
-    return np.unique(inside).astype(np.int64)
+    starts: NDArray[np.int64] = np.unique(inside).astype(np.int64)
+    return starts
 
 
-def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Even | str) -> np.ndarray:
+def rank_share(permutation: NDArray[np.int64], *, rank: int, world_size: int, even: Even | str) -> NDArray[np.int64]:
     """This rank's contiguous, equal-length share of an epoch permutation.
 
     Args:
@@ -394,7 +406,8 @@ def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Eve
     if stop <= n:
         return permutation[start:stop]
     # The padding repeats the permutation cyclically (also when world_size > n); only this share is built.
-    return permutation[np.arange(start, stop) % n]
+    share: NDArray[np.int64] = permutation[np.arange(start, stop) % n]
+    return share
 
 
 def num_batches(share_len: int, batch_size: int, drop_last: bool) -> int:
@@ -421,7 +434,7 @@ def _share_len(spec: OrderSpec) -> int:
     return share_length(spec.num_records, spec.world_size, spec.even)
 
 
-def epoch_sequence(spec: OrderSpec, epoch: int) -> np.ndarray:
+def epoch_sequence(spec: OrderSpec, epoch: int) -> NDArray[np.int64]:
     """The epoch's sequence before it is cut into shares, the same on every rank.
 
     :func:`epoch_permutation` for ``none`` / ``global`` / ``block``, :func:`shard_sequence` for ``shard``.
@@ -441,8 +454,8 @@ def _layout_generator(spec: OrderSpec, epoch: int, rank: int, world_size: int, l
 
 
 def layout_share(
-    spec: OrderSpec, epoch: int, sequence: np.ndarray, *, rank: int, world_size: int, level: int = 0
-) -> np.ndarray:
+    spec: OrderSpec, epoch: int, sequence: NDArray[np.int64], *, rank: int, world_size: int, level: int = 0
+) -> NDArray[np.int64]:
     """Rank ``rank``'s share when ``world_size`` ranks cut ``sequence`` (a layout).
 
     The cut is the epoch's (:func:`rank_share`; the shard mode pads from the tail and shuffles
@@ -463,21 +476,21 @@ def layout_share(
 def _shard_rank_share(
     spec: OrderSpec,
     epoch: int,
-    padded: np.ndarray,
+    padded: NDArray[np.int64],
     per_rank: int,
     rank: int,
     world_size: int,
     level: int,
     limit: int | None = None,
-) -> np.ndarray:
+) -> NDArray[np.int64]:
     share = padded[rank * per_rank : (rank + 1) * per_rank]
     rng = _layout_generator(spec, epoch, rank, world_size, level)
     return window_shuffle(share, _shard_of(spec, share), spec.window, rng, limit)
 
 
 def handed_out(
-    spec: OrderSpec, epoch: int, sequence: np.ndarray, *, world_size: int, samples: int, level: int = 0
-) -> np.ndarray:
+    spec: OrderSpec, epoch: int, sequence: NDArray[np.int64], *, world_size: int, samples: int, level: int = 0
+) -> NDArray[np.int64]:
     """The records that every rank of a layout handed out in its first ``samples`` samples.
 
     Args:
@@ -514,7 +527,8 @@ def handed_out(
         )
     # Shares are contiguous slices of the sequence repeated cyclically (the padding): no share built.
     pos = (np.arange(world_size, dtype=np.int64)[:, None] * per_rank + np.arange(samples, dtype=np.int64)).ravel()
-    return sequence[pos % n]
+    records: NDArray[np.int64] = sequence[pos % n]
+    return records
 
 
 def _check_consumed(consumed: Iterable[Sequence[int]]) -> tuple[tuple[int, int], ...]:
@@ -530,7 +544,7 @@ def _check_consumed(consumed: Iterable[Sequence[int]]) -> tuple[tuple[int, int],
     return tuple(out)
 
 
-def remaining_sequence(spec: OrderSpec, epoch: int, consumed: Iterable[Sequence[int]] = ()) -> np.ndarray:
+def remaining_sequence(spec: OrderSpec, epoch: int, consumed: Iterable[Sequence[int]] = ()) -> NDArray[np.int64]:
     """The epoch's records not yet handed out, in the order of its sequence.
 
     Args:
@@ -587,12 +601,12 @@ class EpochOrder:
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, batch: int) -> np.ndarray:
+    def __getitem__(self, batch: int) -> NDArray[np.int64]:
         start, stop = batch_bounds(len(self.share) - self.offset, self.spec.batch_size, self.spec.drop_last, batch)
         return self.share[self.offset + start : self.offset + stop]
 
     @property
-    def rest(self) -> np.ndarray:
+    def rest(self) -> NDArray[np.int64]:
         """The samples the batches cover, in order (``share[offset:]``; with ``drop_last``, also the dropped tail)."""
         return self.share[self.offset :]
 

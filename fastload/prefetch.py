@@ -43,9 +43,9 @@ class _Failure:
 
 
 def _run(
-    produce: Callable[[threading.Event], Iterator[Any]], q: queue.Queue, stop: threading.Event, poll: float
+    produce: Callable[[threading.Event], Iterator[Any]], q: queue.Queue[Any], stop: threading.Event, poll: float
 ) -> None:
-    def put(item) -> bool:
+    def put(item: object) -> bool:
         while not stop.is_set():
             try:
                 q.put(item, timeout=poll)
@@ -92,7 +92,7 @@ class Producer(Generic[T]):
     ) -> None:
         if maxsize < 1:
             raise ValueError(f"maxsize={maxsize} must be >= 1")
-        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)  # items, then _DONE or a _Failure
         self._stop = threading.Event()
         self._poll = poll
         self._finished = False
@@ -157,7 +157,8 @@ class Producer(Generic[T]):
             self._finished = True
             self.close()
             raise item.exc
-        return item
+        produced: T = item
+        return produced
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the thread and wait for it (idempotent)."""
@@ -168,13 +169,13 @@ class Producer(Generic[T]):
     def __enter__(self) -> Producer[T]:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 def _shutdown(
     stop: threading.Event,
-    q: queue.Queue,
+    q: queue.Queue[Any],
     thread: threading.Thread,
     wake: Callable[[], None] | None = None,
     timeout: float = 10.0,

@@ -38,7 +38,7 @@ def _transform_types() -> tuple[type, ...]:
     return types + extra
 
 
-def transform_image_dtype(transform: Any) -> np.dtype | None:
+def transform_image_dtype(transform: Any) -> np.dtype[Any] | None:
     """The image dtype a transform writes, when it says: ``output_dtype``, or its ``normalize.dtype``.
 
     Returns None for transforms that do not declare one (plain geometry ops write uint8).
@@ -50,7 +50,7 @@ def transform_image_dtype(transform: Any) -> np.dtype | None:
     return None if declared is None else np.dtype(declared)
 
 
-def _dtype_or_none(value: Any, name: str) -> np.dtype | None:
+def _dtype_or_none(value: Any, name: str) -> np.dtype[Any] | None:
     if value is None:
         return None
     try:

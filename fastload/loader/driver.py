@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.batch import Batch, BatchRing
 from fastload.errors import KeptBatchesWarning, LoaderBusy, LoaderClosed
@@ -18,7 +19,7 @@ from fastload.stats import Stage, StageTimer
 
 #: A pass over caller-chosen batches (:meth:`Loader.iterate_batches`): ``(batches, seed, epoch)``,
 #: where ``batches(stop)`` yields the int64 index arrays.
-Feed = tuple[Callable[[threading.Event], Iterator[np.ndarray]], int, int]
+Feed = tuple[Callable[[threading.Event], Iterator[NDArray[np.int64]]], int, int]
 
 
 class _Run:
@@ -76,7 +77,7 @@ class _Pass:
         self.finished = False  # the epoch's end was reached
         self.ended = False  # finished, or ended early (close, a new pass, set_epoch, an error)
         self.thread = thread
-        self.iterator: weakref.ref | None = None
+        self.iterator: weakref.ref[object] | None = None  # only whether it is alive matters here
 
     @property
     def epoch(self) -> int:

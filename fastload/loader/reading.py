@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
 from fastload.loader.config import LoaderConfig
@@ -57,7 +58,7 @@ class _BatchReads:
         """Positions of the order's ``rest`` its batches cover (drop_last may leave a tail out)."""
         return min(len(order) * self.spec.batch_size, len(order.rest))
 
-    def _windows(self, order: EpochOrder, first: int) -> np.ndarray:
+    def _windows(self, order: EpochOrder, first: int) -> NDArray[np.int64]:
         """Where shuffle windows start in ``order.rest[first:]``.
 
         Empty in a layout resumed under another world size, whose share cuts across the windows:
@@ -110,13 +111,13 @@ class _BatchReads:
         self._next = (nxt, reader.planned)
         reader.extend(nxt.rest[: self._span(nxt)], self._windows(nxt, 0))
 
-    def _hint(self, indices: np.ndarray) -> None:
+    def _hint(self, indices: NDArray[np.int64]) -> None:
         if self._will_need is not None and len(indices):
             self._will_need(indices)
 
     # --- a batch ----------------------------------------------------------------------------------
 
-    def batch(self, k: int, indices: np.ndarray) -> tuple[list[Any], dict[int, str]] | None:
+    def batch(self, k: int, indices: NDArray[np.int64]) -> tuple[list[Any], dict[int, str]] | None:
         """The records of the epoch's batch ``k``.
 
         Args:
@@ -147,7 +148,7 @@ class _BatchReads:
         self._continue()
         return views, errors
 
-    def fed(self, k: int, indices: np.ndarray) -> tuple[list[Any], dict[int, str]] | None:
+    def fed(self, k: int, indices: NDArray[np.int64]) -> tuple[list[Any], dict[int, str]] | None:
         """The records of a caller-chosen batch (added to the plan, read in parallel and coalesced).
 
         Returns None when the producer is being stopped.
@@ -171,7 +172,7 @@ class _BatchReads:
         self.timer.count_reads(c.bytes - last[0], c.reads - last[1], c.records - last[2])
         return views, errors
 
-    def _direct(self, indices: np.ndarray, k: int) -> tuple[list[Any], dict[int, str]]:
+    def _direct(self, indices: NDArray[np.int64], k: int) -> tuple[list[Any], dict[int, str]]:
         """Each record read on this thread with ``Dataset.image``."""
         errors: dict[int, str] = {}
         with self.timer.span(Stage.READ, batch=k):

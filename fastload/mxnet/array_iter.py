@@ -44,13 +44,14 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mxnet as mx
 import numpy as np
+from numpy.typing import NDArray
 
 import fastload.order as order_mod
-from fastload.batch import HELD_BATCHES, Batch, BatchRing
+from fastload.batch import HELD_BATCHES, Batch, BatchRing, Slot
 from fastload.errors import KeptBatchesWarning, ResumeStateError
 from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.placement import normalize_contexts, pinned_allocator, place, split_slices, wrap_view
@@ -58,11 +59,17 @@ from fastload.mxnet.protocol import BatchIter
 from fastload.position import Position, make_state, order_fingerprint, read_state
 from fastload.prefetch import Producer
 
+if TYPE_CHECKING:
+    from fastload.records.arrays import CSRArray, DenseArray, ShardedVector
+
 __all__ = ["LAST_BATCH_HANDLES", "NDArrayIter", "check_csr", "csr_take_rows", "plan_epoch"]
 
 LAST_BATCH_HANDLES = ("pad", "discard", "roll_over")
 
 _KIND = "fastload.mxnet.NDArrayIter"
+
+# What the producer hands over: the leased batch, its CSR outputs by key, its rows and its pad.
+_Filled = tuple[Batch, dict[str, Any], NDArray[np.int64], int]
 
 try:  # scipy is optional for MXNet users; only needed when they pass scipy matrices.
     import scipy.sparse as _sp
@@ -71,8 +78,12 @@ except ImportError:  # pragma: no cover - scipy is in the project's environment
 
 
 def csr_take_rows(
-    indptr: np.ndarray, indices, data, rows: np.ndarray, out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    indptr: NDArray[np.int64],
+    indices: NDArray[np.int64] | ShardedVector,
+    data: NDArray[Any] | ShardedVector,
+    rows: NDArray[np.int64],
+    out: tuple[NDArray[Any], NDArray[np.int64], NDArray[np.int64]] | None = None,
+) -> tuple[NDArray[Any], NDArray[np.int64], NDArray[np.int64]]:
     """Gather rows of a CSR matrix without densifying.
 
     Args:
@@ -109,7 +120,7 @@ def csr_take_rows(
     return out_data, out_indices, new_indptr
 
 
-def _check_indices(name: str, indptr: np.ndarray, indices: np.ndarray, cols: int, first_row: int = 0) -> None:
+def _check_indices(name: str, indptr: NDArray[Any], indices: NDArray[Any], cols: int, first_row: int = 0) -> None:
     """Column indices in range and strictly increasing within each row (``indptr`` local, from 0)."""
     if not len(indices):
         return
@@ -136,7 +147,9 @@ def _check_indices(name: str, indptr: np.ndarray, indices: np.ndarray, cols: int
         )
 
 
-def check_csr(name: str, indptr: np.ndarray, indices: np.ndarray | None, data_len: int, shape: tuple[int, int]) -> None:
+def check_csr(
+    name: str, indptr: NDArray[Any], indices: NDArray[Any] | None, data_len: int, shape: tuple[int, ...]
+) -> None:
     """Refuse a malformed CSR matrix with a clear ``ValueError`` (see the module docstring).
 
     Args:
@@ -178,14 +191,14 @@ def check_csr(name: str, indptr: np.ndarray, indices: np.ndarray | None, data_le
 class _DenseSource:
     stype = "default"
 
-    def __init__(self, name: str, array) -> None:
+    def __init__(self, name: str, array: NDArray[Any] | DenseArray) -> None:
         self.name, self.array = name, array
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
 
-    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
         return {key: ((batch_size, *self.shape[1:]), self.dtype)}
 
-    def fill(self, key: str, arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
+    def fill(self, key: str, arrays: dict[str, NDArray[Any]], rows: NDArray[np.int64]) -> dict[str, int]:
         out = arrays[key]
         if isinstance(self.array, np.ndarray):
             np.take(self.array, rows, axis=0, out=out)
@@ -196,7 +209,7 @@ class _DenseSource:
     def output(self, key: str, batch: Batch) -> mx.nd.NDArray:
         return wrap_view(batch.fields[key])
 
-    def gather(self, rows: np.ndarray) -> mx.nd.NDArray:
+    def gather(self, rows: NDArray[np.int64]) -> mx.nd.NDArray:
         out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         if isinstance(self.array, np.ndarray):
             np.take(self.array, rows, axis=0, out=out)
@@ -208,12 +221,25 @@ class _DenseSource:
 class _CSRSource:
     stype = "csr"
 
-    def __init__(self, name: str, indptr, indices, data, shape: tuple[int, int], *, streamed: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        indptr: NDArray[np.int64],
+        indices: NDArray[np.int64] | ShardedVector,
+        data: NDArray[Any] | ShardedVector,
+        shape: tuple[int, ...],
+        *,
+        streamed: bool = False,
+    ) -> None:
         self.name = name
         self.indptr, self.indices, self.data = indptr, indices, data
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(data.dtype)
         self.streamed = streamed
-        check_csr(name, indptr, None if streamed else indices, len(data), self.shape)
+        if streamed:
+            check_csr(name, indptr, None, len(data), self.shape)
+        else:
+            assert isinstance(indices, np.ndarray)  # in-memory inputs are numpy arrays (_to_source)
+            check_csr(name, indptr, indices, len(data), self.shape)
         self._row_nnz = np.diff(np.asarray(indptr, dtype=np.int64))
 
     def nnz_bound(self, batch_size: int) -> int:
@@ -227,7 +253,7 @@ class _CSRSource:
         largest = np.sort(self._row_nnz)[::-1][:batch_size]
         return max(1, int(np.repeat(largest, times)[:batch_size].sum()))
 
-    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    def fields(self, key: str, batch_size: int) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
         bound = self.nnz_bound(batch_size)
         return {
             f"{key}.data": ((bound,), self.dtype),
@@ -235,7 +261,7 @@ class _CSRSource:
             f"{key}.indptr": ((batch_size + 1,), np.dtype(np.int64)),
         }
 
-    def fill(self, key: str, arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
+    def fill(self, key: str, arrays: dict[str, NDArray[Any]], rows: NDArray[np.int64]) -> dict[str, int]:
         out = (arrays[f"{key}.data"], arrays[f"{key}.indices"], arrays[f"{key}.indptr"])
         data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows, out=out)
         if self.streamed:
@@ -251,12 +277,12 @@ class _CSRSource:
             dtype=self.dtype,
         )
 
-    def gather(self, rows: np.ndarray) -> mx.nd.sparse.CSRNDArray:
+    def gather(self, rows: NDArray[np.int64]) -> mx.nd.sparse.CSRNDArray:
         data, indices, indptr = csr_take_rows(self.indptr, self.indices, self.data, rows)
         return mx.nd.sparse.csr_matrix((data, indices, indptr), shape=(len(rows), self.shape[1]), dtype=self.dtype)
 
 
-def _to_source(name: str, value) -> _DenseSource | _CSRSource:
+def _to_source(name: str, value: Any) -> _DenseSource | _CSRSource:
     if isinstance(value, mx.nd.sparse.CSRNDArray):
         return _CSRSource(name, value.indptr.asnumpy(), value.indices.asnumpy(), value.data.asnumpy(), value.shape)
     if _sp is not None and _sp.issparse(value):
@@ -290,7 +316,7 @@ def _to_source(name: str, value) -> _DenseSource | _CSRSource:
     return _DenseSource(name, np.ascontiguousarray(arr, dtype=np.float32))
 
 
-def _check_range_only(name: str, indices: np.ndarray, cols: int, indptr: np.ndarray) -> None:
+def _check_range_only(name: str, indices: NDArray[Any], cols: int, indptr: NDArray[Any]) -> None:
     idx = np.asarray(indices)
     bad = np.flatnonzero((idx < 0) | (idx >= cols))
     if bad.size:
@@ -301,13 +327,13 @@ def _check_range_only(name: str, indices: np.ndarray, cols: int, indptr: np.ndar
         )
 
 
-def _stored_source(arr) -> _DenseSource | _CSRSource:
+def _stored_source(arr: DenseArray | CSRArray) -> _DenseSource | _CSRSource:
     if arr.stype == "csr":
         return _CSRSource(arr.name, arr.indptr, arr.indices, arr.data, arr.shape, streamed=True)
     return _DenseSource(arr.name, arr)
 
 
-def _init_sources(data, allow_empty: bool, default_name: str) -> list[_DenseSource | _CSRSource]:
+def _init_sources(data: Any, allow_empty: bool, default_name: str) -> list[_DenseSource | _CSRSource]:
     """MXNet's naming: one array -> ``default_name``; a list -> ``_i_<name>``; dict keys sorted."""
     if data is None:
         if not allow_empty:
@@ -328,8 +354,8 @@ def _init_sources(data, allow_empty: bool, default_name: str) -> list[_DenseSour
 
 
 def plan_epoch(
-    share: np.ndarray, batch_size: int, last_batch_handle: str, carry: np.ndarray | None
-) -> tuple[list[tuple[np.ndarray, int]], np.ndarray | None]:
+    share: NDArray[np.int64], batch_size: int, last_batch_handle: str, carry: NDArray[np.int64] | None
+) -> tuple[list[tuple[NDArray[np.int64], int]], NDArray[np.int64] | None]:
     """Cut one epoch's rows into batches the way ``mx.io.NDArrayIter`` does.
 
     Args:
@@ -342,7 +368,7 @@ def plan_epoch(
         ``([(rows, pad), ...], new_carry)``: every batch has exactly ``batch_size`` rows.
     """
     n = len(share)
-    batches: list[tuple[np.ndarray, int]] = []
+    batches: list[tuple[NDArray[np.int64], int]] = []
     if last_batch_handle == "roll_over":
         head = 0
         if carry is not None and len(carry):
@@ -411,8 +437,8 @@ class NDArrayIter(BatchIter):
 
     def __init__(
         self,
-        data,
-        label=None,
+        data: Any,
+        label: Any = None,
         batch_size: int = 1,
         shuffle: bool = False,
         last_batch_handle: str = "pad",
@@ -423,17 +449,17 @@ class NDArrayIter(BatchIter):
         seed: int | None = None,
         part_index: int = 0,
         num_parts: int = 1,
-        kvstore=None,
+        kvstore: mx.kv.KVStore | str | None = None,
         rank: int | None = None,
         num_workers: int | None = None,
         prefetch: int = 2,
-        ctx=None,
+        ctx: mx.Context | Sequence[mx.Context] | None = None,
         work_load_list: Sequence[float] | None = None,
         block_shuffle: bool | None = None,
         max_extra_slots: int | None = None,
     ) -> None:
         super().__init__(batch_size)
-        self._producer: Producer | None = None
+        self._producer: Producer[_Filled] | None = None
         self._shards = None
         self.ring: BatchRing | None = None
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -498,13 +524,13 @@ class NDArrayIter(BatchIter):
         self._sources = self._data_sources + self._label_sources
         self._keys = [str(i) for i in range(len(self._sources))]
         self._epoch = 0
-        self._carry: np.ndarray | None = None
+        self._carry: NDArray[np.int64] | None = None
         self._taken = 0  # batches handed out this epoch
         self._exhausted = False  # next() reported the end of this epoch
-        self._plan: list[tuple[np.ndarray, int]] = []
-        self._next_carry: np.ndarray | None = None
+        self._plan: list[tuple[NDArray[np.int64], int]] = []
+        self._next_carry: NDArray[np.int64] | None = None
         self._warned = False
-        self._gathered: dict[str, Any] = {}
+        self._gathered: dict[str, list[tuple[str, Any]]] = {}
         self._make_plan()
 
     # -- MXNet DataIter interface -----------------------------------------------------------------
@@ -524,7 +550,7 @@ class NDArrayIter(BatchIter):
         ]
 
     @property
-    def idx(self) -> np.ndarray:
+    def idx(self) -> NDArray[np.int64]:
         """This epoch's row order (MXNet's ``idx``); a copy."""
         return self._share.copy()
 
@@ -559,11 +585,11 @@ class NDArrayIter(BatchIter):
         if self._taken >= len(self._plan):
             self._exhausted = True
             return None
-        if self._producer is None:
-            self._start_producer()
-        batch, csr, rows, pad = self._producer.get()
+        producer = self._producer if self._producer is not None else self._start_producer()
+        batch, csr, rows, pad = producer.get()
         self._taken += 1
         ring = self.ring
+        assert ring is not None  # made by _start_producer, dropped only by close()
         if batch.slot >= 0:
             ring.taken(batch.slot, batch._generation)
         elif batch.fresh and not self._warned:
@@ -675,12 +701,12 @@ class NDArrayIter(BatchIter):
         self.cursor += self._taken * self.batch_size
         self._exhausted = bool(values["exhausted"])
 
-    def _stream_tail(self, count: int) -> np.ndarray:
+    def _stream_tail(self, count: int) -> NDArray[np.int64]:
         """The last ``count`` rows this part handed out before the current epoch (the rolled-over rows).
 
         What rolls over is always the end of the epochs before, epoch after epoch, so a count says it.
         """
-        parts: list[np.ndarray] = []
+        parts: list[NDArray[np.int64]] = []
         need, epoch = count, self._epoch - 1
         while need > 0:
             if epoch < 0:
@@ -713,7 +739,7 @@ class NDArrayIter(BatchIter):
     def __enter__(self) -> NDArrayIter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -730,14 +756,14 @@ class NDArrayIter(BatchIter):
         self.cursor = -carried - self.batch_size
         self._gathered = {}
 
-    def _gather(self, what: str, sources) -> list[tuple[str, Any]]:
+    def _gather(self, what: str, sources: Sequence[_DenseSource | _CSRSource]) -> list[tuple[str, Any]]:
         if what not in self._gathered:
             rows = self._share
             self._gathered[what] = [(s.name, s.gather(rows)) for s in sources]
         return self._gathered[what]
 
     def _make_ring(self) -> BatchRing:
-        fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
         for src, key in zip(self._sources, self._keys, strict=False):
             fields.update(src.fields(key, self.batch_size))
         return BatchRing(
@@ -747,7 +773,7 @@ class NDArrayIter(BatchIter):
             max_extra_slots=self._max_extra_slots,
         )
 
-    def _start_producer(self) -> None:
+    def _start_producer(self) -> Producer[_Filled]:
         if self.ring is None:
             self.ring = self._make_ring()
         ring = self.ring
@@ -756,7 +782,7 @@ class NDArrayIter(BatchIter):
         epoch = self._epoch
         sources, keys = self._sources, self._keys
 
-        def fill(slot, k: int, rows: np.ndarray, pad: int) -> tuple:
+        def fill(slot: Slot, k: int, rows: NDArray[np.int64], pad: int) -> _Filled:
             try:
                 sizes: dict[str, int] = {}
                 for src, key in zip(sources, keys, strict=False):
@@ -769,7 +795,7 @@ class NDArrayIter(BatchIter):
             csr = {key: src.output(key, batch) for src, key in zip(sources, keys, strict=False) if src.stype == "csr"}
             return batch, csr, rows.copy(), pad
 
-        def produce(stop: threading.Event) -> Iterator[tuple]:
+        def produce(stop: threading.Event) -> Iterator[_Filled]:
             for k, (rows, pad) in enumerate(plan):
                 slot = ring.acquire(stop)
                 if slot is None:
@@ -779,6 +805,7 @@ class NDArrayIter(BatchIter):
                 yield fill(slot, k, rows, pad)
 
         self._producer = Producer(produce, maxsize=self._prefetch, name="fastload-ndarrayiter", wake=ring.wake)
+        return self._producer
 
     def _stop_producer(self) -> None:
         if self._producer is not None:

@@ -27,10 +27,12 @@ raises :class:`~fastload.mxnet.arguments.MXNetArgumentError`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
 import fastload.transforms as transforms
 from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs
+
+_T = TypeVar("_T")
 
 __all__ = [
     "COLOR_ARGS",
@@ -64,7 +66,7 @@ COLOR_ARGS = (
 FLOAT_ONLY_COLOR_ARGS = ("max_random_contrast", "max_random_illumination")
 
 
-def _fields(cls: type) -> frozenset:
+def _fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
@@ -73,7 +75,7 @@ def _not_supported(args: dict[str, Any], what: str) -> MXNetArgumentError:
     return MXNetArgumentError(f"ImageRecordIter argument(s) {detail}: not supported by fastload ({what})")
 
 
-def _build(cls: type, kwargs: dict[str, Any]) -> Any:
+def _build(cls: type[_T], kwargs: dict[str, Any]) -> _T:
     try:
         return cls(**kwargs)
     except MXNetArgumentError:

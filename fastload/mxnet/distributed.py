@@ -7,13 +7,15 @@ same number of batches and ``dist_sync`` never waits on a worker that ran out of
 
 from __future__ import annotations
 
+from typing import Any
+
 import mxnet as mx
 import numpy as np
 
 __all__ = ["resolve_parts"]
 
 
-def _int(value, name: str, minimum: int) -> int:
+def _int(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
     return int(value)
@@ -23,7 +25,7 @@ def resolve_parts(
     *,
     part_index: int = 0,
     num_parts: int = 1,
-    kvstore=None,
+    kvstore: mx.kv.KVStore | str | None = None,
     rank: int | None = None,
     num_workers: int | None = None,
 ) -> tuple[int, int]:

@@ -17,13 +17,17 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import mxnet as mx
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.mxnet.arguments import MXNetArgumentError
+
+if TYPE_CHECKING:
+    from fastload.batch import Batch
 
 __all__ = ["GRAY_WEIGHTS", "compute_mean_image", "load_mean_image", "mean_image", "save_mean_image"]
 
@@ -33,7 +37,7 @@ log = logging.getLogger("fastload.mxnet")
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 
 
-def load_mean_image(path: str, data_shape: tuple[int, int, int]) -> np.ndarray:
+def load_mean_image(path: str, data_shape: tuple[int, int, int]) -> NDArray[np.float32]:
     """The float32 ``[C, H, W]`` mean image stored in ``path`` (one array, any key).
 
     Raises:
@@ -50,7 +54,7 @@ def load_mean_image(path: str, data_shape: tuple[int, int, int]) -> np.ndarray:
         raise MXNetArgumentError(
             f"ImageRecordIter argument mean_img={path!r}: holds {len(arrays)} arrays, a mean image file holds one"
         )
-    mean = arrays[0].asnumpy().astype(np.float32)
+    mean: NDArray[np.float32] = arrays[0].asnumpy().astype(np.float32)
     if mean.shape != tuple(data_shape):
         raise MXNetArgumentError(
             f"ImageRecordIter argument mean_img={path!r}: shape {mean.shape} does not match "
@@ -59,7 +63,7 @@ def load_mean_image(path: str, data_shape: tuple[int, int, int]) -> np.ndarray:
     return mean
 
 
-def save_mean_image(path: str, mean: np.ndarray) -> None:
+def save_mean_image(path: str, mean: NDArray[np.float32]) -> None:
     """Write ``mean`` as MXNet does (``{"mean_img": NDArray}``), atomically."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".mean_img-", dir=folder)
@@ -73,7 +77,7 @@ def save_mean_image(path: str, mean: np.ndarray) -> None:
         raise
 
 
-def compute_mean_image(batches: Any, num_records: int, channels: int) -> np.ndarray:
+def compute_mean_image(batches: Iterable[Batch], num_records: int, channels: int) -> NDArray[np.float32]:
     """Average the images of ``batches`` (each record once) into a float32 ``[C, H, W]`` array.
 
     Args:
@@ -101,10 +105,11 @@ def compute_mean_image(batches: Any, num_records: int, channels: int) -> np.ndar
         count += int(fresh.sum())
     if total is None:
         raise MXNetArgumentError("ImageRecordIter argument mean_img: no image to average")
-    return (total / count).astype(np.float32)
+    mean: NDArray[np.float32] = (total / count).astype(np.float32)
+    return mean
 
 
-def _repeated_within(idx: np.ndarray) -> np.ndarray:
+def _repeated_within(idx: NDArray[np.int64]) -> NDArray[np.bool_]:
     """True for every occurrence of a value after its first one in ``idx``."""
     _, first = np.unique(idx, return_index=True)
     out = np.ones(len(idx), dtype=bool)
@@ -113,8 +118,8 @@ def _repeated_within(idx: np.ndarray) -> np.ndarray:
 
 
 def mean_image(
-    path: str, data_shape: tuple[int, int, int], compute: Callable[[], np.ndarray], *, verbose: bool = False
-) -> np.ndarray:
+    path: str, data_shape: tuple[int, int, int], compute: Callable[[], NDArray[np.float32]], *, verbose: bool = False
+) -> NDArray[np.float32]:
     """Load ``path``, or compute the mean image with ``compute()`` and save it there first (as MXNet).
 
     Raises:

@@ -9,11 +9,13 @@ memory carrying the ``cpu_pinned`` context, and the copy to ``mx.gpu(i)`` has no
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import mxnet as mx
 import numpy as np
 from mxnet.executor_manager import _split_input_slice
+from numpy.typing import DTypeLike, NDArray
 
 __all__ = [
     "normalize_contexts",
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 
-def numpy_view(array: mx.nd.NDArray) -> np.ndarray:
+def numpy_view(array: mx.nd.NDArray) -> NDArray[Any]:
     """A numpy array sharing memory with a dense, C-contiguous NDArray (no copy).
 
     Writes through the view bypass MXNet's dependency engine: call :func:`wait_to_write` on ``array``
@@ -51,8 +53,10 @@ def numpy_view(array: mx.nd.NDArray) -> np.ndarray:
     nbytes = int(np.prod(array.shape, dtype=np.int64)) * dtype.itemsize
     if nbytes == 0:
         return np.empty(array.shape, dtype=dtype)
+    assert ptr.value is not None  # MXNDArrayGetData allocates a delayed-allocation array
     buf = (ctypes.c_char * nbytes).from_address(ptr.value)
-    view = np.frombuffer(buf, dtype=dtype).reshape(array.shape)
+    # numpy 1.23's stubs do not list ctypes arrays among the buffers frombuffer takes.
+    view: NDArray[Any] = np.frombuffer(buf, dtype=dtype).reshape(array.shape)  # type: ignore[call-overload]
     # numpy keeps `buf` alive through view.base; `buf` must keep the NDArray alive in turn.
     buf._fastload_owner = array  # type: ignore[attr-defined]
     return view
@@ -64,7 +68,7 @@ _ZERO_COPY_DTYPES = frozenset(
 )
 
 
-def wrap_view(view: np.ndarray) -> mx.nd.NDArray:
+def wrap_view(view: NDArray[Any]) -> mx.nd.NDArray:
     """An NDArray over a batch's numpy view, zero-copy, that keeps the view's lease alive.
 
     ``mx.nd.from_numpy(array, zero_copy=True)`` (MXNet 1.9.1's DLPack import) holds a reference to
@@ -89,18 +93,18 @@ def wait_to_write(array: mx.nd.NDArray) -> None:
     mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(array.handle))
 
 
-def pinned_empty(shape: Sequence[int], dtype="float32") -> tuple[np.ndarray, mx.nd.NDArray]:
+def pinned_empty(shape: Sequence[int], dtype: DTypeLike = "float32") -> tuple[NDArray[Any], mx.nd.NDArray]:
     """Allocate a dense ``mx.cpu_pinned()`` NDArray and return ``(numpy_view, ndarray)``."""
     nd = mx.nd.empty(tuple(int(s) for s in shape), ctx=mx.cpu_pinned(), dtype=np.dtype(dtype))
     return numpy_view(nd), nd
 
 
-def pinned_allocator(shape: Sequence[int], dtype) -> tuple[np.ndarray, mx.nd.NDArray]:
+def pinned_allocator(shape: Sequence[int], dtype: DTypeLike) -> tuple[NDArray[Any], mx.nd.NDArray]:
     """The ``allocator(shape, dtype) -> (numpy_view, owner)`` the loader's ring accepts."""
     return pinned_empty(shape, dtype)
 
 
-def normalize_contexts(ctx) -> list[mx.Context] | None:
+def normalize_contexts(ctx: mx.Context | Iterable[mx.Context] | None) -> list[mx.Context] | None:
     """``None`` -> ``None``; one context -> ``[ctx]``; a list -> the list (checked)."""
     if ctx is None:
         return None
@@ -127,7 +131,8 @@ def split_slices(batch_size: int, n_ctx: int, work_load_list: Sequence[float] | 
     if any(w <= 0 for w in work_load_list):
         raise ValueError(f"work_load_list={list(work_load_list)!r} entries must be positive")
     try:
-        return _split_input_slice(batch_size, list(work_load_list))
+        slices: list[slice] = _split_input_slice(batch_size, list(work_load_list))
+        return slices
     except ValueError as exc:
         raise ValueError(
             f"cannot split a batch of {batch_size} over {n_ctx} contexts "

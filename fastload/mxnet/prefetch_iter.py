@@ -15,7 +15,7 @@ iterators that build fresh arrays; MXNet's C++ iterators recycle ``prefetch_buff
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import mxnet as mx
 
@@ -25,7 +25,7 @@ from fastload.prefetch import Producer
 __all__ = ["PrefetchingIter"]
 
 
-def _rename(descs, mapping: dict[str, str] | None):
+def _rename(descs: Iterable[mx.io.DataDesc], mapping: dict[str, str] | None) -> list[mx.io.DataDesc]:
     if not mapping:
         return list(descs)
     out = []
@@ -71,7 +71,7 @@ class PrefetchingIter(BatchIter):
         self.rename_data = rename_data
         self.rename_label = rename_label
         self._prefetch = prefetch
-        self._producers: list[Producer] | None = None
+        self._producers: list[Producer[mx.io.DataBatch]] | None = None
         self._closed = False
 
     @property
@@ -90,8 +90,8 @@ class PrefetchingIter(BatchIter):
             for d in _rename(it.provide_label, self.rename_label[i] if self.rename_label else None)
         ]
 
-    def _start(self) -> None:
-        def make(it):
+    def _start(self) -> list[Producer[mx.io.DataBatch]]:
+        def make(it: mx.io.DataIter) -> Callable[[threading.Event], Iterator[mx.io.DataBatch]]:
             def produce(stop: threading.Event) -> Iterator[mx.io.DataBatch]:
                 while not stop.is_set():
                     try:
@@ -105,6 +105,7 @@ class PrefetchingIter(BatchIter):
         self._producers = [
             Producer(make(it), maxsize=self._prefetch, name=f"fastload-prefetch-{i}") for i, it in enumerate(self.iters)
         ]
+        return self._producers
 
     def _stop(self) -> None:
         if self._producers is not None:
@@ -122,16 +123,15 @@ class PrefetchingIter(BatchIter):
     def _fetch(self) -> mx.io.DataBatch | None:
         if self._closed:
             raise RuntimeError("PrefetchingIter is closed")
-        if self._producers is None:
-            self._start()
+        producers = self._producers if self._producers is not None else self._start()
         batches, ended = [], []
-        for i, p in enumerate(self._producers):
+        for i, p in enumerate(producers):
             try:
                 batches.append(p.get())
             except StopIteration:
                 ended.append(i)
         if ended:
-            if len(ended) != len(self._producers):
+            if len(ended) != len(producers):
                 raise ValueError(
                     f"wrapped iterators {ended} ended before the others: they must yield the same number of batches"
                 )
@@ -157,5 +157,5 @@ class PrefetchingIter(BatchIter):
     def __enter__(self) -> PrefetchingIter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

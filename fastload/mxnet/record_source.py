@@ -17,12 +17,16 @@ file (MXNet raises ``MXNetError`` for a missing file).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import FastloadError
 from fastload.mxnet.arguments import MXNetArgumentError
+
+if TYPE_CHECKING:
+    from fastload.records.base import Dataset
 
 __all__ = ["RelabelledDataset", "open_records", "read_image_list"]
 
@@ -32,7 +36,7 @@ def _require_file(name: str, path: str) -> None:
         raise MXNetArgumentError(f"ImageRecordIter argument {name}={path!r}: no such file or directory")
 
 
-def read_image_list(path: str, label_width: int) -> dict[int, np.ndarray]:
+def read_image_list(path: str, label_width: int) -> dict[int, NDArray[np.float32]]:
     """Labels of an ``im2rec`` ``.lst`` file by record id.
 
     Each non-blank line is ``index``, then ``label_width`` labels, then (usually) the image path,
@@ -41,7 +45,7 @@ def read_image_list(path: str, label_width: int) -> dict[int, np.ndarray]:
     Raises:
         MXNetArgumentError: A line with fewer than ``label_width`` labels, or an unparsable field.
     """
-    out: dict[int, np.ndarray] = {}
+    out: dict[int, NDArray[np.float32]] = {}
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line_no, line in enumerate(fh, 1):
             fields = line.split()
@@ -69,7 +73,7 @@ class RelabelledDataset:
         labels: float32 ``[len(dataset), label_width]``.
     """
 
-    def __init__(self, dataset: Any, labels: np.ndarray) -> None:
+    def __init__(self, dataset: Dataset, labels: NDArray[np.float32]) -> None:
         self._dataset = dataset
         self.labels = np.ascontiguousarray(labels, dtype=np.float32)
         self.label_width = int(self.labels.shape[1])
@@ -85,11 +89,13 @@ class RelabelledDataset:
     def __enter__(self) -> RelabelledDataset:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_records(*, path_imgrec: str, path_imgidx: str = "", path_imglist: str = "", label_width: int = 1) -> Any:
+def open_records(
+    *, path_imgrec: str, path_imgidx: str = "", path_imglist: str = "", label_width: int = 1
+) -> Dataset | RelabelledDataset:
     """Open what ``ImageRecordIter`` reads, with MXNet's checks.
 
     Args:

@@ -22,9 +22,10 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.engine import native
 from fastload.errors import CorruptDatasetError, CorruptRecordError, UserError
@@ -80,7 +81,7 @@ class NpyShard:
             self.close()
             raise CorruptRecordError("array shard is not a C-order numeric array with rows", shard=show)
         self.shape, self.dtype = tuple(int(n) for n in shape), dtype
-        self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * dtype.itemsize
+        self._row_bytes: int = int(np.prod(self.shape[1:], dtype=np.int64)) * dtype.itemsize
         if size < self._offset + self.shape[0] * self._row_bytes:
             self.close()
             raise CorruptRecordError(
@@ -120,7 +121,7 @@ class NpyShard:
         why = os.strerror(error) if error else "the file changed or was truncated after it was opened"
         raise CorruptRecordError(f"short read of row {row} ({why})", shard=self._show)
 
-    def read_rows(self, start: int, out: np.ndarray) -> None:
+    def read_rows(self, start: int, out: NDArray[Any]) -> None:
         """Rows ``[start, start + len(out))`` into the C-contiguous ``out`` (one ``pread``)."""
         want = len(out) * self._row_bytes
         if want == 0:
@@ -133,12 +134,12 @@ class NpyShard:
                 self.short_read(start + got // self._row_bytes, 0)
             got += n
 
-    def take_into(self, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def take_into(self, positions: NDArray[np.int64], out: NDArray[Any]) -> NDArray[Any]:
         """``out[i] = self[positions[i]]``, one ``pread`` per run of consecutive positions."""
         _gather_runs([self], np.zeros(len(positions), dtype=np.int64), np.asarray(positions, dtype=np.int64), out)
         return out
 
-    def read_all(self) -> np.ndarray:
+    def read_all(self) -> NDArray[Any]:
         """The whole array, in RAM."""
         out = np.empty(self.shape, dtype=self.dtype)
         self.read_rows(0, out)
@@ -163,7 +164,9 @@ def _engine_gather() -> Any | None:
 _GATHER = _engine_gather()
 
 
-def _gather_runs(parts: Sequence[NpyShard], which: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
+def _gather_runs(
+    parts: Sequence[NpyShard], which: NDArray[np.int64], local: NDArray[np.int64], out: NDArray[Any]
+) -> None:
     """``out[i] = parts[which[i]][local[i]]``, one ``pread`` per run of consecutive rows of one part.
 
     The engine does the reads in one GIL-free call, one syscall per run in C++ instead of a Python
@@ -212,7 +215,7 @@ class ShardedVector:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def take_into(self, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def take_into(self, positions: NDArray[np.int64], out: NDArray[Any]) -> NDArray[Any]:
         """``out[i] = self[positions[i]]`` reading only the touched rows of the touched shards."""
         positions = np.asarray(positions, dtype=np.int64)
         if len(positions) and (positions.min() < 0 or positions.max() >= self.shape[0]):
@@ -221,7 +224,7 @@ class ShardedVector:
         _gather_runs(self.parts, which, positions - self.starts[which], out)
         return out
 
-    def __getitem__(self, positions: Any) -> np.ndarray:
+    def __getitem__(self, positions: Any) -> NDArray[Any]:
         positions = np.asarray(positions, dtype=np.int64)
         out = np.empty(positions.shape + self.shape[1:], dtype=self.dtype)
         return self.take_into(positions.reshape(-1), out.reshape((-1, *self.shape[1:]))).reshape(out.shape)
@@ -230,23 +233,23 @@ class ShardedVector:
 class DenseArray:
     """A dense array stored as row shards: ``shape``, ``dtype``, ``take_into(rows, out)``."""
 
-    stype = "default"
+    stype: Literal["default"] = "default"
 
     def __init__(self, name: str, vector: ShardedVector) -> None:
         self.name, self.vector = name, vector
         self.shape, self.dtype = vector.shape, vector.dtype
 
-    def take_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def take_into(self, rows: NDArray[np.int64], out: NDArray[Any]) -> NDArray[Any]:
         return self.vector.take_into(rows, out)
 
 
 class CSRArray:
     """A CSR matrix stored as row shards; ``indptr`` is global (in RAM), ``indices``/``data`` read on demand."""
 
-    stype = "csr"
+    stype: Literal["csr"] = "csr"
 
     def __init__(
-        self, name: str, indptr: np.ndarray, indices: ShardedVector, data: ShardedVector, shape: tuple[int, ...]
+        self, name: str, indptr: NDArray[np.int64], indices: ShardedVector, data: ShardedVector, shape: tuple[int, ...]
     ) -> None:
         self.name, self.indptr, self.indices, self.data = name, indptr, indices, data
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), data.dtype

@@ -10,10 +10,11 @@ picks the reader for a path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 if TYPE_CHECKING:
     from fastload.records.lmdb_shard import LmdbShard
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["Dataset"]
 
 
-def _reopen(opener: Any, args: tuple, kwargs: dict[str, Any]) -> Dataset:
+def _reopen(opener: Callable[..., Dataset], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Dataset:
     """Unpickling a dataset: open it again (what a spawned DataLoader worker receives)."""
     return opener(*args, **kwargs)
 
@@ -40,8 +41,8 @@ class Dataset:
         path: What was opened.
     """
 
-    labels: np.ndarray
-    ids: np.ndarray
+    labels: NDArray[np.float32]
+    ids: NDArray[np.uint64]
     label_width: int
     manifest: dict[str, Any] | None = None
     restart_indexed: bool = False
@@ -49,7 +50,7 @@ class Dataset:
     path: str = ""
     shards: Sequence[RecordIOShard | LmdbShard] = ()
     # How it was opened: (function, args, kwargs), set by the openers; pickling reopens it.
-    _opened_by: tuple[Any, tuple, dict[str, Any]] | None = None
+    _opened_by: tuple[Callable[..., Dataset], tuple[Any, ...], dict[str, Any]] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -93,7 +94,7 @@ class Dataset:
             raise IndexError(f"record {i} out of range for a dataset of {n} records")
         return i
 
-    def __reduce__(self) -> tuple[Any, tuple]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """A dataset pickles as the way to open it again (files, mappings and threads stay here).
 
         A spawned or forkserver DataLoader worker (``multiprocessing_context="spawn"``) unpickles

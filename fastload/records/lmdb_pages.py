@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
 
@@ -107,8 +108,8 @@ class LmdbFile:
         self._walk_lock = threading.Lock()
         self._reading = 0
         self._closed = False
-        self._offsets: np.ndarray | None = None
-        self._lengths: np.ndarray | None = None
+        self._offsets: NDArray[np.int64] | None = None
+        self._lengths: NDArray[np.int64] | None = None
         self._walk_error: str | None = None
 
     # --- reading ------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ class LmdbFile:
             raise self._fail(f"page header (number {own}, flags 0x{flags:x})", pgno)
         return page
 
-    def _nodes(self, page: bytes, pgno: int) -> np.ndarray:
+    def _nodes(self, page: bytes, pgno: int) -> NDArray[np.int64]:
         """Node offsets of a branch or leaf page, checked to leave room for a node header."""
         lower, upper = _PAGE.unpack_from(page, 0)[3:5]
         if lower < _PAGEHDRSZ or lower & 1 or lower > upper or upper > len(page):
@@ -213,12 +214,12 @@ class LmdbFile:
             raise self._fail("node offset outside the page", pgno)
         return ptrs
 
-    def _walk(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _walk(self) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
         """Every entry of the main database in key order: ``(keys [N, 8] uint8, offsets, lengths)``."""
         m = self.meta
-        keys: list[np.ndarray] = []
-        offs: list[np.ndarray] = []
-        lens: list[np.ndarray] = []
+        keys: list[NDArray[np.uint8]] = []
+        offs: list[NDArray[np.int64]] = []
+        lens: list[NDArray[np.int64]] = []
         if m.root == _P_INVALID:
             empty = np.zeros(0, dtype=np.int64)
             return np.zeros((0, 8), dtype=np.uint8), empty, empty
@@ -251,7 +252,9 @@ class LmdbFile:
             raise self._fail("a tree without leaf pages")
         return np.concatenate(keys), np.concatenate(offs), np.concatenate(lens)
 
-    def _leaf(self, page: bytes, pgno: int, ptrs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _leaf(
+        self, page: bytes, pgno: int, ptrs: NDArray[np.int64]
+    ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
         m = self.meta
         raw = np.frombuffer(page, dtype=np.uint8)
         u16 = np.frombuffer(page, dtype="<u2")
@@ -282,7 +285,7 @@ class LmdbFile:
             offsets[big] = first * m.psize + _PAGEHDRSZ
         return keys, offsets, np.where(big, -dsize, dsize)
 
-    def locations(self) -> tuple[np.ndarray, np.ndarray]:
+    def locations(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Where the values of records 0..N-1 are (keys must be exactly those numbers), walked once.
 
         Returns:
@@ -333,7 +336,7 @@ class LmdbFile:
         data = self.read(offset - _PAGEHDRSZ, _PAGEHDRSZ + want, record)
         return bytes(self._overflow_value(data, offset, length, record))
 
-    def extents(self) -> tuple[np.ndarray, np.ndarray]:
+    def extents(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """The bytes to read for each record's value: ``(start, end)`` int64, by record number.
 
         A value on overflow pages starts with its page header (checked by :meth:`value_from`).

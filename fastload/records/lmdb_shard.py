@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import lmdb
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.records.lmdb_pages import LmdbFile
 
@@ -59,7 +60,8 @@ def decode_key(key: bytes) -> int:
     """Inverse of :func:`encode_key`."""
     if len(key) != _KEY.size:
         raise ValueError(f"a key of {len(key)} bytes is not an 8-byte fastload record key")
-    return _KEY.unpack(key)[0]
+    record: int = _KEY.unpack(key)[0]
+    return record
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class LmdbValueHeader:
 def pack_value_header(labels: float | Sequence[float], id: int) -> bytes:
     """The header bytes that precede the image in a value."""
     arr = np.atleast_1d(np.asarray(labels, dtype="<f4")).ravel()
-    return _HEAD.pack(VALUE_MAGIC, VALUE_VERSION, arr.size, int(id)) + arr.tobytes()
+    header: bytes = _HEAD.pack(VALUE_MAGIC, VALUE_VERSION, arr.size, int(id)) + arr.tobytes()
+    return header
 
 
 def pack_value(labels: float | Sequence[float], id: int, image: bytes) -> bytes:
@@ -189,7 +192,7 @@ class LmdbShard:
         """
         return self._file.value(record, nbytes)
 
-    def extents(self) -> tuple[np.ndarray, np.ndarray]:
+    def extents(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """``(start, end)`` of the bytes to read for each record's value (int64, by record number)."""
         return self._file.extents()
 
@@ -210,7 +213,7 @@ class LmdbShard:
         """
         return self._file.read(offset, length, record)
 
-    def lengths(self) -> np.ndarray:
+    def lengths(self) -> NDArray[np.int64]:
         """Every value's length in bytes (int64, by record number)."""
         return np.abs(self._file.locations()[1])
 

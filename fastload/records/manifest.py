@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptDatasetError, UserError
 from fastload.folder import INDEX_NAME, MANIFEST_NAME, WORK_DIR
@@ -69,8 +70,11 @@ _MAX_BYTES = (1 << 63) - 1
 _MAX_MANIFEST_BYTES = 1 << 30  # a manifest is kilobytes to a few megabytes; a bigger one is not read whole
 _MAX_NPY_HEADER = 1 << 16
 
+# (shape, fortran_order, dtype) as numpy.lib.format reads them from a .npy header.
+_NpyHeader = tuple[tuple[int, ...], bool, np.dtype[Any]]
 
-def index_dtype(label_width: int, checksums: bool = False) -> np.dtype:
+
+def index_dtype(label_width: int, checksums: bool = False) -> np.dtype[np.void]:
     """The structured dtype of the binary index for ``label_width`` labels per record.
 
     Args:
@@ -93,25 +97,25 @@ def index_dtype(label_width: int, checksums: bool = False) -> np.dtype:
     return np.dtype(fields)
 
 
-def empty_index(n: int, label_width: int, checksums: bool = False) -> np.ndarray:
+def empty_index(n: int, label_width: int, checksums: bool = False) -> NDArray[np.void]:
     """A zeroed index of ``n`` rows (``checksums``: with the per-record checksum column)."""
     return np.zeros(n, dtype=index_dtype(label_width, checksums))
 
 
-def write_index(path: str, index: np.ndarray) -> None:
+def write_index(path: str, index: NDArray[np.void]) -> None:
     """Write the binary index atomically (``.npy``; deterministic bytes for equal contents)."""
     atomic_write(path, lambda f: np.save(f, index, allow_pickle=False))
 
 
-def _npy_header(f: Any, path: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _npy_header(f: Any, path: str) -> _NpyHeader:
     """``(shape, fortran_order, dtype)`` from a ``.npy`` header, any damage as one error."""
     fmt: Any = np.lib.format  # untyped in numpy 1.23
     try:
         major, minor = fmt.read_magic(f)
         if (major, minor) == (1, 0):
-            return fmt.read_array_header_1_0(f, max_header_size=_MAX_NPY_HEADER)
+            return cast(_NpyHeader, fmt.read_array_header_1_0(f, max_header_size=_MAX_NPY_HEADER))
         if (major, minor) == (2, 0):
-            return fmt.read_array_header_2_0(f, max_header_size=_MAX_NPY_HEADER)
+            return cast(_NpyHeader, fmt.read_array_header_2_0(f, max_header_size=_MAX_NPY_HEADER))
         raise ValueError(f"unknown .npy version {major}.{minor}")
     except Exception:
         # numpy's own messages quote the header's text (the file's bytes): not repeated here. Any
@@ -122,7 +126,7 @@ def _npy_header(f: Any, path: str) -> tuple[tuple[int, ...], bool, np.dtype]:
         ) from None
 
 
-def load_index(path: str, label_width: int, records: int) -> np.ndarray:
+def load_index(path: str, label_width: int, records: int) -> NDArray[np.void]:
     """Load the binary index and check its layout and size against the manifest.
 
     The ``.npy`` header is parsed on its own first, so a damaged one is reported instead of

@@ -32,12 +32,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
 
@@ -105,8 +106,8 @@ class ReadCounters:
 
 
 def coalesce(
-    shard: np.ndarray, start: np.ndarray, end: np.ndarray, *, gap: int, max_read: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    shard: NDArray[np.int64], start: NDArray[np.int64], end: NDArray[np.int64], *, gap: int, max_read: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Runs of neighbouring extents, each read in one go.
 
     Args:
@@ -153,7 +154,7 @@ class _Read:
 
     __slots__ = ("future", "shard", "start")
 
-    def __init__(self, shard: int, start: int, future: Future) -> None:
+    def __init__(self, shard: int, start: int, future: Future[Any]) -> None:
         self.shard, self.start, self.future = shard, start, future
 
 
@@ -167,8 +168,8 @@ class _Group:
         p0: int,
         p1: int,
         reads: list[_Read],
-        read_of: np.ndarray,
-        rel: tuple[np.ndarray, np.ndarray] | None,
+        read_of: NDArray[np.int64],
+        rel: tuple[NDArray[np.int64], NDArray[np.int64]] | None,
         nbytes: int,
     ) -> None:
         self.p0, self.p1, self.reads, self.read_of, self.nbytes = p0, p1, reads, read_of, nbytes
@@ -207,7 +208,7 @@ class ReadAhead:
     def _reset(self) -> None:
         self._seq = np.zeros(0, dtype=np.int64)
         self._windows = np.zeros(0, dtype=np.int64)  # positions where shuffle windows start
-        self._ext: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._ext: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = None
         self._csum = np.zeros(1, dtype=np.int64)  # bytes of positions [0, p): _csum[p]
         self._planned = 0
         self._released = 0
@@ -231,7 +232,7 @@ class ReadAhead:
         """Whether records are read as byte extents (False: record by record through ``image``)."""
         return self._has_extents and self._ext is not None
 
-    def begin(self, sequence: np.ndarray, windows: Sequence[int] | np.ndarray = ()) -> None:
+    def begin(self, sequence: NDArray[np.int64], windows: Sequence[int] | NDArray[np.int64] = ()) -> None:
         """Read ``sequence`` (record indices in decode order) from its start; drops the previous plan.
 
         Args:
@@ -242,7 +243,7 @@ class ReadAhead:
         self._drop()
         self.extend(sequence, windows)
 
-    def extend(self, sequence: np.ndarray, windows: Sequence[int] | np.ndarray = ()) -> None:
+    def extend(self, sequence: NDArray[np.int64], windows: Sequence[int] | NDArray[np.int64] = ()) -> None:
         """Append ``sequence`` to the plan (the next epoch), its ``windows`` relative to its own start."""
         self._check_open()
         seq = np.asarray(sequence, dtype=np.int64).ravel()
@@ -312,7 +313,7 @@ class ReadAhead:
             place = np.empty(len(r_st), dtype=np.int64)
             place[np.argsort(first, kind="stable")] = np.arange(len(r_st))
             read_of = place[run_of]
-            rel: tuple[np.ndarray, np.ndarray] | None = (st - r_st[run_of], en - r_st[run_of])
+            rel: tuple[NDArray[np.int64], NDArray[np.int64]] | None = (st - r_st[run_of], en - r_st[run_of])
             nbytes = int((r_en - r_st).sum())
         else:
             for i in idx.tolist():
@@ -337,17 +338,17 @@ class ReadAhead:
 
     # --- the reads (pool threads) -----------------------------------------------------------------
 
-    def _issue(self, fn: Any, *args: Any) -> Future:
+    def _issue(self, fn: Callable[..., bytes | memoryview | Exception], *args: Any) -> Future[Any]:
         fut = self._pool.submit(fn, *args)
         fut.add_done_callback(self._notify)
         return fut
 
-    def _notify(self, _fut: Future) -> None:
+    def _notify(self, _fut: Future[Any]) -> None:
         with self._done:
             self._done.notify_all()
 
     def _read_run(self, shard: int, start: int, end: int) -> bytes:
-        data = self.dataset.read_extent(shard, start, end)
+        data: bytes = self.dataset.read_extent(shard, start, end)
         with self._lock:
             self._counts["bytes"] += len(data)
             self._counts["reads"] += 1
@@ -355,7 +356,7 @@ class ReadAhead:
 
     def _read_record(self, i: int) -> memoryview | Exception:
         try:
-            view = self.dataset.image(i)
+            view: memoryview = self.dataset.image(i)
         except (CorruptRecordError, OSError, ValueError) as exc:
             return exc
         with self._lock:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import xxhash
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptDatasetError, CorruptRecordError, UserError
 from fastload.records import recordio
@@ -71,7 +72,7 @@ def record_checksum(payload: Any) -> int:
     return int(xxhash.xxh3_64_intdigest(payload))
 
 
-def label_problems(labels: np.ndarray, num_classes: int | None) -> np.ndarray:
+def label_problems(labels: NDArray[np.float32], num_classes: int | None) -> NDArray[np.bool_]:
     """Which rows of ``labels`` are outside what the dataset declares (see the module docstring).
 
     Args:
@@ -82,7 +83,7 @@ def label_problems(labels: np.ndarray, num_classes: int | None) -> np.ndarray:
     Returns:
         bool ``[N]``.
     """
-    bad = ~np.isfinite(labels).all(axis=1)
+    bad: NDArray[np.bool_] = ~np.isfinite(labels).all(axis=1)
     if num_classes is not None:
         with np.errstate(invalid="ignore"):
             bad |= ((labels < 0) | (labels >= num_classes) | (labels != np.floor(labels))).any(axis=1)
@@ -111,7 +112,7 @@ class ShardedDataset(Dataset):
         path: str,
         kind: str,
         shards: Sequence[Shard],
-        index: np.ndarray,
+        index: NDArray[np.void],
         manifest: dict[str, Any] | None = None,
         num_classes: int | None = None,
         broken: dict[int, str] | None = None,
@@ -148,8 +149,8 @@ class ShardedDataset(Dataset):
         for extra in (self._broken, self._label_notes):
             if extra:
                 self._bad_label[list(extra)] = True
-        self._extent_start: np.ndarray | None = None
-        self._extent_end: np.ndarray | None = None
+        self._extent_start: NDArray[np.int64] | None = None
+        self._extent_end: NDArray[np.int64] | None = None
         self._closed = False
         self._lock = threading.Lock()
 
@@ -189,7 +190,9 @@ class ShardedDataset(Dataset):
 
     # --- reads planned by the caller (fastload.records.readahead) --------------------------------
 
-    def extents(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def extents(
+        self, indices: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None:
         """Where records ``indices`` lie: ``(shard, start, end)`` int64 arrays, byte ranges in the shard files.
 
         A record's extent is every byte :meth:`image_from` needs (framing and header included), so
@@ -305,7 +308,7 @@ class ShardedDataset(Dataset):
         return f"shard {shard.name} record {record}"
 
     @property
-    def shard_starts(self) -> np.ndarray:
+    def shard_starts(self) -> NDArray[np.int64]:
         """First record of each shard, then the record count (int64): the shard-aware order's input."""
         return np.append(self._shard_start, len(self)).astype(np.int64)
 
@@ -345,7 +348,7 @@ class ShardedDataset(Dataset):
             shard.close()
 
 
-def _check_index(index: np.ndarray, manifest: dict[str, Any], index_path: str) -> None:
+def _check_index(index: NDArray[np.void], manifest: dict[str, Any], index_path: str) -> None:
     """The index against the manifest: shard numbers, per-shard counts, extents inside each shard."""
     entries = manifest["shards"]
     n = len(index)
@@ -426,7 +429,7 @@ def open_fastload_folder(path: str) -> ShardedDataset:
     )
 
 
-def _check_idx_order(offsets: np.ndarray, size: int, idx_path: str) -> None:
+def _check_idx_order(offsets: NDArray[np.uint64], size: int, idx_path: str) -> None:
     """Offsets of an ``.idx``: from 0, strictly increasing, inside the ``.rec``."""
     fix = "; regenerate the .idx, or remove it (the .rec is then scanned)"
     if not len(offsets):
@@ -451,8 +454,8 @@ def _check_idx_order(offsets: np.ndarray, size: int, idx_path: str) -> None:
 
 
 def _index_bare_rec(
-    shard: recordio.RecordIOShard, keys: np.ndarray, offsets: np.ndarray, idx_path: str | None
-) -> tuple[np.ndarray, dict[int, str], dict[int, str]]:
+    shard: recordio.RecordIOShard, keys: NDArray[np.int64], offsets: NDArray[np.uint64], idx_path: str | None
+) -> tuple[NDArray[np.void], dict[int, str], dict[int, str]]:
     """An index for a bare .rec from each record's framing and IRHeader (read with ``pread``).
 
     The label width is the number of labels most records carry; records with another number are bad.

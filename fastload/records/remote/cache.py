@@ -166,7 +166,8 @@ class _FileLock:
             entry = _FileLock._threads.setdefault(self.path, [threading.Lock(), 0])
             entry[1] += 1
         self._key, self._entry = self.path, entry  # the key stays if the path is renamed while held
-        return entry[0]
+        lock: threading.Lock = entry[0]
+        return lock
 
     def _leave(self) -> None:
         entry, self._entry = self._entry, None

@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import UserError
 from fastload.records import recordio
@@ -76,14 +77,15 @@ class _CachedShard:
         self.size = obj.size
         self.path = owner.store.url_of(obj.key)
 
-    def _shard(self) -> Any:
+    def _shard(self) -> Any:  # either kind of shard: each caller uses the methods of the kind it reads
         return self._owner._acquire(self.number)
 
     def payload(self, offset: int, length: int = -1, parts: int = 0, record: int | None = None) -> Any:
         return self._shard().payload(offset, length, parts, record)
 
     def value(self, record: int) -> bytes:
-        return self._shard().value(record)
+        value: bytes = self._shard().value(record)
+        return value
 
     def will_need(self, offset: int, length: int) -> None:
         shard = self._owner._mapped(self.number)
@@ -115,7 +117,7 @@ class RemoteDataset(ShardedDataset):
         store: RemoteStore,
         cache: ShardCache,
         manifest: dict[str, Any],
-        index: np.ndarray,
+        index: NDArray[np.void],
         prefetch_shards: int = 2,
         fetch_threads: int = 2,
     ) -> None:
@@ -123,10 +125,10 @@ class RemoteDataset(ShardedDataset):
         self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
         self._objects = shard_objects(manifest)
         self._state = threading.RLock()
-        self._open: dict[int, Any] = {}
-        self._futures: dict[int, Future] = {}
-        self._plan: np.ndarray | None = None  # visits: rows (first position, last position, shard)
-        self._planned: set = set()  # shards the plan reads
+        self._open: dict[int, LmdbShard | recordio.RecordIOShard] = {}
+        self._futures: dict[int, Future[str]] = {}
+        self._plan: NDArray[np.int64] | None = None  # visits: rows (first position, last position, shard)
+        self._planned: set[int] = set()  # shards the plan reads
         self._active = 1  # the most shards a plan reads at once
         self._cursor = 0
         self._waits = 0
@@ -306,7 +308,7 @@ class RemoteDataset(ShardedDataset):
     def _mapped(self, s: int) -> Any:
         return self._open.get(s)
 
-    def _acquire(self, s: int) -> Any:
+    def _acquire(self, s: int) -> LmdbShard | recordio.RecordIOShard:
         """Shard ``s`` mapped, downloading it first when needed (called by record reads)."""
         shard = self._open.get(s)
         if shard is not None:

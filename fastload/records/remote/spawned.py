@@ -27,9 +27,11 @@ import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 from fastload.errors import FastloadError
+
+_T = TypeVar("_T")
 
 __all__ = ["HelperLost", "call"]
 
@@ -76,7 +78,7 @@ class _Helper:
             theirs.close()
         self.conn = Connection(ours.detach())
 
-    def call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def call(self, fn: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _T:
         try:
             self.conn.send((fn, args, kwargs))
             reply = self.conn.recv()
@@ -91,7 +93,8 @@ class _Helper:
                 + f" while running {getattr(fn, '__qualname__', fn)}"
             ) from None
         if reply[0] == "ok":
-            return reply[1]
+            result: _T = reply[1]  # what fn returned, unpickled
+            return result
         _, cls, exc_args, state, helper_traceback = reply
         # Rebuilt without calling __init__: fastload's errors take keyword-only arguments (url=).
         error = cls.__new__(cls)
@@ -110,7 +113,7 @@ _guard = threading.Lock()
 _helper: _Helper | None = None
 
 
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """Run ``fn(*args, **kwargs)`` in this process's helper and return its result.
 
     ``fn`` and the arguments must pickle (functions by reference); an exception ``fn`` raises is
@@ -154,7 +157,7 @@ def _serve(fd: int) -> None:
         except EOFError:  # the process that started this helper is gone
             return
         except Exception as exc:  # a call that does not unpickle here
-            reply: tuple = ("error", type(exc), exc.args, {}, traceback.format_exc())
+            reply: tuple[Any, ...] = ("error", type(exc), exc.args, {}, traceback.format_exc())
         else:
             try:
                 reply = ("ok", fn(*args, **kwargs))

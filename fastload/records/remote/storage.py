@@ -36,10 +36,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from fastload.errors import FastloadError, UserError
+
+_T = TypeVar("_T")
 
 __all__ = ["SCHEMES", "ObjectInfo", "RemoteError", "RemoteNotFound", "RemoteStore", "is_remote_url"]
 
@@ -294,7 +296,7 @@ class RemoteStore:
 
     # --- operations ---------------------------------------------------------------------------
 
-    def _in_helper(self, what: str, key: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _in_helper(self, what: str, key: str, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(self, *args)`` run by this process's helper (see :func:`forked_from_client`)."""
         from fastload.records.remote import spawned
 
