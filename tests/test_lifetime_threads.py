@@ -83,9 +83,9 @@ class GatedDecode:
 # --- close() from another thread ---------------------------------------------------------------------
 
 
-def close_once_waiting(loader, waits, since=None):
-    """A thread that closes ``loader`` once its consumer waits for a batch (after ``since``, or now)."""
-    since = waits.mark() if since is None else since
+def close_once_waiting(loader, waits):
+    """A thread that closes ``loader`` once its consumer waits for a batch (a wait begun after this call)."""
+    since = waits.mark()
 
     def close():
         waits.wait("get", since, 10, "wait of the consumer for a batch")
