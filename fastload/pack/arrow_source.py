@@ -43,6 +43,10 @@ __all__ = ["ArrowSource"]
 
 _SPLITS = ("train", "validation", "valid", "val", "test", "dev", "eval")
 _BATCH_ROWS = 64  # rows decoded at a time (the memory a sample's view keeps alive)
+# Parquet image bytes decoded at a time, about one data page: Arrow's binary builder grows by
+# reallocation page by page, so a batch of several pages is copied again as it grows, into fresh
+# memory (2,000 ImageNet-like images: 64-row batches cost a fifth more CPU than 12-row ones).
+_BATCH_BYTES = 1 << 20
 # Parquet read size (remote: one ranged GET each). Few, big reads: each gives up the GIL and must
 # win it back from the converter threads.
 _READ_BUFFER = 8 << 20
@@ -388,7 +392,10 @@ class ArrowSource:
                     row += rows
                     continue
                 batches = pf.iter_batches(
-                    batch_size=_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
+                    batch_size=self._batch_rows(pf.metadata.row_group(group)),
+                    row_groups=[group],
+                    columns=columns,
+                    use_threads=False,
                 )
                 for batch in batches:
                     n = batch.num_rows
@@ -405,6 +412,16 @@ class ArrowSource:
                     yield picked.slice(left) if left else picked, row + left
                 row += n
                 left = max(0, left - n)
+
+    def _batch_rows(self, group: Any) -> int:
+        """Rows per batch of a parquet row group: about :data:`_BATCH_BYTES` of images, at most :data:`_BATCH_ROWS`."""
+        nbytes = 0
+        for i in range(group.num_columns):
+            column = group.column(i)
+            if column.path_in_schema.split(".", 1)[0] == self.image_column:
+                nbytes += column.total_uncompressed_size
+        per_row = nbytes // max(1, group.num_rows)
+        return max(1, min(_BATCH_ROWS, _BATCH_BYTES // max(1, per_row)))
 
     def identity(self) -> list[str]:
         return [f"{f.shown}\t{f.size}\t{f.stamp}" for f in self.files]

@@ -184,10 +184,11 @@ class ShardSink:
         """
         items = [item for item, _ in batch]
         ids = [item.id for item in items]
-        offsets = self.writer.write_records(framed.data, ids, framed.framed)
+        offsets = self.writer.write_records(framed.chunks, ids, framed.framed)
         buffer = framed.buffer
-        self.file.after_flush(lambda: pool.give(buffer))
-        self.nbytes += len(framed.data)
+        if buffer is not None:
+            self.file.after_flush(lambda: pool.give(buffer))
+        self.nbytes += framed.nbytes
         self.bytes_in += sum(framed.sizes)
         self.kinds["pass"] += len(items)
         rows = self.rows
@@ -295,7 +296,7 @@ def write_shards(
                 if sink is None:
                     sink = open_sink()
                 fits = (
-                    (sink.nbytes + len(out.data) <= options.shard_size)
+                    (sink.nbytes + out.nbytes <= options.shard_size)
                     if edges is None
                     else (pos + len(batch) <= edges[number + 1])
                 )

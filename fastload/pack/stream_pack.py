@@ -329,7 +329,7 @@ def _write(
     converting = convert_options(options, transcode)
     workers = options.workers or os.cpu_count() or 1
     window = max(4, workers * _BATCHES_PER_WORKER)
-    depth, group = 4 * workers, 64
+    depth, group = max(2, workers), 64
     marks = _Marks(source)
     # Framed batches' buffers come back once written: the batches in flight, plus those gathered.
     pool = BufferPool(keep=window + 4)
@@ -363,9 +363,14 @@ def _write(
         width = source.labels.width or 1
 
         def convert(chunk: list[tuple[SourceItem, Sample]]) -> Any:
-            return convert_buffers(
+            out = convert_buffers(
                 [(item, s.data, s.reason) for item, s in chunk], converting, options.format, width, pool
             )
+            for _, s in chunk:
+                # The records hold what they need: the samples (kept for their resume points) let go
+                # of the bytes read, so the reader's chunk buffers are free again sooner.
+                s.data = None
+            return out
 
         stream = ordered_results(
             _chain([first] if first is not None else [], items),

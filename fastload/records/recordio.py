@@ -288,8 +288,16 @@ class FramedRecord:
     @classmethod
     def whole(cls, framed: Buffer) -> FramedRecord:
         """A record already framed whole (``cflag`` 0, padded), e.g. by the engine's ``frame_files``."""
+        return cls.of_chunks([framed])
+
+    @classmethod
+    def of_chunks(cls, chunks: list[Buffer]) -> FramedRecord:
+        """A record framed whole (``cflag`` 0, padded) whose bytes are ``chunks`` in order.
+
+        E.g. framing words and header, image, padding: a record the engine's ``frame_buffers`` gathered.
+        """
         record = cls.__new__(cls)
-        record.chunks, record.parts, record.size = [framed], 0, len(framed)
+        record.chunks, record.parts, record.size = chunks, 0, sum(len(c) for c in chunks)
         return record
 
 
@@ -339,8 +347,8 @@ class RecordIOWriter:
         self.offsets.append(start)
         return start, record.parts
 
-    def write_records(self, data: Buffer, keys: Sequence[int], sizes: Sequence[int]) -> list[int]:
-        """Append records already framed whole, back to back in ``data`` (``sizes`` bytes each).
+    def write_records(self, chunks: Sequence[Buffer], keys: Sequence[int], sizes: Sequence[int]) -> list[int]:
+        """Append records already framed whole, back to back in ``chunks`` (``sizes`` bytes each).
 
         Returns:
             Their offsets.
@@ -348,8 +356,8 @@ class RecordIOWriter:
         if not sizes:
             return []
         offsets = list(itertools.accumulate(sizes[:-1], initial=self.offset))
-        self._write([data])
-        self.offset += len(data)
+        self._write(chunks)
+        self.offset += sum(sizes)
         self.keys.extend(int(k) for k in keys)
         self.offsets.extend(offsets)
         return offsets
