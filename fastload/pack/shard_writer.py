@@ -14,7 +14,7 @@ import collections
 import errno
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fastload.checksum import Checksum, checksum_bytes, checksum_file
@@ -87,6 +87,17 @@ class GatherFile:
         if self._pending >= self._MAX_BYTES or len(self._chunks) >= self._MAX_IOV:
             self.flush()
         return n
+
+    def writelines(self, chunks: Sequence[Any]) -> None:
+        """:meth:`write` of each chunk, gathered a batch at a time (a gathered batch: two chunks per record)."""
+        start = 0
+        while start < len(chunks):
+            part = chunks[start : start + self._MAX_IOV - len(self._chunks)]
+            self._chunks += part
+            self._pending += sum(map(len, part))
+            start += len(part)
+            if self._pending >= self._MAX_BYTES or len(self._chunks) >= self._MAX_IOV:
+                self.flush()
 
     def after_flush(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` once everything written so far has left the gathered chunks (buffer reuse)."""

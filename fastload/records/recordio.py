@@ -64,9 +64,11 @@ Buffer = bytes | bytearray | memoryview
 
 
 class Sink(Protocol):
-    """Where :class:`RecordIOWriter` writes: a binary file, or anything with ``write`` and ``fileno``."""
+    """Where :class:`RecordIOWriter` writes: a binary file, or anything with ``write``, ``writelines``, ``fileno``."""
 
     def write(self, data: Buffer, /) -> int | None: ...
+
+    def writelines(self, chunks: Sequence[Buffer], /) -> None: ...
 
     def fileno(self) -> int: ...
 
@@ -332,8 +334,7 @@ class RecordIOWriter:
                 if views and n:
                     views[0] = views[0][n:]
         else:
-            for chunk in chunks:
-                self._file.write(chunk)
+            self._file.writelines(chunks)
         if self._on_bytes is not None:
             for chunk in chunks:
                 self._on_bytes(chunk)
