@@ -28,12 +28,12 @@ struct FrameJob {
 
 // Per-file outcome when the record was not framed (the Python path then handles the file).
 enum FrameRefusal : int64_t {
-  kFrameUnreadable = -1,   // open/read failed (Python re-reads it and reports the error)
-  kFrameSizeChanged = -2,  // the file is not the size stat reported
-  kFrameNotPassable = -3,  // not an 8-bit colour JPEG the marker walk can vouch for
-  kFrameSplit = -4,        // the payload holds the magic word: a multi-part record
-  kFrameUnsupported = -5,  // over RecordIO's 2**29 - 1 byte payload limit, a head that is not
-                           // whole words, or no room left in the buffer
+  kFrameUnreadable = -1,     // open/read failed (Python re-reads it and reports the error)
+  kFrameSizeChanged = -2,    // the file is not the size stat reported
+  kFrameNotPassable = -3,    // not an 8-bit colour JPEG the marker walk can vouch for
+  kFrameSplit = -4,          // the payload holds the magic word: a multi-part record
+  kFrameUnsupported = -5,    // over RecordIO's 2**29 - 1 byte payload limit, a head that is not
+                             // whole words, or no room left in the buffer
   kFrameTooManyPixels = -6,  // (frame_buffers) the frame header declares more than max_pixels pixels
 };
 

@@ -112,7 +112,7 @@ size_t walk_tar(const uint8_t* buf, size_t len, size_t pos, size_t max_members, 
       const uint8_t* h = buf + at;
       uint64_t stored = 0, size = 0;
       if (!octal_field(h + 148, 8, &stored)) return start;  // (an all-zero block parses as 0: refused below)
-      if (!checksum_ok(h, stored)) return start;             // damaged, or the end-of-archive block
+      if (!checksum_ok(h, stored)) return start;            // damaged, or the end-of-archive block
       if (!octal_field(h + 124, 12, &size)) return start;
       const char kind = static_cast<char>(h[156]);
       const size_t body = at + kBlock;

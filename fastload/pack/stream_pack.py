@@ -4,8 +4,9 @@ The same pack as a folder's (:mod:`fastload.pack.packer`), fed from a stream ins
 files: a reader thread reads the input front to back (:mod:`fastload.pack.read_ahead`; a tar once,
 parquet a row group at a time, nothing extracted to disk), the converter threads check, convert and
 frame the images already in memory (:func:`fastload.pack.convert_batch.convert_buffers`: JPEGs
-pass through, PNG / WebP / grayscale / CMYK are transcoded, ``--resize`` and ``--restart-index``
-as for files), and the calling thread writes the shards in input order
+pass through, checked and framed by one engine call per batch and written from where they were
+read; PNG / WebP / grayscale / CMYK are transcoded, ``--resize`` and ``--restart-index`` as for
+files), and the calling thread writes the shards in input order
 (:mod:`fastload.pack.shard_writer`), in the same staging folder with the same atomic move into OUT
 (:mod:`fastload.pack.staging`) and the same index and manifest
 (:mod:`fastload.pack.manifest_writer`). Memory stays bounded: at most a few hundred samples are in
@@ -329,6 +330,8 @@ def _write(
     converting = convert_options(options, transcode)
     workers = options.workers or os.cpu_count() or 1
     window = max(4, workers * _BATCHES_PER_WORKER)
+    # Samples read ahead of the converters: the bytes they view (a tar chunk, an Arrow batch) stay
+    # alive until written, and every megabyte in flight is one more fresh megabyte to fault in.
     depth, group = max(2, workers), 64
     marks = _Marks(source)
     # Framed batches' buffers come back once written: the batches in flight, plus those gathered.
