@@ -200,7 +200,7 @@ def _delayed_device_copies(packed, n_ref):
     """Batches copied by ``device=``, each copy held back on the GPU behind a sleep on its stream.
 
     The ring is pinned, so each copy is a true asynchronous DMA that reads the slot when the GPU
-    reaches it (from pageable memory the driver would stage the bytes before returning).
+    reaches it (from pageable memory the driver would first copy the bytes into its own pinned buffer).
     """
     with DataLoader(packed, batch_size=8, transform=EVAL, device="cuda:0", prefetch=1, pin_memory=True) as loader:
         it = iter(loader)

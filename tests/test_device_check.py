@@ -1,4 +1,4 @@
-"""Measurement stage, GPU machine: the device check's conclusions, its JSON and markdown, a dry run.
+"""Benchmarks, GPU machine: the device check's conclusions, its JSON and markdown, a dry run.
 
 The whole dry run is CI's own step (``make device-check DRY_RUN=1``); here: the arithmetic of the
 conclusions, the rendering of a complete result, the JUnit parsing, and one part run end to end

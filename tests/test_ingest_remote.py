@@ -13,7 +13,7 @@ from remote_fixtures import BUCKET, requires_s3, s3_server  # noqa: F401
 from fastload.pack.options import PackOptions
 from fastload.pack.packer import pack_folder
 from fastload.pack.remote_io import pack_remote
-from fastload.remote.storage import RemoteStore
+from fastload.records.remote.storage import RemoteStore
 
 pytestmark = requires_s3
 pytest.importorskip("webdataset")

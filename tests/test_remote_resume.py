@@ -10,7 +10,7 @@ from remote_fixtures import images_folder, packed_folder, requires_s3, s3_datase
 from resume_matrix import Job, LoaderPath, check_epoch, play
 
 from fastload.loader import Loader, LoaderConfig
-from fastload.records.remote_dataset import open_remote_dataset
+from fastload.records.remote.dataset import open_remote_dataset
 from fastload.transforms import eval_transform
 
 pytestmark = requires_s3

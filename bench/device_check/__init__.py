@@ -1,4 +1,4 @@
-"""Measurement stage, GPU machine: one command that runs every GPU path and measures 1 to N cores.
+"""Benchmarks, GPU machine: one command that runs every GPU path and measures 1 to N cores.
 
 ``make device-check`` (``python -m bench.device_check``) prepares what a bare GPU machine lacks
 (the carried wheels, the engine built against the carried libjpeg-turbo), generates an ImageNet-like

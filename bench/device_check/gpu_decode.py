@@ -5,7 +5,7 @@ compared), then per batch: one batched ``decode_jpeg(list, device=...)`` call, a
 ``RandomResizedCrop`` parameters, ``resized_crop`` (antialiased bilinear) and a horizontal flip per
 image on the device, stacked into a uint8 ``[B, 3, S, S]`` batch: what fastload's engine produces on
 the CPU. Reports images/s for the decode alone and for the whole pipeline, and the host's CPU
-seconds per 1,000 images (the decode is not free for the CPU: the Huffman stage may run there).
+seconds per 1,000 images (the decode is not free for the CPU: its Huffman decoding may run there).
 """
 
 from __future__ import annotations

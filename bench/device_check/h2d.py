@@ -80,7 +80,7 @@ def run(config: Config, rec: Recorder) -> None:
             for _ in range(sizes.copies):
                 dst.copy_(src, non_blocking=pinned and cuda)
 
-        copy()  # warm-up: allocation, first-touch, driver staging buffers
+        copy()  # warm-up: allocation, first-touch, the driver's own pinned bounce buffers
         seconds = median(clock.time(copy, sizes.repeats))
         nbytes = src.numel() * src.element_size()
         rec.row(

@@ -185,12 +185,12 @@ def run(args: argparse.Namespace) -> int:
     # What the imports created lives until exit: keep the collector from re-walking it while the
     # pack allocates (a measurable share of a short pack's CPU time otherwise).
     gc.freeze()
-    from fastload.remote.storage import is_remote_url
+    from fastload.records.remote.storage import is_remote_url
 
     if args.address and args.engine != "ray":
         raise UserError("--address applies to --engine ray")
     if is_remote_url(args.src) or is_remote_url(args.out):
-        from fastload.cli.stage import storage_options
+        from fastload.cli.copy import storage_options
         from fastload.pack.remote_io import pack_remote
 
         result = pack_remote(

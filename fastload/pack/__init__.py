@@ -6,7 +6,7 @@ input), ``stream_pack`` (tars and parquet, streamed: ``wds_source`` / ``tar_stre
 ``arrow_source``, ``read_ahead``, ``remote_read``, ``stream_sample``), ``sample_labels`` (label
 rules), ``convert`` (check / convert one image), ``framing`` (the
 engine's pass-through batches), ``restart`` (restart-marker transcoding), ``ordered_pool`` (the
-converter threads), ``shard_writer`` (shard files), ``staging`` (lock, resume, final move),
+converter threads), ``shard_writer`` (shard files), ``work_folder`` (lock, resume, final move),
 ``manifest_writer`` (index and manifest), ``progress``; ``arrays`` packs numpy arrays
 (``fastload pack-arrays``).
 """

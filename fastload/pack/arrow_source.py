@@ -140,7 +140,7 @@ class ArrowSource:
         split: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        from fastload.remote.storage import is_remote_url
+        from fastload.records.remote.storage import is_remote_url
 
         self.kind = kind
         self.remote = is_remote_url(src)
@@ -169,7 +169,7 @@ class ArrowSource:
     # --- files ----------------------------------------------------------------------------------
 
     def _store(self, url: str) -> Any:
-        from fastload.remote.storage import RemoteStore
+        from fastload.records.remote.storage import RemoteStore
 
         return RemoteStore(url, self._storage_options)
 
@@ -219,7 +219,7 @@ class ArrowSource:
     def _read_json(self, folder: str, name: str) -> Any:
         try:
             if self.remote:
-                from fastload.remote.storage import RemoteNotFound
+                from fastload.records.remote.storage import RemoteNotFound
 
                 try:
                     return json.loads(self._store(folder).get_bytes(name))

@@ -97,7 +97,7 @@ def _local_folder(path: str) -> InputFormat:
 
 
 def _remote_prefix(url: str, storage_options: Mapping[str, Any] | None) -> InputFormat:
-    from fastload.remote.storage import RemoteStore
+    from fastload.records.remote.storage import RemoteStore
 
     keys = [obj.key for obj in RemoteStore(url, storage_options).list()]
     if any(k in _HF_MARKERS or k.endswith("/dataset_dict.json") for k in keys):
@@ -115,7 +115,7 @@ def detect_format(src: str, storage_options: Mapping[str, Any] | None = None) ->
     Raises:
         UserError: A local path that does not exist.
     """
-    from fastload.remote.storage import is_remote_url
+    from fastload.records.remote.storage import is_remote_url
 
     src = os.fspath(src)
     by_name = _by_name(src)

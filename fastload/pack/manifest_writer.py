@@ -1,6 +1,6 @@
 """Write stage, the dataset's description: the binary record index and ``fastload.json``.
 
-Both are built from the completed shards and written into staging: the last files of a pack.
+Both are built from the completed shards and written into the work folder: the last files of a pack.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastload.errors import UserError
 from fastload.pack.convert import NOT_INDEXED
 from fastload.pack.options import PackOptions
 from fastload.pack.restart import manifest_settings
-from fastload.pack.staging import USER_WRITE_ERRNOS, ShardDone, write_error
+from fastload.pack.work_folder import USER_WRITE_ERRNOS, ShardDone, write_error
 from fastload.records.durable import write_json_atomic
 from fastload.records.folder_tree import Source
 from fastload.records.manifest import (
@@ -35,7 +35,7 @@ __all__ = ["write_dataset_files"]
 
 
 def write_dataset_files(
-    staging: str,
+    work_dir: str,
     source: Source,
     options: PackOptions,
     name: str,
@@ -43,7 +43,7 @@ def write_dataset_files(
     done: list[ShardDone],
     source_extra: dict[str, Any] | None = None,
 ) -> None:
-    """The binary index, then the manifest, into staging.
+    """The binary index, then the manifest, into the work folder.
 
     ``source_extra``: more about the input for the manifest's ``source`` entry (a streamed input's
     files, keys or columns).
@@ -79,7 +79,7 @@ def write_dataset_files(
         raise UserError(f"{source.path}: none of the {found} {what} is a decodable image; nothing was written")
     written = total
     try:
-        write_index(os.path.join(staging, INDEX_NAME), index)
+        write_index(os.path.join(work_dir, INDEX_NAME), index)
         converted = {k: v for k, v in sorted(kinds.items()) if k not in ("pass", NOT_INDEXED)}
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -105,7 +105,7 @@ def write_dataset_files(
             "shards": shards,
             "index": {
                 "file": INDEX_NAME,
-                "checksum": checksum_file(os.path.join(staging, INDEX_NAME)),
+                "checksum": checksum_file(os.path.join(work_dir, INDEX_NAME)),
                 "record_checksum": RECORD_CHECKSUM,
             },
             "counts": {
@@ -127,8 +127,8 @@ def write_dataset_files(
             else None,
             "plan": fingerprint,
         }
-        write_json_atomic(os.path.join(staging, MANIFEST_NAME), manifest)
+        write_json_atomic(os.path.join(work_dir, MANIFEST_NAME), manifest)
     except OSError as exc:
         if exc.errno in USER_WRITE_ERRNOS:
-            raise write_error(exc, staging) from None
+            raise write_error(exc, work_dir) from None
         raise

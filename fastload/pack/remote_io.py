@@ -1,7 +1,7 @@
 """Write stage to and from object storage: ``fastload pack`` with an ``s3://`` (``gs://``, ...) SRC or OUT.
 
 The pack itself (local or ``--engine ray``) runs on local folders, so its atomic, resumable
-staging and its byte-identical output stay exactly as they are:
+work folder and its byte-identical output stay exactly as they are:
 
 - a remote SRC that is a class-folder tree under a prefix is first downloaded into a build folder
   (files already there with the listed size are kept, so a rerun resumes), then packed from there;
@@ -35,8 +35,8 @@ from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.options import PackOptions
 from fastload.pack.result import PackResult
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
-from fastload.remote.fetch import fetch_to_file
-from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
+from fastload.records.remote.fetch import fetch_to_file
+from fastload.records.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
 
 __all__ = ["default_build_dir", "download_tree", "pack_remote", "publish"]
 

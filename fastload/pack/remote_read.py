@@ -3,9 +3,9 @@
 A tar or an Arrow stream is read front to back through one streamed GET (:class:`RemoteStream`,
 from any byte offset, for a resumed pack); a parquet file is read by ranges, footer first, then the
 column chunks of each row group (:class:`RemoteFile`, seekable, for ``pyarrow.parquet``). Both go
-through :class:`fastload.remote.storage.RemoteStore`, the storage client ``open_dataset`` uses
+through :class:`fastload.records.remote.storage.RemoteStore`, the storage client ``open_dataset`` uses
 (retries, timeouts, credentials from the same places); a failure raises its
-:class:`fastload.remote.storage.RemoteError` naming the URL, which stops the pack (a rerun resumes).
+:class:`fastload.records.remote.storage.RemoteError` naming the URL, which stops the pack (a rerun resumes).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 
-from fastload.remote.storage import RemoteStore
+from fastload.records.remote.storage import RemoteStore
 
 __all__ = ["RemoteFile", "RemoteStream"]
 

@@ -7,8 +7,8 @@ frame the images already in memory (:func:`fastload.pack.convert_batch.convert_b
 pass through, checked and framed by one engine call per batch and written from where they were
 read; PNG / WebP / grayscale / CMYK are transcoded, ``--resize`` and ``--restart-index`` as for
 files), and the calling thread writes the shards in input order
-(:mod:`fastload.pack.shard_writer`), in the same staging folder with the same atomic move into OUT
-(:mod:`fastload.pack.staging`) and the same index and manifest
+(:mod:`fastload.pack.shard_writer`), in the same work folder with the same atomic move into OUT
+(:mod:`fastload.pack.work_folder`) and the same index and manifest
 (:mod:`fastload.pack.manifest_writer`). Memory stays bounded: at most a few hundred samples are in
 flight between the reader and the writer.
 
@@ -49,7 +49,8 @@ from fastload.pack.restart import manifest_settings
 from fastload.pack.result import PackResult
 from fastload.pack.sample_labels import Labels
 from fastload.pack.shard_writer import write_shards
-from fastload.pack.staging import (
+from fastload.pack.stream_sample import Sample, StreamSource
+from fastload.pack.work_folder import (
     USER_WRITE_ERRNOS,
     ShardDone,
     discard_from,
@@ -59,10 +60,9 @@ from fastload.pack.staging import (
     prepare_out,
     write_error,
 )
-from fastload.pack.stream_sample import Sample, StreamSource
 from fastload.records.folder_tree import Source, SourceItem
 from fastload.records.manifest import FORMAT_VERSION, MANIFEST_NAME, read_manifest
-from fastload.remote.storage import is_remote_url
+from fastload.records.remote.storage import is_remote_url
 
 __all__ = ["open_stream_source", "pack_stream"]
 
@@ -191,14 +191,14 @@ class _Marks:
 
 
 def _resume(
-    staging: str, shard_file: Any, edges: list[int] | None
+    work_dir: str, shard_file: Any, edges: list[int] | None
 ) -> tuple[list[ShardDone], int, dict[str, Any] | None]:
     """The completed shards of an interrupted pack (a prefix), the position after them, their cursor."""
     done: list[ShardDone] = []
     pos = 0
     cursor: dict[str, Any] | None = None
     while edges is None or pos < edges[-1]:
-        d = load_done(staging, len(done), shard_file(len(done)), pos, edges)
+        d = load_done(work_dir, len(done), shard_file(len(done)), pos, edges)
         if d is None or not isinstance(d.cursor, dict) or not isinstance(d.cursor.get("source"), dict):
             break
         try:
@@ -260,7 +260,7 @@ def pack_stream(
         return f"{name}-{number:05d}{ext}"
 
     with exclusive(out):
-        staging, up_to_date = prepare_out(out, overwrite=options.overwrite, fingerprint=fingerprint)
+        work_dir, up_to_date = prepare_out(out, overwrite=options.overwrite, fingerprint=fingerprint)
         if up_to_date:
             manifest = read_manifest(out)
             return PackResult(
@@ -276,13 +276,13 @@ def pack_stream(
             )
         edges = fixed_edges(source.total, options.shards) if options.shards is not None and source.total else None
         resumed = processed = bytes_in = 0
-        if not os.path.isfile(os.path.join(staging, MANIFEST_NAME)):
-            done, pos, cursor = _resume(staging, shard_file, edges)
+        if not os.path.isfile(os.path.join(work_dir, MANIFEST_NAME)):
+            done, pos, cursor = _resume(work_dir, shard_file, edges)
             resumed = len(done)
-            discard_from(staging, name, resumed)
+            discard_from(work_dir, name, resumed)
             if cursor is not None:
                 source.labels = Labels.from_state(cursor["labels"])
-            new, processed = _write(source, staging, name, shard_file, options, edges, pos, cursor, resumed, transcode)
+            new, processed = _write(source, work_dir, name, shard_file, options, edges, pos, cursor, resumed, transcode)
             bytes_in = sum(d.bytes_in for d in new)
             done += new
             described = Source(
@@ -293,9 +293,9 @@ def pack_stream(
                 classes=source.labels.classes(),
                 label_width=source.labels.width or 1,
             )
-            write_dataset_files(staging, described, options, name, fingerprint, done, source.describe())
+            write_dataset_files(work_dir, described, options, name, fingerprint, done, source.describe())
         try:
-            manifest = finalize(out, staging)
+            manifest = finalize(out, work_dir)
         except OSError as exc:
             if exc.errno in USER_WRITE_ERRNOS:
                 raise write_error(exc, out) from None
@@ -316,7 +316,7 @@ def pack_stream(
 
 def _write(
     source: StreamSource,
-    staging: str,
+    work_dir: str,
     name: str,
     shard_file: Any,
     options: PackOptions,
@@ -384,7 +384,7 @@ def _write(
         )
         try:
             new = write_shards(
-                staging,
+                work_dir,
                 [],
                 pos,
                 number,

@@ -148,7 +148,7 @@ class WdsSource:
         label_key: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        from fastload.remote.storage import is_remote_url
+        from fastload.records.remote.storage import is_remote_url
 
         self.remote = is_remote_url(src)
         self.path = src if self.remote else os.path.abspath(src)
@@ -194,7 +194,7 @@ class WdsSource:
 
     def _remote_tars(self, src: str, storage_options: Mapping[str, Any] | None) -> list[_Tar]:
         from fastload.pack.remote_read import RemoteStream
-        from fastload.remote.storage import RemoteStore
+        from fastload.records.remote.storage import RemoteStore
 
         if has_braces(src) or is_tar_name(src):
             urls = _expand(src) if has_braces(src) else [src]

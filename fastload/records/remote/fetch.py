@@ -1,4 +1,4 @@
-"""Remote storage stage: a checksum-verified, retried download of one object into a local file.
+"""Read stage, remote: a checksum-verified, retried download of one object into a local file.
 
 A download is written under a temporary name in the destination's folder, checksummed while it
 streams (the manifest's ``"<algo>:<hex>"``, XXH3-128 for current datasets), size- and
@@ -7,7 +7,7 @@ corrupted file under the final name. A failed attempt (connection dropped, serve
 short body, checksum mismatch) is logged with the URL, its file is deleted, and the download is
 retried after an exponential backoff with full jitter, up to ``attempts`` times; the last failure
 raises :class:`FetchError` naming the URL and every reason. Request-level retries (5xx answers,
-refused connections) also happen inside the client (:mod:`fastload.remote.storage`); these are the
+refused connections) also happen inside the client (:mod:`fastload.records.remote.storage`); these are the
 retries of a whole object, which also cover a body cut off half way and a bad checksum.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from fastload.checksum import Checksum
 from fastload.errors import FastloadError
-from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore, forked_from_client
+from fastload.records.remote.storage import RemoteError, RemoteNotFound, RemoteStore, forked_from_client
 
 __all__ = ["DEFAULT_RETRY", "ChecksumMismatch", "FetchError", "RetryPolicy", "fetch_to_file"]
 
@@ -147,7 +147,7 @@ def fetch_to_file(
     if forked_from_client():
         # The whole download runs in the helper process, which writes ``dest`` itself: the
         # shard's bytes never cross the pipe. ``stop`` is checked before it starts.
-        from fastload.remote import spawned
+        from fastload.records.remote import spawned
 
         if stop is not None and stop.is_set():
             raise InterruptedError("download cancelled")

@@ -1,15 +1,16 @@
-"""Write stage, staging: the lock, the resume protocol and the final move of a pack into OUT.
+"""Write stage, the work folder: the lock, the resume protocol and the final move of a pack into OUT.
 
 How a pack survives being killed at any moment:
 
-1. Everything is built in ``OUT/.fastload-staging/``. ``plan.json`` there holds a fingerprint of the
-   input (paths, sizes, mtimes, labels) and of the options that change the bytes.
+1. Everything is built in the pack's work folder, ``OUT/.fastload-staging/``
+   (:data:`fastload.folder.WORK_DIR`). ``plan.json`` there holds a fingerprint of the input (paths,
+   sizes, mtimes, labels) and of the options that change the bytes.
 2. Each shard is written under a ``.partial`` name, fsynced, renamed, and only then gets its sidecar
    ``<shard>.done.json`` (sizes, checksums, its index rows, skipped files). A rerun with the same
    fingerprint keeps every shard whose sidecar matches the files on disk and rewrites the rest.
-3. When all shards are done, the index and ``fastload.json`` are written into staging, then moved
+3. When all shards are done, the index and ``fastload.json`` are written into the work folder, then moved
    into OUT: shards first, the manifest last (an older dataset's manifest is set aside first, so OUT
-   never looks complete while it mixes two datasets), and the staging folder is removed.
+   never looks complete while it mixes two datasets), and the work folder is removed.
 
 Two packs never write the same OUT: :func:`exclusive` holds an ``flock`` on the folder.
 """
@@ -32,7 +33,7 @@ from fastload.checksum import file_matches, recorded_checksum
 from fastload.errors import CorruptDatasetError, UserError
 from fastload.records.containment import contained_path, show_name
 from fastload.records.durable import fsync_dir, write_json_atomic
-from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, STAGING_DIR, read_manifest
+from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME, WORK_DIR, read_manifest
 from fastload.version import __version__
 
 __all__ = [
@@ -62,10 +63,10 @@ _ROW_KEYS = {"offset", "id", "length", "data_offset", "parts", "labels", "checks
 
 @dataclass
 class ShardDone:
-    """A shard that is complete in staging: its manifest entry, index rows, skips and counts.
+    """A shard that is complete in the work folder: its manifest entry, index rows, skips and counts.
 
     Attributes:
-        staging: The staging folder holding it.
+        work_dir: The work folder holding it.
         number: Its position among the shards.
         start: First source item (in pack order) it covers.
         end: One past the last source item it covers (skipped files included).
@@ -78,7 +79,7 @@ class ShardDone:
             label state there (:mod:`fastload.pack.stream_pack`); None for listed input.
     """
 
-    staging: str
+    work_dir: str
     number: int
     start: int
     end: int
@@ -123,32 +124,32 @@ def _data_file(folder: str, entry: dict[str, Any]) -> str:
     return os.path.join(path, "data.mdb") if entry["file"].endswith(".lmdb") else path
 
 
-def load_done(staging: str, number: int, file: str, start: int, edges: list[int] | None) -> ShardDone | None:
+def load_done(work_dir: str, number: int, file: str, start: int, edges: list[int] | None) -> ShardDone | None:
     """A completed shard's sidecar, if it exists, starts at ``start`` and matches the files on disk."""
     try:
-        with open(os.path.join(staging, file + DONE), "rb") as f:
+        with open(os.path.join(work_dir, file + DONE), "rb") as f:
             meta = json.load(f)
         entry = meta["entry"]
         first, end = meta["range"]
         if entry["file"] != file or first != start or (edges is not None and end != edges[number + 1]):
             return None
-        # Only the names this pack would give (never a path out of staging), and rows with the
+        # Only the names this pack would give (never a path out of the work folder), and rows with the
         # per-record checksums of this format version.
         if entry.get("index_file") not in (None, os.path.splitext(file)[0] + ".idx"):
             return None
         if set(meta["rows"]) != _ROW_KEYS or len({len(v) for v in meta["rows"].values()}) != 1:
             return None
-        data = _data_file(staging, entry)
+        data = _data_file(work_dir, entry)
         if os.path.getsize(data) != entry["bytes"] or not file_matches(data, recorded_checksum(entry)):
             return None
         if entry.get("index_file"):
-            idx = os.path.join(staging, entry["index_file"])
+            idx = os.path.join(work_dir, entry["index_file"])
             if os.path.getsize(idx) != entry["index_bytes"] or not file_matches(
                 idx, recorded_checksum(entry, "index_")
             ):
                 return None
         return ShardDone(
-            staging,
+            work_dir,
             number,
             first,
             end,
@@ -163,19 +164,19 @@ def load_done(staging: str, number: int, file: str, start: int, edges: list[int]
         return None
 
 
-def discard_from(staging: str, name: str, number: int) -> None:
+def discard_from(work_dir: str, name: str, number: int) -> None:
     """Remove shards (and sidecars, partial files) numbered ``number`` and up: they will be rewritten."""
     pattern = re.compile(re.escape(name) + r"-(\d{5,})\.")
-    for entry in os.listdir(staging):
+    for entry in os.listdir(work_dir):
         m = pattern.match(entry)
         if m and int(m.group(1)) >= number:
-            remove(os.path.join(staging, entry))
+            remove(os.path.join(work_dir, entry))
 
 
 def write_done(done: ShardDone) -> None:
     """Write the sidecar that marks ``done``'s shard complete (after the shard is durable in place)."""
     write_json_atomic(
-        os.path.join(done.staging, done.entry["file"] + DONE),
+        os.path.join(done.work_dir, done.entry["file"] + DONE),
         {
             "entry": done.entry,
             "range": [done.start, done.end],
@@ -214,7 +215,7 @@ def exclusive(out: str) -> Iterator[None]:
 
 
 def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bool]:
-    """Check OUT, set up staging. Returns ``(staging, up_to_date)``."""
+    """Check OUT, set up the work folder. Returns ``(work_dir, up_to_date)``."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise UserError(f"{out}: exists and is not a folder")
     try:
@@ -223,24 +224,24 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bo
         raise UserError(f"{out}: cannot create the output folder ({exc.strerror or exc})") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise UserError(f"{out}: the output folder is not writable")
-    staging = os.path.join(out, STAGING_DIR)
+    work_dir = os.path.join(out, WORK_DIR)
     manifest_path = os.path.join(out, MANIFEST_NAME)
-    plan_path = os.path.join(staging, PLAN)
-    staged_plan = None
-    if os.path.isdir(staging):
+    plan_path = os.path.join(work_dir, PLAN)
+    work_plan = None
+    if os.path.isdir(work_dir):
         try:
             with open(plan_path, "rb") as f:
-                staged_plan = json.load(f).get("fingerprint")
+                work_plan = json.load(f).get("fingerprint")
         except (OSError, ValueError, AttributeError):
-            staged_plan = None
-    if staged_plan not in (None, fingerprint) and os.path.isfile(os.path.join(staging, MANIFEST_NAME)):
+            work_plan = None
+    if work_plan not in (None, fingerprint) and os.path.isfile(os.path.join(work_dir, MANIFEST_NAME)):
         # A complete dataset from another command was being moved into place when that run died:
         # finish the move first, so it is never lost, then treat it as the dataset OUT holds.
         try:
-            finalize(out, staging)
+            finalize(out, work_dir)
         except OSError as exc:
             raise write_error(exc, out) from None
-        staged_plan = None
+        work_plan = None
     has_dataset = os.path.isfile(manifest_path)
     if has_dataset:
         try:
@@ -250,58 +251,58 @@ def prepare_out(out: str, *, overwrite: bool, fingerprint: str) -> tuple[str, bo
         if (
             not overwrite
             and current.get("plan") == fingerprint
-            and staged_plan in (None, fingerprint)
-            and not os.path.isfile(os.path.join(staging, MANIFEST_NAME))
+            and work_plan in (None, fingerprint)
+            and not os.path.isfile(os.path.join(work_dir, MANIFEST_NAME))
         ):
-            shutil.rmtree(staging, ignore_errors=True)  # leftovers of a run killed after its manifest landed
-            return staging, True
+            shutil.rmtree(work_dir, ignore_errors=True)  # leftovers of a run killed after its manifest landed
+            return work_dir, True
         if not overwrite:
             raise UserError(
                 f"{out} already holds a dataset ({current.get('records', '?')} records); pass --overwrite to replace it"
             )
-    if (staged_plan is not None and staged_plan != fingerprint) or (os.path.isdir(staging) and staged_plan is None):
+    if (work_plan is not None and work_plan != fingerprint) or (os.path.isdir(work_dir) and work_plan is None):
         # An unfinished pack of other inputs or options: only partial work, no complete dataset, is lost.
-        log.warning("discarding an unfinished pack in %s made from other inputs or options", staging)
-        shutil.rmtree(staging)
-        staged_plan = None
+        log.warning("discarding an unfinished pack in %s made from other inputs or options", work_dir)
+        shutil.rmtree(work_dir)
+        work_plan = None
     try:
-        os.makedirs(staging, exist_ok=True)
-        if staged_plan is None:
+        os.makedirs(work_dir, exist_ok=True)
+        if work_plan is None:
             write_json_atomic(plan_path, {"fingerprint": fingerprint, "fastload_version": __version__})
     except OSError as exc:
         if exc.errno in USER_WRITE_ERRNOS:
-            raise write_error(exc, staging) from None
+            raise write_error(exc, work_dir) from None
         raise
-    return staging, False
+    return work_dir, False
 
 
-def finalize(out: str, staging: str) -> dict[str, Any]:
-    """Move a complete staged dataset into OUT, replacing any older one; returns the new manifest."""
-    staged = os.path.join(staging, MANIFEST_NAME)
+def finalize(out: str, work_dir: str) -> dict[str, Any]:
+    """Move the complete dataset built in ``work_dir`` into OUT, replacing any older one; returns its manifest."""
+    built = os.path.join(work_dir, MANIFEST_NAME)
     new_files = {INDEX_NAME}
     try:
-        with open(staged, "rb") as f:
+        with open(built, "rb") as f:
             manifest = json.load(f)
         for entry in manifest["shards"]:
             new_files.update(_shard_files(entry))
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise CorruptDatasetError(
-            "damaged staged manifest (its shard list cannot be read); remove the staging folder or pack with "
+            "damaged manifest in the work folder (its shard list cannot be read); remove the work folder or pack with "
             "--overwrite",
-            file=staged,
+            file=built,
             field="shards",
         ) from None
-    for name in new_files:  # a damaged staged manifest must not move files from or to elsewhere
-        contained_path(staging, name, source=staged, field="shards")
+    for name in new_files:  # a damaged manifest there must not move files from or to elsewhere
+        contained_path(work_dir, name, source=built, field="shards")
         if os.path.basename(name) != name:
-            raise CorruptDatasetError(f"{show_name(name)} is not a plain file name", file=staged, field="shards")
+            raise CorruptDatasetError(f"{show_name(name)} is not a plain file name", file=built, field="shards")
     old_path = os.path.join(out, MANIFEST_NAME)
-    set_aside = os.path.join(staging, OLD_MANIFEST)
+    set_aside = os.path.join(work_dir, OLD_MANIFEST)
     if os.path.isfile(old_path):
         os.replace(old_path, set_aside)  # from here on OUT does not look complete until the new manifest lands
         fsync_dir(out)
     for name in sorted(new_files):
-        src = os.path.join(staging, name)
+        src = os.path.join(work_dir, name)
         if os.path.lexists(src):
             dst = os.path.join(out, name)
             if os.path.isdir(src):
@@ -319,7 +320,7 @@ def finalize(out: str, staging: str) -> dict[str, Any]:
             if isinstance(name, str) and name not in ("", ".", "..") and os.path.basename(name) == name:  # inside OUT
                 remove(os.path.join(out, name))
     fsync_dir(out)
-    os.replace(os.path.join(staging, MANIFEST_NAME), os.path.join(out, MANIFEST_NAME))
+    os.replace(os.path.join(work_dir, MANIFEST_NAME), os.path.join(out, MANIFEST_NAME))
     fsync_dir(out)
-    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(work_dir, ignore_errors=True)
     return manifest

@@ -1,7 +1,7 @@
-"""Remote storage stage: the per-node shard cache that several ranks share without a daemon.
+"""Read stage, remote: the per-node shard cache that several ranks share without a daemon.
 
 One cache folder holds one remote dataset, laid out as a dataset folder (so a complete cache, or a
-``fastload stage`` output, also opens as a local dataset)::
+``fastload copy`` output, also opens as a local dataset)::
 
     fastload-cache.json          which URL this caches (and the manifest's etag when it was fetched)
     fastload.json                the remote manifest, fetched once per node
@@ -17,7 +17,7 @@ One cache folder holds one remote dataset, laid out as a dataset folder (so a co
 Coordination uses ``flock`` locks and atomic renames only. The kernel drops a dead process's locks
 (kill -9 included): a reader whose lock can be taken is gone, and its files are removed by the
 next process that looks. A download lands under a temporary name and is renamed only once its size
-and checksum match the manifest (:mod:`fastload.remote.fetch`), so every file under a shard's name
+and checksum match the manifest (:mod:`fastload.records.remote.fetch`), so every file under a shard's name
 is complete and verified; a second rank wanting the same shard waits for the first one's download
 instead of fetching it again.
 
@@ -48,8 +48,8 @@ from typing import Any, ClassVar
 from fastload.checksum import file_matches, recorded_checksum
 from fastload.errors import FastloadError, UserError
 from fastload.folder import INDEX_NAME, MANIFEST_NAME
-from fastload.remote.fetch import DEFAULT_RETRY, RetryPolicy, fetch_to_file
-from fastload.remote.storage import RemoteStore
+from fastload.records.remote.fetch import DEFAULT_RETRY, RetryPolicy, fetch_to_file
+from fastload.records.remote.storage import ObjectInfo, RemoteStore
 
 __all__ = [
     "CACHE_MARKER",
@@ -59,8 +59,9 @@ __all__ = [
     "NoRoomYet",
     "ShardCache",
     "default_cache_dir",
+    "fill_object",
+    "mark_as_cache",
     "object_lock",
-    "remove_stale_parts",
     "shard_objects",
 ]
 
@@ -243,7 +244,7 @@ def object_lock(folder: str, key: str) -> _FileLock:
     return _FileLock(os.path.join(locks, key.replace("/", "%") + ".lock"))
 
 
-def remove_stale_parts(path: str) -> None:
+def _remove_stale_parts(path: str) -> None:
     """Delete the temporary files of earlier, killed downloads of ``path`` (call with its lock held)."""
     folder, base = os.path.split(path)
     try:
@@ -254,6 +255,56 @@ def remove_stale_parts(path: str) -> None:
         if entry.name.startswith("." + base + ".") and entry.name.endswith(".part"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
+
+
+def fill_object(folder: str, key: str, size: int | None, write: Callable[[str], int]) -> int:
+    """Put object ``key`` into the cache folder ``folder`` the way the cache itself does.
+
+    For a process that fills a cache folder from elsewhere (``fastload copy``): it takes the
+    object's lock, so that ranks reading ``folder`` as their cache never write the same file at
+    the same time, and deletes the temporary files a killed writer left (known stale once the lock
+    is held). A file already there with ``size`` bytes is complete (a file gets its final name only
+    once verified) and is kept.
+
+    Args:
+        folder: The cache folder (or a dataset folder becoming one).
+        key: The object's key below the dataset's root (``train-00003.rec``, ``x.lmdb/data.mdb``).
+        size: Its size from the manifest; None: unknown, always written.
+        write: ``write(path)`` writes the object at ``path`` through a temporary file named
+            ``.<name>.<anything>.part`` beside it, renamed onto ``path`` once verified (as
+            :func:`fastload.records.remote.fetch.fetch_to_file` does); returns the bytes written.
+
+    Returns:
+        The bytes written; 0 when the object was already there.
+    """
+    path = os.path.join(folder, *key.split("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock = object_lock(folder, key)
+    lock.acquire(None)
+    try:
+        if size is not None and os.path.isfile(path) and os.path.getsize(path) == size:
+            return 0
+        _remove_stale_parts(path)
+        return write(path)
+    finally:
+        lock.release()
+
+
+def mark_as_cache(folder: str, store: RemoteStore) -> None:
+    """Make the dataset folder ``folder`` a cache folder of the dataset at ``store``.
+
+    Writes the marker a :class:`ShardCache` of that URL reads (the URL, and the remote manifest's
+    etag and size as of now): shards missing from the folder are then fetched from the URL when a
+    rank needs them (``open_dataset(folder)`` or ``open_dataset(url, cache_dir=folder)``).
+    """
+    _write_marker(folder, store, store.head(MANIFEST_NAME))
+
+
+def _write_marker(folder: str, store: RemoteStore, head: ObjectInfo) -> None:
+    _write_json(
+        os.path.join(folder, CACHE_MARKER),
+        {"source": store.url, "manifest_etag": head.etag, "manifest_size": head.size},
+    )
 
 
 def _write_json(path: str, obj: Any) -> None:
@@ -397,10 +448,7 @@ class ShardCache:
             with open(tmp, "wb") as f:
                 f.write(data)
             os.replace(tmp, local_manifest)
-            _write_json(
-                os.path.join(self.folder, CACHE_MARKER),
-                {"source": self.store.url, "manifest_etag": head.etag, "manifest_size": head.size},
-            )
+            _write_marker(self.folder, self.store, head)
             return manifest, index_path
         finally:
             lock.release()
@@ -454,7 +502,7 @@ class ShardCache:
                 _touch(path)
                 return path
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            remove_stale_parts(path)  # a download killed half way (its process is gone: we hold the lock)
+            _remove_stale_parts(path)  # a download killed half way (its process is gone: we hold the lock)
             self._reserve(obj, stop, wait_for_room)
             try:
                 fetch_to_file(
@@ -500,7 +548,7 @@ class ShardCache:
         lock = _FileLock(os.path.join(self.meta, "cache.lock"))
         state: dict[str, int | None] = {"last": None}
 
-        def progress():
+        def progress() -> int | None:
             return state["last"]
 
         guard = self._wait_guard(f"room in the cache ({self.limit} bytes) for {obj.shard}", progress)

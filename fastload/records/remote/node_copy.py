@@ -1,25 +1,28 @@
-"""Staging: copy a packed dataset (local folder or object-store URL) to tmpfs or a local disk.
+"""Read stage, remote: a packed dataset (local folder or object-store URL) copied to node-local storage.
 
-``fastload stage SRC DEST`` is the replacement for copying a whole dataset into ``/dev/shm`` on
+``fastload copy SRC DEST`` is the replacement for copying a whole dataset into ``/dev/shm`` on
 every node: with ``node_rank``/``nnodes`` it copies only the shards this node's ranks read in the
 shard-aware order (``shuffle="shard"``, :func:`fastload.order.shards_read`) for the given epochs.
 
 - **Space check first**: the bytes still to copy are compared with the free space of DEST's
   filesystem before anything is written; the error names both.
-- **Atomic and resumable** (a killed stage, ``kill -9`` included, is finished by running it again):
+- **Atomic and resumable** (a killed copy, ``kill -9`` included, is finished by running it again):
   every file is written under a temporary name, checked against the manifest's size and checksum
   while it is written, and renamed only then; files already in DEST under their final names are
   complete and are kept. The manifest is written last, so DEST looks like a dataset only once its
   shards are there.
-- A full stage is a local dataset (``open_dataset(DEST)``). A stage of a remote dataset also records
+- A full copy is a local dataset (``open_dataset(DEST)``). A copy of a remote dataset also records
   its URL (``fastload-cache.json``), which makes DEST a cache folder of it: a partial (per-node)
-  stage opens with ``open_dataset(DEST)`` or ``open_dataset(URL, cache_dir=DEST)``, and shards not
-  staged come from the URL when a rank needs them.
+  copy opens with ``open_dataset(DEST)`` or ``open_dataset(URL, cache_dir=DEST)``, and shards not
+  copied come from the URL when a rank needs them.
 - Progress: a bar with MB/s when stderr is a terminal.
 
 A local file is checksummed from the page cache, then copied by the kernel (``copy_file_range`` /
-``sendfile``, as ``cp`` does); remote ones go through :func:`fastload.remote.fetch.fetch_to_file`
-(retries, timeouts, checksum on arrival).
+``sendfile``, as ``cp`` does); remote ones go through
+:func:`fastload.records.remote.fetch.fetch_to_file` (retries, timeouts, checksum on arrival). Files
+go into DEST through the shard cache's own protocol (:func:`fastload.records.remote.cache.fill_object`),
+so ranks already reading DEST as their cache and a copy running at the same time never write the
+same file twice.
 """
 
 from __future__ import annotations
@@ -42,20 +45,19 @@ import numpy as np
 from fastload.checksum import Checksum, checksum_file, recorded_checksum
 from fastload.errors import UserError
 from fastload.order import OrderSpec, shards_read
-from fastload.records.durable import write_json_atomic
 from fastload.records.manifest import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, load_index
-from fastload.remote.cache import CACHE_MARKER, object_lock, remove_stale_parts, shard_objects
-from fastload.remote.fetch import fetch_to_file
-from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
+from fastload.records.remote.cache import fill_object, mark_as_cache, shard_objects
+from fastload.records.remote.fetch import fetch_to_file
+from fastload.records.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
 
-__all__ = ["StageOptions", "StageResult", "node_from_env", "stage_dataset"]
+__all__ = ["CopyOptions", "CopyResult", "copy_dataset", "node_from_env"]
 
 _CHUNK = 8 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageOptions:
-    """What :func:`stage_dataset` copies and how.
+class CopyOptions:
+    """What :func:`copy_dataset` copies and how.
 
     Attributes:
         node_rank: This node's number (None: copy every shard).
@@ -83,7 +85,7 @@ class StageOptions:
 
     def __post_init__(self) -> None:
         if (self.node_rank is None) != (self.nnodes is None):
-            raise ValueError("give node_rank and nnodes together (or neither, to stage every shard)")
+            raise ValueError("give node_rank and nnodes together (or neither, to copy every shard)")
         if self.nnodes is not None and (self.nnodes < 1 or not 0 <= int(self.node_rank or 0) < self.nnodes):
             raise ValueError(f"node_rank={self.node_rank} must be in [0, nnodes={self.nnodes})")
         if self.nproc_per_node < 1:
@@ -95,23 +97,24 @@ class StageOptions:
 
 
 @dataclass(frozen=True)
-class StageResult:
-    """What a stage did.
+class CopyResult:
+    """What a copy did.
 
     Attributes:
         dest: The destination folder.
         shards: Shard files of the dataset.
-        staged: Shard files now in DEST for this node.
+        selected: Shard files this node needs (every shard without a node), now in DEST.
         copied: Files copied in this run.
         copied_bytes: Bytes copied in this run.
         kept: Files already in DEST, kept.
         seconds: Wall time.
         complete: Whether DEST holds every shard (a local dataset by itself).
+        files: Every file the selected shards need, as paths in DEST.
     """
 
     dest: str
     shards: int
-    staged: int
+    selected: int
     copied: int
     copied_bytes: int
     kept: int
@@ -247,8 +250,8 @@ def _human(n: float) -> str:
     return f"{n} B"
 
 
-def _selected(manifest: dict[str, Any], index_path: str, options: StageOptions) -> list[int]:
-    """Shard numbers this node stages."""
+def _selected(manifest: dict[str, Any], index_path: str, options: CopyOptions) -> list[int]:
+    """Shard numbers this node copies."""
     n_shards = len(manifest.get("shards", []))
     if options.nnodes is None:
         return list(range(n_shards))
@@ -270,23 +273,23 @@ def _selected(manifest: dict[str, Any], index_path: str, options: StageOptions) 
     return shards_read(spec, options.epochs, ranks)
 
 
-def stage_dataset(src: str, dest: str, options: StageOptions | None = None) -> StageResult:
+def copy_dataset(src: str, dest: str, options: CopyOptions | None = None) -> CopyResult:
     """Copy a packed dataset (or this node's shards of it) into ``dest``.
 
     Args:
         src: A packed dataset folder, or its URL (``s3://bucket/prefix``, ...).
         dest: The destination folder (created), e.g. under ``/dev/shm``.
-        options: :class:`StageOptions`.
+        options: :class:`CopyOptions`.
 
     Returns:
-        A :class:`StageResult`.
+        A :class:`CopyResult`.
 
     Raises:
         UserError: Not a dataset, not enough space (the message gives both numbers), a different
             dataset in DEST without ``overwrite``, a corrupted source file.
         FetchError: A remote file could not be downloaded intact.
     """
-    options = options or StageOptions()
+    options = options or CopyOptions()
     t0 = time.perf_counter()
     source = _Source(src, options.storage_options)
     data = source.manifest_bytes()
@@ -336,29 +339,16 @@ def stage_dataset(src: str, dest: str, options: StageOptions | None = None) -> S
     available = st.f_bavail * st.f_frsize
     if needed > available:
         raise UserError(
-            f"{dest}: not enough space to stage {len(missing)} file(s): needs {needed} bytes ({_human(needed)}), "
+            f"{dest}: not enough space to copy {len(missing)} file(s): needs {needed} bytes ({_human(needed)}), "
             f"{available} bytes ({_human(available)}) available"
         )
     bar = _bar(options, needed)
     try:
-        with ThreadPoolExecutor(max_workers=options.threads, thread_name_prefix="fastload-stage") as pool:
+        with ThreadPoolExecutor(max_workers=options.threads, thread_name_prefix="fastload-copy") as pool:
 
             def one(job: tuple[str, int | None, str | None]) -> int:
                 key, size, checksum = job
-                path = os.path.join(dest, *key.split("/"))
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                # The cache's own per-object lock: ranks already reading DEST as their cache never
-                # fetch the same file at the same time, and temporary files left by a killed
-                # stage (or rank) are known stale once the lock is ours.
-                lock = object_lock(dest, key)
-                lock.acquire(None)
-                try:
-                    if size is not None and os.path.isfile(path) and os.path.getsize(path) == size:
-                        return 0
-                    remove_stale_parts(path)
-                    n = source.copy(key, path, size, checksum)
-                finally:
-                    lock.release()
+                n = fill_object(dest, key, size, lambda path: source.copy(key, path, size, checksum))
                 bar.update(n)
                 return n
 
@@ -368,21 +358,17 @@ def stage_dataset(src: str, dest: str, options: StageOptions | None = None) -> S
     finally:
         bar.close()
     if source.store is not None:
-        head = source.store.head(MANIFEST_NAME)
-        write_json_atomic(
-            os.path.join(dest, CACHE_MARKER),
-            {"source": source.store.url, "manifest_etag": head.etag, "manifest_size": head.size},
-        )
+        mark_as_cache(dest, source.store)
     # The manifest last: DEST is a dataset (or a cache folder of one) only from here on.
     manifest_path = os.path.join(dest, MANIFEST_NAME)
     with tempfile.NamedTemporaryFile(dir=dest, prefix="." + MANIFEST_NAME + ".", delete=False) as f:
         f.write(data)
     os.chmod(f.name, 0o644)
     os.replace(f.name, manifest_path)
-    return StageResult(
+    return CopyResult(
         dest=dest,
         shards=len(objects),
-        staged=len(selected),
+        selected=len(selected),
         copied=copied,
         copied_bytes=copied_bytes,
         kept=kept,
@@ -422,10 +408,10 @@ class _NoBar:
         pass
 
 
-def _bar(options: StageOptions, total: int) -> Any:
+def _bar(options: CopyOptions, total: int) -> Any:
     if not (options.progress and sys.stderr.isatty()):
         return _NoBar()
     from tqdm import tqdm
 
     # unit_scale with bytes: tqdm shows the rate as MB/s.
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="stage", file=sys.stderr)
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="copy", file=sys.stderr)

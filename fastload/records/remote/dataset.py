@@ -1,7 +1,7 @@
 """Read stage for remote datasets: a packed dataset in object storage, read through the node's shard cache.
 
 :func:`open_remote_dataset` (what ``fastload.open_dataset("s3://...")`` calls) fetches the manifest
-and the record index once per node (:class:`~fastload.remote.cache.ShardCache`), and returns a
+and the record index once per node (:class:`~fastload.records.remote.cache.ShardCache`), and returns a
 :class:`RemoteDataset`: the same API as a local packed dataset (records by global index, zero-copy
 views into memory-mapped shards), whose shards are downloaded whole into the cache when needed.
 
@@ -33,8 +33,7 @@ from fastload.errors import UserError
 from fastload.records import recordio
 from fastload.records.lmdb_shard import LmdbShard
 from fastload.records.manifest import FORMAT_VERSION, MANIFEST_NAME, load_index
-from fastload.records.sharded import ShardedDataset
-from fastload.remote.cache import (
+from fastload.records.remote.cache import (
     CACHE_MARKER,
     CachedObject,
     CacheError,
@@ -43,8 +42,9 @@ from fastload.remote.cache import (
     default_cache_dir,
     shard_objects,
 )
-from fastload.remote.fetch import DEFAULT_RETRY, FetchError, RetryPolicy
-from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
+from fastload.records.remote.fetch import DEFAULT_RETRY, FetchError, RetryPolicy
+from fastload.records.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
+from fastload.records.sharded import ShardedDataset
 
 __all__ = ["CACHE_MARKER", "RemoteDataset", "is_remote_url", "open_remote_dataset", "parse_bytes"]
 
@@ -158,7 +158,7 @@ class RemoteDataset(ShardedDataset):
 
         The parent's prefetch threads do not exist here and any of its locks may have been held at
         the fork; its mapped shards and its downloads in flight are the parent's. The child reads
-        on demand (downloads run in a helper process, :mod:`fastload.remote.spawned`) and starts
+        on demand (downloads run in a helper process, :mod:`fastload.records.remote.spawned`) and starts
         prefetching when it is given a plan (:meth:`will_read`).
         """
         self._lock = threading.Lock()
@@ -415,7 +415,7 @@ def open_remote_dataset(
 
     Args:
         url: The dataset's root (where ``fastload.json`` is).
-        storage_options: Credentials, endpoint, timeouts (see :mod:`fastload.remote.storage`).
+        storage_options: Credentials, endpoint, timeouts (see :mod:`fastload.records.remote.storage`).
         cache_dir: The node's cache folder for this dataset (shared by the ranks that give the same
             one). Default: ``/dev/shm/fastload-cache/<hash of url>`` when /dev/shm has room for the
             dataset (or ``cache_limit``), else ``~/.cache/fastload/<hash>``.

@@ -1,4 +1,4 @@
-"""Remote storage stage: storage calls from a forked process, run by a spawned helper process.
+"""Read stage, remote: storage calls from a forked process, run by a spawned helper process.
 
 obstore runs its requests on a Tokio runtime whose threads live only in the process that started
 it. A process forked after that (a torch ``DataLoader`` worker: fork is the default on Linux) has
@@ -7,7 +7,7 @@ after the fork (obstore is not fork-safe, as its maintainers say). Such a proces
 call to a helper instead: a fresh interpreter (``python -c`` loading this same fastload package),
 started on the first call, that runs the call with its own client and sends back the result, or
 the exception with the helper's traceback attached as a note. A shard download runs whole in the
-helper, which writes the cache file itself (:func:`fastload.remote.fetch.fetch_to_file`): the
+helper, which writes the cache file itself (:func:`fastload.records.remote.fetch.fetch_to_file`): the
 bytes never cross the socket.
 
 One helper per process, one call at a time. The helper exits when the process that started it
@@ -47,7 +47,7 @@ spec = importlib.util.spec_from_file_location(
 module = importlib.util.module_from_spec(spec)
 sys.modules["fastload"] = module
 spec.loader.exec_module(module)
-from fastload.remote.spawned import _serve
+from fastload.records.remote.spawned import _serve
 _serve(int(sys.argv[2]))
 """
 
@@ -58,8 +58,11 @@ class _Helper:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
         # The helper imports this very fastload package (not another one on its path) without
-        # putting its folder ahead of the standard library.
-        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # putting its folder ahead of the standard library: up from this file, one folder per dot
+        # of this module's name.
+        package = os.path.abspath(__file__)
+        for _ in range(__name__.count(".")):
+            package = os.path.dirname(package)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, package, str(theirs.fileno())],

@@ -1,4 +1,4 @@
-"""Remote storage stage: one client for object stores (S3 and S3-compatible servers, GCS, Azure, HTTP(S)).
+"""Read stage, remote: one client for object stores (S3 and S3-compatible servers, GCS, Azure, HTTP(S)).
 
 Everything goes through `obstore <https://developmentseed.org/obstore>`_ (Python bindings of the
 Rust ``object_store`` crate that Arrow, DataFusion and Polars use). It was chosen over fsspec/s3fs on
@@ -44,7 +44,7 @@ from fastload.errors import FastloadError, UserError
 __all__ = ["SCHEMES", "ObjectInfo", "RemoteError", "RemoteNotFound", "RemoteStore", "is_remote_url"]
 
 # The process that built the first obstore store: obstore's runtime threads live there only, so a
-# process forked from it runs its storage calls in a spawned helper (fastload.remote.spawned).
+# process forked from it runs its storage calls in a spawned helper (fastload.records.remote.spawned).
 _client_pid: int | None = None
 
 #: URL schemes this module opens (everything obstore covers).
@@ -82,7 +82,7 @@ _S3_ALIASES = {
 class RemoteError(FastloadError):
     """A remote operation failed (after the client's own retries); the message names the URL.
 
-    Not an ``OSError`` on purpose (see :class:`fastload.remote.fetch.FetchError`).
+    Not an ``OSError`` on purpose (see :class:`fastload.records.remote.fetch.FetchError`).
     """
 
     def __init__(self, message: str, *, url: str) -> None:
@@ -113,7 +113,7 @@ def forked_from_client() -> bool:
     """Whether this process was forked from one that had started the storage client.
 
     obstore is not fork-safe (its runtime's threads stay in the parent): such a process runs its
-    storage calls in a spawned helper process (:mod:`fastload.remote.spawned`).
+    storage calls in a spawned helper process (:mod:`fastload.records.remote.spawned`).
     """
     return _client_pid is not None and _client_pid != os.getpid()
 
@@ -233,7 +233,7 @@ class RemoteStore:
         return RemoteStore(self.url_of(key.strip("/")), self.storage_options)
 
     @property
-    def store(self):
+    def store(self) -> Any:
         """The obstore store, built on first use (imports obstore lazily).
 
         Raises:
@@ -254,7 +254,7 @@ class RemoteStore:
                     _client_pid = os.getpid()
         return self._store
 
-    def _build(self):
+    def _build(self) -> Any:
         try:
             import obstore.store
         except ImportError:
@@ -284,10 +284,11 @@ class RemoteStore:
                 config["endpoint"] = endpoint
         elif scheme == "http":
             client.setdefault("allow_http", True)
+        # One call for every scheme, with settings built at run time: obstore's per-scheme overloads
+        # cannot be matched statically.
+        from_url: Callable[..., Any] = obstore.store.from_url
         try:
-            return obstore.store.from_url(
-                self.url, config=config or None, client_options=client, retry_config=_RETRY_DEFAULTS
-            )
+            return from_url(self.url, config=config or None, client_options=client, retry_config=_RETRY_DEFAULTS)
         except Exception as exc:  # obstore raises its own error types for bad settings
             raise UserError(f"{self.url}: cannot set up the storage client ({exc})") from None
 
@@ -295,7 +296,7 @@ class RemoteStore:
 
     def _in_helper(self, what: str, key: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(self, *args)`` run by this process's helper (see :func:`forked_from_client`)."""
-        from fastload.remote import spawned
+        from fastload.records.remote import spawned
 
         try:
             return spawned.call(fn, self, *args)
@@ -342,9 +343,9 @@ class RemoteStore:
         0.25-0.31 s with 8 MB ones).
 
         A failure in the middle of the body raises :class:`RemoteError`; what was yielded before
-        must then be thrown away by the caller (:mod:`fastload.remote.fetch` does). In a forked
+        must then be thrown away by the caller (:mod:`fastload.records.remote.fetch` does). In a forked
         process (:func:`forked_from_client`) the helper reads the range whole and it comes as one
-        chunk (:func:`fastload.remote.fetch.fetch_to_file` downloads in the helper instead).
+        chunk (:func:`fastload.records.remote.fetch.fetch_to_file` downloads in the helper instead).
         """
         if forked_from_client():
             what = "GET" if end is None else f"GET bytes {start}-{end}"
@@ -379,7 +380,7 @@ class RemoteStore:
         except Exception as exc:
             raise self._error(exc, key, "PUT") from exc
 
-    def put_bytes(self, key: str, data) -> None:
+    def put_bytes(self, key: str, data: bytes | bytearray | memoryview) -> None:
         """Upload bytes (one request; the object appears whole or not at all)."""
         if forked_from_client():
             return self._in_helper("PUT", key, RemoteStore.put_bytes, key, bytes(data))
