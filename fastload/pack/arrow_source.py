@@ -65,6 +65,17 @@ def _pyarrow() -> Any:
     return pa
 
 
+def _memory_pool(pa: Any) -> Any:
+    """The memory pool the image columns are decoded into: the C library's allocator.
+
+    Arrow's default pool (mimalloc) maps its arena for transparent huge pages and returns freed
+    segments to the system after a few milliseconds; a streamed read frees every batch soon after
+    decoding it, so each new batch faulted fresh 2 MB pages, zeroed whole (2,000 ImageNet-like
+    images: 0.48 s of system CPU time for the whole pack, against 0.25 s with this pool).
+    """
+    return pa.system_memory_pool()
+
+
 def _split_of(relative: str, candidates: tuple[str, ...]) -> str | None:
     """The split a file belongs to by the Hub's layouts: a folder named after it, or a name starting with it."""
     parts = relative.replace("\\", "/").split("/")
@@ -302,9 +313,9 @@ class ArrowSource:
     def _batches(self, f: _File) -> Any:
         pa = _pyarrow()
         try:
-            return pa.ipc.open_stream(f.open_stream())
+            return pa.ipc.open_stream(f.open_stream(), memory_pool=_memory_pool(pa))
         except pa.ArrowInvalid:
-            return pa.ipc.open_file(f.open_stream())
+            return pa.ipc.open_file(f.open_stream(), memory_pool=_memory_pool(pa))
 
     # --- columns --------------------------------------------------------------------------------
 
@@ -390,16 +401,20 @@ class ArrowSource:
             # groups: peak RSS 138 MB instead of 436 MB, a tenth of the system time for fresh
             # pages). Arrow's own threads would only compete with the converter threads.
             buffer = _LOCAL_READ_BUFFER if f.local is not None else _READ_BUFFER
-            pf = pa.parquet.ParquetFile(f.open_random(), pre_buffer=False, buffer_size=buffer)
+            # The reader ParquetFile wraps, made here to take the memory pool (ParquetFile's
+            # constructor does not); the leaf columns of each top-level column, in the order asked.
+            pf = pa.parquet.ParquetReader(memory_pool=_memory_pool(pa))
+            pf.open(f.open_random(), pre_buffer=False, buffer_size=buffer)
+            leaves = [i for name in columns for i, path in enumerate(pf.column_paths) if path[0] == name]
             for group, rows in enumerate(f.groups):
                 if left >= rows:
                     left -= rows
                     row += rows
                     continue
                 batches = pf.iter_batches(
-                    batch_size=self._batch_rows(pf.metadata.row_group(group)),
+                    self._batch_rows(pf.metadata.row_group(group)),
                     row_groups=[group],
-                    columns=columns,
+                    column_indices=leaves,
                     use_threads=False,
                 )
                 for batch in batches:
