@@ -707,6 +707,33 @@ FUNCTIONS: dict[str, Function] = {
         "GIL-free call (runs of consecutive rows are one read). Returns the first row that was not read in full "
         "(row -1: every row was read; error 0: the file ended early).",
     ),
+    # ---- glue/ingest.cpp ----------------------------------------------------------------------
+    "frame_buffers": Function(
+        (
+            _IMAGES,
+            _P("heads", "Sequence[Buffer]"),
+            _P("max_pixels", "int"),
+            _P("gather", "bool"),
+            _P("out", "Buffer"),
+        ),
+        "tuple[npt.NDArray[np.int64], int]",
+        "Check and frame a batch of in-memory images as RecordIO records (payload = head + image) in one "
+        "GIL-free call, with frame_files' checks. gather=False: the records framed whole into out, back to back "
+        "(out needs sum(8 + round_up_4(len(head) + len(image))) bytes); gather=True: the images are not copied "
+        "and out holds what goes between them: per framed record, the previous one's zero padding, then its "
+        "magic, length word and head; after the last, its padding (out needs sum(11 + len(head)) bytes). "
+        "Returns (framed_sizes, used): framed_sizes[i] > 0 for a framed record (its whole size), < 0 for an "
+        "image left to the Python path (-3 not a passable JPEG, -4 holds the magic word, -5 over the record "
+        "limit, -6 declares more than max_pixels pixels).",
+    ),
+    "walk_tar": Function(
+        (_P("buf", "Buffer"), _P("pos", "int"), _P("max_members", "int")),
+        "tuple[list[str], npt.NDArray[np.int64], int]",
+        "Walk the whole tar members of buf from pos (a member's first header) in one GIL-free call: (names, "
+        "rows of [first header offset, data offset, size, type flag byte], where it stopped). It stops at the "
+        "first member it leaves to the Python reader (damaged or unusual headers, PAX global headers, sparse "
+        "members, a member running past the buffer, the end-of-archive block).",
+    ),
 }
 
 
