@@ -50,15 +50,15 @@ struct WarpPlan {
   double shift_x = 0, shift_y = 0;  // added to the position before NEAREST picks its pixel
   WarpBorder border = WarpBorder::kReplicate;
   uint8_t fill[3] = {0, 0, 0};
-  bool dct_scaling = false;      // the source may be decoded at 1/2, 1/4, 1/8 when the plan shrinks it >= 2x
+  bool dct_scaling = false;      // the source may be decoded at 1/2, 1/4, 1/8 (dct_scale_denom)
   bool quantize = false;         // evaluate to_source as cv::warpAffine (fixed point, 1/32-pixel positions)
 };
 
 // Added to NEAREST positions (warp.py's NEAREST_EPSILON).
 constexpr double kNearestEpsilon = 1e-6;
 
-// DCT scale denominator (1, 2, 4 or 8) for a plan: the rule of the crop path (1/2 from a 2x
-// shrink, deeper scales leave the kernel at least a 2x step), when plan.dct_scaling and `enabled`.
+// DCT scale denominator (1, 2, 4 or 8) for a plan: the rule of the crop path (jpeg_decode.h's
+// dct_scale_denom of the plan's smaller shrink), when plan.dct_scaling and `enabled`.
 int warp_denom(const WarpPlan& plan, bool enabled);
 
 // Source rectangle [x0, x1) x [y0, y1) of the image decoded at 1/denom (scaled_w x scaled_h) that
