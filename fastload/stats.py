@@ -5,7 +5,12 @@ Stages timed (seconds, summed over batches):
 - ``read``: record views and the read-ahead hint (``dataset.image(i)``, ``dataset.will_need``);
   pages actually fault in during decode, so cold-cache I/O shows up under ``decode``;
 - ``decode``: the one ``decode_batch`` call per batch (plus any bad-record substitution);
-- ``wait_slot``: the producer waiting for a free ring slot (the consumer is slower: good);
+- ``wait_slot``: the producer waiting for a ring slot to come back while the prefetch queue is
+  short: every slot is held by batches the consumer has not dropped yet, or by device copies still
+  reading it (fences). Near 0 in a healthy run: a slot comes back the moment its batch's last view
+  dies, and a consumer that keeps batches makes the ring grow instead;
+- ``wait_consumer``: the producer ``prefetch`` batches ahead, waiting for the consumer to take one
+  (back-pressure: the consumer is the slower side, the normal state of a model-bound run);
 - ``wait_data``: the consumer waiting for a batch (the loader is slower: input-bound);
 - ``copy``: device copies issued by an adapter (for asynchronous CUDA copies, the time to issue them).
 
@@ -33,6 +38,7 @@ class Stage(str, enum.Enum):
     READ = "read"
     DECODE = "decode"
     WAIT_SLOT = "wait_slot"
+    WAIT_CONSUMER = "wait_consumer"
     WAIT_DATA = "wait_data"
     COPY = "copy"
 

@@ -17,7 +17,7 @@ from fastload.loader.driver import _Driver, _Run
 from fastload.loader.iterator import _EpochIterator
 from fastload.loader.pipeline import _Pipeline
 from fastload.order import EpochOrder, OrderSpec, Shuffle
-from fastload.stats import LoaderStats, StageTimer
+from fastload.stats import LoaderStats, Stage, StageTimer
 
 log = logging.getLogger("fastload.loader")
 
@@ -111,6 +111,7 @@ class Loader:
             label_width=self.label_width,
             image_dtype=config.image_dtype,
         )
+        self.timer = StageTimer(trace=config.trace_path is not None, range_hooks=range_hooks)
         self.ring = BatchRing(
             fields,
             num_slots=config.prefetch + HELD_BATCHES,
@@ -118,8 +119,8 @@ class Loader:
             max_extra_slots=config.max_extra_slots,
             release_hook=release_hook,
             ahead=config.prefetch,
+            on_wait=_ring_waits(self.timer),
         )
-        self.timer = StageTimer(trace=config.trace_path is not None, range_hooks=range_hooks)
         # Everything the producer thread touches lives in the pipeline, which never refers back to
         # the Loader or the driver: a Loader the user drops is freed, and its __del__ stops the thread.
         pipeline = _Pipeline(dataset, config, self.order_spec, self._labels, self.ring, self.timer, decode)
@@ -301,3 +302,13 @@ class Loader:
             "block_size": s.block_size,
             "window": s.window,
         }
+
+
+def _ring_waits(timer: StageTimer) -> Callable[[str, float, float], None]:
+    """The ring's ``on_wait``: back-pressure as ``wait_consumer``, a slot not back yet as ``wait_slot``."""
+    stages = {"consumer": Stage.WAIT_CONSUMER, "slot": Stage.WAIT_SLOT, "fence": Stage.WAIT_SLOT}
+
+    def waited(reason: str, start: float, end: float) -> None:
+        timer.add(stages[reason], start, end)
+
+    return waited

@@ -95,8 +95,7 @@ class _Pipeline:
             if k + 1 + ahead < n:
                 with timer.span(Stage.READ, what="read-ahead"):
                     self._hint(order[k + 1 + ahead])
-            with timer.span(Stage.WAIT_SLOT):
-                slot = self.ring.acquire(stop)
+            slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
             if slot is None:
                 return True
             indices = order[k]
@@ -117,8 +116,7 @@ class _Pipeline:
     ) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
         for k, indices in enumerate(batches):
-            with self.timer.span(Stage.WAIT_SLOT):
-                slot = self.ring.acquire(stop)
+            slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
             if slot is None:
                 return
             try:
