@@ -28,8 +28,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-__all__ = ["LoaderStats", "Stage", "StageTimer"]
+__all__ = ["LoaderStats", "RangeHooks", "Stage", "StageTimer"]
+
+#: ``(push(name), pop())`` called around every timed span (e.g. ``torch.cuda.nvtx.range_push`` /
+#: ``range_pop``).
+RangeHooks = tuple[Callable[[str], object], Callable[[], object]]
 
 
 class Stage(str, enum.Enum):
@@ -119,7 +124,7 @@ class StageTimer:
         *,
         trace: bool = False,
         max_events: int = 200_000,
-        range_hooks: tuple[Callable[[str], object], Callable[[], object]] | None = None,
+        range_hooks: RangeHooks | None = None,
     ) -> None:
         self._trace = trace
         self._max_events = max_events
@@ -150,12 +155,12 @@ class StageTimer:
         """Whether spans are kept for :meth:`save_trace`."""
         return self._trace
 
-    def set_range_hooks(self, hooks) -> None:
+    def set_range_hooks(self, hooks: RangeHooks | None) -> None:
         """Install or remove (None) the ``(push, pop)`` range hooks."""
         self._hooks = hooks
 
     @contextmanager
-    def span(self, stage: Stage, **args) -> Iterator[None]:
+    def span(self, stage: Stage, **args: Any) -> Iterator[None]:
         """Time the enclosed block as ``stage``."""
         hooks = self._hooks
         if hooks is not None:
@@ -169,19 +174,19 @@ class StageTimer:
                 hooks[1]()
             self.add(stage, start, end, **args)
 
-    def add(self, stage: Stage, start: float, end: float, **args) -> None:
+    def add(self, stage: Stage, start: float, end: float, **args: Any) -> None:
         """Account ``end - start`` seconds (``time.perf_counter`` values) to ``stage``."""
         with self._lock:
             self._seconds[stage.value] += end - start
             if self._trace and len(self._events) < self._max_events:
-                thread = threading.current_thread()
-                self._thread_names.setdefault(thread.ident, thread.name)
+                ident = threading.get_ident()  # the current thread's ident (never None, unlike .ident's type)
+                self._thread_names.setdefault(ident, threading.current_thread().name)
                 self._events.append(
                     {
                         "name": stage.value,
                         "ph": "X",
                         "pid": os.getpid(),
-                        "tid": thread.ident,
+                        "tid": ident,
                         "ts": (start - self._t0) * 1e6,
                         "dur": (end - start) * 1e6,
                         "args": args,

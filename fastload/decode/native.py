@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from fastload.engine import native, unavailable_reason
 from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline, Transform
 from fastload.transforms.affine import AFFINE_PARAM_NAMES
 from fastload.transforms.erasing import output_params_from_trace
+from fastload.transforms.geometry import CenterCrop, RandomCrop, RandomResizedCrop
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES
 
 
@@ -54,7 +55,8 @@ def _native_options(options: DecodeOptions) -> Any:
 
 
 def _native_geometry(transform: Transform) -> Any:
-    out_h, out_w = transform.size
+    # Every geometry op stores its size as (h, w) once constructed; the field also takes one int.
+    out_h, out_w = cast("tuple[int, int]", transform.size)
     kind = OpKind(int(transform.kind))
     if kind == OpKind.MXNET_AUGMENT:  # its parameters travel as the warp argument
         return _native_struct("GeometryParams", {"kind": kind, "out_h": int(out_h), "out_w": int(out_w)})
@@ -67,26 +69,29 @@ def _native_geometry(transform: Transform) -> Any:
         "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
         "antialias": bool(transform.antialias),
     }
+    # The kind says which op it is (ops are told apart by kind, as the engine does).
     if kind == OpKind.RANDOM_CROP:
-        left, top, right, bottom = transform.padding
+        crop = cast(RandomCrop, transform)
+        left, top, right, bottom = crop.padding
         values.update(
             pad_left=left,
             pad_top=top,
             pad_right=right,
             pad_bottom=bottom,
-            pad_if_needed=transform.pad_if_needed,
-            padding_mode=engine_abi.PaddingMode[transform.padding_mode.upper()],
-            fill=[float(v) for v in transform.fill],
+            pad_if_needed=crop.pad_if_needed,
+            padding_mode=engine_abi.PaddingMode[crop.padding_mode.upper()],
+            fill=[float(v) for v in crop.fill],
         )
     if kind == OpKind.RANDOM_RESIZED_CROP:
+        rrc = cast(RandomResizedCrop, transform)
         values.update(
-            scale_lo=float(transform.scale[0]),
-            scale_hi=float(transform.scale[1]),
-            ratio_lo=float(transform.ratio[0]),
-            ratio_hi=float(transform.ratio[1]),
+            scale_lo=float(rrc.scale[0]),
+            scale_hi=float(rrc.scale[1]),
+            ratio_lo=float(rrc.ratio[0]),
+            ratio_hi=float(rrc.ratio[1]),
         )
     elif kind == OpKind.RESIZE_CENTER_CROP:
-        values["resize"] = int(transform.resize or 0)
+        values["resize"] = int(cast(CenterCrop, transform).resize or 0)
     return _native_struct("GeometryParams", values)
 
 
@@ -100,8 +105,9 @@ def _native_output(pipeline: Pipeline, layout: Layout) -> Any:
             dtype=engine_abi.DType[norm.dtype.upper()],
             normalize=True,
             scale=norm.scale,
-            mean=list(norm.mean),
-            std_dev=list(norm.std),
+            # Normalize stores both as per-channel triples once constructed.
+            mean=list(cast("tuple[float, float, float]", norm.mean)),
+            std_dev=list(cast("tuple[float, float, float]", norm.std)),
         )
     return _native_struct("OutputParams", values)
 
@@ -118,17 +124,18 @@ def _warp_params_from_trace(pipeline: Pipeline, trace: np.ndarray) -> Any:
     if pipeline.kind == OpKind.MXNET_AUGMENT:
         values = dict(zip(MXNET_PARAM_NAMES, trace.tolist(), strict=False))
         floats = ("shear", "scale", "ratio")
-        return MXNetParams(
-            **{k: (float(v) if k in floats else bool(v) if k == "mirror" else int(v)) for k, v in values.items()}
-        )
+        fields: dict[str, Any] = {
+            k: (float(v) if k in floats else bool(v) if k == "mirror" else int(v)) for k, v in values.items()
+        }
+        return MXNetParams(**fields)
     angle, tx, ty, scale, shear_x, shear_y = trace[: len(AFFINE_PARAM_NAMES)].tolist()
     return AffineParams(angle=angle, translate=(int(tx), int(ty)), scale=scale, shear=(shear_x, shear_y))
 
 
 def _native_mix(params: dict[str, Any]) -> tuple[bool, float, tuple[int, int, int, int], float]:
     """A batch draw of :func:`~fastload.transforms.mixing.sample_mix` as the engine's ``mix`` argument."""
-    box = params["box"] or (0, 0, 0, 0)
-    return (params["op"] == "cutmix", float(params["lam"]), tuple(int(v) for v in box), float(params["lam_labels"]))
+    x0, y0, x1, y1 = (int(v) for v in params["box"] or (0, 0, 0, 0))
+    return (params["op"] == "cutmix", float(params["lam"]), (x0, y0, x1, y1), float(params["lam_labels"]))
 
 
 def _native_decode_batch(

@@ -19,7 +19,7 @@ from fastload.transforms import Transform, train
 IMAGE_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 
 
-def _positive_int(value, name: str, minimum: int = 1) -> None:
+def _positive_int(value: object, name: str, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
+from collections.abc import Callable, Iterator
+
+import numpy as np
 
 from fastload.batch import Batch, BatchRing
 from fastload.errors import KeptBatchesWarning, LoaderBusy, LoaderClosed
 from fastload.loader.pipeline import _EpochEnd, _Pipeline
 from fastload.prefetch import Producer, ProducerStopped
 from fastload.stats import Stage, StageTimer
+
+#: A pass over caller-chosen batches (:meth:`Loader.iterate_batches`): ``(batches, seed, epoch)``,
+#: where ``batches(stop)`` yields the int64 index arrays.
+Feed = tuple[Callable[[threading.Event], Iterator[np.ndarray]], int, int]
 
 
 class _Run:
@@ -22,7 +29,7 @@ class _Run:
         producer: The :class:`~fastload.prefetch.Producer`.
     """
 
-    def __init__(self, pipeline: _Pipeline, ring: BatchRing, epoch: int, start: int, feed=None) -> None:
+    def __init__(self, pipeline: _Pipeline, ring: BatchRing, epoch: int, start: int, feed: Feed | None = None) -> None:
         self.epoch, self.batch = epoch, start
         # A run over caller-chosen batches (Loader.iterate_batches) is never continued by a later pass.
         self.external = feed is not None
@@ -117,7 +124,7 @@ class _Driver:
 
     # --- passes ---------------------------------------------------------------------------------
 
-    def begin_pass(self, feed=None, timeout: float | None = None) -> _Pass:
+    def begin_pass(self, feed: Feed | None = None, timeout: float | None = None) -> _Pass:
         with self._lock:
             if self.closed:
                 raise LoaderClosed("the loader is closed")

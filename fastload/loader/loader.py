@@ -7,17 +7,17 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from fastload.batch import HELD_BATCHES, Allocator, BatchRing, ReleaseHook, image_fields
+from fastload.batch import HELD_BATCHES, Allocator, BatchRing, Layout, ReleaseHook, image_fields
 from fastload.loader.config import LoaderConfig, _positive_int
 from fastload.loader.driver import _Driver, _Run
 from fastload.loader.iterator import _EpochIterator
-from fastload.loader.pipeline import _Pipeline
-from fastload.order import EpochOrder, OrderSpec, Shuffle
-from fastload.stats import LoaderStats, Stage, StageTimer
+from fastload.loader.pipeline import Records, _Pipeline
+from fastload.order import EpochOrder, Even, OrderSpec, Shuffle
+from fastload.stats import LoaderStats, RangeHooks, Stage, StageTimer
 
 log = logging.getLogger("fastload.loader")
 
@@ -45,22 +45,24 @@ class Loader:
         ...         train_step(batch.images, batch.labels)
     """
 
+    # Set last in _build: a loader whose construction failed has none (close() and __del__ check).
+    _driver: _Driver
+
     def __init__(
         self,
-        dataset,
+        dataset: Records | str | os.PathLike[str],
         config: LoaderConfig | None = None,
         allocator: Allocator | None = None,
         *,
-        decode: Callable | None = None,
-        range_hooks=None,
+        decode: Callable[..., Any] | None = None,
+        range_hooks: RangeHooks | None = None,
         release_hook: ReleaseHook | None = None,
     ) -> None:
         self.config = config = config if config is not None else LoaderConfig()
         if not isinstance(config, LoaderConfig):
             raise ValueError(f"config={config!r} must be a LoaderConfig")
-        self._driver: _Driver | None = None  # until construction succeeds; keeps __del__ quiet
         self._owns_dataset = isinstance(dataset, (str, os.PathLike))
-        if self._owns_dataset:
+        if isinstance(dataset, (str, os.PathLike)):
             from fastload.records.dataset import open_dataset
 
             dataset = open_dataset(dataset)
@@ -71,7 +73,15 @@ class Loader:
                 dataset.close()
             raise
 
-    def _build(self, dataset, config: LoaderConfig, allocator, decode, range_hooks, release_hook) -> None:
+    def _build(
+        self,
+        dataset: Records,
+        config: LoaderConfig,
+        allocator: Allocator | None,
+        decode: Callable[..., Any] | None,
+        range_hooks: RangeHooks | None,
+        release_hook: ReleaseHook | None,
+    ) -> None:
         self.dataset = dataset
         self._num_records = len(dataset)
         if self._num_records == 0:
@@ -106,8 +116,9 @@ class Loader:
             )
         fields = image_fields(
             batch_size=config.batch_size,
-            image_size=config.transform.size,
-            layout=config.layout,
+            # Every geometry op stores its size as (h, w) once constructed; the field also takes one int.
+            image_size=cast("tuple[int, int]", config.transform.size),
+            layout=Layout(config.layout),
             label_width=self.label_width,
             image_dtype=config.image_dtype,
         )
@@ -247,8 +258,8 @@ class Loader:
 
         A consumer waiting for a batch meanwhile raises :class:`~fastload.errors.LoaderClosed`.
         """
-        driver = self._driver
-        if driver is None:
+        driver: _Driver | None = getattr(self, "_driver", None)
+        if driver is None:  # construction failed before the driver existed
             return
         first = True  # when driver.close() raises, it was the call that closed
         try:
@@ -269,13 +280,13 @@ class Loader:
     def __enter__(self) -> Loader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
         # A dropped loader must not leave its producer thread running nor hold the ring's memory.
         try:
-            driver = self._driver
+            driver: _Driver | None = getattr(self, "_driver", None)
             if driver is not None and driver.close(wait_fences=False) and self._owns_dataset:
                 self.dataset.close()
         except Exception:
@@ -292,12 +303,12 @@ class Loader:
         s = self.order_spec
         return {
             "seed": s.seed,
-            "shuffle": s.shuffle.value,
+            "shuffle": Shuffle(s.shuffle).value,
             "batch_size": s.batch_size,
             "num_records": s.num_records,
             "rank": s.rank,
             "world_size": s.world_size,
-            "even": s.even.value,
+            "even": Even(s.even).value,
             "drop_last": s.drop_last,
             "block_size": s.block_size,
             "window": s.window,

@@ -6,11 +6,11 @@ import logging
 import threading
 import typing
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from fastload.batch import Batch, BatchRing, Slot
+from fastload.batch import Batch, BatchRing, Layout, Slot
 from fastload.errors import CorruptRecordError, DecodeError, OnError
 from fastload.loader.config import LoaderConfig
 from fastload.order import EpochOrder, OrderSpec
@@ -18,6 +18,28 @@ from fastload.stats import Stage, StageTimer
 from fastload.transforms.mixing import mix_batch
 
 log = logging.getLogger("fastload.loader")
+
+
+class Records(Protocol):
+    """What the loader reads: the records contract (:class:`fastload.records.base.Dataset`).
+
+    ``will_need``, ``will_read``, ``done_with`` and ``shard_starts`` are used when the dataset has them.
+    """
+
+    @property
+    def labels(self) -> Any:
+        """Per-record labels, ``[N]`` or ``[N, label_width]``."""
+
+    def __len__(self) -> int: ...
+
+    def image(self, i: int) -> Any:
+        """The encoded image bytes of record ``i`` (a buffer)."""
+
+    def locate(self, i: int) -> str:
+        """Where record ``i`` lives, for messages."""
+
+    def close(self) -> None:
+        """Release the dataset's files."""
 
 
 class _EpochEnd:
@@ -34,28 +56,30 @@ class _Pipeline:
 
     def __init__(
         self,
-        dataset,
+        dataset: Records,
         config: LoaderConfig,
         order_spec: OrderSpec,
         labels: np.ndarray,
         ring: BatchRing,
         timer: StageTimer,
-        decode: Callable | None,
+        decode: Callable[..., Any] | None,
     ) -> None:
         if decode is None:
-            from fastload.decode import decode_batch as decode
+            from fastload.decode import decode_batch
+
+            decode = decode_batch
         self.dataset, self.config, self.order_spec = dataset, config, order_spec
         self.ring, self.timer = ring, timer
         self._labels = labels
         self._num_records = len(labels)
         self._decode = decode
-        self._decode_kwargs = {"threads": config.num_threads, "layout": config.layout.value}
+        self._decode_kwargs: dict[str, Any] = {"threads": config.num_threads, "layout": Layout(config.layout).value}
         if config.decode_options is not None:
             self._decode_kwargs["options"] = config.decode_options
         self._will_need = getattr(dataset, "will_need", None)
         self._will_read = getattr(dataset, "will_read", None)  # datasets that fetch shards ahead (remote)
         self._done_with = getattr(dataset, "done_with", None)
-        self._bad: set = set()
+        self._bad: set[int] = set()
 
     def _hint(self, indices: np.ndarray) -> None:
         if self._will_need is not None and len(indices):
@@ -190,7 +214,7 @@ class _Pipeline:
                     seed=seed,
                     epoch=epoch,
                     first_index=first,
-                    layout=self.config.layout.value,
+                    layout=Layout(self.config.layout).value,
                     threads=self.config.num_threads,
                     out=arrays["labels"][:m],
                 )

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from fastload.batch import Batch
 from fastload.errors import LoaderClosed
 from fastload.stats import Stage
 from fastload.torch.compile import Plan
@@ -158,7 +159,7 @@ class _FastIterator:
             return None
         return self._check_indices(item)
 
-    def _check_indices(self, item) -> np.ndarray:
+    def _check_indices(self, item: Any) -> np.ndarray:
         if self._auto_collation:
             idx = np.asarray(item if not isinstance(item, torch.Tensor) else item.numpy())
             idx = idx.reshape(-1)
@@ -224,7 +225,7 @@ class _FastIterator:
     def __len__(self) -> int:
         return len(self._index_sampler)
 
-    def __next__(self):
+    def __next__(self) -> Any:
         if self._superseded and not self.finished:
             raise RuntimeError(
                 "this DataLoader iterator was superseded by a newer iter() of the same "
@@ -269,7 +270,7 @@ class _FastIterator:
             raise
         return out
 
-    def _deliver(self, batches) -> Any:
+    def _deliver(self, batches: list[Batch]) -> Any:
         images, labels = self._tensors(batches)
         if self._convert is not None:
             images = self._convert(images)
@@ -289,7 +290,7 @@ class _FastIterator:
         out = self._samples_collated(images, targets)
         return _pin(out) if self._pin else out
 
-    def _tensors(self, batches) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tensors(self, batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
         if len(batches) == 1:
             b = batches[0]
             images = torch.from_numpy(b.images)
@@ -364,14 +365,15 @@ class _FastIterator:
             close()
 
 
-def _apply(ops: Sequence[Any], sample):
+def _apply(ops: Sequence[Any], sample: Any) -> Any:
     for op in ops:
         sample = op(sample)
     return sample
 
 
-def _pin(data):
+def _pin(data: Any) -> Any:
     from torch.utils.data._utils.pin_memory import pin_memory
 
     acc = torch.accelerator.current_accelerator()
-    return pin_memory(data, acc.type if acc is not None else None)
+    # torch's pin_memory helper (a private module of torch.utils.data) has no annotations.
+    return pin_memory(data, acc.type if acc is not None else None)  # type: ignore[no-untyped-call]

@@ -80,7 +80,7 @@ class _WorkerLike:
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def __enter__(self):
+    def __enter__(self) -> _WorkerLike:
         self._torch = torch.get_rng_state()
         self._py = random.getstate()
         self._np = np.random.get_state()  # noqa: NPY002 - saved and restored around the call, as torch's worker does
@@ -92,7 +92,7 @@ class _WorkerLike:
             torch.set_num_threads(1)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._threads != 1:
             torch.set_num_threads(self._threads)
         torch.set_rng_state(self._torch)
