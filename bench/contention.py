@@ -6,7 +6,10 @@ Two settings, each covering four clients:
 * ``burner``: a CPU burner process (a Python busy loop) takes one core for the whole comparison;
   the consumer runs a light training step (average pool, linear layer, SGD);
 * ``cpu-step``: no burner; the training step itself uses the CPU in the consumer thread (a small
-  CNN's forward, backward and SGD step at the framework's default intra-op threads).
+  CNN's forward, backward and SGD step at the framework's default intra-op threads), sized to a
+  fraction of what the framework's own loader takes per batch: a step as slow as the loading makes
+  any loader's epoch the step's, and the comparison says nothing. Each row reports the step's own
+  time per batch (``step ms``, measured alone in the setting) beside the loaders' figures.
 
 Clients (the ``fastload`` side changes only the class, as a user would):
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -127,8 +131,8 @@ def _torch_step(heavy: bool, classes: int):
     torch.manual_seed(0)
     if heavy:
         model = nn.Sequential(
-            nn.AvgPool2d(4),
-            nn.Conv2d(3, 16, 3, stride=2),
+            nn.AvgPool2d(8),
+            nn.Conv2d(3, 16, 3),
             nn.ReLU(),
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
@@ -213,8 +217,8 @@ def _mx_symbol(heavy: bool, classes: int):
 
     net = mx.sym.var("data")
     if heavy:
-        net = mx.sym.Pooling(net, kernel=(4, 4), stride=(4, 4), pool_type="avg")
-        net = mx.sym.Convolution(net, kernel=(3, 3), stride=(2, 2), num_filter=16, name="conv0")
+        net = mx.sym.Pooling(net, kernel=(8, 8), stride=(8, 8), pool_type="avg")
+        net = mx.sym.Convolution(net, kernel=(3, 3), num_filter=16, name="conv0")
         net = mx.sym.Activation(net, act_type="relu")
         net = mx.sym.Pooling(net, global_pool=True, pool_type="avg", kernel=(1, 1))
     else:
@@ -228,7 +232,7 @@ def _gluon_net(heavy: bool, classes: int):
 
     net = gluon.nn.HybridSequential()
     if heavy:
-        net.add(gluon.nn.AvgPool2D(4), gluon.nn.Conv2D(16, 3, strides=2, activation="relu"), gluon.nn.GlobalAvgPool2D())
+        net.add(gluon.nn.AvgPool2D(8), gluon.nn.Conv2D(16, 3, activation="relu"), gluon.nn.GlobalAvgPool2D())
     else:
         net.add(gluon.nn.AvgPool2D(8))
     net.add(gluon.nn.Dense(classes))
@@ -323,10 +327,68 @@ class _Closing(tuple):
             close()
 
 
+# --- the step alone ------------------------------------------------------------------------------
+
+
+def _median_ms(run: Callable[[], None], repeats: int = 5) -> float:
+    run()  # warm-up: first-call allocations, primitive caches
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def step_ms(client: str, *, heavy: bool, classes: int, batch_size: int, size: int) -> float:
+    """The consumer's training step alone on a random batch (median ms), in the current setting."""
+    if client.startswith("torch"):
+        import torch
+
+        step = _torch_step(heavy, classes)
+        x, y = torch.randn(batch_size, 3, size, size), torch.randint(0, classes, (batch_size,))
+        return _median_ms(lambda: step(x, y))
+    import mxnet as mx
+
+    x = mx.nd.random.uniform(shape=(batch_size, 3, size, size))
+    y = mx.nd.array([k % classes for k in range(batch_size)])
+    sgd = {"learning_rate": 0.01, "momentum": 0.9}
+    if client == "gluon":
+        from mxnet import autograd
+        from mxnet import gluon as g
+
+        net = _gluon_net(heavy, classes)
+        net.initialize(mx.init.Xavier())
+        net.hybridize()
+        trainer = g.Trainer(net.collect_params(), "sgd", sgd)
+        loss_fn = g.loss.SoftmaxCrossEntropyLoss()
+
+        def gluon_step() -> None:
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+            trainer.step(batch_size)
+            mx.nd.waitall()
+
+        return _median_ms(gluon_step)
+    mod = mx.mod.Module(_mx_symbol(heavy, classes), context=[mx.cpu()])
+    mod.bind(data_shapes=[("data", x.shape)], label_shapes=[("softmax_label", y.shape)])
+    mod.init_params(mx.init.Xavier())
+    mod.init_optimizer(optimizer="sgd", optimizer_params=sgd)
+    batch = mx.io.DataBatch([x], [y])
+
+    def module_step() -> None:
+        mod.forward_backward(batch)
+        mod.update()
+        mx.nd.waitall()
+
+    return _median_ms(module_step)
+
+
 # --- the run -------------------------------------------------------------------------------------
 
 
-def _row(setting: str, client: str, ratio, fast: Contender) -> dict:
+def _row(setting: str, client: str, ratio, fast: Contender, step: float) -> dict:
     worst = {k: max((w[k] for w in fast.waits), default=0.0) for k in ("wait_slot", "wait_consumer", "wait_data")}
     return {
         "setting": setting,
@@ -342,6 +404,7 @@ def _row(setting: str, client: str, ratio, fast: Contender) -> dict:
         "wait_slot_max": worst["wait_slot"],
         "wait_consumer_max": worst["wait_consumer"],
         "wait_data_max": worst["wait_data"],
+        "step_ms": step,
         "met": ratio.median >= TARGET_RATIO and worst["wait_slot"] < TARGET_WAIT_SLOT,
     }
 
@@ -401,11 +464,12 @@ def run(
                     print(f"running {setting} / {client} ({rounds} pairs + 1 warm-up) ...", file=log, flush=True)
                     try:
                         with burner(setting == "burner"):
+                            step = step_ms(client, heavy=heavy, classes=classes, batch_size=batch_size, size=size)
                             ratio = run_pair(f"{setting}: {client}", fast, ref, rounds=rounds)
                     finally:
                         fast.close()
                         ref.close()
-                    rows.append(_row(setting, client, ratio, fast))
+                    rows.append(_row(setting, client, ratio, fast, step))
         return {
             "environment": environment(list(argv)),
             "dataset": data.describe(),
@@ -426,19 +490,20 @@ def format_report(report: dict) -> str:
         f"{report['batch_size']}, {report['workers']} workers / decode threads, {report['size']}x{report['size']}",
         "",
         f"{'setting':<9} {'client':<12} {'ratio':>6} {'quartiles':>11} {'fastload':>9} {'theirs':>8} "
-        f"{'wait_slot':>9} {'wait_cons':>9} {'target':>7}",
+        f"{'wait_slot':>9} {'wait_cons':>9} {'step ms':>7} {'target':>7}",
     ]
     for r in report["rows"]:
         lines.append(
             f"{r['setting']:<9} {r['client']:<12} {r['median_ratio']:>5.2f}x {r['q1']:>4.2f}-{r['q3']:<5.2f} "
             f"{r['numerator_ips']:>9,.0f} {r['denominator_ips']:>8,.0f} {100 * r['wait_slot_max']:>8.1f}% "
-            f"{100 * r['wait_consumer_max']:>8.1f}% {'ok' if r['met'] else 'MISSED':>7}"
+            f"{100 * r['wait_consumer_max']:>8.1f}% {r['step_ms']:>7.0f} {'ok' if r['met'] else 'MISSED':>7}"
         )
     lines += [
         "",
         "ratio = median of per-pair img/s ratios (fastload / the framework's loader), the sides alternating epoch",
         "by epoch; fastload / theirs = img/s over the timed epochs. wait_slot, wait_cons(umer) = fastload's producer",
-        "waiting for a slot / for the consumer, the largest share of an epoch. Target: ratio >= "
+        "waiting for a slot / for the consumer, the largest share of an epoch; step ms = the consumer's training",
+        "step alone on one batch, in the setting (median). Target: ratio >= "
         f"{TARGET_RATIO:.0f}x and wait_slot < {100 * TARGET_WAIT_SLOT:.0f}% in every row.",
     ]
     return "\n".join(lines)

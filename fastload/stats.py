@@ -149,6 +149,8 @@ class StageTimer:
             self._pending: dict[tuple[int, int], tuple[int, int, int]] = {}
             self._wall = 0.0
             self._active_since: float | None = None
+            # A span that began before the reset (a producer waiting across it) counts from here.
+            self._since = time.perf_counter()
 
     @property
     def tracing(self) -> bool:
@@ -177,7 +179,7 @@ class StageTimer:
     def add(self, stage: Stage, start: float, end: float, **args: Any) -> None:
         """Account ``end - start`` seconds (``time.perf_counter`` values) to ``stage``."""
         with self._lock:
-            self._seconds[stage.value] += end - start
+            self._seconds[stage.value] += max(0.0, end - max(start, self._since))
             if self._trace and len(self._events) < self._max_events:
                 ident = threading.get_ident()  # the current thread's ident (never None, unlike .ident's type)
                 self._thread_names.setdefault(ident, threading.current_thread().name)

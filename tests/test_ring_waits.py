@@ -195,3 +195,18 @@ def test_the_loader_reports_back_pressure_apart_from_slot_waits(keep):
         assert all(b.intact for b in kept)
         if keep:
             assert ring.extra_slots > 0  # kept batches grew the ring; no wait for them
+
+
+def test_a_wait_that_began_before_reset_stats_counts_from_the_reset():
+    import time
+
+    from fastload.stats import Stage, StageTimer
+
+    timer = StageTimer()
+    start = time.perf_counter()
+    timer.reset()
+    reset_at = timer._since
+    timer.add(Stage.WAIT_CONSUMER, start, reset_at + 0.5)
+    assert timer.snapshot().seconds["wait_consumer"] == pytest.approx(0.5)
+    timer.add(Stage.WAIT_SLOT, start, start + 1e-9)  # entirely before the reset
+    assert timer.snapshot().seconds["wait_slot"] == 0.0
