@@ -22,7 +22,12 @@ Speed (``--speed``): per size, the default decode against ``dct_scaling=False`` 
 decode), alternated chunk by chunk (:func:`bench.paired.paired_ratio`): what the DCT shortcut saves
 where its rule still applies it (1.00 where it does not).
 
-Run ``python -m bench.fidelity [--sizes 32:512] [--images 48] [--large 12] [--speed] [--out DIR]``;
+Residual (``--residual``): why the rule leaves the resize at least a 4x step, measured apart from the
+engine: Pillow's own DCT-scaled decode (``draft``) then its resize over the scaled box, against its
+resize of the full decode, tabulated by the scale d and the shrink g the resize still does.
+
+Run ``python -m bench.fidelity [--sizes 32:512] [--images 48] [--large 12] [--speed] [--residual]
+[--out DIR]``;
 ``--quick`` is the smoke run the tests use.
 """
 
@@ -199,6 +204,67 @@ def speed(data: Sequence[bytes], size: int, *, rounds: int = 3, chunk: int = 16,
     return rows
 
 
+#: Bins of the shrink left to the resize after a DCT-scaled decode (``--residual``).
+RESIDUAL_BINS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
+
+
+def _residual_bin(g: float) -> int | None:
+    for k in range(len(RESIDUAL_BINS) - 1):
+        if RESIDUAL_BINS[k] <= g < RESIDUAL_BINS[k + 1]:
+            return k
+    return None
+
+
+def residual_table(data: Sequence[bytes], *, interpolation: str = "bilinear") -> list[dict]:
+    """Why the rule leaves the resize a 4x step: the difference a 1/d DCT-scaled decode makes, by the
+    shrink ``g`` the resize does afterwards, independent of the engine's rule.
+
+    For each image, Pillow decodes it at 1/d scale (``draft``: libjpeg's scaled IDCT, as the engine)
+    and resizes that with its filter over the scaled box, against Pillow's resize of the full decode;
+    shorter sides 16 to 224 give shrinks f of 2 and more, and each (d, g = f / d) lands in a bin.
+
+    Returns:
+        Rows ``{"denom", "g_low", "g_high", "images", "median", "max"}`` (normalized units).
+    """
+    import io
+
+    from PIL import Image
+
+    resample = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[interpolation]
+    std = np.asarray(STD, np.float64) * 255.0
+    found: dict[tuple[int, int], list[float]] = {}
+    for b in data:
+        full = Image.open(io.BytesIO(b)).convert("RGB")
+        w, h = full.size
+        for short in (16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224):
+            if short >= min(w, h):
+                continue
+            size = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+            ref = np.asarray(full.resize(size, resample), np.float64)
+            f = min(w, h) / short
+            for d in (2, 4, 8):
+                k = _residual_bin(f / d)
+                if k is None:
+                    continue
+                scaled = Image.open(io.BytesIO(b))
+                got = scaled.draft("RGB", (w // d, h // d))
+                if got is None or abs(w / got[1][2] - d) > 1e-9:
+                    continue  # Pillow picked another scale
+                out = np.asarray(scaled.convert("RGB").resize(size, resample, box=got[1]), np.float64)
+                found.setdefault((d, k), []).append(float((np.abs(out - ref) / std).mean()))
+    return [
+        {
+            "denom": d,
+            "g_low": RESIDUAL_BINS[k],
+            "g_high": RESIDUAL_BINS[k + 1],
+            "images": len(v),
+            "median": float(np.median(v)),
+            "max": float(np.max(v)),
+        }
+        for (d, k), v in sorted(found.items())
+    ]
+
+
 def run(
     sizes: Sequence[int],
     *,
@@ -207,6 +273,7 @@ def run(
     interpolations: Sequence[str] = ("bilinear",),
     with_speed: bool = False,
     speed_rounds: int = 3,
+    residual: bool = False,
     argv: Sequence[str] = (),
     log=sys.stderr,
 ) -> dict:
@@ -232,12 +299,15 @@ def run(
                 file=log,
                 flush=True,
             )
-    return {
+    report = {
         "environment": environment(list(argv)),
         "images": {"imagenet_like": images, "camera_sized": large},
         "bound": BOUND,
         "rows": rows,
     }
+    if residual:
+        report["residual"] = {i: residual_table(data, interpolation=i) for i in interpolations}
+    return report
 
 
 def format_report(report: dict) -> str:
@@ -259,6 +329,17 @@ def format_report(report: dict) -> str:
         )
     if any("speed" in r for r in report["rows"]):
         lines += ["", "speed: default decode / dct_scaling=False (images/s ratio, median of alternated chunks)"]
+    for interpolation, table in report.get("residual", {}).items():
+        lines += [
+            "",
+            f"{interpolation}: a 1/d DCT-scaled decode then Pillow's resize, against Pillow's resize of the full",
+            "decode, by the shrink g the resize does after the DCT scale (per-image mean absolute difference,",
+            "normalized units)",
+            f"{'d':>2} {'g':>9} {'images':>6} {'median':>7} {'max':>7}",
+        ]
+        for r in table:
+            g = f"{r['g_low']:>4.1f}-{r['g_high']:<4.1f}"
+            lines.append(f"{r['denom']:>2} {g} {r['images']:>6} {r['median']:>7.4f} {r['max']:>7.4f}")
     return "\n".join(lines)
 
 
@@ -270,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bicubic", action="store_true", help="also measure bicubic interpolation")
     parser.add_argument("--speed", action="store_true", help="also time the DCT shortcut per size")
     parser.add_argument("--speed-rounds", type=int, default=3)
+    parser.add_argument("--residual", action="store_true", help="also tabulate the error by the shrink left after 1/d")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 sizes, 6 + 2 images")
     parser.add_argument("--out", default=None, help="folder for results.json and table.txt")
     args = parser.parse_args(argv)
@@ -284,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interpolations=("bilinear", "bicubic") if args.bicubic else ("bilinear",),
         with_speed=args.speed,
         speed_rounds=args.speed_rounds,
+        residual=args.residual,
         argv=command,
     )
     text = format_report(report)

@@ -16,7 +16,7 @@ def test_sizes_are_parsed():
 
 
 def test_quick_run_reports_every_size(tmp_path, capsys):
-    assert fidelity.main(["--quick", "--out", str(tmp_path)]) == 0
+    assert fidelity.main(["--quick", "--residual", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "results.json").read_text())
     assert [r["size"] for r in report["rows"]] == [32, 112, 224]
@@ -25,3 +25,9 @@ def test_quick_run_reports_every_size(tmp_path, capsys):
         assert 0 <= r["train_median"] <= r["train_max"] <= fidelity.BOUND
         assert r["within"]
     assert "bound 0.02" in out
+    table = report["residual"]["bilinear"]
+    assert table and {r["denom"] for r in table} <= {2, 4, 8}
+    for r in table:
+        assert r["images"] > 0 and 0 <= r["median"] <= r["max"]
+    # The rule's premise: from a 4x residual shrink on, a DCT-scaled decode stays within the bound.
+    assert all(r["max"] <= fidelity.BOUND for r in table if r["g_low"] >= 4.0)
