@@ -29,5 +29,6 @@ def test_quick_run_reports_every_size(tmp_path, capsys):
     assert table and {r["denom"] for r in table} <= {2, 4, 8}
     for r in table:
         assert r["images"] > 0 and 0 <= r["median"] <= r["max"]
-    # The rule's premise: from a 4x residual shrink on, a DCT-scaled decode stays within the bound.
-    assert all(r["max"] <= fidelity.BOUND for r in table if r["g_low"] >= 4.0)
+    # The rule's premise: from the residual shrink it leaves (4x at 1/2, 5x deeper), a DCT-scaled
+    # decode stays within the bound.
+    assert all(r["max"] <= fidelity.BOUND for r in table if r["g_low"] >= (4.0 if r["denom"] == 2 else 5.0))

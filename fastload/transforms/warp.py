@@ -125,7 +125,7 @@ class WarpPlan:
         border: :class:`Border`.
         fill: RGB value of the pixels outside the frame (and of CONSTANT taps).
         dct_scaling: The engine may decode the source at 1/2, 1/4 or 1/8 scale where the plan
-            still shrinks it at least 4x afterwards (the crop path's rule; kernels that low-pass,
+            still shrinks it 4x (at 1/2) or 5x (deeper) afterwards (the crop path's rule; kernels that low-pass,
             where a box pre-reduction keeps the result close: antialiased ones and AREA).
         quantize: Evaluate ``to_source`` as ``cv::warpAffine`` does: fixed point with 10
             fractional bits, positions rounded down to 1/32 pixel (to the nearest pixel for
