@@ -1,4 +1,4 @@
-"""Measurement stage: ``fastload bench``, one harness for every benchmark of the project.
+"""Benchmarks: ``fastload bench``, one harness for every benchmark of the project.
 
 The top-level package ``bench`` of a source checkout (not part of the wheel); ``fastload bench``
 registers :func:`bench.command.add_parser` (see :mod:`fastload.cli.bench`). Module map: ``harness``

@@ -1,4 +1,4 @@
-"""Measurement stage, entry point: ``fastload bench``, every benchmark of the project in one run.
+"""Benchmarks, entry point: ``fastload bench``, every benchmark of the project in one run.
 
 ``fastload bench [DATASET] [--quick] [--suite ...] [--out DIR] [--peer-python NAME=PYTHON ...]
 [--model-step MS --gpus N --target IPS]`` prepares the dataset (generated when none is given),

@@ -1,4 +1,4 @@
-"""Measurement stage, output: the table people read, the JSON machines read, the plot.
+"""Benchmarks, output: the table people read, the JSON machines read, the plot.
 
 One format for every benchmark of the project: a list of :class:`~.harness.Result` rows grouped by
 comparison, the environment they ran in, derived checks against the performance targets, and the

@@ -1,4 +1,4 @@
-"""Measurement stage, fastload side: each stage of the data path alone, then together, plus references.
+"""Benchmarks, fastload side: each stage of the data path alone, then together, plus references.
 
 Stages: read only (records from the mmap'd shards, page cache or tmpfs), the decode engine alone
 (full-size decode and the fused train/eval ops at 1..N threads), the whole loader (order, read,

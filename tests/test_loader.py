@@ -146,7 +146,7 @@ def test_state_at_epoch_end_points_to_next_epoch(ds):
     with Loader(ds, cfg()) as loader:
         run_epoch(loader)
         state = loader.state_dict()
-    assert (state["epoch"], state["batch"]) == (1, 0)
+    assert (state["epoch"], state["consumed"]) == (1, [])
 
 
 def test_load_state_dict_rejects_other_orders(ds):

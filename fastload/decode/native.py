@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, cast
@@ -13,9 +14,11 @@ from fastload.decode.contract import DecodeOptions, DecodeStatus, Layout, _slice
 from fastload.engine import native, unavailable_reason
 from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline, Transform
 from fastload.transforms.affine import AFFINE_PARAM_NAMES
-from fastload.transforms.erasing import output_params_from_trace
+from fastload.transforms.erasing import engine_output_spec, output_params_from_trace
 from fastload.transforms.geometry import CenterCrop, RandomCrop, RandomResizedCrop
+from fastload.transforms.mixing import engine_mix_fields
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES
+from fastload.transforms.pixel import engine_specs
 
 
 def _loaded() -> ModuleType:
@@ -28,15 +31,7 @@ def _loaded() -> ModuleType:
 
 def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
     """The engine's ``name`` struct (a ``py::class_`` generated from :data:`engine_abi.STRUCTS`)."""
-    types = {field: ctype for ctype, field, _default, _doc in engine_abi.STRUCTS[name]}
-    engine = _loaded()
-    obj = getattr(engine, name)()
-    for field, value in values.items():
-        ctype = types[field]
-        if ctype in engine_abi.ENUMS:
-            value = getattr(engine, ctype)(int(value))
-        setattr(obj, field, value)
-    return obj
+    return engine_abi.to_native(_loaded(), name, values)
 
 
 def _native_options(options: DecodeOptions) -> Any:
@@ -132,10 +127,24 @@ def _warp_params_from_trace(pipeline: Pipeline, trace: np.ndarray) -> Any:
     return AffineParams(angle=angle, translate=(int(tx), int(ty)), scale=scale, shear=(shear_x, shear_y))
 
 
-def _native_mix(params: dict[str, Any]) -> tuple[bool, float, tuple[int, int, int, int], float]:
-    """A batch draw of :func:`~fastload.transforms.mixing.sample_mix` as the engine's ``mix`` argument."""
-    x0, y0, x1, y1 = (int(v) for v in params["box"] or (0, 0, 0, 0))
-    return (params["op"] == "cutmix", float(params["lam"]), (x0, y0, x1, y1), float(params["lam_labels"]))
+def _native_mix(params: dict[str, Any]) -> Any:
+    """A batch draw of :func:`~fastload.transforms.mixing.sample_mix` as the engine's ``MixParams``."""
+    return _native_struct("MixParams", engine_mix_fields(params))
+
+
+@functools.lru_cache(maxsize=64)
+def _native_spec(name: str, spec: Any) -> Any:
+    # Built once per (frozen, hashable) spec and shared, read-only, by every batch that uses it.
+    return _native_struct(name, spec.engine_fields())
+
+
+def _native_warp(pipeline: Pipeline) -> dict[str, Any]:
+    """The warp geometry's spec as decode_batch's ``mxnet`` or ``affine`` argument (empty: none)."""
+    if pipeline.kind == OpKind.MXNET_AUGMENT:
+        return {"mxnet": _native_spec("MXNetAugmentSpec", pipeline.geometry)}
+    if pipeline.affine is not None:
+        return {"affine": _native_spec("AffineSpec", pipeline.affine)}
+    return {}
 
 
 def _native_decode_batch(
@@ -154,21 +163,22 @@ def _native_decode_batch(
 ) -> dict[str, Any]:
     """The engine's ``decode_batch`` for the whole batch (one call, the GIL released once): its result dict."""
     mask = (1 << 64) - 1
-    return _loaded().decode_batch(
+    engine = _loaded()
+    return engine.decode_batch(
         images if isinstance(images, (list, tuple)) else list(images),
         out,
         _native_geometry(pipeline.geometry),
         _native_output(pipeline, layout),
-        pipeline.ops,
-        pipeline.erase,
+        engine_specs(pipeline.ops, *pipeline.size, engine),
+        _native_struct("ErasingSpec", engine_output_spec(pipeline.ops, None, pipeline.erase)),
         seed & mask,
         epoch & mask,
         idx,
         threads,
         _native_options(options),
         bool(want_params),
-        _warp_spec(pipeline),
-        _native_mix(mix_params) if mix_params is not None else None,
+        mix=_native_mix(mix_params) if mix_params is not None else None,
+        **_native_warp(pipeline),
     )
 
 

@@ -6,6 +6,7 @@ import logging
 import threading
 import typing
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from fastload.batch import Batch, BatchRing, Layout, Slot
 from fastload.errors import CorruptRecordError, DecodeError, OnError
 from fastload.loader.config import LoaderConfig
-from fastload.order import EpochOrder, OrderSpec
+from fastload.order import EpochOrder, OrderSpec, share_length
 from fastload.stats import Stage, StageTimer
 from fastload.transforms.mixing import mix_batch
 
@@ -42,13 +43,32 @@ class Records(Protocol):
         """Release the dataset's files."""
 
 
+@dataclass(frozen=True)
+class _Cursor:
+    """Where a pass starts: an epoch, the layouts before this one in it, and the samples already handed out.
+
+    ``history`` holds the ``(world_size, samples)`` pairs of the jobs that ran earlier in the epoch
+    under other world sizes (:mod:`fastload.position`); ``offset`` is how many samples of this
+    rank's share were handed out before the pass (a resume at the same world size, or the records
+    MXNet's ``round_batch`` borrowed for the previous epoch's last batch).
+    """
+
+    epoch: int
+    history: tuple[tuple[int, int], ...] = ()
+    offset: int = 0
+
+
 class _EpochEnd:
-    """Marker the producer puts after the last batch of an epoch."""
+    """Marker the producer puts after the last batch of an epoch, with where the next epoch starts."""
 
-    __slots__ = ("epoch",)
+    __slots__ = ("cursor", "next")
 
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
+    def __init__(self, cursor: _Cursor, next_cursor: _Cursor) -> None:
+        self.cursor, self.next = cursor, next_cursor
+
+    @property
+    def epoch(self) -> int:
+        return self.cursor.epoch
 
 
 class _Pipeline:
@@ -80,13 +100,54 @@ class _Pipeline:
         self._will_read = getattr(dataset, "will_read", None)  # datasets that fetch shards ahead (remote)
         self._done_with = getattr(dataset, "done_with", None)
         self._bad: set[int] = set()
+        # The orders of the last cursors asked for: the consumer (state_dict, len) and the producer
+        # share them, so a resumed epoch's remaining records are computed once.
+        self._orders: dict[_Cursor, EpochOrder] = {}
+        self._orders_lock = threading.Lock()
+
+    def order(self, cursor: _Cursor) -> EpochOrder:
+        """This rank's order from ``cursor`` (raises ValueError for a cursor that does not fit the order)."""
+        with self._orders_lock:
+            order = self._orders.get(cursor)
+            if order is None:
+                order = EpochOrder(self.order_spec, cursor.epoch, consumed=cursor.history, offset=cursor.offset)
+                if len(self._orders) >= 4:
+                    self._orders.pop(next(iter(self._orders)))
+                self._orders[cursor] = order
+            return order
+
+    def next_cursor(self, cursor: _Cursor) -> _Cursor:
+        """Where the epoch after ``cursor``'s starts: its first record, or after what ``round_batch`` borrowed.
+
+        MXNet's ``round_batch``: the last batch is completed with the first records of the next
+        epoch's order, and that epoch then starts after them (the following ones too, when a batch
+        is larger than a share).
+        """
+        if not self.config.round_batch:
+            return _Cursor(cursor.epoch + 1)
+        order = self.order(cursor)
+        n = len(order)
+        borrowed = max(0, n * self.config.batch_size - len(order.rest))
+        share = share_length(self.order_spec.num_records, self.order_spec.world_size, self.order_spec.even)
+        epoch, offset = cursor.epoch + 1 + borrowed // share, borrowed % share
+        return _Cursor(epoch, (), offset)
+
+    def _borrowed(self, cursor: _Cursor, count: int) -> np.ndarray:
+        """The first ``count`` records of the orders after ``cursor``'s epoch (``round_batch`` padding)."""
+        parts, epoch = [], cursor.epoch + 1
+        while count > 0:
+            share = self.order(_Cursor(epoch)).share
+            parts.append(share[:count])
+            count -= len(parts[-1])
+            epoch += 1
+        return np.concatenate(parts)
 
     def _hint(self, indices: np.ndarray) -> None:
         if self._will_need is not None and len(indices):
             self._will_need(indices)
 
-    def produce(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
-        """Producer-thread body: filled batches from ``(epoch, start)`` on, epoch after epoch.
+    def produce(self, cursor: _Cursor, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
+        """Producer-thread body: filled batches from batch ``start`` of ``cursor``'s order on, epoch after epoch.
 
         An :class:`_EpochEnd` marker follows each epoch's last batch. Running on into the next
         epoch keeps the decode threads busy across the boundary instead of restarting cold.
@@ -94,23 +155,26 @@ class _Pipeline:
         while True:
             # `yield from`, not a loop variable: a batch referred to by a suspended producer frame
             # would keep its lease (and slot) alive after the consumer dropped it.
-            stopped = yield from self._produce_epoch(epoch, start, stop)
+            stopped = yield from self._produce_epoch(cursor, start, stop)
             if stopped:
                 return
-            yield _EpochEnd(epoch)
-            epoch, start = epoch + 1, 0
+            following = self.next_cursor(cursor)
+            yield _EpochEnd(cursor, following)
+            cursor, start = following, 0
 
-    def _produce_epoch(self, epoch: int, start: int, stop: threading.Event) -> typing.Generator[Batch, None, bool]:
+    def _produce_epoch(self, cursor: _Cursor, start: int, stop: threading.Event) -> typing.Generator[Batch, None, bool]:
         """The batches of one epoch from ``start``; returns True when stopped before its end."""
-        order = EpochOrder(self.order_spec, epoch)
+        epoch = cursor.epoch
+        order = self.order(cursor)
         n = len(order)
         ahead = self.config.read_ahead
         timer = self.timer
+        bs = self.order_spec.batch_size
         if self._will_read is not None:
             # Every record this rank reads from here on, in order (the rest of this epoch, then the
             # next one), so the dataset fetches whole shards ahead of the decode.
-            bs = self.order_spec.batch_size
-            self._will_read(order.share[start * bs : n * bs], EpochOrder(self.order_spec, epoch + 1).share[: n * bs])
+            following = self.order(self.next_cursor(cursor))
+            self._will_read(order.rest[start * bs : n * bs], following.rest[: len(following) * bs])
         with timer.span(Stage.READ, what="read-ahead"):
             # The first batches' records in the order they will be decoded.
             for k in range(start, min(n, start + 1 + ahead)):
@@ -123,10 +187,8 @@ class _Pipeline:
             if slot is None:
                 return True
             indices = order[k]
-            if self.config.round_batch and len(indices) < self.config.batch_size:
-                indices = np.concatenate(
-                    [indices, order.share[np.arange(self.config.batch_size - len(indices)) % len(order.share)]]
-                )
+            if self.config.round_batch and len(indices) < bs:
+                indices = np.concatenate([indices, self._borrowed(cursor, bs - len(indices))])
             try:
                 indices = self._fill(slot, indices, epoch, k)
             except BaseException:
@@ -150,7 +212,7 @@ class _Pipeline:
                 raise
             yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
         if not stop.is_set():
-            yield _EpochEnd(epoch)
+            yield _EpochEnd(_Cursor(epoch), _Cursor(epoch + 1))
 
     def _view(self, i: int) -> tuple[Any, str | None]:
         try:

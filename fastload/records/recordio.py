@@ -45,6 +45,7 @@ __all__ = [
     "format_idx",
     "frame_parts",
     "framed_size",
+    "magic_positions",
     "pack_header",
     "read_idx",
     "unpack_header",
@@ -52,6 +53,7 @@ __all__ = [
 
 MAGIC = 0xCED7230A
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
+_MAGIC_U32 = np.uint32(MAGIC)
 _LREC = struct.Struct("<II")
 MAX_RECORD_LENGTH = (1 << 29) - 1
 _IR = struct.Struct("<IfQQ")
@@ -124,7 +126,7 @@ def unpack_header(payload: Buffer) -> RecordHeader:
     return RecordHeader(flag, labels, rid, rid2, end)
 
 
-def _magic_positions(payload: Buffer) -> list[int]:
+def magic_positions(payload: Buffer) -> list[int]:
     """Aligned offsets of the magic word inside a payload (only whole words before the tail)."""
     words = len(payload) >> 2
     if words == 0:
@@ -136,10 +138,13 @@ def _magic_positions(payload: Buffer) -> list[int]:
             return []
         return [4 * i for i in range(words) if small[4 * i : 4 * i + 4] == _MAGIC_BYTES]
     # One vectorized compare over the aligned words: several GB/s, against <1 GB/s for bytes.find.
+    # Against a uint32 scalar: a Python int above int32's range makes numpy compare in int64
+    # (2.5x the time on a 90 KB payload).
     aligned = np.frombuffer(payload, dtype="<u4", count=words)
-    if MAGIC not in aligned:  # the usual answer, without numpy's Python-level wrappers
+    hits = aligned == _MAGIC_U32
+    if not hits.any():  # the usual answer
         return []
-    return (np.flatnonzero(aligned == MAGIC) * 4).tolist()
+    return (np.flatnonzero(hits) * 4).tolist()
 
 
 def frame_parts(payload: Buffer) -> list[Buffer]:
@@ -166,9 +171,7 @@ def _frame(payload: Buffer, head: Buffer = b"") -> tuple[list[Buffer], int]:
     length = hlen + len(payload)
     if length > MAX_RECORD_LENGTH:
         raise ValueError(f"record of {length} bytes exceeds the RecordIO limit of {MAX_RECORD_LENGTH}")
-    splits = (
-        _magic_positions(head) + [hlen + p for p in _magic_positions(payload)] if hlen else _magic_positions(payload)
-    )
+    splits = magic_positions(head) + [hlen + p for p in magic_positions(payload)] if hlen else magic_positions(payload)
     if not splits:  # almost every record: one framing word (merged with the header), data, padding
         first = _LREC.pack(MAGIC, length) + bytes(head) if hlen else _LREC.pack(MAGIC, length)
         pad = _PAD[length & 3]

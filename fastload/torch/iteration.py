@@ -122,10 +122,12 @@ class _FastIterator:
         self._batches = self._core.iterate_batches(
             self._feed.batches, seed=seed, epoch=aug_epoch, timeout=loader.timeout if loader.timeout else None
         )
-        self._parts: list[int] = []  # engine batches per sampler batch, in order (> 1 when split)
+        # Per sampler batch not yet handed out, in order: (engine batches it was cut into, its samples).
+        self._parts: list[tuple[int, int]] = []
         self._pulled = 0
         self._sampler_done = False
         self.taken = 0
+        self.samples = 0  # samples of the batches handed out in this pass (OrderSampler positions)
         self.snapshot: dict[str, Any] | None = None
         self._ahead = loader.prefetch + 1
         self._multi_label = source.multi_label
@@ -179,7 +181,8 @@ class _FastIterator:
     def _start(self) -> None:
         """First draw from the sampler: remember the states it starts from (for state_dict)."""
         resume = self._resume
-        if resume is None:
+        if resume is None or "snapshot" not in resume:
+            # A fresh pass, or an OrderSampler's position: the sampler itself starts where it was.
             self.snapshot = self._snapshot()
             return
         snap = resume["snapshot"]
@@ -214,7 +217,7 @@ class _FastIterator:
             parts = [idx[lo : lo + self._capacity] for lo in range(0, len(idx), self._capacity)]
             for part in parts:
                 self._feed.put(part)
-            self._parts.append(len(parts))
+            self._parts.append((len(parts), len(idx)))
             self._pulled += 1
 
     # --- the batch side -------------------------------------------------------------------
@@ -243,7 +246,7 @@ class _FastIterator:
         if not self._parts:
             self._finish()
             raise StopIteration
-        nparts = self._parts.pop(0)
+        nparts, samples = self._parts.pop(0)
         timeout = self._timeout
         batches = []
         try:
@@ -263,6 +266,7 @@ class _FastIterator:
             self.close()
             raise
         self.taken += 1
+        self.samples += samples
         try:
             out = self._deliver(batches)
         except BaseException:
@@ -353,6 +357,11 @@ class _FastIterator:
     def _finish(self) -> None:
         self.finished = True
         self._closed = True
+
+    @property
+    def handed_all(self) -> bool:
+        """Every batch the sampler yields in this pass was handed out (the pass may not know it yet)."""
+        return self.finished or (self._sampler_done and not self._parts)
 
     def close(self) -> None:
         """Stop this pass (idempotent); held batches stay valid."""
