@@ -79,6 +79,7 @@ __all__ = [
     "shards_read",
     "share_length",
     "window_shuffle",
+    "window_starts",
 ]
 
 
@@ -314,6 +315,16 @@ def epoch_permutation(
         return rng.permutation(num_records).astype(np.int64, copy=False)
     # BLOCK: permute whole blocks, then shuffle records inside each window of consecutive
     # (already permuted) blocks. The last block may be short; it moves like any other.
+    order, bounds = _block_layout(num_records, rng, block_size, window)
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
+        rng.shuffle(order[lo:hi])
+    return order
+
+
+def _block_layout(
+    num_records: int, rng: np.random.Generator, block_size: int, window: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Block order's first draw: the records of the permuted blocks, and where its windows start and end."""
     num_blocks = -(-num_records // block_size)
     block_order = rng.permutation(num_blocks)
     starts = block_order * block_size
@@ -326,9 +337,39 @@ def epoch_permutation(
     bounds = np.concatenate(([0], ends[window - 1 :: window]))
     if bounds[-1] != num_records:
         bounds = np.append(bounds, num_records)
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
-        rng.shuffle(order[lo:hi])
-    return order
+    return order, bounds
+
+
+def window_starts(spec: OrderSpec, epoch: int) -> np.ndarray:
+    """Where the shuffle windows of this rank's share start, as positions in the share (int64, sorted).
+
+    A window is what the order shuffles together: ``window`` blocks (``Shuffle.BLOCK``) or the
+    records of ``window`` shard runs (``Shuffle.SHARD``). Its records are read best together (a
+    window's records are a few long runs in the files); the read-ahead cuts its groups there.
+    Empty for ``Shuffle.GLOBAL`` (one window: the epoch) and ``Shuffle.NONE``. Does not change
+    the order (:class:`EpochOrder`'s output is the same with or without it).
+    """
+    _check_int(epoch, "epoch", 0)
+    if spec.shuffle is Shuffle.SHARD:
+        # The rank's share before the window shuffle (which keeps every window where it is).
+        padded, per_rank = _shard_padded(epoch_sequence(spec, epoch), spec.world_size, spec.even)
+        share = padded[spec.rank * per_rank : (spec.rank + 1) * per_rank]
+        if not len(share):
+            return np.zeros(0, dtype=np.int64)
+        shard_of = _shard_of(spec, share)
+        run_starts = np.flatnonzero(np.concatenate(([True], shard_of[1:] != shard_of[:-1])))
+        return run_starts[:: spec.window][1:].astype(np.int64)
+    if spec.shuffle is not Shuffle.BLOCK:
+        return np.zeros(0, dtype=np.int64)
+    n = spec.num_records
+    _order, bounds = _block_layout(n, _generator(spec.seed, epoch), spec.block_size, spec.window)
+    per_rank = _share_len(spec)
+    lo = spec.rank * per_rank
+    # Padding repeats the permutation from its start: its windows again, shifted by n.
+    cycles = -(-(lo + per_rank) // n) + 1
+    every = np.concatenate([bounds[:-1] + c * n for c in range(cycles)])
+    inside = every[(every > lo) & (every < lo + per_rank)] - lo
+    return np.unique(inside).astype(np.int64)
 
 
 def rank_share(permutation: np.ndarray, *, rank: int, world_size: int, even: Even | str) -> np.ndarray:

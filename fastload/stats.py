@@ -2,8 +2,10 @@
 
 Stages timed (seconds, summed over batches):
 
-- ``read``: record views and the read-ahead hint (``dataset.image(i)``, ``dataset.will_need``);
-  pages actually fault in during decode, so cold-cache I/O shows up under ``decode``;
+- ``read``: handing a batch's records to the decode: planning the reads, checking each record
+  (framing, checksum, labels), and records read one by one on the producer thread;
+- ``read_wait``: the producer waiting for a batch's records to arrive from storage (the reads
+  issued ahead by :mod:`fastload.records.readahead` not done yet): time the loader is bound by I/O;
 - ``decode``: the one ``decode_batch`` call per batch (plus any bad-record substitution);
 - ``wait_slot``: the producer waiting for a ring slot to come back while the prefetch queue is
   short: every slot is held by batches the consumer has not dropped yet, or by device copies still
@@ -15,7 +17,10 @@ Stages timed (seconds, summed over batches):
 - ``copy``: device copies issued by an adapter (for asynchronous CUDA copies, the time to issue them).
 
 ``input_bound`` = ``wait_data`` / consumer wall time answers "is my training input-bound?": near 0
-means the model is the bottleneck, near 1 means the GPU waits for data.
+means the model is the bottleneck, near 1 means the GPU waits for data. ``io_bound`` answers "bound
+by what?": the share of the producer's working time (``read`` + ``read_wait`` + ``decode``) spent
+waiting for storage; near 1 the disk is the limit (read ahead more, choose a more sequential order),
+near 0 decoding is (more threads, smaller images).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Stage(str, enum.Enum):
     """A timed stage of the data path."""
 
     READ = "read"
+    READ_WAIT = "read_wait"
     DECODE = "decode"
     WAIT_SLOT = "wait_slot"
     WAIT_CONSUMER = "wait_consumer"
@@ -70,6 +76,12 @@ class LoaderStats:
         fresh_batches: Batches handed out in freshly allocated memory because the consumer kept more
             batches than the ring may grow for.
         gc_runs: Garbage collections the ring ran to find kept batches held only by reference cycles.
+        io_bound: Share of the producer's working time spent waiting for storage (``read_wait``
+            over ``read + read_wait + decode``).
+        bytes_read: Bytes read from storage by the read-ahead (the bytes between coalesced
+            records included).
+        reads: Read calls the read-ahead made (one per coalesced run of records).
+        records_read: Records handed to the decode from those reads.
     """
 
     seconds: dict[str, float] = field(default_factory=dict)
@@ -85,6 +97,10 @@ class LoaderStats:
     ring_slots: int = 0
     fresh_batches: int = 0
     gc_runs: int = 0
+    io_bound: float = 0.0
+    bytes_read: int = 0
+    reads: int = 0
+    records_read: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,9 +115,18 @@ class LoaderStats:
             if self.input_bound > 0.1
             else "not input-bound"
         )
+        if self.input_bound > 0.1:
+            verdict += ", on storage" if self.io_bound > 0.5 else ", on decoding"
+        reads = (
+            f"read {self.bytes_read / 1e6:,.1f} MB in {self.reads:,} reads "
+            f"({self.records_read / self.reads:.1f} records a read); "
+            if self.reads
+            else ""
+        )
         return (
             f"{self.batches} batches, {self.images} images in {self.wall:.2f}s = {self.images_per_s:.0f} images/s; "
-            f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); stages: {stages}; "
+            f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); producer waited for storage "
+            f"{100 * self.io_bound:.0f}% of its time; {reads}stages: {stages}; "
             f"skipped {self.skipped}; backend {self.backend or '?'}; "
             f"sliced {self.sliced} (fallbacks {self.slice_fallbacks}); ring {self.ring_slots} slots, "
             f"{self.fresh_batches} batches in fresh memory"
@@ -147,6 +172,9 @@ class StageTimer:
             self.slice_fallbacks = 0
             # (epoch, number) -> (skipped, sliced, fallbacks) of batches produced, not yet handed out.
             self._pending: dict[tuple[int, int], tuple[int, int, int]] = {}
+            self.bytes_read = 0
+            self.reads = 0
+            self.records_read = 0
             self._wall = 0.0
             self._active_since: float | None = None
             # A span that began before the reset (a producer waiting across it) counts from here.
@@ -213,6 +241,13 @@ class StageTimer:
         with self._lock:
             self._pending.clear()
 
+    def count_reads(self, nbytes: int, reads: int, records: int) -> None:
+        """Add what the read-ahead read for one batch (bytes, read calls, records handed out)."""
+        with self._lock:
+            self.bytes_read += int(nbytes)
+            self.reads += int(reads)
+            self.records_read += int(records)
+
     def consumer_active(self) -> None:
         """The consumer started asking for batches (start of its wall-clock)."""
         with self._lock:
@@ -242,6 +277,8 @@ class StageTimer:
     def snapshot(self) -> LoaderStats:
         with self._lock:
             wall = self._wall
+            sec = self._seconds
+            working = sec[Stage.READ.value] + sec[Stage.READ_WAIT.value] + sec[Stage.DECODE.value]
             return LoaderStats(
                 seconds=dict(self._seconds),
                 batches=self.batches,
@@ -253,6 +290,10 @@ class StageTimer:
                 backend=self.backend,
                 sliced=self.sliced,
                 slice_fallbacks=self.slice_fallbacks,
+                io_bound=sec[Stage.READ_WAIT.value] / working if working > 0 else 0.0,
+                bytes_read=self.bytes_read,
+                reads=self.reads,
+                records_read=self.records_read,
             )
 
     def save_trace(self, path: str) -> str:

@@ -42,8 +42,14 @@ class _Run:
         else:
             batches, seed, feed_epoch = feed
             produce = lambda stop: pipeline.produce_batches(batches(stop), seed, feed_epoch, stop)  # noqa: E731
+
+        def wake() -> None:
+            # Stopping: unblock the producer wherever it waits (a free slot, reads in flight).
+            ring.wake()
+            pipeline.wake()
+
         self.producer = Producer(
-            produce, maxsize=ring.base_slots, name=f"fastload-loader-e{cursor.epoch}b{start}", wake=ring.wake
+            produce, maxsize=ring.base_slots, name=f"fastload-loader-e{cursor.epoch}b{start}", wake=wake
         )
 
     def stop(self) -> None:
@@ -260,8 +266,11 @@ class _Driver:
             if run is not None:
                 run.stop()  # raises if the thread does not stop within its timeout
         finally:
-            self._ring.close(fence_timeout=10.0 if wait_fences else None)
-            self._timer.consumer_idle()
+            try:
+                self._pipeline.close()  # the reads ahead: cancelled, those in flight waited for
+            finally:
+                self._ring.close(fence_timeout=10.0 if wait_fences else None)
+                self._timer.consumer_idle()
         return True
 
     # --- internals ------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""The loader's producer side: order -> read-ahead -> records -> decode into a ring slot."""
+"""The loader's producer side: order -> read-ahead -> records -> decode into a ring slot.
+
+Reads are :mod:`fastload.loader.reading`'s: a batch's records arrive read ahead in decode order
+(or one by one), checked; this module decodes them into the slot and applies ``on_error``.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import numpy as np
 from fastload.batch import Batch, BatchRing, Layout, Slot
 from fastload.errors import CorruptRecordError, DecodeError, OnError
 from fastload.loader.config import LoaderConfig
+from fastload.loader.reading import _BatchReads
 from fastload.order import EpochOrder, OrderSpec, share_length
 from fastload.stats import Stage, StageTimer
 from fastload.transforms.mixing import mix_batch
@@ -96,7 +101,6 @@ class _Pipeline:
         self._decode_kwargs: dict[str, Any] = {"threads": config.num_threads, "layout": Layout(config.layout).value}
         if config.decode_options is not None:
             self._decode_kwargs["options"] = config.decode_options
-        self._will_need = getattr(dataset, "will_need", None)
         self._will_read = getattr(dataset, "will_read", None)  # datasets that fetch shards ahead (remote)
         self._done_with = getattr(dataset, "done_with", None)
         self._bad: set[int] = set()
@@ -104,6 +108,7 @@ class _Pipeline:
         # share them, so a resumed epoch's remaining records are computed once.
         self._orders: dict[_Cursor, EpochOrder] = {}
         self._orders_lock = threading.Lock()
+        self.reads = _BatchReads(dataset, config, order_spec, timer)
 
     def order(self, cursor: _Cursor) -> EpochOrder:
         """This rank's order from ``cursor`` (raises ValueError for a cursor that does not fit the order)."""
@@ -142,9 +147,13 @@ class _Pipeline:
             epoch += 1
         return np.concatenate(parts)
 
-    def _hint(self, indices: np.ndarray) -> None:
-        if self._will_need is not None and len(indices):
-            self._will_need(indices)
+    def wake(self) -> None:
+        """The producer is being stopped: end its wait for reads (any thread)."""
+        self.reads.wake()
+
+    def close(self) -> None:
+        """Stop the reads ahead (after the producer stopped; idempotent)."""
+        self.reads.close()
 
     def produce(self, cursor: _Cursor, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body: filled batches from batch ``start`` of ``cursor``'s order on, epoch after epoch.
@@ -167,22 +176,14 @@ class _Pipeline:
         epoch = cursor.epoch
         order = self.order(cursor)
         n = len(order)
-        ahead = self.config.read_ahead
-        timer = self.timer
         bs = self.order_spec.batch_size
+        following = self.order(self.next_cursor(cursor))
         if self._will_read is not None:
             # Every record this rank reads from here on, in order (the rest of this epoch, then the
             # next one), so the dataset fetches whole shards ahead of the decode.
-            following = self.order(self.next_cursor(cursor))
             self._will_read(order.rest[start * bs : n * bs], following.rest[: len(following) * bs])
-        with timer.span(Stage.READ, what="read-ahead"):
-            # The first batches' records in the order they will be decoded.
-            for k in range(start, min(n, start + 1 + ahead)):
-                self._hint(order[k])
+        self.reads.start_epoch(order, start, following)
         for k in range(start, n):
-            if k + 1 + ahead < n:
-                with timer.span(Stage.READ, what="read-ahead"):
-                    self._hint(order[k + 1 + ahead])
             slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
             if slot is None:
                 return True
@@ -190,7 +191,11 @@ class _Pipeline:
             if self.config.round_batch and len(indices) < bs:
                 indices = np.concatenate([indices, self._borrowed(cursor, bs - len(indices))])
             try:
-                indices = self._fill(slot, indices, epoch, k)
+                got = self.reads.batch(k, indices)
+                if got is None:  # stopping
+                    self.ring.unused(slot)
+                    return True
+                indices = self._fill(slot, indices, epoch, k, got)
             except BaseException:
                 self.ring.unused(slot)
                 raise
@@ -201,12 +206,18 @@ class _Pipeline:
         self, batches: Iterator[np.ndarray], seed: int, epoch: int, stop: threading.Event
     ) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
+        self.reads.start_feed()
         for k, indices in enumerate(batches):
             slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
             if slot is None:
                 return
             try:
-                indices = self._fill(slot, np.asarray(indices, dtype=np.int64), epoch, k, seed)
+                indices = np.asarray(indices, dtype=np.int64)
+                got = self.reads.fed(k, indices)
+                if got is None:  # stopping
+                    self.ring.unused(slot)
+                    return
+                indices = self._fill(slot, indices, epoch, k, got, seed)
             except BaseException:
                 self.ring.unused(slot)
                 raise
@@ -220,25 +231,22 @@ class _Pipeline:
         except (CorruptRecordError, OSError, ValueError) as exc:
             return b"", f"unreadable record: {exc}"
 
-    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int, seed: int | None = None) -> np.ndarray:
-        """Decode the batch ``indices`` into ``slot``; returns the indices actually used."""
+    def _fill(
+        self,
+        slot: Slot,
+        indices: np.ndarray,
+        epoch: int,
+        number: int,
+        read: tuple[list[Any], dict[int, str]],
+        seed: int | None = None,
+    ) -> np.ndarray:
+        """Decode the batch ``indices`` (their records ``read``) into ``slot``; returns the indices used."""
         seed = self.config.seed if seed is None else seed
         m = len(indices)
         arrays = slot.arrays
         out = arrays["images"][:m]
         timer = self.timer
-        read_errors: dict[int, str] = {}
-        with timer.span(Stage.READ, batch=number):
-            image = self.dataset.image
-            try:
-                views = [image(i) for i in indices.tolist()]
-            except (CorruptRecordError, OSError, ValueError):
-                views = []
-                for pos, i in enumerate(indices.tolist()):
-                    view, err = self._view(i)
-                    views.append(view)
-                    if err is not None:
-                        read_errors[pos] = err
+        views, read_errors = read
         mix = self.config.mix
         first = int(indices[0]) if m else 0  # keys the batch's mix, whatever replaces a bad first record
         mix_kwargs = (

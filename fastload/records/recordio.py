@@ -48,6 +48,7 @@ __all__ = [
     "magic_positions",
     "pack_header",
     "read_idx",
+    "record_span",
     "unpack_header",
 ]
 
@@ -198,6 +199,14 @@ def _frame(payload: Buffer, head: Buffer = b"") -> tuple[list[Buffer], int]:
     if pad:
         chunks.append(pad)
     return chunks, (len(splits) + 1 if splits else 0)
+
+
+def record_span(length: int, parts: int = 0) -> int:
+    """Bytes a record of payload ``length`` in ``parts`` parts occupies (0: whole), padding excluded.
+
+    8 framing bytes per part; the magic words between parts are dropped from the payload.
+    """
+    return 8 * max(parts, 1) + length - 4 * max(parts - 1, 0)
 
 
 def framed_size(payload_length: int) -> int:
@@ -507,31 +516,66 @@ class RecordIOShard:
         """
         if length < 0:
             length, parts, _ = self.extent(offset, record)
-        if parts < 0 or parts == 1 or length > MAX_RECORD_LENGTH * max(parts, 1):
+        span = self.span(offset, length, parts, record)
+        return self.parse(self.read(offset, span, record), offset, length, parts, record)
+
+    def span(self, offset: int, length: int, parts: int = 0, record: int | None = None) -> int:
+        """Bytes the record at ``offset`` occupies in the file, from its index entry (checked).
+
+        Raises:
+            CorruptRecordError: An impossible extent, or one that runs past the end of the shard.
+        """
+        if parts < 0 or parts == 1 or length < 0 or length > MAX_RECORD_LENGTH * max(parts, 1):
             raise self._fail(f"impossible record extent ({length} bytes in {parts} parts)", record, offset)
-        # The exact span of the parts: 8 framing bytes each, the magic words between them dropped.
-        span = 8 * max(parts, 1) + length - 4 * max(parts - 1, 0)
+        span = record_span(length, parts)
         if offset + span > self.size:
             raise self._fail(
                 f"record of {length} bytes runs past the end of the shard ({self.size} bytes; truncated?)",
                 record,
                 offset,
             )
-        data = self.read(offset, span, record)
+        return span
+
+    def parse(
+        self, data: Buffer, offset: int, length: int, parts: int = 0, record: int | None = None
+    ) -> memoryview | bytes:
+        """The payload of a record from its bytes as read (``span`` bytes at ``offset``), framing checked.
+
+        What :meth:`payload` does after its read, for bytes read otherwise (several records in one
+        read, see :mod:`fastload.records.readahead`).
+
+        Args:
+            data: The record's bytes: exactly ``record_span(length, parts)`` of them.
+            offset: Where they start in the shard (for messages).
+            length: The payload length from the index.
+            parts: 0 for a whole record, else its number of parts.
+            record: Record number inside the shard, for messages.
+
+        Returns:
+            A memoryview over ``data`` for a whole record; reassembled ``bytes`` for a split one.
+
+        Raises:
+            CorruptRecordError: Damaged framing or a length that disagrees with the index.
+        """
+        span = len(data)
+        if span < 8:
+            raise self._fail(f"record of {span} bytes is shorter than its framing", record, offset)
         cflag, plen = self._header(data, 0, offset, record)
         if parts == 0:
             if cflag != 0:
                 raise self._fail(
                     f"the index says a whole record, the framing says part (cflag {cflag})", record, offset
                 )
-            if plen != length:
+            if plen != length or 8 + plen > span:
                 raise self._fail(f"record length {plen} differs from the index ({length})", record, offset)
-            return memoryview(data)[8:]
+            return memoryview(data)[8 : 8 + plen]
         chunks: list[Buffer] = []
         pos = 0
         view = memoryview(data)
         for k in range(parts):
             if k:
+                if pos + 8 > span:
+                    raise self._fail(f"part {k} of {parts} starts past the record's extent", record, offset + pos)
                 cflag, plen = self._header(data, pos, offset, record)
             want = 1 if k == 0 else (3 if k == parts - 1 else 2)
             if cflag != want or pos + 8 + plen > span:
