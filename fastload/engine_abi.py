@@ -230,7 +230,7 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("bool", "fancy_upsampling", True, "smooth (triangle) chroma upsampling"),
         ("bool", "apply_exif", False, "rotate/mirror by the EXIF orientation (via the Pillow path)"),
         ("bool", "use_restart_slices", True, "decode restart-indexed records through interval slices"),
-        ("bool", "dct_scaling", True, "power-of-two DCT-domain downscaling when the crop is >= 2x the output"),
+        ("bool", "dct_scaling", True, "power-of-two DCT downscaling where the resize still shrinks >= 4-5x after it"),
         ("EntropyDecoder", "slice_entropy", "FASTLOAD", "Huffman decoder of restart-interval slices"),
     ),
     "GeometryParams": (
