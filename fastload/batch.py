@@ -75,6 +75,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike, NDArray
 
 from fastload.decode import Layout  # the engine's output layouts are the slots' layouts
 
@@ -101,7 +102,7 @@ log = logging.getLogger("fastload.batch")
 # them on top of the prefetched batches; holding more is "keeping batches" (see the module doc).
 HELD_BATCHES = 2
 
-Allocator = Callable[[tuple[int, ...], np.dtype], tuple[np.ndarray, Any]]
+Allocator = Callable[[tuple[int, ...], np.dtype[Any]], tuple[NDArray[Any], Any]]
 FieldSpec = tuple[tuple[int, ...], Any]  # (shape of the field's array in one slot, dtype)
 ReleaseHook = Callable[[], Iterable[Any]]
 
@@ -115,7 +116,7 @@ WAIT_REASONS = ("consumer", "slot", "fence")
 WaitObserver = Callable[[str, float, float], None]  # (reason, start, end) in time.perf_counter seconds
 
 
-def numpy_allocator(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
+def numpy_allocator(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[NDArray[Any], Any]:
     """The default allocator: plain (pageable) numpy memory; the array is its own owner."""
     array = np.empty(shape, dtype=dtype)
     return array, array
@@ -165,7 +166,7 @@ class Slot:
 
     __slots__ = ("arrays", "fences", "generation", "id", "interfaces", "leased", "owners", "taken")
 
-    def __init__(self, slot_id: int, arrays: dict[str, tuple[np.ndarray, Any]]) -> None:
+    def __init__(self, slot_id: int, arrays: dict[str, tuple[NDArray[Any], Any]]) -> None:
         self.id = slot_id
         self.arrays = {k: v[0] for k, v in arrays.items()}
         # Built once: numpy makes a new dict per `__array_interface__` access (~1 us each).
@@ -176,7 +177,7 @@ class Slot:
         self.leased = False
         self.taken = False
 
-    def __getattr__(self, name: str) -> np.ndarray:
+    def __getattr__(self, name: str) -> NDArray[Any]:
         if name in ("arrays", "interfaces"):  # not set yet (during __init__): no recursion
             raise AttributeError(name)
         try:
@@ -204,13 +205,17 @@ class _LeasedArray:
 
     __slots__ = ("__array_interface__", "_array", "_lease")
 
-    def __init__(self, array: np.ndarray, interface: dict[str, Any], lease: _Lease) -> None:
+    def __init__(self, array: NDArray[Any], interface: dict[str, Any], lease: _Lease) -> None:
         self.__array_interface__ = interface
         self._array = array  # the memory outlives the ring while a lease holds it
         self._lease = lease
 
 
-def _lease_ended(returns: queue.SimpleQueue, slot_id: int, generation: int, hook: ReleaseHook | None) -> None:
+# What a lease's end sends the ring: (slot, generation, fences, the release hook's error); None wakes it.
+_Return = tuple[int, int, tuple[Any, ...], BaseException | None] | None
+
+
+def _lease_ended(returns: queue.SimpleQueue[_Return], slot_id: int, generation: int, hook: ReleaseHook | None) -> None:
     """A lease's finalizer: runs on any thread, never blocks, never takes a lock of the ring."""
     fences: tuple[Any, ...] = ()
     error: BaseException | None = None
@@ -260,9 +265,9 @@ class Batch:
 
     def __init__(
         self,
-        images: np.ndarray | None = None,
-        labels: np.ndarray | None = None,
-        indices: np.ndarray | None = None,
+        images: NDArray[Any] | None = None,
+        labels: NDArray[np.float32] | None = None,
+        indices: NDArray[np.int64] | None = None,
         *,
         slot: int = -1,
         epoch: int = 0,
@@ -270,8 +275,8 @@ class Batch:
         owners: dict[str, Any] | None = None,
         ring: BatchRing | None = None,
         generation: int = 0,
-        fields: dict[str, np.ndarray] | None = None,
-        full: dict[str, np.ndarray] | None = None,
+        fields: dict[str, NDArray[Any]] | None = None,
+        full: dict[str, NDArray[Any]] | None = None,
         fresh: bool = False,
     ) -> None:
         fields = dict(fields or {})
@@ -287,7 +292,7 @@ class Batch:
         self._ring = weakref.ref(ring) if ring is not None else None  # a kept batch must not keep the whole ring
         self._generation = generation
 
-    def __getattr__(self, name: str) -> np.ndarray:
+    def __getattr__(self, name: str) -> NDArray[Any]:
         if name in ("fields", "_full", "_ring"):  # during __init__
             raise AttributeError(name)
         try:
@@ -301,7 +306,7 @@ class Batch:
         arr = self.indices if self.indices is not None else next(iter(self.fields.values()))
         return int(arr.shape[0])
 
-    def slot_view(self, name: str) -> np.ndarray:
+    def slot_view(self, name: str) -> NDArray[Any]:
         """The field's whole slot (every row, not only ``size``), holding the lease like the field views.
 
         Adapters that complete a partial batch in place (MXNet's ``round_batch``) wrap this.
@@ -407,7 +412,7 @@ class BatchRing:
             raise ValueError(f"max_extra_slots={max_extra_slots!r} must be an int >= 0")
         if not fields:
             raise ValueError("a ring needs at least one field")
-        self.fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+        self.fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {
             str(k): (tuple(int(s) for s in shape), np.dtype(dtype)) for k, (shape, dtype) in fields.items()
         }
         self._allocator = allocator or numpy_allocator
@@ -423,7 +428,7 @@ class BatchRing:
         # Producer and consumer bookkeeping; never taken by a lease's finalizer.
         self._lock = threading.Lock()
         # Lease deaths, from any thread: (slot id, generation, fences, hook error), or None to wake.
-        self._returns: queue.SimpleQueue = queue.SimpleQueue()
+        self._returns: queue.SimpleQueue[_Return] = queue.SimpleQueue()
         # FIFO of free slots so every slot is reused in turn (a just-returned slot waits longest,
         # which gives its fences the most time to complete).
         self._free: collections.deque[int] = collections.deque(range(num_slots))
@@ -610,7 +615,7 @@ class BatchRing:
             sizes: Per-field row counts overriding ``rows`` (fields whose first axis is not the batch).
         """
 
-        def cut(name: str, array: np.ndarray) -> np.ndarray:
+        def cut(name: str, array: NDArray[Any]) -> NDArray[Any]:
             n = sizes.get(name, rows) if sizes else rows
             return array if n is None else array[:n]
 
@@ -685,7 +690,7 @@ class BatchRing:
                 return
             self._apply_return_locked(item)
 
-    def _apply_return_locked(self, item) -> None:
+    def _apply_return_locked(self, item: _Return) -> None:
         if item is None:
             return
         slot_id, generation, fences, error = item
@@ -747,7 +752,7 @@ class BatchRing:
         return self._closed
 
 
-def _allocate(allocator: Allocator, shape: tuple[int, ...], dtype) -> tuple[np.ndarray, Any]:
+def _allocate(allocator: Allocator, shape: tuple[int, ...], dtype: DTypeLike) -> tuple[NDArray[Any], Any]:
     view, owner = allocator(tuple(shape), np.dtype(dtype))
     if not isinstance(view, np.ndarray) or view.shape != tuple(shape) or view.dtype != np.dtype(dtype):
         raise ValueError(

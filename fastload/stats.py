@@ -102,7 +102,7 @@ class LoaderStats:
     reads: int = 0
     records_read: int = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def summary(self) -> str:
@@ -162,7 +162,7 @@ class StageTimer:
         """Zero every counter and drop the trace."""
         with self._lock:
             self._seconds = {s.value: 0.0 for s in Stage}
-            self._events: list[dict] = []
+            self._events: list[dict[str, Any]] = []
             self._thread_names: dict[int, str] = {}
             self.batches = 0
             self.images = 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 import fastload.engine_abi as engine_abi
 
@@ -134,11 +135,11 @@ class BatchResult:
             ``first_index=indices[0]``), or without ``mix=``.
     """
 
-    status: np.ndarray
+    status: NDArray[np.int32]
     errors: dict[int, str]
-    boxes: np.ndarray | None
-    flips: np.ndarray | None
-    vflips: np.ndarray | None
+    boxes: NDArray[np.float64] | None
+    flips: NDArray[np.bool_] | None
+    vflips: NDArray[np.bool_] | None
     warnings: int
     sliced: int
     slice_fallbacks: int

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import NDArray
 
 import fastload.engine_abi as engine_abi
 from fastload.decode.contract import BatchResult, DecodeOptions, DecodeStatus, Layout, _slice_entropy
@@ -26,8 +27,9 @@ from fastload.decode.native import (
 from fastload.decode.pillow import _Failure, _pillow_batch, _pillow_open_rgb, _PillowBatch
 from fastload.engine import native, pillow_reason, pixel_engine
 from fastload.errors import DecodeError
-from fastload.transforms import Pipeline, Transform, as_pipeline
+from fastload.transforms import Pipeline, as_pipeline
 from fastload.transforms.mixing import BatchOp, MixResult, mix_batch, mix_labels
+from fastload.transforms.pipeline import GeometryOp
 
 
 def active_backend() -> str:
@@ -81,7 +83,7 @@ def engine_info() -> dict[str, Any]:
 # --- argument checks -------------------------------------------------------------------------
 
 
-def _resolve_layout(out: np.ndarray, size: tuple[int, int], layout: str | Layout | None) -> Layout:
+def _resolve_layout(out: NDArray[Any], size: tuple[int, int], layout: str | Layout | None) -> Layout:
     h, w = size
     nhwc = out.shape[1:] == (h, w, 3)
     nchw = out.shape[1:] == (3, h, w)
@@ -109,13 +111,13 @@ def _resolve_layout(out: np.ndarray, size: tuple[int, int], layout: str | Layout
 
 def _check_args(
     images: Sequence[Any],
-    out: np.ndarray,
+    out: NDArray[Any],
     pipeline: Pipeline,
     indices: npt.ArrayLike,
     threads: int | None,
     layout: str | Layout | None,
     options: DecodeOptions,
-) -> tuple[Layout, np.ndarray, int]:
+) -> tuple[Layout, NDArray[np.int64], int]:
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy.ndarray (got {type(out).__name__}); wrap torch tensors with .numpy()")
     if out.dtype != pipeline.output_dtype:
@@ -143,9 +145,9 @@ def _check_args(
 
 
 def decode_batch(
-    images: Sequence,
-    out: np.ndarray,
-    transform: Pipeline | Transform,
+    images: Sequence[Any],
+    out: NDArray[Any],
+    transform: Pipeline | GeometryOp,
     *,
     seed: int,
     epoch: int,
@@ -156,7 +158,7 @@ def decode_batch(
     options: DecodeOptions = DecodeOptions(),
     mix: BatchOp | None = None,
     labels: Any = None,
-    soft_labels: np.ndarray | None = None,
+    soft_labels: NDArray[np.float32] | None = None,
 ) -> BatchResult:
     """Decode ``images`` through ``transform`` into ``out``, one slot per image.
 
@@ -309,7 +311,7 @@ def decode_batch(
 
 
 def resize_encode_batch(
-    images: Sequence, *, shorter: int, quality: int, threads: int = 1, options: DecodeOptions = DecodeOptions()
+    images: Sequence[Any], *, shorter: int, quality: int, threads: int = 1, options: DecodeOptions = DecodeOptions()
 ) -> list[bytes | None]:
     """Decode, resize and re-encode JPEGs in one GIL-free engine call (``fastload pack --resize``).
 
@@ -339,7 +341,7 @@ def resize_encode_batch(
     return _native_resize_encode(images, shorter, quality, threads, options)
 
 
-def decode_image(buf: Any, *, options: DecodeOptions = DecodeOptions()) -> np.ndarray:
+def decode_image(buf: Any, *, options: DecodeOptions = DecodeOptions()) -> NDArray[np.uint8]:
     """Decode one image at full size to RGB.
 
     Args:

@@ -8,16 +8,18 @@ from types import ModuleType
 from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 import fastload.engine_abi as engine_abi
 from fastload.decode.contract import DecodeOptions, DecodeStatus, Layout, _slice_entropy
 from fastload.engine import native, unavailable_reason
-from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline, Transform
+from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline
 from fastload.transforms.affine import AFFINE_PARAM_NAMES
 from fastload.transforms.erasing import engine_output_spec, output_params_from_trace
 from fastload.transforms.geometry import CenterCrop, RandomCrop, RandomResizedCrop
 from fastload.transforms.mixing import engine_mix_fields
-from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES
+from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES, MXNetDefaultAugment
+from fastload.transforms.pipeline import GeometryOp
 from fastload.transforms.pixel import engine_specs
 
 
@@ -49,11 +51,11 @@ def _native_options(options: DecodeOptions) -> Any:
     )
 
 
-def _native_geometry(transform: Transform) -> Any:
+def _native_geometry(transform: GeometryOp) -> Any:
     # Every geometry op stores its size as (h, w) once constructed; the field also takes one int.
     out_h, out_w = cast("tuple[int, int]", transform.size)
     kind = OpKind(int(transform.kind))
-    if kind == OpKind.MXNET_AUGMENT:  # its parameters travel as the warp argument
+    if isinstance(transform, MXNetDefaultAugment):  # its parameters travel as the warp argument
         return _native_struct("GeometryParams", {"kind": kind, "out_h": int(out_h), "out_w": int(out_w)})
     values: dict[str, Any] = {
         "kind": kind,
@@ -114,7 +116,7 @@ def _warp_spec(pipeline: Pipeline) -> Any:
     return pipeline.affine
 
 
-def _warp_params_from_trace(pipeline: Pipeline, trace: np.ndarray) -> Any:
+def _warp_params_from_trace(pipeline: Pipeline, trace: NDArray[np.float64]) -> Any:
     """The engine's warp trace row as the reference's AffineParams / MXNetParams."""
     if pipeline.kind == OpKind.MXNET_AUGMENT:
         values = dict(zip(MXNET_PARAM_NAMES, trace.tolist(), strict=False))
@@ -148,14 +150,14 @@ def _native_warp(pipeline: Pipeline) -> dict[str, Any]:
 
 
 def _native_decode_batch(
-    images: Sequence,
-    out: np.ndarray,
+    images: Sequence[Any],
+    out: NDArray[Any],
     pipeline: Pipeline,
     *,
     layout: Layout,
     seed: int,
     epoch: int,
-    idx: np.ndarray,
+    idx: NDArray[np.int64],
     threads: int,
     options: DecodeOptions,
     want_params: bool,
@@ -164,7 +166,7 @@ def _native_decode_batch(
     """The engine's ``decode_batch`` for the whole batch (one call, the GIL released once): its result dict."""
     mask = (1 << 64) - 1
     engine = _loaded()
-    return engine.decode_batch(
+    result: dict[str, Any] = engine.decode_batch(
         images if isinstance(images, (list, tuple)) else list(images),
         out,
         _native_geometry(pipeline.geometry),
@@ -180,6 +182,7 @@ def _native_decode_batch(
         mix=_native_mix(mix_params) if mix_params is not None else None,
         **_native_warp(pipeline),
     )
+    return result
 
 
 def _native_params(native: dict[str, Any], pipeline: Pipeline, n: int) -> tuple[list[Any], list[Any], list[Any]]:
@@ -204,14 +207,14 @@ def _native_params(native: dict[str, Any], pipeline: Pipeline, n: int) -> tuple[
     return op_params, output_params, warp_params
 
 
-def _native_decode_image(buf: Any, options: DecodeOptions) -> tuple[DecodeStatus, str, np.ndarray]:
+def _native_decode_image(buf: Any, options: DecodeOptions) -> tuple[DecodeStatus, str, NDArray[np.uint8]]:
     """The engine's full-size RGB decode of one image: ``(status, message, array)``."""
     native_status, msg, arr = _loaded().decode_image(buf, _native_options(options))
     return DecodeStatus(int(native_status)), msg, arr
 
 
 def _native_resize_encode(
-    images: Sequence, shorter: int, quality: int, threads: int, options: DecodeOptions
+    images: Sequence[Any], shorter: int, quality: int, threads: int, options: DecodeOptions
 ) -> list[bytes | None]:
     """The engine's decode, resize and JPEG encode of each image (None where it could not)."""
     native = _loaded().resize_encode_batch(

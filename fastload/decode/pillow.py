@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.decode.contract import DecodeOptions, DecodeStatus, Layout
 from fastload.transforms import (
-    OpKind,
     Pipeline,
     affine_plan,
     mxnet_plan,
@@ -85,7 +85,7 @@ class _Failure(Exception):
 
 def _pillow_one(
     buf: Any,
-    slot: np.ndarray,
+    slot: NDArray[Any],
     layout: Layout,
     pipeline: Pipeline,
     seed: int,
@@ -104,10 +104,9 @@ def _pillow_one(
         out_h, out_w = pipeline.size
         key = sample_key(seed, epoch, index)
         warp_params: Any = None
-        if pipeline.kind == OpKind.MXNET_AUGMENT:
+        if isinstance(geometry, MXNetDefaultAugment):
             try:
-                # The kind says the geometry is an MXNetDefaultAugment.
-                plan, warp_params = mxnet_plan(cast(MXNetDefaultAugment, geometry), img.width, img.height, key)
+                plan, warp_params = mxnet_plan(geometry, img.width, img.height, key)
             except MXNetSampleError as exc:
                 raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
             box, flip, vflip = (np.nan,) * 4, warp_params.mirror, False
@@ -190,19 +189,19 @@ class _PillowBatch:
 
     images: Any
     positions: list[int]
-    out: np.ndarray
+    out: NDArray[Any]
     layout: Layout
     pipeline: Pipeline
     seed: int
     epoch: int
-    idx: np.ndarray
+    idx: NDArray[np.int64]
     threads: int
     options: DecodeOptions
-    status: np.ndarray
+    status: NDArray[np.int32]
     errors: dict[int, str]
-    boxes: np.ndarray
-    flips: np.ndarray
-    vflips: np.ndarray
+    boxes: NDArray[np.float64]
+    flips: NDArray[np.bool_]
+    vflips: NDArray[np.bool_]
     op_params: list[Any]
     output_params: list[Any]
     warp_params: list[Any]

@@ -14,7 +14,8 @@ from fastload.batch import Layout
 from fastload.errors import OnError
 from fastload.order import Even, Shuffle, coerce_enum
 from fastload.records.readahead import ReadOptions
-from fastload.transforms import Transform, train
+from fastload.transforms import train
+from fastload.transforms.pipeline import GeometryOp, Pipeline
 
 # Image dtypes a ring slot can hold: raw pixels, or the engine's normalized floats.
 IMAGE_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
@@ -116,7 +117,7 @@ class LoaderConfig:
     """
 
     batch_size: int = 256
-    transform: Transform = field(default_factory=train)
+    transform: Pipeline | GeometryOp = field(default_factory=train)
     shuffle: Shuffle | str = Shuffle.GLOBAL
     seed: int = 0
     drop_last: bool = False

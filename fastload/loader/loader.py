@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.batch import HELD_BATCHES, Allocator, BatchRing, Layout, ReleaseHook, image_fields
 from fastload.errors import ResumeStateError
@@ -199,7 +200,7 @@ class Loader:
 
     def iterate_batches(
         self,
-        batches: Callable[[threading.Event], Iterator[np.ndarray]],
+        batches: Callable[[threading.Event], Iterator[NDArray[np.int64]]],
         *,
         seed: int,
         epoch: int,

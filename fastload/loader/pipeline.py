@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.batch import Batch, BatchRing, Layout, Slot
 from fastload.errors import CorruptRecordError, DecodeError, OnError
@@ -84,7 +85,7 @@ class _Pipeline:
         dataset: Records,
         config: LoaderConfig,
         order_spec: OrderSpec,
-        labels: np.ndarray,
+        labels: NDArray[np.float32],
         ring: BatchRing,
         timer: StageTimer,
         decode: Callable[..., Any] | None,
@@ -137,7 +138,7 @@ class _Pipeline:
         epoch, offset = cursor.epoch + 1 + borrowed // share, borrowed % share
         return _Cursor(epoch, (), offset)
 
-    def _borrowed(self, cursor: _Cursor, count: int) -> np.ndarray:
+    def _borrowed(self, cursor: _Cursor, count: int) -> NDArray[np.int64]:
         """The first ``count`` records of the orders after ``cursor``'s epoch (``round_batch`` padding)."""
         parts, epoch = [], cursor.epoch + 1
         while count > 0:
@@ -203,7 +204,7 @@ class _Pipeline:
         return False
 
     def produce_batches(
-        self, batches: Iterator[np.ndarray], seed: int, epoch: int, stop: threading.Event
+        self, batches: Iterator[NDArray[np.int64]], seed: int, epoch: int, stop: threading.Event
     ) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
         self.reads.start_feed()
@@ -234,12 +235,12 @@ class _Pipeline:
     def _fill(
         self,
         slot: Slot,
-        indices: np.ndarray,
+        indices: NDArray[np.int64],
         epoch: int,
         number: int,
         read: tuple[list[Any], dict[int, str]],
         seed: int | None = None,
-    ) -> np.ndarray:
+    ) -> NDArray[np.int64]:
         """Decode the batch ``indices`` (their records ``read``) into ``slot``; returns the indices used."""
         seed = self.config.seed if seed is None else seed
         m = len(indices)
@@ -308,7 +309,7 @@ class _Pipeline:
             return f"location unknown: {exc}"
 
     def _substitute(
-        self, failures: dict[int, str], indices: np.ndarray, out: np.ndarray, epoch: int, seed: int
+        self, failures: dict[int, str], indices: NDArray[np.int64], out: NDArray[Any], epoch: int, seed: int
     ) -> None:
         """Apply the on_error policy to the failed positions of one batch (in place)."""
         for pos in sorted(failures):

@@ -27,7 +27,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-class MXNetArgumentError(mx.base.MXNetError, ValueError):
+class MXNetArgumentError(mx.base.MXNetError, ValueError):  # type: ignore[misc]  # mxnet ships no type information: its classes are Any
     """A bad ``ImageRecordIter`` argument: MXNet's own exception type, and a ``ValueError``."""
 
 
@@ -262,7 +262,7 @@ def _parse(param: Param, value: Any) -> Any:
     raise AssertionError(kind)  # pragma: no cover - the table only uses the kinds above
 
 
-class RecordIterArgs(Mapping):
+class RecordIterArgs(Mapping[str, Any]):
     """Every MXNet parameter of ``ImageRecordIter`` with its parsed value (MXNet's default when not given).
 
     Read-only mapping, also readable as attributes (``args.resize``).
@@ -284,7 +284,7 @@ class RecordIterArgs(Mapping):
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
     def __len__(self) -> int:
@@ -300,7 +300,8 @@ class RecordIterArgs(Mapping):
 
     def is_default(self, name: str) -> bool:
         """Whether ``name`` has MXNet's default value (given explicitly or not)."""
-        return self._values[name] == _BY_NAME[name].default
+        same: bool = self._values[name] == _BY_NAME[name].default
+        return same
 
     def non_default(self, names: Iterable[str]) -> dict[str, Any]:
         """The subset of ``names`` whose value differs from MXNet's default."""

@@ -66,10 +66,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import mxnet as mx
 import numpy as np
+from numpy.typing import NDArray
 
 import fastload.transforms as transforms
 from fastload.errors import LoaderBusy
@@ -80,7 +82,17 @@ from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.mean_image import GRAY_WEIGHTS, compute_mean_image, mean_image
 from fastload.mxnet.placement import normalize_contexts, numpy_view, place, split_slices, wrap_view
 from fastload.mxnet.protocol import BatchIter
-from fastload.mxnet.record_source import open_records
+from fastload.mxnet.record_source import RelabelledDataset, open_records
+
+if TYPE_CHECKING:
+    import threading
+
+    from fastload.batch import Allocator
+    from fastload.decode import BatchResult
+    from fastload.loader.iterator import _EpochIterator
+    from fastload.records.base import Dataset
+    from fastload.stats import LoaderStats
+    from fastload.transforms.pipeline import GeometryOp, Pipeline
 
 __all__ = [
     "ImageRecordInt8Iter",
@@ -108,13 +120,14 @@ class _HostNormalize:
     elementwise.
     """
 
-    def __init__(self, mean: np.ndarray, mult: np.ndarray, dtype: str) -> None:
+    def __init__(self, mean: NDArray[np.float32], mult: NDArray[np.float32], dtype: str) -> None:
         self.dtype = np.dtype(dtype)
         self.mult = mult.astype(np.float32).reshape(-1, 1, 1)
         if mean.shape[1:] == (1, 1):
             levels = np.arange(256, dtype=np.float32)[None, :]
             table = (levels - mean.reshape(-1, 1).astype(np.float32)) * self.mult.reshape(-1, 1)
-            self.table, self.mean = table.astype(self.dtype), None
+            self.table: NDArray[Any] | None = table.astype(self.dtype)
+            self.mean: NDArray[np.float32] | None = None
         else:
             self.table, self.mean = None, mean.astype(np.float32)
 
@@ -123,11 +136,12 @@ class _HostNormalize:
         """A mean image is subtracted at each pixel's source position (mirrored for mirrored images)."""
         return self.mean is not None
 
-    def __call__(self, pixels: np.ndarray, out: np.ndarray, flips: np.ndarray | None = None) -> None:
+    def __call__(self, pixels: NDArray[np.uint8], out: NDArray[Any], flips: NDArray[np.bool_] | None = None) -> None:
         if self.table is not None:
             for c in range(pixels.shape[1]):
                 np.take(self.table[c], pixels[:, c], out=out[:, c])
             return
+        assert self.mean is not None  # no table: a mean image
         mean = np.broadcast_to(self.mean, pixels.shape)
         if flips is not None and flips.any():
             # MXNet subtracts meanimg[i][j] from the source pixel (i, j), then writes it mirrored.
@@ -136,14 +150,14 @@ class _HostNormalize:
         np.multiply(values, self.mult, out=values)
         out[...] = values
 
-    def zero_rows(self, out: np.ndarray) -> None:
+    def zero_rows(self, out: NDArray[Any]) -> None:
         """What a zero pixel becomes (round_batch=False padding rows)."""
         if len(out):
             self(np.zeros((1, *out.shape[1:]), dtype=np.uint8), out[:1])
             out[1:] = out[:1]
 
 
-def _seeded_decode(aug_seed: int, post: _HostNormalize | None = None):
+def _seeded_decode(aug_seed: int, post: _HostNormalize | None = None) -> Callable[..., BatchResult]:
     """``decode_batch`` with every random draw keyed by ``aug_seed`` instead of the order's seed.
 
     With ``post``, the pixels are decoded into a uint8 scratch buffer (reused: the loader calls its
@@ -151,9 +165,11 @@ def _seeded_decode(aug_seed: int, post: _HostNormalize | None = None):
     """
     from fastload.decode import decode_batch
 
-    scratch: dict[tuple, np.ndarray] = {}
+    scratch: dict[tuple[int, ...], NDArray[np.uint8]] = {}
 
-    def decode(images, out, transform, *, seed: int = 0, **kwargs):
+    def decode(
+        images: Sequence[Any], out: NDArray[Any], transform: Pipeline | GeometryOp, *, seed: int = 0, **kwargs: Any
+    ) -> BatchResult:
         if post is None:
             return decode_batch(images, out, transform, seed=aug_seed, **kwargs)
         pixels = scratch.get(out.shape)
@@ -168,8 +184,8 @@ def _seeded_decode(aug_seed: int, post: _HostNormalize | None = None):
     return decode
 
 
-def _pinned_on(ctx: mx.Context):
-    def allocate(shape, dtype):
+def _pinned_on(ctx: mx.Context) -> Allocator:
+    def allocate(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[NDArray[Any], mx.nd.NDArray]:
         nd = mx.nd.empty(tuple(int(s) for s in shape), ctx=ctx, dtype=np.dtype(dtype))
         return numpy_view(nd), nd
 
@@ -204,8 +220,8 @@ class ImageRecordIter(BatchIter):
         super().__init__(args.batch_size)
         self.args = args
         self.loader: Loader | None = None
-        self._dataset = None
-        self._iter = None
+        self._dataset: Dataset | RelabelledDataset | None = None
+        self._iter: _EpochIterator | None = None
         try:
             self._setup(args)
         except MXNetArgumentError:
@@ -240,7 +256,7 @@ class ImageRecordIter(BatchIter):
         normalize = normalize_spec(args, self.dtype)
         self.transform = self._compose(geometry, color, normalize)
         path = os.fspath(args.path_imgrec)
-        self._dataset = open_records(
+        self._dataset = dataset = open_records(
             path_imgrec=path, path_imgidx=args.path_imgidx, path_imglist=args.path_imglist, label_width=self.label_width
         )
         self._aug_seed = aug_seed(args)
@@ -264,7 +280,7 @@ class ImageRecordIter(BatchIter):
             round_batch=self.round_batch,
             image_dtype=self.dtype if host else None,
         )
-        self._mean = None
+        self._mean: NDArray[np.float32] | None = None
         if args.mean_img and self.dtype != "uint8":
             pixels = self._compose(geometry, color, None)
             self._mean = mean_image(
@@ -285,20 +301,20 @@ class ImageRecordIter(BatchIter):
         )
         self._host = self._float_rgb if host else None
         self.loader = Loader(
-            self._dataset,
+            dataset,
             self.config,
             allocator=_pinned_on(self._out_ctx),
             decode=_seeded_decode(self._aug_seed, self._host),
         )
-        self._ids = getattr(self._dataset, "ids", None)
-        self._iter_thread = None
+        self._ids = getattr(dataset, "ids", None)
+        self._iter_thread: threading.Thread | None = None
         self._ended = False  # this epoch's batches were all handed out: next() stops until reset()
         self._loaded = False  # at a loaded position, no batch taken since: reset() keeps it
         if args.verbose:
             log.info(
                 "ImageRecordIter: %s, %d records, part %d of %d, %s, %d decode threads",
                 path,
-                len(self._dataset),
+                len(dataset),
                 self.part_index,
                 self.num_parts,
                 self.transform,
@@ -315,24 +331,26 @@ class ImageRecordIter(BatchIter):
             raise MXNetArgumentError("ImageRecordIter argument work_load_list needs ctx=[mx.Context, ...]")
 
     @staticmethod
-    def _compose(geometry, color, normalize):
+    def _compose(
+        geometry: transforms.MXNetDefaultAugment, color: Any | None, normalize: Any | None
+    ) -> transforms.MXNetDefaultAugment | transforms.Pipeline:
         if color is None and normalize is None:
             return geometry
         return transforms.Pipeline(geometry=geometry, ops=(color,) if color is not None else (), normalize=normalize)
 
-    def _order(self, args: RecordIterArgs, path: str):
+    def _order(self, args: RecordIterArgs, path: str) -> tuple[str, int, int]:
         """(shuffle mode, order seed, block size) for MXNet's shuffle arguments."""
         seed = args.seed & _U32
         if args.shuffle_chunk_size > 0 and not args.path_imgidx and os.path.isfile(path):
             # MXNet reads a .rec without an index sequentially and shuffles chunks of
             # shuffle_chunk_size MB (keyed by shuffle_chunk_seed), then records within what it read
             # (keyed by seed): fastload's block shuffle, blocks of about as many records.
-            per_record = os.path.getsize(path) / max(1, len(self._dataset))
+            per_record = os.path.getsize(path) / max(1, len(self._records()))
             block = max(1, round((args.shuffle_chunk_size << 20) / max(1.0, per_record)))
             return "block", ((args.shuffle_chunk_seed & _U32) | (seed << 32)), block
         return ("global" if args.shuffle else "none"), seed, 256
 
-    def _compute_mean(self, transform) -> np.ndarray:
+    def _compute_mean(self, transform: transforms.MXNetDefaultAugment | transforms.Pipeline) -> NDArray[np.float32]:
         """MXNet's mean image: this part's records once each, through the augmenter, averaged."""
         config = LoaderConfig(
             batch_size=self.batch_size,
@@ -347,8 +365,9 @@ class ImageRecordIter(BatchIter):
             prefetch=1,
             layout="NCHW",
         )
-        with Loader(self._dataset, config, decode=_seeded_decode(self._aug_seed)) as loader:
-            return compute_mean_image(loader, len(self._dataset), self.channels)
+        dataset = self._records()
+        with Loader(dataset, config, decode=_seeded_decode(self._aug_seed)) as loader:
+            return compute_mean_image(loader, len(dataset), self.channels)
 
     def _host_normalize(self, args: RecordIterArgs) -> _HostNormalize:
         c = self.channels
@@ -384,6 +403,16 @@ class ImageRecordIter(BatchIter):
             self._sub = self._mul = None
         self._gray = mx.nd.array(np.asarray(GRAY_WEIGHTS, np.float32).reshape(1, 3, 1, 1), ctx=ctx)
 
+    def _loader(self) -> Loader:
+        if self.loader is None:  # only while __init__ fails
+            raise RuntimeError("ImageRecordIter is closed")
+        return self.loader
+
+    def _records(self) -> Dataset | RelabelledDataset:
+        if self._dataset is None:
+            raise RuntimeError("ImageRecordIter is closed")
+        return self._dataset
+
     # -- DataIter interface ------------------------------------------------------------------------
 
     @property
@@ -403,7 +432,7 @@ class ImageRecordIter(BatchIter):
         """
         if self._iter is not None:
             return len(self._iter.order)
-        return self.loader.pass_batches()
+        return self._loader().pass_batches()
 
     def reset(self) -> None:
         """Start the next epoch (new shuffle and random augmentations).
@@ -420,19 +449,19 @@ class ImageRecordIter(BatchIter):
             if it is not None and not it.finished:
                 self._see_epoch_end(it)
         else:
-            epoch = self.loader.epoch
+            epoch = self._loader().epoch
             if it is not None:
                 it.close()
-            self.loader.set_epoch(epoch + 1)
+            self._loader().set_epoch(epoch + 1)
         if it is not None:
             it.close()
         self._ended = self._loaded = False
 
     @staticmethod
-    def _handed_all(it) -> bool:
+    def _handed_all(it: _EpochIterator) -> bool:
         return it.finished or it.start + it.taken >= len(it.order)
 
-    def _see_epoch_end(self, it) -> None:
+    def _see_epoch_end(self, it: _EpochIterator) -> None:
         """Take the end marker after an epoch's last batch: the loader then moves to the next epoch itself."""
         import threading
 
@@ -442,24 +471,24 @@ class ImageRecordIter(BatchIter):
                 raise RuntimeError("ImageRecordIter: a batch after the epoch's last one")  # pragma: no cover
             return
         # The pass belongs to another thread: the same, through the loader's position.
-        state = self.loader.state_dict()
+        state = self._loader().state_dict()
         it.close()
-        self.loader.load_state_dict(state)
+        self._loader().load_state_dict(state)
 
     def _fetch(self) -> mx.io.DataBatch | None:
         if self.loader is None:
             raise RuntimeError("ImageRecordIter is closed")
         if self._ended:
             return None
-        self._own_pass()
-        if self._ended:
+        it = self._own_pass()
+        if it is None:  # the epoch ended (on another thread)
             return None
         try:
-            batch = next(self._iter)
+            batch = next(it)
         except StopIteration:
             self._ended = True
             return None
-        order = self._iter.order
+        order = it.order
         last = batch.number == len(order) - 1
         if self.round_batch:
             # The rows of the last batch that come from the next epoch's order (MXNet's pad).
@@ -499,8 +528,8 @@ class ImageRecordIter(BatchIter):
             provide_label=self.provide_label,
         )
 
-    def _own_pass(self) -> None:
-        """Make the loader's pass belong to this thread (MXNet iterators have no thread affinity).
+    def _own_pass(self) -> _EpochIterator | None:
+        """Make the loader's pass belong to this thread (MXNet iterators have no thread affinity); None: it ended.
 
         fastload's loader hands a pass's batches to the thread that started it; when ``next()`` comes
         from another thread (a prefetching wrapper, a user moving the iterator), the pass is ended and
@@ -517,19 +546,20 @@ class ImageRecordIter(BatchIter):
                 self._see_epoch_end(it)
             it.close()
             self._ended = True
-            return
+            return None
         if self._iter is not None and self._iter_thread is not me:
-            state = self.loader.state_dict()
+            state = self._loader().state_dict()
             self._iter.close()
             self._iter = None
-            self.loader.load_state_dict(state)
+            self._loader().load_state_dict(state)
         if self._iter is None:
             self._loaded = False
             try:
-                self._iter = iter(self.loader)
+                self._iter = iter(self._loader())
             except LoaderBusy:  # pragma: no cover - the pass was closed above
                 raise
             self._iter_thread = me
+        return self._iter
 
     @staticmethod
     def _copy_to(x: mx.nd.NDArray, ctx: mx.Context) -> mx.nd.NDArray:
@@ -574,9 +604,9 @@ class ImageRecordIter(BatchIter):
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def stats(self):
+    def stats(self) -> LoaderStats:
         """The loader's per-stage times, images/s and bad-record counts (``fastload.stats.LoaderStats``)."""
-        return self.loader.stats()
+        return self._loader().stats()
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position (:meth:`fastload.loader.Loader.state_dict`), counted in samples.
@@ -586,7 +616,7 @@ class ImageRecordIter(BatchIter):
         dict (:mod:`fastload.position`); any part's state restores every part, under the same or
         another ``num_parts``.
         """
-        return self.loader.state_dict()
+        return self._loader().state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; the next ``next()`` continues where that run stopped.
@@ -601,7 +631,7 @@ class ImageRecordIter(BatchIter):
         if self._iter is not None:
             self._iter.close()
             self._iter = None
-        self.loader.load_state_dict(state)
+        self._loader().load_state_dict(state)
         self._ended, self._loaded = False, True
 
     def close(self) -> None:
@@ -618,7 +648,7 @@ class ImageRecordIter(BatchIter):
     def __enter__(self) -> ImageRecordIter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:

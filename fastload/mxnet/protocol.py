@@ -25,7 +25,7 @@ import mxnet as mx
 __all__ = ["BatchIter"]
 
 
-class BatchIter(mx.io.DataIter):
+class BatchIter(mx.io.DataIter):  # type: ignore[misc]  # mxnet ships no type information: its classes are Any
     """``mx.io.DataIter`` with the full pull protocol over :meth:`_fetch`.
 
     Subclasses implement :meth:`_fetch` (the next ``DataBatch`` or None at the end of the epoch)

@@ -14,8 +14,10 @@ import os
 import shutil
 import zipfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError, UserError
 from fastload.records.arrays import ARRAYS_FORMAT, ARRAYS_MANIFEST, NpyShard
@@ -69,7 +71,7 @@ class _Input:
         if not os.path.isfile(path):
             raise UserError(f"{path}: no such file (input array {name!r})")
         if path.endswith(".npy"):
-            self.array: NpyShard | np.ndarray
+            self.array: NpyShard | NDArray[Any]
             try:
                 self.array = NpyShard(path, path)
             except CorruptRecordError as exc:
@@ -139,7 +141,7 @@ class _Input:
         np.save(os.path.join(folder, base + ".data.npy"), dat[perm])
 
 
-def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict:
+def pack_arrays(config: ArraysPackConfig, *, progress: bool = False) -> dict[str, Any]:
     """Write ``config``'s arrays as row shards plus a manifest; returns the manifest.
 
     Raises:

@@ -440,7 +440,7 @@ class ArrowSource:
             column = group.column(i)
             if column.path_in_schema.split(".", 1)[0] == self.image_column:
                 nbytes += column.total_uncompressed_size
-        per_row = nbytes // max(1, group.num_rows)
+        per_row: int = nbytes // max(1, group.num_rows)
         return max(1, min(_BATCH_ROWS, _BATCH_BYTES // max(1, per_row)))
 
     def identity(self) -> list[str]:

@@ -245,7 +245,7 @@ def _decode_full(data: Buffer, max_pixels: int, draft_to: int | None = None) -> 
 
 
 def _kind_of(img: Image.Image) -> str:
-    fmt = img.info.get("fastload_format", "unknown")
+    fmt: str = img.info.get("fastload_format", "unknown")
     if fmt != "jpeg":
         return fmt
     if img.mode in ("L", "1", "I;16", "I", "F", "LA"):

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import xxhash
+from numpy.typing import NDArray
 
 from fastload.engine import native
 from fastload.pack.convert import Converted, jpeg_frame_size, too_many_pixels
@@ -64,10 +65,10 @@ class BufferPool:
 
     def __init__(self, keep: int) -> None:
         self._keep = keep
-        self._free: list[np.ndarray] = []
+        self._free: list[NDArray[np.uint8]] = []
         self._lock = threading.Lock()
 
-    def take(self, nbytes: int) -> np.ndarray:
+    def take(self, nbytes: int) -> NDArray[np.uint8]:
         """A buffer of at least ``nbytes`` (uninitialized)."""
         with self._lock:
             for i, buf in enumerate(self._free):
@@ -75,7 +76,7 @@ class BufferPool:
                     return self._free.pop(i)
         return np.empty(max(nbytes, _MIN_BUFFER), dtype=np.uint8)
 
-    def give(self, buf: np.ndarray) -> None:
+    def give(self, buf: NDArray[np.uint8]) -> None:
         """Return a buffer nobody reads any more."""
         with self._lock:
             if len(self._free) < self._keep:
@@ -150,7 +151,7 @@ class FramedBatch:
         lengths: list[int],
         head_lens: list[int],
         sizes: list[int],
-        buffer: np.ndarray | None,
+        buffer: NDArray[np.uint8] | None,
         max_pixels: int | None = None,
         *,
         images: Sequence[Any] | None = None,

@@ -16,6 +16,7 @@ import re
 import stat
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import OnError, UserError
 from fastload.pack.convert_batch import max_file_bytes
@@ -77,7 +78,7 @@ def fixed_edges(n: int, shards: int | None) -> list[int] | None:
 
 
 def fingerprint(
-    source: Source, order: np.ndarray, stats: list[tuple[int, int]], options: PackOptions, name: str
+    source: Source, order: NDArray[np.int64], stats: list[tuple[int, int]], options: PackOptions, name: str
 ) -> str:
     """What the pack's output depends on: settings, and every item's id, path, labels, size and mtime."""
     h = hashlib.sha256()

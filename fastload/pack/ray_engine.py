@@ -127,7 +127,7 @@ def _load_segment(work_dir: str, number: int, start: int, end: int) -> dict[str,
     data, meta_path = _segment_paths(work_dir, number)
     try:
         with open(meta_path, "rb") as f:
-            meta = json.load(f)
+            meta: dict[str, Any] = json.load(f)
         if meta.get("version") != _SEG_VERSION or meta.get("range") != [start, end]:
             return None
         if os.path.getsize(data) != meta["bytes"] or checksum_file(data) != meta["checksum"]:
@@ -156,7 +156,7 @@ def _convert_segment(
     pool = BufferPool(keep=2)
     data_path, meta_path = _segment_paths(work_dir, number)
     tmp = f"{data_path}.{os.getpid()}.partial"
-    records: list[list] = []
+    records: list[list[Any]] = []
     digest = Checksum()
     offset = 0
     with open(tmp, "wb") as f:
@@ -222,7 +222,9 @@ class _ShardPlan:
     rows: int = 0
 
 
-def _plan_shards(records: list[list], seg_of: list[int], edges: list[int] | None, shard_size: int) -> list[_ShardPlan]:
+def _plan_shards(
+    records: list[list[Any]], seg_of: list[int], edges: list[int] | None, shard_size: int
+) -> list[_ShardPlan]:
     """Shard boundaries for converted ``records`` (one per item, in order), by the local pack's rules."""
     plans: list[_ShardPlan] = []
     cur: _ShardPlan | None = None
@@ -264,7 +266,7 @@ def _write_shard(
     plan: _ShardPlan,
     file: str,
     items: list[SourceItem],
-    records: list[list],
+    records: list[list[Any]],
     options: PackOptions,
     label_width: int,
 ) -> tuple[ShardDone, float]:
@@ -499,7 +501,7 @@ def _run(
                 metas[number] = meta
                 ray_stats.task_seconds += meta["seconds"]
                 progress.update(meta["range"][1] - meta["range"][0])
-        records: list[list] = []
+        records: list[list[Any]] = []
         seg_of: list[int] = []
         for number in range(len(bounds) - 1):
             records.extend(metas[number]["records"])

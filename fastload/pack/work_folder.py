@@ -282,7 +282,7 @@ def finalize(out: str, work_dir: str) -> dict[str, Any]:
     new_files = {INDEX_NAME}
     try:
         with open(built, "rb") as f:
-            manifest = json.load(f)
+            manifest: dict[str, Any] = json.load(f)
         for entry in manifest["shards"]:
             new_files.update(_shard_files(entry))
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptDatasetError, CorruptRecordError
 from fastload.records.containment import open_regular
@@ -147,7 +148,8 @@ def magic_positions(payload: Buffer) -> list[int]:
     hits = aligned == _MAGIC_U32
     if not hits.any():  # the usual answer
         return []
-    return (np.flatnonzero(hits) * 4).tolist()
+    starts: list[int] = (np.flatnonzero(hits) * 4).tolist()
+    return starts
 
 
 def frame_parts(payload: Buffer) -> list[Buffer]:
@@ -230,7 +232,7 @@ def _decimal(text: bytes, *, signed: bool) -> int | None:
     return value if -(1 << 63) <= value < (1 << 63) else None
 
 
-def read_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
+def read_idx(path: str) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
     """Parse a ``.idx`` file: ``key<TAB>offset`` per line.
 
     Only the syntax is checked here (keys and offsets plain decimal integers that fit int64, offsets
@@ -598,7 +600,7 @@ class RecordIOShard:
             raise self._fail(f"record length {len(out)} differs from the index ({length})", record, offset)
         return out
 
-    def heads(self, offsets: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+    def heads(self, offsets: NDArray[np.uint64], nbytes: int) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
         """The first ``nbytes`` at each offset (framing and record header), for indexing without scanning.
 
         Offsets close together are read by one ``pread`` (small records); others one each. About

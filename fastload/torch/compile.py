@@ -46,11 +46,14 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
 from fastload.torch.placement import FLOAT_DTYPES, FloatOutput
+
+if TYPE_CHECKING:
+    from fastload.transforms import Pipeline, Transform
 
 __all__ = ["RULES", "SUPPORTED_INTERPOLATIONS", "Plan", "compile_transform"]
 
@@ -155,7 +158,7 @@ class Plan:
         return f"{done} in the engine; per sample: {', '.join(_name(op) for op in self.rest)}"
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         """Identifies what the engine does (two plans with equal keys decode identically)."""
         return (
             self.geometry,
@@ -191,7 +194,7 @@ class _State:
         if self.dtype != torch.uint8:
             raise _Unsupported(f"{what} on a float tensor is not in the engine (it resizes uint8 images)")
 
-    def set_geometry(self, op) -> None:
+    def set_geometry(self, op: Any) -> None:
         if self.geometry is not None:
             raise _Unsupported("a second geometry op after the first is not in the engine")
         flips = {"flip": self.pending_flip or 0.0, "vflip": self.pending_vflip or 0.0}
@@ -216,26 +219,29 @@ class _State:
             raise _Unsupported(f"{what} after RandomErasing is not in the engine")
 
 
-def _name(op) -> str:
+def _name(op: object) -> str:
     text = repr(op)
     return text if len(text) <= 80 else type(op).__name__
 
 
-def _interpolation(value) -> str:
+def _interpolation(value: object) -> str:
     from torchvision.transforms import InterpolationMode
 
+    name: str  # an InterpolationMode's value
     if isinstance(value, InterpolationMode):
-        return value.value
-    if isinstance(value, str):
-        return InterpolationMode(value).value
-    if isinstance(value, int):
+        name = value.value
+    elif isinstance(value, str):
+        name = InterpolationMode(value).value
+    elif isinstance(value, int):
         from torchvision.transforms.functional import _interpolation_modes_from_int
 
-        return _interpolation_modes_from_int(value).value
-    raise _Unsupported(f"interpolation={value!r} is not understood")
+        name = _interpolation_modes_from_int(value).value
+    else:
+        raise _Unsupported(f"interpolation={value!r} is not understood")
+    return name
 
 
-def _resample_fields(state: _State, op, spec_cls) -> dict[str, Any]:
+def _resample_fields(state: _State, op: Any, spec_cls: type[Any]) -> dict[str, Any]:
     """The engine op's resampling fields for torchvision ``op``, or why the engine cannot match it.
 
     A PIL image is always resized with antialiasing (PIL's support-scaled filters); a tensor follows
@@ -261,7 +267,7 @@ def _resample_fields(state: _State, op, spec_cls) -> dict[str, Any]:
     return fields
 
 
-def _pair(size, what: str) -> tuple[int, int]:
+def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
     if isinstance(size, int):
         return (size, size)
     size = list(size)
@@ -272,7 +278,7 @@ def _pair(size, what: str) -> tuple[int, int]:
     raise _Unsupported(f"{what} size={size!r} is not understood")
 
 
-def _scalars(values, what: str) -> tuple[float, ...]:
+def _scalars(values: float | list[float] | tuple[float, ...], what: str) -> tuple[float, ...]:
     values = [float(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
     if len(values) == 1:
         values = values * 3
@@ -510,7 +516,7 @@ def _random_affine(state: _State, ops: Sequence[Any], i: int) -> int:
         raise _Unsupported("RandomAffine after RandomCrop or a vertical flip is not in the engine")
     fill = _policy_fields(op)["fill"]
 
-    def pair(value):
+    def pair(value: Sequence[float] | None) -> Any:  # a tuple whose length RandomAffine checks
         return None if value is None else tuple(float(v) for v in value)
 
     try:
@@ -572,7 +578,7 @@ def _to_pure_tensor(state: _State, ops: Sequence[Any], i: int) -> int:
     return 1
 
 
-def _convert_dtype(state: _State, dtype, scale: bool) -> None:
+def _convert_dtype(state: _State, dtype: object, scale: bool) -> None:
     if state.erase is not None:
         raise _Unsupported("a dtype conversion after RandomErasing is not in the engine (it erases the output)")
     if state.kind != "tensor":
@@ -708,11 +714,13 @@ def _types(rule_name: str) -> tuple[type, ...]:
 class _Delegate:
     """Reference shape of a preset class's call, e.g. torchvision's ClassificationPresetTrain."""
 
-    def __call__(self, img):
+    transforms: Callable[[Any], Any]
+
+    def __call__(self, img: Any) -> Any:
         return self.transforms(img)
 
 
-def _delegates_to_transforms(obj) -> bool:
+def _delegates_to_transforms(obj: object) -> bool:
     """True when ``type(obj).__call__`` is exactly ``return self.transforms(arg)`` (same bytecode).
 
     Training scripts wrap their Compose in preset classes (torchvision's reference scripts do); the
@@ -732,7 +740,7 @@ def _delegates_to_transforms(obj) -> bool:
     )
 
 
-def _flatten(transform) -> list[Any]:
+def _flatten(transform: Any) -> list[Any]:
     ops = getattr(transform, "transforms", None)
     compose = type(transform).__name__ == "Compose" and type(transform).__module__.startswith("torchvision.transforms")
     if compose and isinstance(ops, (list, tuple)):
@@ -742,7 +750,7 @@ def _flatten(transform) -> list[Any]:
     return [transform]
 
 
-def is_fastload_transform(transform: Any) -> bool:
+def is_fastload_transform(transform: Any) -> TypeGuard[Pipeline | Transform]:
     """True for a fastload transform spec (a geometry op or a ``Pipeline``): the engine runs it as is."""
     import typing
 
@@ -751,7 +759,7 @@ def is_fastload_transform(transform: Any) -> bool:
     return isinstance(transform, (Pipeline, *typing.get_args(Transform)))
 
 
-def compile_transform(transform) -> Plan:
+def compile_transform(transform: Callable[..., Any]) -> Plan:
     """Split ``transform`` into an engine plan and the ops that run per sample.
 
     Args:

@@ -45,8 +45,8 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -60,6 +60,9 @@ from fastload.torch.datasets import ImageDataset, Source, resolve_source
 from fastload.torch.iteration import _FastIterator
 from fastload.torch.planning import _EnginePlanning
 from fastload.torch.sampler import OrderSampler
+
+if TYPE_CHECKING:
+    from fastload.decode import DecodeOptions
 from fastload.torch.state import (
     _generators,
     _load_generator_states,
@@ -78,7 +81,7 @@ log = logging.getLogger("fastload.torch")
 _KIND = "fastload.torch.DataLoader"
 
 
-def _is_records(obj) -> bool:
+def _is_records(obj: object) -> bool:
     """A fastload dataset (the records contract), not a torch Dataset."""
     return (
         not isinstance(obj, torch.utils.data.Dataset)
@@ -88,7 +91,7 @@ def _is_records(obj) -> bool:
     )
 
 
-def _positive(value, name: str, minimum: int = 1) -> int:
+def _positive(value: Any, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
     return int(value)
@@ -139,36 +142,36 @@ class DataLoader(_EnginePlanning):
 
     def __init__(
         self,
-        dataset,
+        dataset: Any,
         batch_size: int | None = 1,
         shuffle: bool | None = None,
-        sampler=None,
-        batch_sampler=None,
+        sampler: torch.utils.data.Sampler[Any] | Iterable[Any] | None = None,
+        batch_sampler: torch.utils.data.Sampler[list[Any]] | Iterable[list[Any]] | None = None,
         num_workers: int = 0,
-        collate_fn=None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
         timeout: float = 0,
-        worker_init_fn=None,
-        multiprocessing_context=None,
-        generator=None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
         *,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        transform=None,
+        transform: Any = None,
         seed: int | None = None,
         num_threads: int | None = None,
         prefetch: int = 2,
-        device=None,
-        devices: Sequence | None = None,
+        device: torch.device | str | int | None = None,
+        devices: Sequence[torch.device | str | int] | None = None,
         memory_format: torch.memory_format | None = None,
         channels_last: bool = False,
         normalize: tuple[Sequence[float], Sequence[float]] | None = None,
         dtype: torch.dtype | None = None,
         on_error: str = "raise",
-        decode_options=None,
+        decode_options: DecodeOptions | None = None,
         trace_path: str | None = None,
         copy: bool = False,
     ) -> None:
@@ -268,7 +271,7 @@ class DataLoader(_EnginePlanning):
 
     # --- torch's interface --------------------------------------------------------------
 
-    def __iter__(self):
+    def __iter__(self) -> Any:  # torch's own iterator, or the engine's _FastIterator
         if self._closed:
             raise LoaderClosed("the DataLoader is closed")
         if self._source is None:
@@ -443,7 +446,7 @@ class DataLoader(_EnginePlanning):
     def __enter__(self) -> DataLoader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- internals ------------------------------------------------------------------------
@@ -463,7 +466,7 @@ class DataLoader(_EnginePlanning):
             out.update(batch_size=self.batch_size, drop_last=self.drop_last, batches=length)
         return out
 
-    def _torch_iter(self):
+    def _torch_iter(self) -> Iterator[Any]:
         """The iterator of torch's own machinery (datasets or transforms the engine does not take)."""
         if self._order_generator is not None:
             self._begin_pass()  # seeds the order of this pass from (seed, epoch)

@@ -19,15 +19,23 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
 from fastload.torch.compile import is_fastload_transform
+from fastload.transforms.geometry import output_size
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from fastload.loader.pipeline import Records
+    from fastload.transforms.pipeline import GeometryOp, Pipeline
 
 __all__ = ["FileRecords", "ImageDataset", "Source", "resolve_source"]
 
@@ -64,7 +72,7 @@ class FileRecords:
     def locate(self, i: int) -> str:
         return self.paths[int(i)]
 
-    def will_need(self, indices) -> None:
+    def will_need(self, indices: Iterable[int]) -> None:
         """``posix_fadvise(WILLNEED)`` on each file: the kernel reads them ahead while we decode."""
         if not hasattr(os, "posix_fadvise"):
             return
@@ -95,20 +103,20 @@ class Source:
     """
 
     records: Any
-    index_map: np.ndarray | None
+    index_map: NDArray[np.int64] | None
     holder: Any
     multi_label: bool = False
 
     @property
-    def transform(self):
+    def transform(self) -> Any:
         return getattr(self.holder, "transform", None)
 
     @property
-    def target_transform(self):
+    def target_transform(self) -> Any:
         return getattr(self.holder, "target_transform", None)
 
 
-def _torchvision_folder_reason(dataset) -> str | None:
+def _torchvision_folder_reason(dataset: Any) -> str | None:
     """None when ``dataset`` is a torchvision DatasetFolder the engine can read, else why not."""
     try:
         from torchvision import get_image_backend
@@ -125,7 +133,7 @@ def _torchvision_folder_reason(dataset) -> str | None:
     return f"{type(dataset).__name__} loads its files with {getattr(loader, '__name__', loader)!r}, not PIL"
 
 
-def resolve_source(dataset) -> Source | str:
+def resolve_source(dataset: Any) -> Source | str:
     """The engine's view of ``dataset``, or a sentence saying why the engine cannot read it."""
     from torch.utils.data import Subset
 
@@ -155,7 +163,7 @@ def resolve_source(dataset) -> Source | str:
     return f"{type(dataset).__name__} is neither a torchvision ImageFolder/DatasetFolder nor a fastload dataset"
 
 
-class ImageDataset(torch.utils.data.Dataset):
+class ImageDataset(torch.utils.data.Dataset[tuple[Any, Any]]):
     """A map-style torch ``Dataset`` over a fastload dataset, returning what ImageFolder would.
 
     ``ds[i]`` is ``(transform(image), target_transform(target))`` where ``image`` is the record's
@@ -180,7 +188,12 @@ class ImageDataset(torch.utils.data.Dataset):
         targets: Every record's label (ints; lists of floats for multi-label datasets).
     """
 
-    def __init__(self, root, transform: Callable | None = None, target_transform: Callable | None = None) -> None:
+    def __init__(
+        self,
+        root: Any,
+        transform: Callable[..., Any] | None = None,
+        target_transform: Callable[..., Any] | None = None,
+    ) -> None:
         self._owns = isinstance(root, (str, os.PathLike))
         classes = None
         if self._owns:
@@ -228,20 +241,22 @@ class ImageDataset(torch.utils.data.Dataset):
     @property
     def targets(self) -> list[Any]:
         if self.multi_label:
-            return self._labels.tolist()
-        return self._labels[:, 0].astype(np.int64).tolist()
+            rows: list[list[float]] = self._labels.tolist()
+            return rows
+        classes: list[int] = self._labels[:, 0].astype(np.int64).tolist()
+        return classes
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def _target(self, i: int):
+    def _target(self, i: int) -> Any:
         if self.multi_label:
             target: Any = torch.from_numpy(self._labels[i].copy())
         else:
             target = int(self._labels[i, 0])
         return self.target_transform(target) if self.target_transform is not None else target
 
-    def _check(self, index) -> int:
+    def _check(self, index: SupportsIndex) -> int:
         n = len(self)
         i = int(index)
         if i < 0:
@@ -250,7 +265,7 @@ class ImageDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {index} is out of range for a dataset of {n} records")
         return i
 
-    def load_image(self, index: int):
+    def load_image(self, index: SupportsIndex) -> PILImage:
         """The record's image, decoded to RGB: a ``PIL.Image`` (as torchvision's ``pil_loader``)."""
         from fastload.decode import DecodeOptions
         from fastload.decode.pillow import _Failure, _pillow_open_rgb
@@ -262,9 +277,10 @@ class ImageDataset(torch.utils.data.Dataset):
         except _Failure as exc:
             raise DecodeError(f"{exc.status.name.lower()}: {exc}", index=i, source=self.records.locate(i)) from None
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: SupportsIndex) -> tuple[Any, Any]:
         i = self._check(index)
         transform = self.transform
+        image: torch.Tensor | PILImage
         if transform is not None and is_fastload_transform(transform):
             image = _decode_fastload(self.records, [i], transform)[0]
         else:
@@ -318,13 +334,18 @@ class ImageDataset(torch.utils.data.Dataset):
         return f"ImageDataset({self.root!r}, {len(self)} records, transform={self.transform!r})"
 
 
-def _decode_fastload(records, indices: Sequence[int], op, output=None) -> list[torch.Tensor]:
+def _decode_fastload(
+    records: Records,
+    indices: Sequence[int],
+    op: Pipeline | GeometryOp,
+    output: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
     """Decode ``indices`` with the fastload geometry ``op`` in one call; per-sample CHW tensors."""
     from fastload.decode import decode_batch
     from fastload.errors import DecodeError
 
     geometry = getattr(op, "geometry", op)  # a Pipeline's output size is its geometry's
-    h, w = geometry.size
+    h, w = output_size(geometry)
     from fastload.loader import transform_image_dtype
 
     out = np.empty((len(indices), 3, h, w), dtype=transform_image_dtype(op) or np.uint8)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch.utils.data import default_collate
 
 from fastload.batch import Batch
@@ -154,14 +155,14 @@ class _FastIterator:
             "samplers": _sampler_states(self._holder),
         }
 
-    def _next_indices(self) -> np.ndarray | None:
+    def _next_indices(self) -> NDArray[np.int64] | None:
         try:
             item = next(self._sampler_iter)
         except StopIteration:
             return None
         return self._check_indices(item)
 
-    def _check_indices(self, item: Any) -> np.ndarray:
+    def _check_indices(self, item: Any) -> NDArray[np.int64]:
         if self._auto_collation:
             idx = np.asarray(item if not isinstance(item, torch.Tensor) else item.numpy())
             idx = idx.reshape(-1)

@@ -22,11 +22,12 @@ entries.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -48,8 +49,8 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def pinned_allocator(
-    shape: tuple[int, ...], dtype: np.dtype, *, pin: bool | None = None
-) -> tuple[np.ndarray, torch.Tensor]:
+    shape: tuple[int, ...], dtype: np.dtype[Any], *, pin: bool | None = None
+) -> tuple[NDArray[Any], torch.Tensor]:
     """Allocate a ring buffer as a torch tensor, page-locked when CUDA is available.
 
     ``torch.empty(..., pin_memory=True)`` raises on a CPU-only build, so pinning is requested only
@@ -158,13 +159,13 @@ class Placement:
                     # One copy stream per device so devices never serialize behind each other.
                     self._streams[d] = torch.cuda.Stream(device=d)
 
-    def host(self, images: torch.Tensor, labels: torch.Tensor):
+    def host(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Outputs without a device: the CPU tensors, converted to float when asked (a new tensor)."""
         if self.convert is not None:
             images = self.convert(images)
         return images, labels
 
-    def place(self, images: torch.Tensor, labels: torch.Tensor, fence) -> Any:
+    def place(self, images: torch.Tensor, labels: torch.Tensor, fence: Callable[[torch.cuda.Event], None]) -> Any:
         """Copy ``images``/``labels`` to the target devices; ``fence(event)`` guards the source slot."""
         outputs = []
         lo = 0
@@ -180,7 +181,9 @@ class Placement:
                 outputs.append((self.convert(img_d) if self.convert is not None else img_d, lab.clone()))
         return outputs[0] if self.single else outputs
 
-    def _copy_cuda(self, img: torch.Tensor, lab: torch.Tensor, device: torch.device, fence):
+    def _copy_cuda(
+        self, img: torch.Tensor, lab: torch.Tensor, device: torch.device, fence: Callable[[torch.cuda.Event], None]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Untested on a GPU (none here): copy one slice on ``device``'s own stream and fence the slot."""
         stream = self._streams[device]
         with torch.cuda.device(device), torch.cuda.stream(stream):

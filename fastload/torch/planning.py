@@ -23,7 +23,7 @@ from fastload.torch.placement import FLOAT_DTYPES, FloatOutput, cuda_release_fen
 from fastload.torch.sampler import OrderSampler
 
 
-class _EnginePlanning(torch.utils.data.DataLoader):
+class _EnginePlanning(torch.utils.data.DataLoader[Any]):
     """The planning half of :class:`fastload.torch.DataLoader` (which sets every attribute below)."""
 
     transform: Any
@@ -31,7 +31,7 @@ class _EnginePlanning(torch.utils.data.DataLoader):
     num_threads: int | None
     prefetch: int
     device: Any
-    devices: Sequence | None
+    devices: Sequence[torch.device | str | int] | None
     memory_format: torch.memory_format | None
     channels_last: bool
     normalize: tuple[Sequence[float], Sequence[float]] | None
@@ -44,11 +44,11 @@ class _EnginePlanning(torch.utils.data.DataLoader):
     _source: Source | None
     _fallback_reason: str | None
     _core: Loader | None
-    _core_key: tuple | None
+    _core_key: tuple[Any, ...] | None
     _next_epoch: int
     _explicit_epoch: int | None
     _resume: dict[str, Any] | None
-    _warned_plans: set
+    _warned_plans: set[tuple[str, str | None]]
     _order_generator: torch.Generator | None
 
     def _check_output_extras(self) -> dict[str, Any]:

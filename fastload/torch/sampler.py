@@ -23,7 +23,8 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from torch.utils.data import DistributedSampler
+from numpy.typing import NDArray
+from torch.utils.data import Dataset, DistributedSampler
 
 from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum, share_length
 from fastload.position import Position, dataset_identity, make_state, order_fingerprint, read_state
@@ -31,7 +32,7 @@ from fastload.position import Position, dataset_identity, make_state, order_fing
 __all__ = ["IndexFeed", "OrderSampler", "distributed_rank_world"]
 
 
-def distributed_rank_world(rank: int | None = None, world_size: int | None = None):
+def distributed_rank_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """``(rank, world_size)``: the given values, else ``torch.distributed``'s when initialized, else (0, 1)."""
     dist = torch.distributed
     initialized = dist.is_available() and dist.is_initialized()
@@ -42,7 +43,7 @@ def distributed_rank_world(rank: int | None = None, world_size: int | None = Non
     return int(rank), int(world_size)
 
 
-def _check_int(value, name: str, minimum: int) -> int:
+def _check_int(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
     return int(value)
@@ -53,12 +54,12 @@ class _Iteration:
 
     __slots__ = ("epoch", "history", "offset", "total", "world", "yielded")
 
-    def __init__(self, epoch: int, history: tuple, world: int, offset: int, total: int) -> None:
+    def __init__(self, epoch: int, history: tuple[tuple[int, int], ...], world: int, offset: int, total: int) -> None:
         self.epoch, self.history, self.world, self.offset, self.total = epoch, history, world, offset, total
         self.yielded = 0
 
 
-class OrderSampler(DistributedSampler):
+class OrderSampler(DistributedSampler[int]):
     """fastload's order (``"global"`` / ``"block"`` / ``"shard"`` shuffle, or sequential) sharded over the ranks.
 
     Args:
@@ -86,7 +87,7 @@ class OrderSampler(DistributedSampler):
 
     def __init__(
         self,
-        data_source,
+        data_source: Dataset[Any],
         *,
         shuffle: bool | str = True,
         seed: int = 0,
@@ -115,7 +116,7 @@ class OrderSampler(DistributedSampler):
         if world_size is not None:
             _check_int(world_size, "world_size", 1)
         self._rank, self._world_size = rank, world_size
-        self._shard_starts: tuple | None = None
+        self._shard_starts: tuple[int, ...] | None = None
         if self.mode is Shuffle.SHARD:
             starts = getattr(data_source, "shard_starts", None)
             if starts is None:
@@ -130,7 +131,7 @@ class OrderSampler(DistributedSampler):
         self._explicit: int | None = None
         self._started = False
         self._pending: Position | None = None  # a loaded mid-epoch position, for the iter() of its epoch
-        self._pending_cache: tuple | None = None
+        self._pending_cache: tuple[Position, int, int, EpochOrder] | None = None
         self._iteration: _Iteration | None = None
         self._identity: tuple[int, str | None] | None = None
 
@@ -199,7 +200,7 @@ class OrderSampler(DistributedSampler):
             return iter(())
         rank, world = self.rank, self.num_replicas
         spec = self._spec(n, rank, world)
-        history: tuple = ()
+        history: tuple[tuple[int, int], ...] = ()
         offset = 0
         if pending is not None and pending.epoch == epoch:
             order = self._pending_order(pending, rank, world)
@@ -294,7 +295,7 @@ class OrderSampler(DistributedSampler):
 _KIND = "fastload.torch.OrderSampler"
 
 
-def _counted(indices: list, run: _Iteration) -> Iterator[int]:
+def _counted(indices: list[int], run: _Iteration) -> Iterator[int]:
     for i in indices:
         run.yielded += 1
         yield i
@@ -310,16 +311,16 @@ class IndexFeed:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue()  # index arrays, then _END
 
-    def put(self, indices: np.ndarray) -> None:
+    def put(self, indices: NDArray[np.int64]) -> None:
         self._queue.put(indices)
 
     def finish(self) -> None:
         """No more batches after the ones already put."""
         self._queue.put(_END)
 
-    def batches(self, stop: threading.Event, poll: float = 0.05) -> Iterator[np.ndarray]:
+    def batches(self, stop: threading.Event, poll: float = 0.05) -> Iterator[NDArray[np.int64]]:
         """Producer side: the batches as they arrive; returns at the end or once ``stop`` is set."""
         while not stop.is_set():
             try:

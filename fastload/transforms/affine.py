@@ -55,14 +55,14 @@ _INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
 _KERNELS = {"nearest": Kernel.NEAREST, "bilinear": Kernel.LINEAR, "bicubic": Kernel.CUBIC}
 
 
-def _interpolation_name(value, name: str = "interpolation") -> str:
+def _interpolation_name(value: object, name: str = "interpolation") -> str:
     raw = getattr(value, "value", value)  # torchvision's InterpolationMode is a str enum
     if isinstance(raw, str) and raw.lower() in _INTERPOLATIONS:
         return raw.lower()
     raise ValueError(f"{name}={value!r} must be one of {', '.join(map(repr, _INTERPOLATIONS))}")
 
 
-def _angle_range(value, name: str, sizes: tuple[int, ...]) -> tuple[float, ...]:
+def _angle_range(value: float | Sequence[float], name: str, sizes: tuple[int, ...]) -> tuple[float, ...]:
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"{name}={value!r}: a single number must be >= 0 (the range is (-{name}, +{name}))")
@@ -76,7 +76,7 @@ def _angle_range(value, name: str, sizes: tuple[int, ...]) -> tuple[float, ...]:
     return out
 
 
-def _fill_rgb(fill) -> tuple[int, int, int]:
+def _fill_rgb(fill: float | Sequence[float]) -> tuple[int, int, int]:
     values = [fill] if isinstance(fill, numbers.Real) else list(fill) if isinstance(fill, Sequence) else None
     if (
         values is None

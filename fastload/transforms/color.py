@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.transforms import primitives as P
 from fastload.transforms.pixel import PixelOp
@@ -80,7 +81,7 @@ def _none_if_nan(v: float) -> float | None:
     return None if math.isnan(v) else float(v)
 
 
-def _trace(values: Sequence[float]) -> np.ndarray:
+def _trace(values: Sequence[float]) -> NDArray[np.float64]:
     out = np.full(64, np.nan)
     out[: len(values)] = values
     return out
@@ -125,7 +126,7 @@ class ColorJitter(PixelOp):
             "hue": _factor(key, base + 6, cast(Range, self.hue)),
         }
 
-    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: NDArray[np.uint8], params: dict[str, Any]) -> NDArray[np.uint8]:
         steps = {
             0: ("brightness", P.brightness),
             1: ("contrast", P.contrast),
@@ -138,7 +139,7 @@ class ColorJitter(PixelOp):
                 image = op(image, params[name])
         return image
 
-    def trace(self, params: dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> NDArray[np.float64]:
         return _trace(
             list(params["order"]) + [_nan_or(params[n]) for n in ("brightness", "contrast", "saturation", "hue")]
         )
@@ -180,10 +181,10 @@ class RandomGrayscale(PixelOp):
     def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         return {"applied": uniform(key, base) < self.p}
 
-    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: NDArray[np.uint8], params: dict[str, Any]) -> NDArray[np.uint8]:
         return P.grayscale(image) if params["applied"] else image
 
-    def trace(self, params: dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> NDArray[np.float64]:
         return _trace([float(params["applied"])])
 
     def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:
@@ -272,7 +273,7 @@ class Lighting(PixelOp):
     def sample(self, key: int, base: int, height: int, width: int) -> dict[str, Any]:
         return {"alpha": [self.alphastd * normal(key, base + 2 * j) for j in range(3)]}
 
-    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: NDArray[np.uint8], params: dict[str, Any]) -> NDArray[np.uint8]:
         shift = self.shift(params["alpha"])
         levels = np.arange(256, dtype=np.float64)
         luts = [np.clip(np.rint(levels + s), 0, 255).astype(np.uint8) for s in shift]
@@ -281,7 +282,7 @@ class Lighting(PixelOp):
             out[:, :, c] = luts[c][image[:, :, c]]
         return out
 
-    def trace(self, params: dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> NDArray[np.float64]:
         return _trace(list(params["alpha"]))
 
     def params_from_trace(self, values: Sequence[float]) -> dict[str, Any]:

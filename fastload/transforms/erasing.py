@@ -23,12 +23,16 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.transforms.pixel import OUTPUT_OPS_COUNTER_BASE, op_counter_base
 from fastload.transforms.rng import normal, randint, uniform
+
+if TYPE_CHECKING:
+    from fastload.transforms.mxnet_color import MXNetColorAugment
 
 __all__ = ["RandomErasing", "apply_output_ops", "engine_output_spec", "output_params_from_trace"]
 
@@ -129,7 +133,7 @@ class RandomErasing:
             return {"applied": True, "top": top, "left": left, "height": eh, "width": ew}
         return {"applied": False}
 
-    def fill_values(self, key: int, params: dict[str, Any], dtype: np.dtype) -> np.ndarray:
+    def fill_values(self, key: int, params: dict[str, Any], dtype: np.dtype[Any]) -> NDArray[np.float64]:
         """The ``[3, h, w]`` float64 fill of the box (channel-major, as torch's noise)."""
         eh, ew = params["height"], params["width"]
         if not self.random_value:
@@ -142,7 +146,7 @@ class RandomErasing:
             vals = [normal(key, _E + _NOISE + 2 * k) for k in range(n)]
         return np.asarray(vals, np.float64).reshape(3, eh, ew)
 
-    def apply_params(self, sample: np.ndarray, params: dict[str, Any], key: int, *, channels_first: bool) -> None:
+    def apply_params(self, sample: NDArray[Any], params: dict[str, Any], key: int, *, channels_first: bool) -> None:
         """Erases ``sample`` (one output image, ``[3, H, W]`` or ``[H, W, 3]``) in place."""
         if not params["applied"]:
             return
@@ -157,7 +161,7 @@ class RandomErasing:
             sample[top : top + eh, left : left + ew, :] = fill.transpose(1, 2, 0)
 
 
-def _mx_jitter(ops: Sequence[Any]):
+def _mx_jitter(ops: Sequence[Any]) -> tuple[MXNetColorAugment, int] | None:
     # The MXNetColorAugment op with a normalization jitter, and its counter base.
     from fastload.transforms.mxnet_color import MXNetColorAugment
 
@@ -169,7 +173,7 @@ def _mx_jitter(ops: Sequence[Any]):
 
 
 def apply_output_ops(
-    sample: np.ndarray,
+    sample: NDArray[Any],
     *,
     key: int,
     channels_first: bool,

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.engine_abi import GeometryKind
 from fastload.transforms.rng import sample_key, uniform
@@ -77,6 +78,16 @@ def _pair(size: int | tuple[int, int], name: str) -> tuple[int, int]:
     if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
         raise ValueError(f"{name}={size!r} must be a positive int or a (height, width) pair")
     return (int(size[0]), int(size[1]))
+
+
+class _Sized(Protocol):
+    @property
+    def size(self) -> int | tuple[int, int]: ...
+
+
+def output_size(op: _Sized) -> tuple[int, int]:
+    """A geometry op's output ``(height, width)``: the pair its ``size`` holds once constructed."""
+    return _pair(op.size, "size")
 
 
 def _check_range(value: tuple[float, float], name: str, lower: float) -> tuple[float, float]:
@@ -145,7 +156,7 @@ class RandomResizedCrop:
         object.__setattr__(self, "flip", _check_flip(self.flip))
         _check_filter(self)
 
-    kind = OpKind.RANDOM_RESIZED_CROP
+    kind: ClassVar[Literal[OpKind.RANDOM_RESIZED_CROP]] = OpKind.RANDOM_RESIZED_CROP
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,16 +181,17 @@ class CenterCrop:
     vflip: float = 0.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", _pair(self.size, "size"))
+        size = _pair(self.size, "size")
+        object.__setattr__(self, "size", size)
         if self.resize is not None and (not isinstance(self.resize, int) or self.resize <= 0):
             raise ValueError(f"resize={self.resize!r} must be a positive int or None")
-        if self.resize is not None and self.resize < min(self.size):
-            raise ValueError(f"resize={self.resize} must be >= the crop size {self.size}")
+        if self.resize is not None and self.resize < min(size):
+            raise ValueError(f"resize={self.resize} must be >= the crop size {size}")
         object.__setattr__(self, "flip", _check_flip(self.flip))
         object.__setattr__(self, "vflip", _check_flip(self.vflip, "vflip"))
         _check_filter(self)
 
-    kind = OpKind.RESIZE_CENTER_CROP
+    kind: ClassVar[Literal[OpKind.RESIZE_CENTER_CROP]] = OpKind.RESIZE_CENTER_CROP
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,7 +218,7 @@ class Resize:
         object.__setattr__(self, "vflip", _check_flip(self.vflip, "vflip"))
         _check_filter(self)
 
-    kind = OpKind.RESIZE
+    kind: ClassVar[Literal[OpKind.RESIZE]] = OpKind.RESIZE
 
 
 class ImageTooSmall(ValueError):
@@ -215,6 +227,7 @@ class ImageTooSmall(ValueError):
 
 #: torchvision's ``padding_mode`` values.
 PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+PaddingMode = Literal["constant", "edge", "reflect", "symmetric"]
 
 
 def _padding(value: Any) -> tuple[int, int, int, int]:
@@ -237,10 +250,10 @@ def _padding(value: Any) -> tuple[int, int, int, int]:
             f"padding={value!r} must be a non-negative int, (left/right, top/bottom) or (left, top, right, bottom)"
         )
     if len(items) == 1:
-        return (items[0],) * 4  # type: ignore[return-value]
+        return (items[0],) * 4
     if len(items) == 2:
         return (items[0], items[1], items[0], items[1])
-    return items  # type: ignore[return-value]
+    return items
 
 
 def _fill(value: Any) -> tuple[int, int, int]:
@@ -257,7 +270,7 @@ def _fill(value: Any) -> tuple[int, int, int]:
         or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in items)
     ):
         raise ValueError(f"fill={value!r} must be an int in 0..255 or 3 of them (one per channel)")
-    return items  # type: ignore[return-value]
+    return items
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,7 +300,7 @@ class RandomCrop:
     padding: Any = None
     fill: Any = 0
     pad_if_needed: bool = False
-    padding_mode: str = "constant"
+    padding_mode: PaddingMode = "constant"
     flip: float = 0.0
     vflip: float = 0.0
 
@@ -302,7 +315,7 @@ class RandomCrop:
         object.__setattr__(self, "flip", _check_flip(self.flip))
         object.__setattr__(self, "vflip", _check_flip(self.vflip, "vflip"))
 
-    kind = OpKind.RANDOM_CROP
+    kind: ClassVar[Literal[OpKind.RANDOM_CROP]] = OpKind.RANDOM_CROP
     interpolation = "nearest"  # an unscaled crop: every output pixel is one source pixel
     antialias = True
 
@@ -328,8 +341,8 @@ Transform = RandomResizedCrop | CenterCrop | Resize | RandomCrop
 def train(
     size: int = 224,
     *,
-    scale=(0.08, 1.0),
-    ratio=(3.0 / 4.0, 4.0 / 3.0),
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
     flip: float = 0.5,
     interpolation: str = "bilinear",
     antialias: bool = True,
@@ -423,7 +436,7 @@ class CropWindow:
 
 def random_crop_window(width: int, height: int, t: RandomCrop, key: int) -> CropWindow | None:
     """Torchvision's RandomCrop arithmetic for one sample; None when the padded image is too small."""
-    out_h, out_w = t.size
+    out_h, out_w = output_size(t)
     left_pad, top_pad, right_pad, bottom_pad = t.padding
     w1, h1 = width + left_pad + right_pad, height + top_pad + bottom_pad
     pad_x = out_w - w1 if t.pad_if_needed and w1 < out_w else 0
@@ -438,7 +451,7 @@ def random_crop_window(width: int, height: int, t: RandomCrop, key: int) -> Crop
 
 def _center_crop_window(width: int, height: int, t: CenterCrop) -> tuple[int, int, int, int]:
     """Torchvision's Resize(int) + CenterCrop: the resized size and the crop's left, top in it."""
-    out_h, out_w = t.size
+    out_h, out_w = output_size(t)
     assert t.resize is not None
     # Resize(int): shorter side -> resize, longer side truncated to int.
     if width <= height:
@@ -467,8 +480,8 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
     if width <= 0 or height <= 0:
         raise ValueError(f"image size {width}x{height} must be positive")
     key = sample_key(seed, epoch, index)
-    out_h, out_w = transform.size
-    flips = {
+    out_h, out_w = output_size(transform)
+    flips: dict[str, Any] = {
         "flip": uniform(key, _FLIP_DRAW) < transform.flip,
         "vflip": uniform(key, _VFLIP_DRAW) < getattr(transform, "vflip", 0.0),
     }
@@ -481,6 +494,8 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
             )
         x0, y0 = window.x0, window.y0
         return SampleParams(float(x0), float(y0), float(x0 + out_w), float(y0 + out_h), **flips)
+    w: float
+    h: float
     if transform.kind == OpKind.RANDOM_RESIZED_CROP:
         x, y, w, h = _rrc_box(width, height, transform, key)
         box = (float(x), float(y), float(x + w), float(y + h))
@@ -504,7 +519,9 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
 _PIL_FILTERS = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "nearest": "NEAREST"}
 
 
-def _plain_weights(in0: float, in1: float, out_size: int, clip0: int, clip1: int, interpolation: str) -> np.ndarray:
+def _plain_weights(
+    in0: float, in1: float, out_size: int, clip0: int, clip1: int, interpolation: str
+) -> NDArray[np.float64]:
     """[out_size, clip1 - clip0] weights of torch's interpolate(align_corners=False) without antialiasing."""
     scale = (in1 - in0) / out_size
     w = np.zeros((out_size, clip1 - clip0), np.float64)
@@ -534,7 +551,7 @@ def _plain_weights(in0: float, in1: float, out_size: int, clip0: int, clip1: int
     return w
 
 
-def resample(image: Any, params: SampleParams, transform: Transform) -> np.ndarray:
+def resample(image: Any, params: SampleParams, transform: Transform) -> NDArray[np.uint8]:
     """The reference geometry: a decoded RGB image -> the output-sized HWC uint8 array.
 
     Args:
@@ -547,7 +564,7 @@ def resample(image: Any, params: SampleParams, transform: Transform) -> np.ndarr
     """
     from PIL import Image
 
-    out_h, out_w = transform.size
+    out_h, out_w = output_size(transform)
     if transform.kind == OpKind.RANDOM_CROP:
         arr = _random_crop_reference(np.asarray(image), params, transform)
         if params.flip:
@@ -591,7 +608,7 @@ def resample(image: Any, params: SampleParams, transform: Transform) -> np.ndarr
     return np.ascontiguousarray(arr)
 
 
-def _pad(arr: np.ndarray, top: int, bottom: int, left: int, right: int, t: RandomCrop) -> np.ndarray:
+def _pad(arr: NDArray[np.uint8], top: int, bottom: int, left: int, right: int, t: RandomCrop) -> NDArray[np.uint8]:
     widths = ((top, bottom), (left, right), (0, 0))
     if t.padding_mode == "constant":
         out = np.empty((arr.shape[0] + top + bottom, arr.shape[1] + left + right, 3), np.uint8)
@@ -601,9 +618,9 @@ def _pad(arr: np.ndarray, top: int, bottom: int, left: int, right: int, t: Rando
     return np.pad(arr, widths, mode=t.padding_mode)
 
 
-def _random_crop_reference(arr: np.ndarray, params: SampleParams, t: RandomCrop) -> np.ndarray:
+def _random_crop_reference(arr: NDArray[np.uint8], params: SampleParams, t: RandomCrop) -> NDArray[np.uint8]:
     """Torchvision's RandomCrop (PIL backend): pad, pad again if needed, crop."""
-    out_h, out_w = t.size
+    out_h, out_w = output_size(t)
     left, top, right, bottom = t.padding
     if any(t.padding):
         arr = _pad(arr, top, bottom, left, right, t)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.engine import pixel_engine
 from fastload.engine_abi import to_native
@@ -191,11 +192,11 @@ def engine_mix_fields(params: dict[str, Any]) -> dict[str, Any]:
 class MixResult:
     """What :func:`mix_batch` did: the soft labels ``[B, num_classes]`` float32 and the parameters."""
 
-    labels: np.ndarray
+    labels: NDArray[np.float32]
     params: dict[str, Any]
 
 
-def _layout(images: np.ndarray, layout: str | None) -> bool:
+def _layout(images: NDArray[Any], layout: str | None) -> bool:
     """True for NCHW."""
     if images.ndim != 4:
         raise ValueError(f"images must be a 4-D batch, got shape {images.shape}")
@@ -215,7 +216,7 @@ def _layout(images: np.ndarray, layout: str | None) -> bool:
     return nchw
 
 
-def _class_indices(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray | None:
+def _class_indices(labels: NDArray[Any], n: int, num_classes: int) -> NDArray[np.int64] | None:
     """Index labels as int64 ``[B]`` class indices (checked as :func:`_one_hot` checks them).
 
     Returns None for probability rows.
@@ -235,7 +236,7 @@ def _class_indices(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray |
     return None
 
 
-def _one_hot(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray:
+def _one_hot(labels: NDArray[Any], n: int, num_classes: int) -> NDArray[np.float32]:
     lab = np.asarray(labels)
     if lab.shape[0] != n:
         raise ValueError(f"labels have {lab.shape[0]} rows for a batch of {n}")
@@ -261,14 +262,16 @@ def _one_hot(labels: np.ndarray, n: int, num_classes: int) -> np.ndarray:
     )
 
 
-def _soft(onehot: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+def _soft(onehot: NDArray[np.float32], params: dict[str, Any]) -> NDArray[np.float32]:
     """The mixed labels, with the engine's float32 arithmetic (``prev * w_roll + own * w_own``)."""
     w_own = np.float32(params["lam_labels"])
     w_roll = np.float32(1.0 - params["lam_labels"])
     return (np.roll(onehot, 1, axis=0) * w_roll + onehot * w_own).astype(np.float32)
 
 
-def _reference(images: np.ndarray, onehot: np.ndarray, params: dict[str, Any], nchw: bool) -> np.ndarray:
+def _reference(
+    images: NDArray[Any], onehot: NDArray[np.float32], params: dict[str, Any], nchw: bool
+) -> NDArray[np.float32]:
     soft = _soft(onehot, params)
     rolled = np.roll(images, 1, axis=0)
     if params["op"] == "cutmix":
@@ -308,7 +311,7 @@ def _check_out(out: Any, n: int, num_classes: int) -> None:
 
 
 def mix_labels(
-    labels: np.ndarray,
+    labels: NDArray[Any],
     mix: BatchOp,
     *,
     seed: int,
@@ -316,7 +319,7 @@ def mix_labels(
     first_index: int,
     height: int,
     width: int,
-    out: np.ndarray | None = None,
+    out: NDArray[np.float32] | None = None,
 ) -> MixResult:
     """The draw and the soft labels :func:`mix_batch` gives a batch, without touching its images.
 
@@ -365,8 +368,8 @@ def mix_labels(
 
 
 def mix_batch(
-    images: np.ndarray,
-    labels: np.ndarray,
+    images: NDArray[Any],
+    labels: NDArray[Any],
     mix: BatchOp,
     *,
     seed: int,
@@ -374,7 +377,7 @@ def mix_batch(
     first_index: int,
     layout: str | None = None,
     threads: int | None = None,
-    out: np.ndarray | None = None,
+    out: NDArray[np.float32] | None = None,
 ) -> MixResult:
     """MixUp / CutMix a decoded batch in place; returns the soft labels.
 

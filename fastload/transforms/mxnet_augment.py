@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,7 @@ class MXNetSampleError(ValueError):
     """The image cannot take the augmenter's settings (MXNet aborts with a CHECK failure there)."""
 
 
-def _f32(x) -> np.float32:
+def _f32(x: float) -> np.float32:
     return _F32(x)
 
 
@@ -349,7 +350,7 @@ class MXNetParams:
     inter_warp: int
     inter_crop: int
 
-    def as_tuple(self) -> tuple:
+    def as_tuple(self) -> tuple[float, ...]:
         """The values in :data:`MXNET_PARAM_NAMES` order (floats; what ``want_params`` reports)."""
         return tuple(float(getattr(self, name)) for name in MXNET_PARAM_NAMES)
 
@@ -384,7 +385,7 @@ def _resize_map(src_w: int, src_h: int, dst_w: int, dst_h: int) -> Affine2:
     return (1.0 / (dst_w / src_w), 0.0, 0.0, 0.0, 1.0 / (dst_h / src_h), 0.0)
 
 
-def _invert_affine(m) -> tuple[float, ...]:
+def _invert_affine(m: Sequence[np.float32]) -> tuple[float, ...]:
     # cv::invertAffineTransform in double, on MXNet's float32 matrix.
     m00, m01, m02, m10, m11, m12 = (float(v) for v in m)
     d = m00 * m11 - m01 * m10

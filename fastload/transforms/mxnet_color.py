@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.transforms.pixel import PixelOp
 from fastload.transforms.rng import normal, permutation, uniform
@@ -52,23 +53,27 @@ _EIGVEC = (
 _PCA = tuple(tuple(f32(_EIGVAL[j] * _EIGVEC[i][j]) for j in range(3)) for i in range(3))
 
 
-def _saturate_u8(x: np.ndarray) -> np.ndarray:
+def _saturate_u8(x: NDArray[np.float32]) -> NDArray[np.uint8]:
     """OpenCV's ``saturate_cast<uchar>(float)``: round half to even, clip to [0, 255]."""
-    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    out: NDArray[np.uint8] = np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    return out
 
 
-def mx_gray(image: np.ndarray) -> np.ndarray:
+def mx_gray(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """``cvtColor(CV_RGB2GRAY)`` of MXNet's BGR buffer, from an RGB image (blue gets the red weight)."""
     i = image.astype(np.int32)
-    return ((i[..., 2] * 4899 + i[..., 1] * 9617 + i[..., 0] * 1868 + (1 << 13)) >> 14).astype(np.uint8)
+    gray: NDArray[np.uint8] = ((i[..., 2] * 4899 + i[..., 1] * 9617 + i[..., 0] * 1868 + (1 << 13)) >> 14).astype(
+        np.uint8
+    )
+    return gray
 
 
-def _convert(image: np.ndarray, alpha: np.float32, beta: np.float32) -> np.ndarray:
+def _convert(image: NDArray[np.uint8], alpha: np.float32, beta: np.float32) -> NDArray[np.uint8]:
     # cv::Mat::convertTo(dst, -1, alpha, beta) on 8-bit data.
     return _saturate_u8(image.astype(f32) * f32(alpha) + f32(beta))
 
 
-def mx_rgb_to_hls(image: np.ndarray) -> np.ndarray:
+def mx_rgb_to_hls(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """OpenCV's 8-bit BGR2HLS of the image's true colours: ``[..., (H, L, S)]``, H in [0, 180]."""
     x = image.astype(f32) * f32(1.0 / 255.0)
     r, g, b = x[..., 0], x[..., 1], x[..., 2]
@@ -95,7 +100,7 @@ def mx_rgb_to_hls(image: np.ndarray) -> np.ndarray:
 _SECTORS = np.array([[1, 3, 0], [1, 0, 2], [3, 0, 1], [0, 2, 1], [0, 1, 3], [2, 1, 0]])
 
 
-def mx_hls_to_rgb(hls: np.ndarray) -> np.ndarray:
+def mx_hls_to_rgb(hls: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """OpenCV's 8-bit HLS2BGR, returned as RGB."""
     h = hls[..., 0].astype(f32)
     light = hls[..., 1].astype(f32) * f32(1.0 / 255.0)
@@ -115,7 +120,7 @@ def mx_hls_to_rgb(hls: np.ndarray) -> np.ndarray:
     return out[..., ::-1].copy()
 
 
-def _nonneg(value: Any, name: str, kind=numbers.Real) -> Any:
+def _nonneg(value: Any, name: str, kind: type[Any] = numbers.Real) -> Any:
     if (
         isinstance(value, bool)
         or not isinstance(value, kind)
@@ -197,7 +202,7 @@ class MXNetColorAugment(PixelOp):
             out["pca"] = [float(f32(f32(f32(row[0] * a[0]) + f32(row[1] * a[1])) + f32(row[2] * a[2]))) for row in _PCA]
         return out
 
-    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: NDArray[np.uint8], params: dict[str, Any]) -> NDArray[np.uint8]:
         img = np.ascontiguousarray(image)
         if params["alpha"] is not None:
             ab, ac, as_ = (f32(a) for a in params["alpha"])
@@ -238,7 +243,7 @@ class MXNetColorAugment(PixelOp):
         std = tuple(std) * 3 if len(tuple(std)) == 1 else tuple(std)
         return (scale / float(std[0]), scale / float(std[1]), scale / float(std[2]))
 
-    def trace(self, params: dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> NDArray[np.float64]:
         out = np.full(64, np.nan)
         if params["alpha"] is not None:
             out[0:3] = params["alpha"]

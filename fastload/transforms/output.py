@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 __all__ = ["OUTPUT_DTYPES", "Normalize"]
 
@@ -80,11 +81,11 @@ class Normalize:
         object.__setattr__(self, "dtype", name)
 
     @property
-    def numpy_dtype(self) -> np.dtype:
+    def numpy_dtype(self) -> np.dtype[Any]:
         """The output dtype as a numpy dtype."""
         return np.dtype(self.dtype)
 
-    def apply(self, image: np.ndarray) -> np.ndarray:
+    def apply(self, image: NDArray[np.uint8]) -> NDArray[Any]:
         """The reference: ``(image * scale - mean) / std`` in float32 (then the output dtype).
 
         Args:

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from fastload.transforms.affine import RandomAffine
-from fastload.transforms.geometry import OpKind, Transform
+from fastload.transforms.geometry import OpKind, Transform, output_size
+from fastload.transforms.mxnet_augment import MXNetDefaultAugment
 from fastload.transforms.output import Normalize
 
 __all__ = ["ERASE_COUNTER_BASE", "OP_COUNTER_STRIDE", "Pipeline", "as_pipeline", "op_counter_base"]
@@ -47,6 +48,10 @@ def op_counter_base(position: int) -> int:
 
 #: The geometries a RandomAffine can follow (a resized box and a horizontal flip: affine_plan's input).
 _AFFINE_AFTER = (OpKind.RANDOM_RESIZED_CROP, OpKind.RESIZE_CENTER_CROP, OpKind.RESIZE)
+
+
+#: A geometry op: what a Pipeline's ``geometry`` holds.
+GeometryOp = Transform | MXNetDefaultAugment
 
 
 def _is_geometry(op: Any) -> bool:
@@ -75,7 +80,7 @@ class Pipeline:
         ((224, 224), dtype('float32'))
     """
 
-    geometry: Transform
+    geometry: GeometryOp
     ops: tuple[Any, ...] = ()
     normalize: Normalize | None = None
     erase: Any | None = None
@@ -116,7 +121,7 @@ class Pipeline:
     @property
     def size(self) -> tuple[int, int]:
         """Output ``(height, width)``."""
-        h, w = self.geometry.size  # type: ignore[misc]  # every geometry stores (h, w) once constructed
+        h, w = output_size(self.geometry)
         return (int(h), int(w))
 
     @property
@@ -125,12 +130,12 @@ class Pipeline:
         return self.geometry.kind
 
     @property
-    def output_dtype(self) -> np.dtype:
+    def output_dtype(self) -> np.dtype[Any]:
         """Element type of the batch: the Normalize's dtype, or uint8."""
         return self.normalize.numpy_dtype if self.normalize is not None else np.dtype(np.uint8)
 
 
-def as_pipeline(transform: Pipeline | Transform) -> Pipeline:
+def as_pipeline(transform: Pipeline | GeometryOp) -> Pipeline:
     """``transform`` as a Pipeline (a bare geometry op becomes ``Pipeline(geometry=op)``)."""
     if isinstance(transform, Pipeline):
         return transform

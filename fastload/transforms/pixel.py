@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.engine import pixel_engine
 from fastload.engine_abi import to_native
@@ -88,11 +89,11 @@ class PixelOp:
         """The op's random parameters for one sample (draws from counters ``[base, base + 64)``)."""
         raise NotImplementedError
 
-    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: NDArray[np.uint8], params: dict[str, Any]) -> NDArray[np.uint8]:
         """The op with the given parameters on an HWC uint8 RGB image; returns a new array."""
         raise NotImplementedError
 
-    def trace(self, params: dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> NDArray[np.float64]:
         """``params`` as the engine's flat float64 trace vector."""
         raise NotImplementedError
 
@@ -104,13 +105,13 @@ class PixelOp:
         """The op as the engine's ``PixelOp`` fields (fastload/engine_abi.py; ``kind``: a ``PixelOpKind`` name)."""
         raise NotImplementedError
 
-    def apply(self, image: np.ndarray, key: int, *, base: int) -> np.ndarray:
+    def apply(self, image: NDArray[np.uint8], key: int, *, base: int) -> NDArray[np.uint8]:
         """Sample and apply: the reference of what the engine does to one image."""
         height, width = image.shape[:2]
         return self.apply_params(image, self.sample(key, base, height, width))
 
 
-def _check_image(image: np.ndarray) -> np.ndarray:
+def _check_image(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(
             f"pixel ops take an HWC uint8 RGB image, got {getattr(image, 'shape', None)} "
@@ -133,7 +134,9 @@ def check_pixel_ops(ops: Sequence[Any]) -> tuple[Any, ...]:
     return ops
 
 
-def apply_pixel_ops(image: np.ndarray, ops: Sequence[PixelOp], key: int) -> tuple[np.ndarray, list[dict[str, Any]]]:
+def apply_pixel_ops(
+    image: NDArray[np.uint8], ops: Sequence[PixelOp], key: int
+) -> tuple[NDArray[np.uint8], list[dict[str, Any]]]:
     """Runs ``ops`` in order on one output-sized image, as the engine does.
 
     Args:
@@ -176,7 +179,7 @@ def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any) -
 
 
 def run_pixel_ops_batch(
-    images: np.ndarray,
+    images: NDArray[np.uint8],
     ops: Sequence[PixelOp],
     *,
     seed: int,

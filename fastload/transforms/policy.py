@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.transforms import primitives as P
 from fastload.transforms.pixel import PixelOp
@@ -44,13 +45,13 @@ def _float32_nearest(value: Fraction) -> np.float32:
     guess = np.float32(float(value))
     candidates = [guess, np.nextafter(guess, np.float32(np.inf)), np.nextafter(guess, np.float32(-np.inf))]
 
-    def rank(c):
+    def rank(c: np.float32) -> tuple[Fraction, int]:
         return (abs(Fraction(float(c)) - value), int(np.float32(c).view(np.uint32)) & 1)
 
     return min(candidates, key=rank)
 
 
-def torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
+def torch_linspace(start: float, end: float, steps: int) -> NDArray[np.float32]:
     """``torch.linspace(start, end, steps)`` (float32, CPU) bit for bit.
 
     torch's CPU kernel computes ``start + step * i`` for the first half and ``end - step *
@@ -72,20 +73,23 @@ def torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
     return np.array(out, np.float32)
 
 
-def _posterize_bits(num_bins: int, top: int, span: int) -> np.ndarray:
+def _posterize_bits(num_bins: int, top: int, span: int) -> NDArray[np.float32]:
     # torchvision: top - (torch.arange(num_bins) / ((num_bins - 1) / span)).round().int(), float32
     # division, round half to even.
     div = np.float32((num_bins - 1) / span)
     q = np.arange(num_bins, dtype=np.float32) / div
-    return (top - np.rint(q).astype(np.int64)).astype(np.float32)
+    bits: NDArray[np.float32] = (top - np.rint(q).astype(np.int64)).astype(np.float32)
+    return bits
 
 
 # (op, magnitudes or None, signed): the magnitude tables of torchvision's _augmentation_space.
-Space = list[tuple[Prim, np.ndarray | None, bool]]
+Space = list[tuple[Prim, NDArray[np.float32] | None, bool]]
 
 
 @functools.lru_cache(maxsize=64)
-def _autoaugment_space(num_bins: int, height: int, width: int) -> dict[str, tuple[Prim, np.ndarray | None, bool]]:
+def _autoaugment_space(
+    num_bins: int, height: int, width: int
+) -> dict[str, tuple[Prim, NDArray[np.float32] | None, bool]]:
     return {
         "ShearX": (Prim.SHEAR_X, torch_linspace(0.0, 0.3, num_bins), True),
         "ShearY": (Prim.SHEAR_Y, torch_linspace(0.0, 0.3, num_bins), True),
@@ -274,7 +278,7 @@ class _PolicyBase(PixelOp):
     interpolation: str
     fill: Any  # a FillArg as given; __post_init__ stores the (r, g, b) triple of _fill()
 
-    def _run(self, image: np.ndarray, steps: Sequence[tuple[int, float]]) -> np.ndarray:
+    def _run(self, image: NDArray[np.uint8], steps: Sequence[tuple[int, float]]) -> NDArray[np.uint8]:
         for prim, magnitude in steps:
             image = P.apply_prim(
                 image, Prim(prim), magnitude, bilinear=self.interpolation == "bilinear", fill=self.fill
@@ -282,7 +286,7 @@ class _PolicyBase(PixelOp):
         return image
 
     @staticmethod
-    def _warps(prim: Prim, magnitudes: np.ndarray | None, height: int, width: int) -> list[float]:
+    def _warps(prim: Prim, magnitudes: NDArray[np.float32] | None, height: int, width: int) -> list[float]:
         # For each magnitude bin: the warp of +m then of -m, 7 numbers each (mode, matrix).
         if prim not in P.GEOMETRIC_PRIMS or magnitudes is None:
             return []
@@ -293,7 +297,7 @@ class _PolicyBase(PixelOp):
         return rows
 
 
-def _policy_common(obj) -> None:
+def _policy_common(obj: _PolicyBase) -> None:
     object.__setattr__(obj, "interpolation", _interpolation(obj.interpolation))
     object.__setattr__(obj, "fill", _fill(obj.fill))
 
@@ -321,7 +325,7 @@ class AutoAugment(_PolicyBase):
         object.__setattr__(self, "policy", policy)
         _policy_common(self)
 
-    def _steps(self, height: int, width: int):
+    def _steps(self, height: int, width: int) -> list[list[tuple[Prim, float, float, bool]]]:
         space = _autoaugment_space(10, height, width)
         out = []
         for sub in _POLICIES[AutoAugmentPolicy(self.policy)]:
@@ -346,10 +350,10 @@ class AutoAugment(_PolicyBase):
             ops.append((int(prim), magnitude))
         return {"policy": policy_id, "applied": applied, "ops": ops}
 
-    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: NDArray[np.uint8], params: dict[str, Any]) -> NDArray[np.uint8]:
         return self._run(image, [op for op, hit in zip(params["ops"], params["applied"], strict=False) if hit])
 
-    def trace(self, params: dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> NDArray[np.float64]:
         v = [params["policy"]] + [float(a) for a in params["applied"]]
         for prim, magnitude in params["ops"]:
             v += [prim, magnitude]
@@ -429,10 +433,10 @@ class _ListPolicy(_PolicyBase):
             fields.update(num_ops=self.num_ops, magnitude=self.magnitude)
         return fields
 
-    def apply_params(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    def apply_params(self, image: NDArray[np.uint8], params: dict[str, Any]) -> NDArray[np.uint8]:
         return self._run(image, params["ops"])
 
-    def trace(self, params: dict[str, Any]) -> np.ndarray:
+    def trace(self, params: dict[str, Any]) -> NDArray[np.float64]:
         out = np.full(64, np.nan)
         for i, (prim, magnitude) in enumerate(params["ops"]):
             out[2 * i] = prim

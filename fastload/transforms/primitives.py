@@ -18,10 +18,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.engine_abi import PixelPrim, WarpMode
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 __all__ = [
     "GEOMETRIC_PRIMS",
@@ -51,39 +56,39 @@ Prim = PixelPrim
 GEOMETRIC_PRIMS = frozenset({Prim.SHEAR_X, Prim.SHEAR_Y, Prim.TRANSLATE_X, Prim.TRANSLATE_Y, Prim.ROTATE})
 
 
-def _pil(image: np.ndarray):
+def _pil(image: NDArray[np.uint8]) -> PILImage:
     # Pillow is imported on first use: importing fastload.transforms stays cheap.
     from PIL import Image
 
     return Image.fromarray(np.ascontiguousarray(image), "RGB")
 
 
-def _np(img) -> np.ndarray:
+def _np(img: PILImage) -> NDArray[np.uint8]:
     return np.asarray(img, dtype=np.uint8).copy()
 
 
-def brightness(image: np.ndarray, factor: float) -> np.ndarray:
+def brightness(image: NDArray[np.uint8], factor: float) -> NDArray[np.uint8]:
     """``adjust_brightness``: blend with black (Pillow ``ImageEnhance.Brightness``)."""
     from PIL import ImageEnhance
 
     return _np(ImageEnhance.Brightness(_pil(image)).enhance(factor))
 
 
-def contrast(image: np.ndarray, factor: float) -> np.ndarray:
+def contrast(image: NDArray[np.uint8], factor: float) -> NDArray[np.uint8]:
     """``adjust_contrast``: blend with the rounded mean of the grayscale image."""
     from PIL import ImageEnhance
 
     return _np(ImageEnhance.Contrast(_pil(image)).enhance(factor))
 
 
-def saturation(image: np.ndarray, factor: float) -> np.ndarray:
+def saturation(image: NDArray[np.uint8], factor: float) -> NDArray[np.uint8]:
     """``adjust_saturation``: blend with the grayscale image (``ImageEnhance.Color``)."""
     from PIL import ImageEnhance
 
     return _np(ImageEnhance.Color(_pil(image)).enhance(factor))
 
 
-def sharpness(image: np.ndarray, factor: float) -> np.ndarray:
+def sharpness(image: NDArray[np.uint8], factor: float) -> NDArray[np.uint8]:
     """``adjust_sharpness``: blend with the 3x3 SMOOTH-filtered image (borders kept)."""
     from PIL import ImageEnhance
 
@@ -95,7 +100,7 @@ def hue_shift(factor: float) -> int:
     return int(np.int32(factor * 255).astype(np.uint8))
 
 
-def hue(image: np.ndarray, factor: float) -> np.ndarray:
+def hue(image: NDArray[np.uint8], factor: float) -> NDArray[np.uint8]:
     """``adjust_hue``: Pillow's 8-bit HSV, hue shifted by ``hue_shift(factor)`` modulo 256."""
     if not -0.5 <= factor <= 0.5:
         raise ValueError(f"hue factor {factor} is not in [-0.5, 0.5]")
@@ -107,41 +112,41 @@ def hue(image: np.ndarray, factor: float) -> np.ndarray:
     return _np(merged.convert("RGB"))
 
 
-def grayscale(image: np.ndarray) -> np.ndarray:
+def grayscale(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """``rgb_to_grayscale(num_output_channels=3)``: Pillow's ``convert("L")`` in all three channels."""
     gray = np.asarray(_pil(image).convert("L"), dtype=np.uint8)
     return np.repeat(gray[:, :, None], 3, axis=2)
 
 
-def posterize(image: np.ndarray, bits: int) -> np.ndarray:
+def posterize(image: NDArray[np.uint8], bits: int) -> NDArray[np.uint8]:
     """Keeps the ``bits`` high bits of every channel."""
     from PIL import ImageOps
 
     return _np(ImageOps.posterize(_pil(image), int(bits)))
 
 
-def solarize(image: np.ndarray, threshold: float) -> np.ndarray:
+def solarize(image: NDArray[np.uint8], threshold: float) -> NDArray[np.uint8]:
     """Inverts the values at or above ``threshold``."""
     from PIL import ImageOps
 
     return _np(ImageOps.solarize(_pil(image), threshold))  # type: ignore[arg-type]  # Pillow's stub says int; floats work
 
 
-def autocontrast(image: np.ndarray) -> np.ndarray:
+def autocontrast(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """Stretches each channel's [min, max] to [0, 255] (Pillow's lookup table, no cutoff)."""
     from PIL import ImageOps
 
     return _np(ImageOps.autocontrast(_pil(image)))
 
 
-def equalize(image: np.ndarray) -> np.ndarray:
+def equalize(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """Histogram equalization per channel (Pillow's lookup table)."""
     from PIL import ImageOps
 
     return _np(ImageOps.equalize(_pil(image)))
 
 
-def invert(image: np.ndarray) -> np.ndarray:
+def invert(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """255 - value."""
     return (255 - image).astype(np.uint8)
 
@@ -223,7 +228,7 @@ def warp_plan(prim: Prim, magnitude: float, height: int, width: int) -> WarpPlan
     return WarpPlan(WarpMode.AFFINE, (m[0], m[1], m[2], m[3], m[4], m[5]))
 
 
-def warp(image: np.ndarray, plan: WarpPlan, *, bilinear: bool, fill: tuple[int, int, int]) -> np.ndarray:
+def warp(image: NDArray[np.uint8], plan: WarpPlan, *, bilinear: bool, fill: tuple[int, int, int]) -> NDArray[np.uint8]:
     """Runs a :class:`WarpPlan` as Pillow does (``Image.transform`` / ``Image.transpose``)."""
     from PIL import Image
 
@@ -242,8 +247,8 @@ def warp(image: np.ndarray, plan: WarpPlan, *, bilinear: bool, fill: tuple[int, 
 
 
 def apply_prim(
-    image: np.ndarray, prim: Prim, magnitude: float, *, bilinear: bool, fill: tuple[int, int, int]
-) -> np.ndarray:
+    image: NDArray[np.uint8], prim: Prim, magnitude: float, *, bilinear: bool, fill: tuple[int, int, int]
+) -> NDArray[np.uint8]:
     """Torchvision's ``_apply_op(img, op_name, magnitude, interpolation, fill)`` on a PIL image."""
     prim = Prim(prim)
     if prim == Prim.IDENTITY:

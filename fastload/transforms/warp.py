@@ -45,11 +45,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastload.engine_abi import WarpBorder, WarpKernel
+
+# A coordinate: one number, or an array of them.
+_Coord = TypeVar("_Coord", float, NDArray[np.float64])
 
 __all__ = [
     "NEAREST_EPSILON",
@@ -87,7 +91,7 @@ def compose(outer: Affine2, inner: Affine2) -> Affine2:
     return (a * p + b * s, a * q + b * t, a * r + b * u + c, d * p + e * s, d * q + e * t, d * r + e * u + f)
 
 
-def apply_point(m: Affine2, x, y):
+def apply_point(m: Affine2, x: _Coord, y: _Coord) -> tuple[_Coord, _Coord]:
     """``m`` applied to the point ``(x, y)`` (scalars or arrays), as ``a x + (b y + c)``.
 
     The grouping is the engine's, which computes ``b y + c`` once per output row.
@@ -177,14 +181,14 @@ def kernel_radius(kernel: Kernel) -> float:
     }[Kernel(kernel)]
 
 
-def _cubic(d: np.ndarray, a: float) -> np.ndarray:
+def _cubic(d: NDArray[np.float64], a: float) -> NDArray[np.float64]:
     d = np.abs(d)
     near = ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
     far = ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
     return np.where(d < 1.0, near, np.where(d < 2.0, far, 0.0))
 
 
-def _lanczos4(d: np.ndarray) -> np.ndarray:
+def _lanczos4(d: NDArray[np.float64]) -> NDArray[np.float64]:
     d = np.asarray(d, np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         w = np.sin(np.pi * d) * np.sin(np.pi * d / 4.0) / (np.pi * np.pi * d * d / 4.0)
@@ -211,7 +215,9 @@ def _tap_count(kernel: Kernel, scale: float, antialias: bool) -> int:
     return math.ceil(2.0 * kernel_radius(kernel) * fs)
 
 
-def _phase_taps(phase: np.ndarray, kernel: Kernel, scale: float, antialias: bool):
+def _phase_taps(
+    phase: NDArray[np.float64], kernel: Kernel, scale: float, antialias: bool
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """First tap and weights ``[..., T]`` of the positions ``k + phase``, the same for every ``k``.
 
     The first tap is an offset from the pixel containing the position; ``phase`` is in ``[0, 1)``.
@@ -250,7 +256,9 @@ def _phase_taps(phase: np.ndarray, kernel: Kernel, scale: float, antialias: bool
     return off.astype(np.int64), _normalised(w)
 
 
-def _axis_taps(u: np.ndarray, kernel: Kernel, scale: float, antialias: bool, size: int, drop: bool):
+def _axis_taps(
+    u: NDArray[np.float64], kernel: Kernel, scale: float, antialias: bool, size: int, drop: bool
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """First tap, double weights and fixed-point weights ``[..., T]`` of every position in ``u``.
 
     Positions are taken to 1/PHASES pixel; the weights are those of the position's phase (a table in
@@ -266,15 +274,18 @@ def _axis_taps(u: np.ndarray, kernel: Kernel, scale: float, antialias: bool, siz
     return j0, np.floor(w * (1 << WEIGHT_BITS) + 0.5).astype(np.int64)
 
 
-def _normalised(w: np.ndarray) -> np.ndarray:
+def _normalised(w: NDArray[np.float64]) -> NDArray[np.float64]:
     # Sequential sum and one reciprocal, the engine's arithmetic (so both round alike).
     total = w[..., 0].copy()
     for t in range(1, w.shape[-1]):
         total += w[..., t]
-    return w * (1.0 / np.where(total == 0.0, 1.0, total))[..., None]
+    normalised: NDArray[np.float64] = w * (1.0 / np.where(total == 0.0, 1.0, total))[..., None]
+    return normalised
 
 
-def _opencv_positions(m: Affine2, fx: np.ndarray, fy: np.ndarray, nearest: bool):
+def _opencv_positions(
+    m: Affine2, fx: NDArray[np.float64], fy: NDArray[np.float64], nearest: bool
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """``m`` (Pillow coordinates) applied as cv::warpAffine applies its inverse matrix."""
     a00, a01, c0, a10, a11, c1 = m
     # The same map in OpenCV's centred coordinates: p_src - 0.5 = A (p - 0.5) + b.
@@ -320,7 +331,7 @@ def uses_crop_frame(plan: WarpPlan) -> bool:
     )
 
 
-def gather_frame(frame: np.ndarray, plan: WarpPlan) -> np.ndarray:
+def gather_frame(frame: NDArray[np.uint8], plan: WarpPlan) -> NDArray[np.uint8]:
     """Each output pixel copies the ``frame`` pixel its frame point falls in, or gets ``fill``.
 
     ``frame`` is the ``[H, W, 3]`` image the plan's frame rectangle ``(0, 0, W, H)`` describes (the
@@ -342,7 +353,7 @@ def gather_frame(frame: np.ndarray, plan: WarpPlan) -> np.ndarray:
     return out
 
 
-def warp_image(src: np.ndarray, plan: WarpPlan) -> np.ndarray:
+def warp_image(src: NDArray[np.uint8], plan: WarpPlan) -> NDArray[np.uint8]:
     """Evaluates ``plan`` on a full-resolution RGB image.
 
     Args:
@@ -368,6 +379,7 @@ def warp_image(src: np.ndarray, plan: WarpPlan) -> np.ndarray:
     else:
         u, v = apply_point(plan.to_source, fx, fy)
     fill = np.asarray(plan.fill, np.float64)
+    out: NDArray[np.float64] | NDArray[np.int64]
     if plan.kernel == Kernel.NEAREST:
         out = _nearest(src, u, v, plan)
     elif plan.kernel == Kernel.LINEAR and _filter_scale(plan, 0) == 1.0 and _filter_scale(plan, 1) == 1.0:
@@ -381,18 +393,22 @@ def _filter_scale(plan: WarpPlan, axis: int) -> float:
     return max(1.0, plan.scale[axis]) if plan.antialias else 1.0
 
 
-def _nearest(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPlan) -> np.ndarray:
+def _nearest(
+    src: NDArray[np.uint8], u: NDArray[np.float64], v: NDArray[np.float64], plan: WarpPlan
+) -> NDArray[np.float64]:
     height, width = src.shape[:2]
     jx = np.floor(u + plan.nearest_shift[0] + NEAREST_EPSILON).astype(np.int64)
     jy = np.floor(v + plan.nearest_shift[1] + NEAREST_EPSILON).astype(np.int64)
-    out = src[np.clip(jy, 0, height - 1), np.clip(jx, 0, width - 1)].astype(np.float64)
+    out: NDArray[np.float64] = src[np.clip(jy, 0, height - 1), np.clip(jx, 0, width - 1)].astype(np.float64)
     if plan.border == Border.CONSTANT:
         outside = (jx < 0) | (jx >= width) | (jy < 0) | (jy >= height)
         out = np.where(outside[..., None], np.asarray(plan.fill, np.float64), out)
     return out
 
 
-def _bilinear_fixed(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPlan) -> np.ndarray:
+def _bilinear_fixed(
+    src: NDArray[np.uint8], u: NDArray[np.float64], v: NDArray[np.float64], plan: WarpPlan
+) -> NDArray[np.int64]:
     """Plain bilinear interpolation in integers: positions to 1/256 pixel, 8-bit weights.
 
     Exact in any implementation, and OpenCV's own result for its 1/32-pixel warp positions.
@@ -406,8 +422,8 @@ def _bilinear_fixed(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPla
     y0, fy = qy >> 8, (qy & 255)[..., None]
     fill = np.asarray(plan.fill, np.int64)
 
-    def tap(jy, jx):
-        value = src[np.clip(jy, 0, height - 1), np.clip(jx, 0, width - 1)].astype(np.int64)
+    def tap(jy: NDArray[np.int64], jx: NDArray[np.int64]) -> NDArray[np.int64]:
+        value: NDArray[np.int64] = src[np.clip(jy, 0, height - 1), np.clip(jx, 0, width - 1)].astype(np.int64)
         if plan.border == Border.CONSTANT:
             outside = (jx < 0) | (jx >= width) | (jy < 0) | (jy >= height)
             value = np.where(outside[..., None], fill, value)
@@ -415,10 +431,13 @@ def _bilinear_fixed(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPla
 
     top = (256 - fx) * tap(y0, x0) + fx * tap(y0, x0 + 1)
     bottom = (256 - fx) * tap(y0 + 1, x0) + fx * tap(y0 + 1, x0 + 1)
-    return ((256 - fy) * top + fy * bottom + 32768) >> 16
+    mixed: NDArray[np.int64] = ((256 - fy) * top + fy * bottom + 32768) >> 16
+    return mixed
 
 
-def _generic(src: np.ndarray, u: np.ndarray, v: np.ndarray, plan: WarpPlan) -> np.ndarray:
+def _generic(
+    src: NDArray[np.uint8], u: NDArray[np.float64], v: NDArray[np.float64], plan: WarpPlan
+) -> NDArray[np.int64]:
     """The tabulated kernels: integer taps, int64 accumulation, rounded half up."""
     height, width = src.shape[:2]
     drop = plan.border == Border.DROP
