@@ -13,7 +13,9 @@ engine::
 Modules, one job each:
 
 - :mod:`fastload.torch.dataloader`: :class:`DataLoader` (a subclass of torch's) and its iterator;
-- :mod:`fastload.torch.compile`: torchvision transforms -> fastload engine ops (table-driven);
+- :mod:`fastload.torch.compile`: torchvision / timm transforms -> fastload engine ops (table-driven;
+  :mod:`~fastload.torch.compile_plan`, :mod:`~fastload.torch.compile_torchvision`,
+  :mod:`~fastload.torch.compile_timm`);
 - :mod:`fastload.torch.datasets`: which datasets the engine reads, and :class:`ImageDataset`, a torch
   ``Dataset`` view of fastload's packed datasets;
 - :mod:`fastload.torch.sampler`: :class:`OrderSampler` (fastload's own sharded order) and the index
