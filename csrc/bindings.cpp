@@ -166,6 +166,7 @@ void register_abi(py::module_& m) {
   FASTLOAD_BIND_ENUM(m, EntropyDecoder, "Which Huffman decoder restart-interval slices use.")
   FASTLOAD_BIND_ENUM(m, PixelPrim, "Single-image primitives of the pixel ops.")
   FASTLOAD_BIND_ENUM(m, PixelOpKind, "The pixel op specs the engine runs on the output-sized image.")
+  FASTLOAD_BIND_ENUM(m, TimmOpName, "The ops of timm's augmentation policies.")
   FASTLOAD_BIND_ENUM(m, WarpMode, "How a geometric pixel primitive maps pixels.")
   FASTLOAD_BIND_STRUCT(m, DecodeSettings, "Decoder options of one call (fastload.decode.DecodeOptions).")
   FASTLOAD_BIND_STRUCT(m, GeometryParams, "The geometry op of a pipeline (fastload.transforms).")
@@ -666,6 +667,17 @@ PixelOp parse_op(const py::dict& d) {
       op.bilinear = d["bilinear"].cast<bool>();
       read_fill(d, op.fill);
       break;
+    case PixelOpKind::kTimmRandAugment:
+    case PixelOpKind::kTimmAutoAugment:
+    case PixelOpKind::kTimmAugmix: {
+      read_fill(d, op.fill);
+      std::string error;
+      if (!timm_policy_from_numbers(op.kind, read_vector(d["timm_ops"]), read_vector(d["timm_groups"]),
+                                    read_vector(d["timm_weights"]), read_vector(d["timm_params"]), op.fill, &op.timm,
+                                    &error))
+        throw py::value_error(error);
+      break;
+    }
   }
   return op;
 }
@@ -694,6 +706,7 @@ ErasingSpec parse_erasing(const py::dict& d) {
     read_array(d["scale"], s.scale, "scale");
     read_array(d["log_ratio"], s.log_ratio, "log_ratio");
     s.random_value = d["random_value"].cast<bool>();
+    s.random_color = d.contains("random_color") && d["random_color"].cast<bool>();
     read_array(d["value"], s.value, "value");
   }
   return s;

@@ -220,6 +220,9 @@ void apply_pixel_ops(uint8_t* rgb, int h, int w, const PixelOpsSpec& ops, uint64
       case PixelOpKind::kAutoAugment: auto_augment(rgb, h, w, op, key, base, t); break;
       case PixelOpKind::kRandAugment: rand_augment(rgb, h, w, op, key, base, t); break;
       case PixelOpKind::kTrivialAugmentWide: trivial_augment(rgb, h, w, op, key, base, t); break;
+      case PixelOpKind::kTimmRandAugment:
+      case PixelOpKind::kTimmAutoAugment:
+      case PixelOpKind::kTimmAugmix: apply_timm_policy(rgb, h, w, op.kind, op.timm, key, base, t); break;
     }
   }
 }

@@ -3,8 +3,9 @@
 //
 // Three entry points, all plain C++ (bindings.cpp converts the Python specs into these structs):
 //   apply_pixel_ops  one output-sized RGB image (HWC uint8), between the resampler and the output
-//                    write: ColorJitter, RandomGrayscale, Lighting, MXNet's colour augmenter and the
-//                    AutoAugment / RandAugment / TrivialAugmentWide policies, in the Pipeline's order;
+//                    write: ColorJitter, RandomGrayscale, Lighting, MXNet's colour augmenter, the
+//                    AutoAugment / RandAugment / TrivialAugmentWide policies and timm's
+//                    (pixel_timm.h), in the Pipeline's order;
 //   apply_erasing    one image of the final output (uint8 / float32 / float16, NCHW / NHWC), after the
 //                    output write: MXNet's random contrast / illumination (float outputs) and then
 //                    RandomErasing;
@@ -23,6 +24,7 @@
 
 #include "fastload_abi.h"  // PixelPrim, PixelOpKind, WarpMode, DType (generated from fastload/engine_abi.py)
 #include "output.h"
+#include "pixel_timm.h"
 
 namespace fastload {
 
@@ -90,6 +92,9 @@ struct PixelOp {
   int magnitude = 9;                                // RandAugment bin
   bool bilinear = false;                            // geometric ops: bilinear, else nearest
   uint8_t fill[3] = {0, 0, 0};
+
+  // timm's RandAugment / AutoAugment / AugMix (pixel_timm.h).
+  TimmPolicy timm;
 };
 
 struct PixelOpsSpec {
@@ -131,6 +136,7 @@ struct ErasingSpec {
   double scale[2] = {0.02, 0.33};
   double log_ratio[2] = {0, 0};
   bool random_value = false;  // float outputs: N(0, 1) per element; uint8 outputs: uniform 0..255
+  bool random_color = false;  // (random_value false) one such value per channel for the whole box: timm's 'rand'
   double value[3] = {0, 0, 0};
 
   bool active() const { return mx_jitter || erase; }

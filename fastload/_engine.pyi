@@ -92,6 +92,36 @@ class PixelOpKind(enum.IntEnum):
     AUTO_AUGMENT = 4
     RAND_AUGMENT = 5
     TRIVIAL_AUGMENT_WIDE = 6
+    TIMM_RAND_AUGMENT = 7
+    TIMM_AUTO_AUGMENT = 8
+    TIMM_AUGMIX = 9
+
+class TimmOpName(enum.IntEnum):
+    __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
+    AUTO_CONTRAST = 0
+    EQUALIZE = 1
+    INVERT = 2
+    ROTATE = 3
+    POSTERIZE = 4
+    POSTERIZE_INCREASING = 5
+    POSTERIZE_ORIGINAL = 6
+    SOLARIZE = 7
+    SOLARIZE_INCREASING = 8
+    SOLARIZE_ADD = 9
+    COLOR = 10
+    COLOR_INCREASING = 11
+    CONTRAST = 12
+    CONTRAST_INCREASING = 13
+    BRIGHTNESS = 14
+    BRIGHTNESS_INCREASING = 15
+    SHARPNESS = 16
+    SHARPNESS_INCREASING = 17
+    SHEAR_X = 18
+    SHEAR_Y = 19
+    TRANSLATE_X = 20
+    TRANSLATE_Y = 21
+    TRANSLATE_X_REL = 22
+    TRANSLATE_Y_REL = 23
 
 class WarpMode(enum.IntEnum):
     __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
@@ -123,6 +153,8 @@ class GeometryParams(metaclass=_PybindType):
     vflip: float
     resize: int
     interpolation: Interpolation
+    random_interpolation: bool
+    interpolation2: Interpolation
     antialias: bool
     pad_left: int
     pad_top: int

@@ -31,6 +31,7 @@ __all__ = [
     "PixelOpKind",
     "PixelPrim",
     "Status",
+    "TimmOpName",
     "WarpMode",
 ]
 
@@ -136,6 +137,38 @@ class PixelOpKind(enum.IntEnum):
     AUTO_AUGMENT = 4
     RAND_AUGMENT = 5
     TRIVIAL_AUGMENT_WIDE = 6
+    TIMM_RAND_AUGMENT = 7
+    TIMM_AUTO_AUGMENT = 8
+    TIMM_AUGMIX = 9
+
+
+class TimmOpName(enum.IntEnum):
+    """The ops of timm's augmentation policies (``timm.data.auto_augment``'s names), each with its level function."""
+
+    AUTO_CONTRAST = 0
+    EQUALIZE = 1
+    INVERT = 2
+    ROTATE = 3
+    POSTERIZE = 4
+    POSTERIZE_INCREASING = 5
+    POSTERIZE_ORIGINAL = 6
+    SOLARIZE = 7
+    SOLARIZE_INCREASING = 8
+    SOLARIZE_ADD = 9
+    COLOR = 10
+    COLOR_INCREASING = 11
+    CONTRAST = 12
+    CONTRAST_INCREASING = 13
+    BRIGHTNESS = 14
+    BRIGHTNESS_INCREASING = 15
+    SHARPNESS = 16
+    SHARPNESS_INCREASING = 17
+    SHEAR_X = 18
+    SHEAR_Y = 19
+    TRANSLATE_X = 20
+    TRANSLATE_Y = 21
+    TRANSLATE_X_REL = 22
+    TRANSLATE_Y_REL = 23
 
 
 class WarpMode(enum.IntEnum):
@@ -159,6 +192,7 @@ ENUMS: dict[str, type[enum.IntEnum]] = {
     "EntropyDecoder": EntropyDecoder,
     "PixelPrim": PixelPrim,
     "PixelOpKind": PixelOpKind,
+    "TimmOpName": TimmOpName,
     "WarpMode": WarpMode,
 }
 
@@ -189,6 +223,8 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("double", "vflip", 0.0, "probability of a vertical flip"),
         ("int", "resize", 0, "CenterCrop: shorter side before the crop (0: the largest centred box)"),
         ("Interpolation", "interpolation", "BILINEAR", "resampling filter"),
+        ("bool", "random_interpolation", False, "per image, interpolation or interpolation2 (draw 42 < 0.5: the first)"),
+        ("Interpolation", "interpolation2", "BICUBIC", "the second filter of a per-image choice"),
         ("bool", "antialias", True, "support-scaled filters when downscaling (PIL / torchvision antialias=True)"),
         ("int", "pad_left", 0, "RandomCrop: padding on the left"),
         ("int", "pad_top", 0, "RandomCrop: padding on top"),
