@@ -357,7 +357,7 @@ def sparse_iters(
 
 # --- training-iterator pairs: common/data.py at --aug-level 3, GluonCV's colour augmentation -------
 
-#: check -> minimum paired ratio the issue sets.
+#: check -> minimum paired ratio the targets set.
 TARGETS = {
     "data.py --aug-level 3: fastload / MXNet ImageRecordIter": 3.0,
     "GluonCV colour augmentation: with / without (fastload)": 1 / 1.2,

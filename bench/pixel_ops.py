@@ -47,7 +47,7 @@ TARGETS = {
     "RandAugment(2, 9)": 0.35,
     "RandomErasing(p=0.25)": 0.05,
     "MixUp(0.2) / CutMix(1.0)": 0.05,
-    # No issue sets one for the affine warp: RandAugment's bound (its ops include rotate and shear).
+    # No target is set for the affine warp: RandAugment's bound (its ops include rotate and shear).
     "RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 5)": 0.35,
 }
 PIPELINES = tuple(TARGETS)

@@ -1,7 +1,7 @@
 """Measurement stage, output: the table people read, the JSON machines read, the plot.
 
 One format for every benchmark of the project: a list of :class:`~.harness.Result` rows grouped by
-comparison, the environment they ran in, derived checks against the issues' targets, and the
+comparison, the environment they ran in, derived checks against the performance targets, and the
 optional model-step verdict. Written to ``OUT/results.json`` (and appended as one line to
 ``OUT/results.jsonl`` so runs accumulate), ``OUT/table.txt`` and ``OUT/throughput.png``.
 """
@@ -116,14 +116,14 @@ def format_table(results: Sequence[Result]) -> str:
 def format_targets(targets: Sequence[dict]) -> str:
     if not targets:
         return ""
-    lines = ["", "== issue targets (from this run)"]
+    lines = ["", "== performance targets (from this run)"]
     for t in targets:
         if t.get("value") is None:
             value, state = "-", f"not measured: {t.get('why', '')}"
         else:
             value = f"{t['value']:,.2f}{t.get('unit', '')}"
             state = "MET" if t["met"] else "not met"
-        lines.append(f"  issue {t['issue']}: {t['check']:<66} {value:>11}  target {t['target_text']:<11} {state}")
+        lines.append(f"  {t['area'] + ':':<14} {t['check']:<66} {value:>11}  target {t['target_text']:<11} {state}")
     return "\n".join(lines)
 
 

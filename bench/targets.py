@@ -71,10 +71,10 @@ def _find(
 
 
 def _check(
-    issue: int, check: str, num: Result | None, den: Result | None, target: float, absolute: bool = False
+    area: str, check: str, num: Result | None, den: Result | None, target: float, absolute: bool = False
 ) -> dict:
     row = {
-        "issue": issue,
+        "area": area,
         "check": check,
         "target": target,
         "target_text": (f">= {target:,.0f}/s" if absolute else f">= {target:.2f}x"),
@@ -107,7 +107,7 @@ def _at_most(
 ) -> dict:
     """An upper-bound check (seconds, megabytes) on one row's measurement."""
     row = {
-        "issue": 4,
+        "area": "loader",
         "check": check,
         "target": limit,
         "target_text": "-" if limit is None else f"<= {limit:,.2f}{unit}",
@@ -170,7 +170,7 @@ def _memory_checks(results: Sequence[Result]) -> list[dict]:
 
 def _scaling_ratio(results: Sequence[Result], a: str, b: str) -> dict:
     row = {
-        "issue": 3,
+        "area": "decode",
         "check": "2-thread scaling of fused train vs simplejpeg's scaling",
         "target": 0.95,
         "target_text": ">= 0.95x",
@@ -192,25 +192,25 @@ def _scaling_ratio(results: Sequence[Result], a: str, b: str) -> dict:
 def _paired_checks(paired: Sequence) -> list[dict]:
     """The single-thread decode ratios, the loader ratio and the pack/copy ratio again, from paired runs."""
     targets = {
-        "fused train 1t / simplejpeg full-size 1t": (3, 1.15),
-        "restart-indexed fused train 1t / simplejpeg full-size 1t": (7, 1.6),
-        "restart-indexed fused train 1t / plain shards 1t": (7, 1.3),
+        "fused train 1t / simplejpeg full-size 1t": ("decode", 1.15),
+        "restart-indexed fused train 1t / simplejpeg full-size 1t": ("restart index", 1.6),
+        "restart-indexed fused train 1t / plain shards 1t": ("restart index", 1.3),
     }
     out = []
     for p in paired:
         key = p.check.split(",")[0] if p.check.startswith("fastload.torch DataLoader") else p.check
         if key == "fastload.torch DataLoader restart-indexed / plain shards":
-            issue, target = 7, 1.3
+            area, target = "restart index", 1.3
         elif key == PACK_PAIR_CHECK:
-            issue, target = 2, COPY_BANDWIDTH_SHARE
+            area, target = "pack", COPY_BANDWIDTH_SHARE
         elif key in targets:
-            issue, target = targets[key]
+            area, target = targets[key]
         elif key.startswith(NORMALIZED_PAIR_CHECK.split("{t}")[0]):
-            issue, target = 15, 0.90  # the fused float write costs at most 10%
+            area, target = "output stage", 0.90  # the fused float write costs at most 10%
         else:
             continue
         row = {
-            "issue": issue,
+            "area": area,
             "check": p.check + " (paired)",
             "target": target,
             "target_text": f">= {target:.2f}x",
@@ -237,59 +237,67 @@ def evaluate(results: Sequence[Result], paired: Sequence = ()) -> list[dict]:
     loader_r = _find(results, f["loader_restart"], "pipeline")
     pack_cmd = _find(results, f["pack_fastload"], "pack", exclude="in-process")  # the whole command
     checks = [
-        _check(3, "fused train 1 thread / simplejpeg full-size decode 1 thread", train1, sj1, 1.15),
-        _check(3, "fused train 1 thread / fastest per-image Python pipeline", train1, py_best, 1.6),
+        _check("decode", "fused train 1 thread / simplejpeg full-size decode 1 thread", train1, sj1, 1.15),
+        _check("decode", "fused train 1 thread / fastest per-image Python pipeline", train1, py_best, 1.6),
         _scaling_ratio(results, f["engine_train"], f["simplejpeg"]),
-        _check(4, "fastload Loader train images/s", loader, None, 1800, absolute=True),
-        _check(4, "fastload Loader / torch DataLoader + PIL", loader, _find(results, f["torch_peer"], "pipeline"), 2.0),
+        _check("loader", "fastload Loader train images/s", loader, None, 1800, absolute=True),
         _check(
-            4,
+            "loader",
+            "fastload Loader / torch DataLoader + PIL",
+            loader,
+            _find(results, f["torch_peer"], "pipeline"),
+            2.0,
+        ),
+        _check(
+            "loader",
             "fastload Loader / engine alone, same threads",
             loader,
             _find(results, f["engine_alone"], "pipeline"),
             0.9,
         ),
         _check(
-            5,
+            "mxnet",
             "fastload.mxnet ImageRecordIter / MXNet ImageRecordIter",
             _find(results, f["mxnet_fastload"], "pipeline"),
             _find(results, f["mxnet_one"], "pipeline"),
             2.0,
         ),
         _check(
-            5,
+            "mxnet",
             "fastload.mxnet ImageRecordIter / MXNet x2 partitions",
             _find(results, f["mxnet_fastload"], "pipeline"),
             _find(results, f["mxnet_parts"], "pipeline"),
             1.3,
         ),
         _check(
-            5,
+            "mxnet",
             "fastload.mxnet NDArrayIter / mx.io.NDArrayIter, CSR batches/s",
             _find(results, "fastload.mxnet NDArrayIter", "sparse"),
             _find(results, "MXNet NDArrayIter", "sparse"),
             3.0,
         ),
-        _check(7, "restart-indexed fused train 1t / simplejpeg full-size 1t", restart1, sj1, 1.6),
-        _check(7, "restart-indexed fused train 1t / plain shards 1t", restart1, train1, 1.3),
-        _check(7, "fastload Loader on restart-indexed shards images/s", loader_r, None, 2500, absolute=True),
-        _check(7, "fastload Loader restart-indexed / plain shards", loader_r, loader, 1.3),
+        _check("restart index", "restart-indexed fused train 1t / simplejpeg full-size 1t", restart1, sj1, 1.6),
+        _check("restart index", "restart-indexed fused train 1t / plain shards 1t", restart1, train1, 1.3),
         _check(
-            2,
+            "restart index", "fastload Loader on restart-indexed shards images/s", loader_r, None, 2500, absolute=True
+        ),
+        _check("restart index", "fastload Loader restart-indexed / plain shards", loader_r, loader, 1.3),
+        _check(
+            "pack",
             "fastload pack pass-through / im2rec pass-through (its list untimed)",
             pack_cmd,
             _find(results, f["pack_im2rec"], "pack", exclude="--list"),
             5.0,
         ),
         _check(
-            2,
+            "pack",
             "fastload pack pass-through / im2rec --list + pass-through (folder to .rec)",
             pack_cmd,
             _find(results, "MXNet im2rec.py --list", "pack"),
             5.0,
         ),
         _check(
-            2,
+            "pack",
             "fastload pack --resize 256 / im2rec --resize 256",
             _find(results, f["pack_fastload"], "pack-resize"),
             _find(results, f["pack_im2rec"], "pack-resize"),
@@ -297,7 +305,7 @@ def evaluate(results: Sequence[Result], paired: Sequence = ()) -> list[dict]:
         ),
         # Both rows run in-process (no interpreter start-up).
         _check(
-            2,
+            "pack",
             PACK_PAIR_CHECK,
             _find(results, "fastload pack in-process", "pack"),
             _find(results, "copy", "pack", exclude="fsync"),

@@ -42,7 +42,7 @@ TARGETS = {
     "train, packed: fastload.torch / torch DataLoader": (">=", 3.0),
     "train, packed: float32 normalized / uint8 output, fastload.torch": (">=", 0.9),
     "eval, unpacked folder: fastload.torch / torch DataLoader": (">=", 2.5),
-    # The augmentation issue's "same pipelines in torchvision side by side: fastload at least 3x".
+    # The augmentation target: the same pipelines in torchvision side by side, fastload at least 3x.
     "train, reference recipe (TrivialAugmentWide + RandomErasing), unpacked: fastload.torch / torch": (">=", 3.0),
 }
 

@@ -48,9 +48,10 @@ class LoaderStats:
         wall: Seconds the consumer spent iterating (from asking for the first batch to taking the last).
         images_per_s: ``images / wall``.
         input_bound: Fraction of ``wall`` the consumer spent waiting for data.
-        skipped: Bad records replaced under ``on_error="skip"`` (occurrences).
+        skipped: Bad records replaced under ``on_error="skip"`` in the batches handed out (occurrences).
         backend: The decode backend that produced the pixels.
-        sliced: Images decoded through restart-interval slices (restart-indexed shards).
+        sliced: Images of the batches handed out decoded through restart-interval slices
+            (restart-indexed shards).
         slice_fallbacks: Restart-marked images whose markers did not match their claimed geometry
             and took the plain decode path instead.
         ring_slots: Slots in the batch ring now (more than ``prefetch + 2`` when the consumer kept
@@ -133,6 +134,8 @@ class StageTimer:
             self.backend = ""
             self.sliced = 0
             self.slice_fallbacks = 0
+            # (epoch, number) -> (skipped, sliced, fallbacks) of batches produced, not yet handed out.
+            self._pending: dict[tuple[int, int], tuple[int, int, int]] = {}
             self._wall = 0.0
             self._active_since: float | None = None
 
@@ -179,11 +182,23 @@ class StageTimer:
                     }
                 )
 
-    def count_slices(self, sliced: int, fallbacks: int) -> None:
-        """Add one decode call's restart-slice counters (``BatchResult.sliced`` / ``slice_fallbacks``)."""
+    def count_batch(self, key: tuple[int, int], *, skipped: int = 0, sliced: int = 0, fallbacks: int = 0) -> None:
+        """Record what producing batch ``key`` = (epoch, number) cost: bad records replaced, restart slices.
+
+        The counts join the totals when the consumer takes that batch (:meth:`consumer_took`), like
+        ``batches`` and ``images``: a producer running ahead into the next epoch does not change the
+        figures of the batches handed out so far.
+        """
+        if not (skipped or sliced or fallbacks):
+            return
         with self._lock:
-            self.sliced += int(sliced)
-            self.slice_fallbacks += int(fallbacks)
+            old = self._pending.get(key, (0, 0, 0))
+            self._pending[key] = (old[0] + int(skipped), old[1] + int(sliced), old[2] + int(fallbacks))
+
+    def drop_pending(self) -> None:
+        """Forget the counts of batches produced but never handed out (the producer was stopped)."""
+        with self._lock:
+            self._pending.clear()
 
     def consumer_active(self) -> None:
         """The consumer started asking for batches (start of its wall-clock)."""
@@ -191,8 +206,8 @@ class StageTimer:
             if self._active_since is None:
                 self._active_since = time.perf_counter()
 
-    def consumer_took(self, images: int) -> None:
-        """The consumer took a batch of ``images`` samples."""
+    def consumer_took(self, images: int, key: tuple[int, int] | None = None) -> None:
+        """The consumer took a batch of ``images`` samples (``key``: its (epoch, number))."""
         with self._lock:
             now = time.perf_counter()
             if self._active_since is not None:
@@ -200,6 +215,11 @@ class StageTimer:
             self._active_since = now
             self.batches += 1
             self.images += images
+            if key is not None and key in self._pending:
+                skipped, sliced, fallbacks = self._pending.pop(key)
+                self.skipped += skipped
+                self.sliced += sliced
+                self.slice_fallbacks += fallbacks
 
     def consumer_idle(self) -> None:
         """The consumer stopped iterating (end of an epoch, break, close)."""

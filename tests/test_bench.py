@@ -403,7 +403,7 @@ def test_run_pair_uses_whole_runs():
     r.check = "fastload.torch DataLoader restart-indexed / plain shards, 2 threads"
     checks = {c["check"]: c for c in targets.evaluate([], [r])}
     c = checks[r.check + " (paired)"]
-    assert c["issue"] == 7 and c["met"] is True and c["value"] == pytest.approx(1.5)
+    assert c["area"] == "restart index" and c["met"] is True and c["value"] == pytest.approx(1.5)
 
 
 def test_quick_bench_smoke(tmp_path):
@@ -441,7 +441,7 @@ def test_quick_bench_smoke(tmp_path):
     assert doc["paired"] and doc["paired"][0]["check"] == "fused train 1t / simplejpeg full-size 1t"
     assert doc["paired"][0]["skipped"] or doc["paired"][0]["median"] > 0
     table = (out / "table.txt").read_text()
-    assert "== train pipeline" in table and "issue targets" in table and "GPUs consume" in table
+    assert "== train pipeline" in table and "performance targets" in table and "GPUs consume" in table
     assert "== paired ratios" in table
     assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert "wrote" in proc.stdout
@@ -588,4 +588,4 @@ def test_pack_pair_alternates_pack_and_copy_and_checks_issue_2(tiny_folder, tmp_
     assert r.numerator.startswith("fastload pack_folder() in-process") and r.denominator.startswith("copy")
     assert os.listdir(tmp_path) == []  # its scratch space is gone
     c = {c["check"]: c for c in targets.evaluate([], [r])}[pack_bench.PACK_PAIR_CHECK + " (paired)"]
-    assert c["issue"] == 2 and c["target"] == targets.COPY_BANDWIDTH_SHARE and c["met"] == (r.median >= 0.8)
+    assert c["area"] == "pack" and c["target"] == targets.COPY_BANDWIDTH_SHARE and c["met"] == (r.median >= 0.8)

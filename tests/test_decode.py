@@ -534,8 +534,6 @@ def test_set_threads_resizes_the_pool(photos, monkeypatch):
 def test_restart_sliced_decode_matches_plain_decode(monkeypatch):
     from fastload import _engine
 
-    if not hasattr(_engine, "add_restart_markers"):
-        pytest.skip("engine built without the restart-index functions")
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     sizes = [(403, 351, "4:2:0"), (500, 375, "4:2:2"), (333, 250, "4:4:4"), (257, 300, "4:2:0")]
     originals = [make_jpeg(w, h, subsampling=s, seed=30 + i) for i, (w, h, s) in enumerate(sizes)]

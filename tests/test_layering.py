@@ -125,6 +125,17 @@ def test_arrows_point_down(lower, higher):
     assert wrong == []
 
 
+def test_one_module_loads_the_engine():
+    """fastload/engine.py alone imports the extension, and it imports nothing of fastload: every
+    stage that calls the engine (records, pack, transforms, decode) sits above it."""
+    modules = _modules()
+    loaders = sorted(
+        name for name, path in modules.items() if any(t == "fastload._engine" for t, _ in _imports(path, modules))
+    )
+    assert loaders == ["fastload.engine"]
+    assert _graph()["fastload.engine"] == set()
+
+
 def test_only_the_cli_parses_arguments():
     """Every ``argparse`` use in the package is in fastload/cli/ (bench/ registers its own parser)."""
     users = sorted(

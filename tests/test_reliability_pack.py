@@ -131,12 +131,30 @@ def _wait_for(predicate, timeout: float = 60.0) -> bool:
     return False
 
 
-def _partial_written(out: Path) -> bool:
+def _partial_bytes(out: Path) -> int:
+    """The size of the largest shard being written in OUT's staging folder (0 if none yet)."""
     staging = out / ".fastload-staging"
     try:
-        return any(p.name.endswith(".partial") and p.stat().st_size > 0 for p in staging.iterdir())
+        return max((p.stat().st_size for p in staging.iterdir() if p.name.endswith(".partial")), default=0)
+    except OSError:
+        return 0
+
+
+def _partial_written(out: Path) -> bool:
+    return _partial_bytes(out) > 0
+
+
+def _running_pack(proc: subprocess.Popen) -> bool:
+    """True once the child has exec'd the pack command.
+
+    Between fork and exec the child still runs the parent's interpreter, whose SIGINT handler only
+    sets a flag that the exec then discards: a signal sent then is lost and the pack runs to the end.
+    """
+    try:
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    return argv[1:4] == [b"-m", b"fastload", b"pack"]
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
@@ -167,16 +185,16 @@ def test_ctrl_c_stops_a_pack_at_any_stage(tiny_folder, tmp_path, moment):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        if moment == "starting":
-            time.sleep(0.2)  # imports and the walk of the tree
+        # Each moment is a state of the pack seen from outside, waited for with a deadline.
+        assert _wait_for(lambda: _running_pack(proc))
+        if moment == "starting":  # the interpreter's start-up, the imports and the walk of the tree
+            pass
         elif moment == "converting":  # the converter threads at work (the first files include the FIFO)
             assert _wait_for(lambda: (out / ".fastload-staging").is_dir())
-            time.sleep(0.3)
         elif moment == "writing":
             assert _wait_for(lambda: _partial_written(out))
-        else:
-            assert _wait_for(lambda: _partial_written(out))
-            time.sleep(0.5)
+        else:  # well into the shard: about a tenth of the images written
+            assert _wait_for(lambda: _partial_bytes(out) > 500_000)
         assert proc.poll() is None, "the pack ended before it could be interrupted"
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)

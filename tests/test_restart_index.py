@@ -13,8 +13,6 @@ from PIL import Image
 from conftest import make_jpeg
 
 _engine = pytest.importorskip("fastload._engine")
-if not hasattr(_engine, "add_restart_markers"):
-    pytest.skip("fastload._engine was built without the restart-index functions", allow_module_level=True)
 
 _RST = re.compile(rb"\xff[\xd0-\xd7]")
 

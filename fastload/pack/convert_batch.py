@@ -12,6 +12,7 @@ import errno
 
 import xxhash
 
+from fastload.engine import unavailable_reason
 from fastload.errors import UserError
 from fastload.pack.convert import Converted, ConvertOptions, convert_images
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch
@@ -45,10 +46,7 @@ def resolve_transcoder(options: PackOptions) -> RestartTranscoder | None:
     if not options.restart_index:
         return None
     if not restart_available():
-        raise UserError(
-            "--restart-index needs the C++ engine (fastload._engine.add_restart_markers), "
-            "which is not built; build it with `python setup.py build_ext --inplace`"
-        )
+        raise UserError(f"--restart-index needs the C++ engine: {unavailable_reason()}")
     # Verifies the first image and one in 16 (every image with --verify); raises ValueError for an
     # image it cannot transcode, which convert_image stores unchanged and counts as not indexed.
     return RestartTranscoder(options.restart_config())

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import xxhash
 
+from fastload.engine import native
 from fastload.pack.convert import Converted, jpeg_frame_size, too_many_pixels
 from fastload.records import recordio
 from fastload.records.folder_tree import SourceItem
@@ -76,11 +77,8 @@ def engine_framing() -> Any | None:
     """
     if os.environ.get("FASTLOAD_PACK_FRAMING", "").lower() == "python":
         return None
-    try:
-        import fastload._engine as _engine
-    except ImportError:
-        return None
-    return getattr(_engine, "frame_files", None)
+    engine = native()
+    return None if engine is None else engine.frame_files
 
 
 class FramedBatch:

@@ -30,6 +30,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from fastload.engine import native, unavailable_reason
+
 __all__ = [
     "RestartIndexConfig",
     "RestartIndexError",
@@ -87,20 +89,14 @@ class RestartIndexConfig:
 
 
 def _engine() -> Any:
-    try:
-        import fastload._engine as _engine
-    except ImportError as exc:
-        raise RestartIndexError(
-            "restart indexing needs the C++ engine (fastload._engine), which is not built: "
-            "build it with `python setup.py build_ext --inplace` against libjpeg-turbo"
-        ) from exc
-    if not hasattr(_engine, "add_restart_markers"):
-        raise RestartIndexError("this build of fastload._engine has no restart-index functions")
-    return _engine
+    engine = native()
+    if engine is None:
+        raise RestartIndexError(f"restart indexing needs the C++ engine: {unavailable_reason()}")
+    return engine
 
 
 def available() -> bool:
-    """Whether the C++ engine with the restart-index functions is importable."""
+    """Whether the C++ engine (which has the restart-index functions) is loaded."""
     try:
         _engine()
     except RestartIndexError:

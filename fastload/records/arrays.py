@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from fastload.engine import native
 from fastload.errors import CorruptDatasetError, CorruptRecordError, UserError
 from fastload.records.containment import contained_path, show_name
 from fastload.records.manifest import read_json_manifest
@@ -154,12 +155,9 @@ class NpyShard:
 
 
 def _engine_gather() -> Any | None:
-    """The engine's ``gather_rows`` (one GIL-free call per batch) when the C++ extension is built."""
-    try:
-        import fastload._engine as _engine
-    except ImportError:
-        return None
-    return getattr(_engine, "gather_rows", None)
+    """The engine's ``gather_rows`` (one GIL-free call per batch) when the C++ extension is loaded."""
+    engine = native()
+    return None if engine is None else engine.gather_rows
 
 
 _GATHER = _engine_gather()

@@ -12,7 +12,12 @@ engine::
 
 Modules, one job each:
 
-- :mod:`fastload.torch.dataloader`: :class:`DataLoader` (a subclass of torch's) and its iterator;
+- :mod:`fastload.torch.dataloader`: :class:`DataLoader` (a subclass of torch's), its argument checks
+  and its ``state_dict`` / ``load_state_dict``;
+- :mod:`fastload.torch.planning`: what a pass runs in the engine (the compiled plan, the output
+  extras, the :class:`~fastload.loader.Loader` behind it);
+- :mod:`fastload.torch.iteration`: one pass on the engine, batches collated as torch's;
+- :mod:`fastload.torch.state`: the sampler and generator states, the worker-like RNG scope;
 - :mod:`fastload.torch.compile`: torchvision / timm transforms -> fastload engine ops (table-driven;
   :mod:`~fastload.torch.compile_plan`, :mod:`~fastload.torch.compile_torchvision`,
   :mod:`~fastload.torch.compile_timm`);

@@ -211,7 +211,8 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def load_image(self, index: int):
         """The record's image, decoded to RGB: a ``PIL.Image`` (as torchvision's ``pil_loader``)."""
-        from fastload.decode import DecodeOptions, _Failure, _pillow_open_rgb
+        from fastload.decode import DecodeOptions
+        from fastload.decode.pillow import _Failure, _pillow_open_rgb
         from fastload.errors import DecodeError
 
         i = self._check(index)

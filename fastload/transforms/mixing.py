@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fastload.engine import pixel_engine
 from fastload.transforms.pixel import BATCH_OPS_COUNTER_BASE, normal, randint
 from fastload.transforms.rng import sample_key, uniform
 
@@ -363,16 +364,6 @@ def mix_labels(
     return MixResult(soft, params)
 
 
-def _engine():
-    if os.environ.get("FASTLOAD_DECODER", "").strip().lower() == "pillow":
-        return None
-    try:
-        import fastload._engine as engine
-    except ImportError:
-        return None
-    return engine if hasattr(engine, "mix_batch") else None
-
-
 def mix_batch(
     images: np.ndarray,
     labels: np.ndarray,
@@ -420,7 +411,7 @@ def mix_batch(
     params = sample_mix(mix, sample_key(int(seed), int(epoch), int(first_index)), h, w)
     if n == 0:
         return MixResult(onehot if out is None else out, params)
-    engine = _engine()
+    engine = pixel_engine()
     if engine is None:
         soft = _reference(images, onehot, params, nchw)
         if out is None:

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from fastload.engine import pixel_engine
 from fastload.engine_abi import PixelOpKind
 from fastload.transforms.pipeline import ERASE_COUNTER_BASE, OP_COUNTER_STRIDE, op_counter_base
 from fastload.transforms.rng import uniform
@@ -181,17 +181,6 @@ def apply_pixel_ops(image: np.ndarray, ops: Sequence[PixelOp], key: int) -> tupl
     return image, params
 
 
-def _engine():
-    """The native engine when it is built and not switched off (``FASTLOAD_DECODER=pillow``)."""
-    if os.environ.get("FASTLOAD_DECODER", "").strip().lower() == "pillow":
-        return None
-    try:
-        import fastload._engine as engine
-    except ImportError:
-        return None
-    return engine if hasattr(engine, "pixel_ops_batch") else None
-
-
 @functools.lru_cache(maxsize=256)
 def _engine_fields(op: PixelOp, height: int, width: int) -> dict[str, Any]:
     # The policies' tables (magnitudes, a warp matrix per bin and sign) take milliseconds to build:
@@ -239,7 +228,7 @@ def run_pixel_ops_batch(
     idx = np.ascontiguousarray(np.asarray(indices), dtype=np.int64)
     if idx.shape != (images.shape[0],):
         raise ValueError(f"indices must hold one index per image ({images.shape[0]})")
-    engine = _engine()
+    engine = pixel_engine()
     mask = (1 << 64) - 1
     if engine is None:
         params = []
