@@ -223,7 +223,7 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("double", "vflip", 0.0, "probability of a vertical flip"),
         ("int", "resize", 0, "CenterCrop: shorter side before the crop (0: the largest centred box)"),
         ("Interpolation", "interpolation", "BILINEAR", "resampling filter"),
-        ("bool", "random_interpolation", False, "per image, interpolation or interpolation2 (draw 42 < 0.5: the first)"),
+        ("bool", "random_interpolation", False, "per image: interpolation (draw 42 < 0.5) or interpolation2"),
         ("Interpolation", "interpolation2", "BICUBIC", "the second filter of a per-image choice"),
         ("bool", "antialias", True, "support-scaled filters when downscaling (PIL / torchvision antialias=True)"),
         ("int", "pad_left", 0, "RandomCrop: padding on the left"),

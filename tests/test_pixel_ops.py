@@ -303,7 +303,10 @@ def _ops_cases():
                 interpolation="bicubic",
             ),
             TimmAutoAugment(
-                subpolicies=((("Rotate", 0.8, 8), ("ShearX", 0.6, 5)), (("SolarizeAdd", 0.9, 3), ("Posterize", 1.0, 0))),
+                subpolicies=(
+                    (("Rotate", 0.8, 8), ("ShearX", 0.6, 5)),
+                    (("SolarizeAdd", 0.9, 3), ("Posterize", 1.0, 0)),
+                ),
                 magnitude_std=1.0,
                 interpolation="nearest",
             ),

@@ -61,7 +61,7 @@ class FileRecords:
     def locate(self, i: int) -> str:
         return self.paths[int(i)]
 
-    def will_need(self, indices) -> None:
+    def will_need(self, indices: Any) -> None:
         """``posix_fadvise(WILLNEED)`` on each file: the kernel reads them ahead while we decode."""
         if not hasattr(os, "posix_fadvise"):
             return
@@ -157,7 +157,7 @@ class TarMemberRecords:
         m = self.members[int(i)]
         return f"{m.tar} member {m.name}"
 
-    def will_need(self, indices) -> None:
+    def will_need(self, indices: Any) -> None:
         """``posix_fadvise(WILLNEED)`` on each member's bytes."""
         if not hasattr(os, "posix_fadvise"):
             return

@@ -51,7 +51,9 @@ def _random_resized_crop(state: CompileState, ops: Sequence[Any], i: int) -> int
         names.append(resample_fields(state, _Interp(mode), RandomResizedCrop)["interpolation"])
     if len(names) > 1 and len(set(names)) != len(names):
         raise Unsupported(f"a random choice among repeated filters {names}")
-    interpolation: str | tuple[str, ...] = names[0] if len(names) == 1 else tuple(names)
+    if len(names) > 2:
+        raise Unsupported(f"a random choice among {len(names)} filters (the engine draws one of two)")
+    interpolation: str | tuple[str, str] = names[0] if len(names) == 1 else (names[0], names[1])
     try:
         geo = RandomResizedCrop(
             size=size_pair(op.size, "RandomResizedCropAndInterpolation"),

@@ -143,7 +143,7 @@ class RandomErasing:
         if not self.random_value:
             values = self.channel_values()
             if self.random_color:
-                values = tuple(self._noise(key, k, dtype) for k in range(3))
+                values = (self._noise(key, 0, dtype), self._noise(key, 1, dtype), self._noise(key, 2, dtype))
             return np.broadcast_to(np.asarray(values, np.float64)[:, None, None], (3, eh, ew))
         vals = [self._noise(key, k, dtype) for k in range(3 * eh * ew)]
         return np.asarray(vals, np.float64).reshape(3, eh, ew)
