@@ -10,7 +10,8 @@ AugMix), random erasing (``--reprob``, ``--remode``, in the prefetcher), ``--mix
 (FastCollateMixup with the prefetcher, ``Mixup`` in the loop without), SoftTargetCrossEntropy under
 mixing, then a validation pass. It records the training batches (shape, dtype, targets), the
 validation images and targets, the loader's class and the warnings; with ``--bench OUT.json`` it
-times instead: two passes of its train loader alone (the second timed) and one training epoch.
+times instead: two passes of its train loader alone (the second timed; with the prefetcher also one
+pass of the DataLoader inside it) and one training epoch.
 
 Usage: ``python timm_train.py DATA OUT [--aa rand-m9-mstd0.5-inc1] [--reprob 0.25] [--mixup 0.8]
 [--no-prefetcher] [-b 8] [-j 2] [--size 64] [--bench OUT.json]``
@@ -119,13 +120,19 @@ def main():
             for input, target in loader_train:
                 loader_n += input.shape[0]
             loader_s = time.perf_counter() - t0
+        timings = {}
+        if inner is not loader_train:  # the prefetcher's own work aside: the DataLoader alone
+            t0, n = time.perf_counter(), 0
+            for input, target in inner:
+                n += input.shape[0]
+            timings.update(inner_images=n, inner_seconds=time.perf_counter() - t0)
         t0 = time.perf_counter()
         epoch_n = train_one_epoch(model, loader_train, optimizer, loss_fn, mixup_fn, prefetcher, device, None)
         epoch_s = time.perf_counter() - t0
         with open(args.bench, "w") as fh:
             json.dump({"loader_images": loader_n, "loader_seconds": loader_s, "epoch_images": epoch_n,
                        "epoch_seconds": epoch_s, "loader": f"{type(inner).__module__}.{type(inner).__name__}",
-                       "warnings": caught}, fh)
+                       "warnings": caught, **timings}, fh)
         return
 
     seen = []
