@@ -11,19 +11,19 @@ STAMP    := $(VENV)/.fastload-installed
 DEMO     ?= demo-out
 COUNT    ?= 1000
 
-.PHONY: demo test test-pillow lint sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean
+.PHONY: demo test test-pillow lint stub docs sanitize wheel wheel-smoke system-deps venv build bench bench-quick clean device-check
 
 system-deps:
 	@bash tools/install_system_deps.sh
 
-$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.cpp csrc/*.h)
+$(STAMP): setup.py pyproject.toml $(wildcard csrc/*/*.cpp csrc/*/*.h)
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip wheel setuptools pybind11
 	# torch first and pinned: these versions are local wheels (a CUDA build that runs on the CPU);
 	# torchvision does not import beside the CPU-only 2.13.0 wheel, and a bare "torch" would download.
 	$(VPY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench,dev]"
+	$(VPY) -m pip install -q --no-build-isolation -e ".[torch,mxnet,test,bench,dev,docs,ingest]"
 	$(VPY) -m fastload info
 	@touch $(STAMP)
 
@@ -45,11 +45,26 @@ test: $(STAMP)
 test-pillow: $(STAMP)
 	FASTLOAD_DECODER=pillow $(VPY) -m pytest -q tests
 
-# ruff and mypy over the scope pyproject.toml gives them (the same hooks as .pre-commit-config.yaml).
+# ruff and mypy over the scope pyproject.toml gives them (the same hooks as .pre-commit-config.yaml);
+# the engine's stub: generated from fastload/engine_abi.py (the committed one must be that output) and
+# checked against the built engine by mypy's stubtest; the C++ sources against .clang-format.
+CSRC := $(sort $(wildcard csrc/*/*.cpp csrc/*/*.h))
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VPY) setup.py -q abi_stub --check
+	$(VPY) -m mypy.stubtest fastload._engine --mypy-config-file tools/stubtest.ini
+	$(VENV)/bin/clang-format --dry-run --Werror $(CSRC)
+
+# The engine's stub fastload/_engine.pyi, regenerated from fastload/engine_abi.py.
+stub:
+	$(VPY) setup.py -q abi_stub
+
+# The docs site (mkdocs.yml: MkDocs + Material, the API reference from the docstrings by mkdocstrings)
+# into site/; --strict fails on a broken link, a missing page or an API name that does not resolve.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The engine built with AddressSanitizer + UndefinedBehaviorSanitizer (setup.py's FASTLOAD_SANITIZE=1)
 # in build/sanitize/, a copy of the checkout (which keeps its normal build), then the tests that drive
@@ -88,5 +103,18 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(VENV)/bin/fastload bench --quick --out bench-out
 
+# Every GPU path and the scaling with cores, on a GPU machine (docs/gpu.md): builds the engine for the
+# machine's Python against the carried libjpeg-turbo (tools/prepare_device_carry.sh makes .device/),
+# installs the carried wheels aside, generates the dataset, runs the parts, writes
+# $(DEVICE_CHECK_OUT)/device-check.json and .md. DRY_RUN=1 (automatic without CUDA): CPU devices,
+# tiny sizes, the same code. PARTS=h2d,train_step runs a subset. Never touches the venv's packages.
+DEVICE_PY         ?= $(if $(wildcard $(VPY)),$(VPY),$(PY))
+DEVICE_CHECK_OUT  ?= build/device-check
+DEVICE_CHECK_DATA ?= build/device-check-data
+DEVICE_CARRY      ?= .device
+device-check:
+	$(DEVICE_PY) -m bench.device_check --out $(DEVICE_CHECK_OUT) --data $(DEVICE_CHECK_DATA) --carry $(DEVICE_CARRY) \
+		$(if $(filter-out 0,$(DRY_RUN)),--dry-run) $(if $(PARTS),--parts $(PARTS))
+
 clean:
-	rm -rf build dist *.egg-info fastload/*.so $(DEMO) bench-out
+	rm -rf build dist *.egg-info fastload/*.so $(DEMO) bench-out site

@@ -14,8 +14,9 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import ClassVar
 
-from setuptools import setup
+from setuptools import Command, setup
 from setuptools.command.build_ext import build_ext
 
 USUAL_PREFIXES = ["/usr", "/usr/local", "/opt/libjpeg-turbo", "/opt/homebrew", "/opt/local"]
@@ -55,7 +56,17 @@ def _from_prefix(prefix):
     ]
     if not libdirs:
         return None
-    return {"include_dirs": [inc], "library_dirs": libdirs, "libraries": ["jpeg"], "how": f"prefix {prefix}"}
+    # Debian's packages put jconfig.h in include/<triplet>/, which the compiler searches by itself only
+    # under /usr/include: a prefix unpacked elsewhere (`dpkg -x`) must name it.
+    multiarch = sorted(
+        d for d in glob.glob(os.path.join(inc, "*-linux-gnu")) if os.path.isfile(os.path.join(d, "jconfig.h"))
+    )
+    return {
+        "include_dirs": [inc, *multiarch],
+        "library_dirs": libdirs,
+        "libraries": ["jpeg"],
+        "how": f"prefix {prefix}",
+    }
 
 
 def _from_pkg_config():
@@ -123,10 +134,28 @@ def find_libjpeg_turbo():
 
 
 # ---- the native boundary's generated declarations ---------------------------------------------
-# fastload/engine_abi.py holds the one definition of every enum and parameter struct that crosses
-# the Python/C++ boundary; the C++ side is generated from it at build time (never copied by hand).
+# fastload/engine_abi.py holds the one definition of every enum, parameter struct and function of
+# the Python/C++ boundary; the C++ header and the type stub are generated from it (never copied by
+# hand): the header at build time, the stub by `setup.py abi_stub` (committed; `--check` compares).
 
 ABI_SOURCE = os.path.join("fastload", "engine_abi.py")
+STUB_PATH = os.path.join("fastload", "_engine.pyi")
+
+_SCALARS = {
+    "bool": ("bool", "bool"),
+    "int": ("int", "int"),
+    "int64": ("long long", "int"),
+    "uint64": ("uint64_t", "int"),
+    "uint8": ("uint8_t", "int"),
+    "float": ("float", "float"),
+    "double": ("double", "float"),
+}
+
+
+def _load_abi(source=ABI_SOURCE):
+    import runpy
+
+    return runpy.run_path(source)
 
 
 def _camel(name):
@@ -134,36 +163,105 @@ def _camel(name):
     return "k" + "".join(part.capitalize() for part in name.split("_"))
 
 
-def _cpp_default(ctype, value, enums):
-    if ctype == "bool":
-        return "true" if value else "false"
-    if ctype in ("int", "int64"):
-        return str(int(value))
-    if ctype == "double":
-        return repr(float(value))
-    if ctype == "double3":
-        return "{" + ", ".join(repr(float(v)) for v in value) + "}"
-    if ctype in enums:
-        return f"{ctype}::{_camel(value)}"
+def _parse_type(ctype, abi):
+    """('scalar' | 'enum' | 'struct', name) / ('array', element, n) / ('list', element type)."""
+    if ctype.startswith("list[") and ctype.endswith("]"):
+        return ("list", ctype[5:-1])
+    if ctype.endswith("]") and "[" in ctype:
+        element, n = ctype[:-1].split("[")
+        if element not in _SCALARS or element == "bool":
+            raise ValueError(f"{ABI_SOURCE}: arrays hold numbers, not {element!r}")
+        return ("array", element, int(n))
+    if ctype in _SCALARS:
+        return ("scalar", ctype)
+    if ctype in abi["ENUMS"]:
+        return ("enum", ctype)
+    if ctype in abi["STRUCTS"]:
+        return ("struct", ctype)
     raise ValueError(f"{ABI_SOURCE}: unknown field type {ctype!r}")
 
 
+def _cpp_type(ctype, abi):
+    kind = _parse_type(ctype, abi)
+    if kind[0] == "list":
+        return f"std::vector<{_cpp_type(kind[1], abi)}>"
+    if kind[0] == "array":
+        return f"std::array<{_SCALARS[kind[1]][0]}, {kind[2]}>"
+    return _SCALARS[ctype][0] if kind[0] == "scalar" else ctype
+
+
+def _stub_type(ctype, abi):
+    kind = _parse_type(ctype, abi)
+    if kind[0] == "list":
+        return f"list[{_stub_type(kind[1], abi)}]"
+    if kind[0] == "array":
+        return f"list[{_SCALARS[kind[1]][1]}]"
+    return _SCALARS[ctype][1] if kind[0] == "scalar" else ctype
+
+
+def _cpp_number(element, value):
+    if element == "bool":
+        return "true" if value else "false"
+    if element in ("float", "double"):
+        text = repr(float(value))
+        return text + "f" if element == "float" else text
+    return str(int(value))
+
+
+def _cpp_default(ctype, value, abi):
+    kind = _parse_type(ctype, abi)
+    if kind[0] == "scalar":
+        return _cpp_number(ctype, value)
+    if kind[0] == "enum":
+        return f"{ctype}::{_camel(value)}"
+    if kind[0] == "array":
+        if len(value) != kind[2]:
+            raise ValueError(f"{ABI_SOURCE}: default {value!r} of a {ctype} needs {kind[2]} values")
+        return "{" + ", ".join(_cpp_number(kind[1], v) for v in value) + "}"
+    if value not in (None, ()):
+        raise ValueError(f"{ABI_SOURCE}: a {ctype} field defaults to its own defaults (None or ())")
+    return "{}"
+
+
 def _c_string(text):
-    return text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _doc_line(cls):
+    return (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+
+
+def _cpp_arg_default(value, abi):
+    import enum
+
+    if value is None:
+        return "py::none()"
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}::{_camel(value.name)}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return _c_string(value)
+    raise ValueError(f"{ABI_SOURCE}: no C++ spelling for the default {value!r}")
 
 
 def abi_header_text(source=ABI_SOURCE):
-    """The C++ header generated from fastload/engine_abi.py: enum classes, structs, X-macro lists."""
-    import runpy
+    """The C++ header generated from fastload/engine_abi.py.
 
-    abi = runpy.run_path(source)
+    Enum classes, structs (with ``==``), X-macro lists of both, each function's ``py::arg`` list
+    (``FASTLOAD_ABI_ARGS_<name>``) and docstring (``abi_doc::<name>``).
+    """
+    abi = _load_abi(source)
     enums, structs = abi["ENUMS"], abi["STRUCTS"]
-    types = {"bool": "bool", "int": "int", "int64": "long long", "double": "double", "double3": "std::array<double, 3>"}
     lines = [
         f"// Generated by setup.py from {ABI_SOURCE}: edit that file, not this one.",
         "#pragma once",
         "",
         "#include <array>",
+        "#include <cstdint>",
+        "#include <vector>",
         "",
         "namespace fastload {",
         "",
@@ -184,19 +282,40 @@ def abi_header_text(source=ABI_SOURCE):
             + " ".join(f'X({name}, {_camel(m.name)}, "{m.name}")' for m in members)
         )
         lines.append("")
+    lines.append(
+        "#define FASTLOAD_ABI_ENUMS(X) " + " ".join(f"X({n}, {_c_string(_doc_line(c))})" for n, c in enums.items())
+    )
+    lines.append("")
+    docs = abi["STRUCT_DOCS"]
     for name, fields in structs.items():
         lines.append(f"struct {name} {{")
         for ctype, field, default, doc in fields:
-            if ctype not in types and ctype not in enums:
-                raise ValueError(f"{ABI_SOURCE}: {name}.{field} has unknown type {ctype!r}")
-            lines.append(f"  {types.get(ctype, ctype)} {field} = {_cpp_default(ctype, default, enums)};  // {doc}")
+            lines.append(f"  {_cpp_type(ctype, abi)} {field} = {_cpp_default(ctype, default, abi)};  // {doc}")
         lines.append("};")
+        compare = " && ".join(f"a.{f[1]} == b.{f[1]}" for f in fields)
+        lines.append(f"inline bool operator==(const {name}& a, const {name}& b) {{ return {compare}; }}")
+        lines.append(f"inline bool operator!=(const {name}& a, const {name}& b) {{ return !(a == b); }}")
         lines.append(
             f"#define FASTLOAD_ABI_FIELDS_{name}(X) "
-            + " ".join(f'X({name}, {f[1]}, "{_c_string(f[3])}")' for f in fields)
+            + " ".join(f"X({name}, {f[1]}, {_c_string(f[3])})" for f in fields)
         )
         lines.append("")
-    lines += ["}  // namespace fastload", ""]
+    lines.append("#define FASTLOAD_ABI_STRUCTS(X) " + " ".join(f"X({n}, {_c_string(docs[n])})" for n in structs))
+    lines.append("")
+    lines.append("// Each function's py::arg list (glue files expand these where `py` is pybind11).")
+    for name, fn in abi["FUNCTIONS"].items():
+        args = []
+        for p in fn.params:
+            arg = f'py::arg("{p.name}")'
+            if p.default is not ...:
+                arg += f" = {_cpp_arg_default(p.default, abi)}"
+            args.append(arg)
+        lines.append(f"#define FASTLOAD_ABI_ARGS_{name} " + ", ".join(args))
+    lines.append("")
+    lines.append("namespace abi_doc {")
+    for name, fn in abi["FUNCTIONS"].items():
+        lines.append(f"constexpr const char {name}[] = {_c_string(fn.doc)};")
+    lines += ["}  // namespace abi_doc", "", "}  // namespace fastload", ""]
     return "\n".join(lines)
 
 
@@ -214,6 +333,102 @@ def write_abi_header(directory):
     with open(path, "w") as fh:
         fh.write(text)
     return path
+
+
+_STUB_HEAD = f"""# Generated by `setup.py abi_stub` from {ABI_SOURCE}: edit that file, not this one.
+# Type stub of fastload._engine, the C++ engine (csrc/glue/ binds it). Its enums are enum.IntEnum
+# classes (pybind11's native_enum), its structs plain classes with typed fields; mypy's stubtest
+# checks this stub against the built engine (`make lint`).
+import enum
+from collections.abc import Sequence
+from typing import Any, ClassVar, type_check_only
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer
+
+@type_check_only
+class _PybindType(type):
+    \"\"\"pybind11's metaclass of bound classes (pybind11_builtins.pybind11_type).\"\"\"
+"""
+
+
+def _stub_default(value):
+    import enum
+
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    return repr(value)
+
+
+def _stub_def(name, params, returns):
+    """A `def` line as ruff formats it in a stub.
+
+    One line; else the parameters on one indented line; else one parameter per line, trailing comma.
+    """
+    one = f"def {name}({', '.join(params)}) -> {returns}: ..."
+    if len(one) <= 120:
+        return [one]
+    inner = "    " + ", ".join(params)
+    if len(inner) <= 120:
+        return [f"def {name}(", inner, f") -> {returns}: ..."]
+    return [f"def {name}(", *[f"    {p}," for p in params], f") -> {returns}: ..."]
+
+
+def abi_stub_text(source=ABI_SOURCE):
+    """The type stub fastload/_engine.pyi generated from fastload/engine_abi.py."""
+    abi = _load_abi(source)
+    lines = [_STUB_HEAD]
+    for name, cls in abi["ENUMS"].items():
+        lines.append(f"class {name}(enum.IntEnum):")
+        lines.append("    __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule")
+        lines += [f"    {m.name} = {int(m)}" for m in cls]
+        lines.append("")
+    for name, fields in abi["STRUCTS"].items():
+        lines.append(f"class {name}(metaclass=_PybindType):")
+        lines += [f"    {field}: {_stub_type(ctype, abi)}" for ctype, field, _default, _doc in fields]
+        lines.append("    __hash__: ClassVar[None]  # type: ignore[assignment]")
+        lines.append("    def __init__(self) -> None: ...")
+        lines.append("    def __eq__(self, other: object) -> bool: ...")
+        lines.append("")
+    for name, fn in abi["FUNCTIONS"].items():
+        params = [
+            f"{p.name}: {p.type}" + ("" if p.default is ... else f" = {_stub_default(p.default)}") for p in fn.params
+        ]
+        lines += _stub_def(name, params, fn.returns)
+    return "\n".join(lines) + "\n"
+
+
+class AbiStub(Command):
+    """`setup.py abi_stub`: writes fastload/_engine.pyi; `--check` fails when the committed one differs."""
+
+    description = "generate fastload/_engine.pyi from fastload/engine_abi.py (--check: compare only)"
+    user_options: ClassVar[list] = [("check", None, "fail when the committed stub differs from the generated one")]
+    boolean_options: ClassVar[list] = ["check"]
+
+    def initialize_options(self):
+        """No options by default: write the stub."""
+        self.check = False
+
+    def finalize_options(self):
+        """Nothing to derive."""
+
+    def run(self):
+        """Write, or compare with, the committed stub."""
+        text = abi_stub_text()
+        try:
+            with open(STUB_PATH) as fh:
+                current = fh.read()
+        except OSError:
+            current = None
+        if current == text:
+            _say(f"{STUB_PATH} is up to date")
+            return
+        if self.check:
+            raise SystemExit(f"{STUB_PATH} differs from the one generated from {ABI_SOURCE}: run `setup.py abi_stub`")
+        with open(STUB_PATH, "w") as fh:
+            fh.write(text)
+        _say(f"wrote {STUB_PATH}")
 
 
 def _sanitizer_flags():
@@ -250,6 +465,8 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # the install must still succeed; the fallback is reported at runtime
+            if os.environ.get("FASTLOAD_REQUIRE_EXTENSION") == "1":
+                raise
             _say(f"C++ engine build failed ({exc}); fastload will use the Pillow decode path")
 
     def build_extension(self, ext):
@@ -278,18 +495,21 @@ def extensions():
             raise SystemExit("FASTLOAD_REQUIRE_EXTENSION=1 but libjpeg-turbo was not found")
         return []
     try:
-        from pybind11.setup_helpers import Pybind11Extension
+        from pybind11.setup_helpers import ParallelCompile, Pybind11Extension
     except ImportError:
         _say("pybind11 is not installed in the build environment; building without the C++ engine")
         return []
-    sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+    # FASTLOAD_BUILD_JOBS=N compiles the engine's sources on N threads (0: every core); unset, one at
+    # a time as before (setuptools' own --parallel only runs whole extensions side by side).
+    ParallelCompile("FASTLOAD_BUILD_JOBS", default=1).install()
+    sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
     sanitize_compile, sanitize_link = _sanitizer_flags()
     return [
         Pybind11Extension(
             "fastload._engine",
             sources,
             # Headers and the ABI definition too: editing any of them rebuilds the engine.
-            depends=[*sorted(glob.glob(os.path.join("csrc", "*.h"))), ABI_SOURCE],
+            depends=[*sorted(glob.glob(os.path.join("csrc", "**", "*.h"), recursive=True)), ABI_SOURCE],
             include_dirs=jpeg["include_dirs"] + ["csrc"],
             library_dirs=jpeg["library_dirs"],
             libraries=jpeg["libraries"],
@@ -304,6 +524,6 @@ def extensions():
 
 setup(
     ext_modules=extensions(),
-    cmdclass={"build_ext": OptionalBuildExt},
+    cmdclass={"build_ext": OptionalBuildExt, "abi_stub": AbiStub},
     zip_safe=False,
 )

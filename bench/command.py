@@ -1,4 +1,4 @@
-"""Measurement stage, entry point: ``fastload bench``, every benchmark of the project in one run.
+"""Benchmarks, entry point: ``fastload bench``, every benchmark of the project in one run.
 
 ``fastload bench [DATASET] [--quick] [--suite ...] [--out DIR] [--peer-python NAME=PYTHON ...]
 [--model-step MS --gpus N --target IPS]`` prepares the dataset (generated when none is given),
@@ -38,7 +38,7 @@ from .targets import FAMILIES, evaluate
 
 __all__ = ["SUITES", "BenchOptions", "add_parser", "bench_main", "run_bench"]
 
-SUITES = ("all", "stages", "peers", "pack", "decode", "loader", "mxnet")
+SUITES = ("all", "stages", "peers", "pack", "decode", "loader", "mxnet", "slow-disk")
 _GROUPS_OF_SUITE = {
     "all": ("read", "decode", "pipeline", "eval", "sparse", "h2d", "pack", "startup", "memory"),
     "stages": ("read", "decode", "pipeline", "eval", "h2d"),
@@ -47,6 +47,7 @@ _GROUPS_OF_SUITE = {
     "decode": ("decode",),
     "loader": ("pipeline", "startup", "memory"),
     "mxnet": ("pipeline", "sparse"),
+    "slow-disk": (),  # its own run: cold epochs from a throttled device (bench/slow_disk.py)
 }
 
 
@@ -68,6 +69,7 @@ class BenchOptions:
         model_step: Milliseconds per step, or ``module:function`` to time.
         gpus: GPUs fed by one host (for ``model_step``).
         target: Images/s fastload must deliver (default: what the GPUs consume).
+        profiles: Device profiles of ``--suite slow-disk`` (``hdd``, ``cloud-disk``, ``ssd-lite``).
         argv: The command line, recorded in the JSON.
     """
 
@@ -84,6 +86,7 @@ class BenchOptions:
     model_step: str | None = None
     gpus: int = 1
     target: float | None = None
+    profiles: tuple[str, ...] = ("hdd", "cloud-disk", "ssd-lite")
     argv: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -403,12 +406,39 @@ def _loader_pair(data: BenchData, threads: int, batch: int, quiet: bool, *, roun
         den.close()
 
 
+def _slow_disk(opts: BenchOptions, quiet: bool) -> dict:
+    """``--suite slow-disk``: cold epochs from a throttled loop device (:mod:`bench.slow_disk`)."""
+    from .slow_disk import SlowDiskOptions, run_slow_disk
+
+    if opts.dataset is not None:
+        raise UserError("--suite slow-disk generates its own images (tools/make_dataset.py); give --count instead")
+    try:
+        sd = SlowDiskOptions(
+            profiles=opts.profiles,
+            count=opts.count or (64 if opts.quick else 4800),
+            classes=4 if opts.quick else 100,
+            repeats=opts.repeats or (1 if opts.quick else 3),
+            threads=opts.threads,
+            batch_size=opts.batch_size or (16 if opts.quick else 256),
+            shards=4 if opts.quick else 16,
+            quick=opts.quick,
+            out=opts.out,
+            argv=tuple(opts.argv),
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    outcome = run_slow_disk(sd, quiet=quiet)
+    return {"paths": outcome["paths"], "results": outcome["doc"]["results"], "targets": [], "text": outcome["text"]}
+
+
 def run_bench(opts: BenchOptions, *, quiet: bool = False) -> dict:
     """Run the benchmark and write its outputs.
 
     Returns:
         ``{"paths": {...}, "results": [Result...], "targets": [...], "text": str}``.
     """
+    if opts.suite == "slow-disk":
+        return _slow_disk(opts, quiet)
     cores = cpu_count()
     max_threads = opts.threads or cores
     threads = _thread_counts(max_threads, opts.quick)
@@ -588,6 +618,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model-step", metavar="MS", help="model step in ms per batch per GPU, or module:function to time")
     p.add_argument("--gpus", type=int, default=1, help="GPUs fed by this host (with --model-step)")
     p.add_argument("--target", type=float, help="images/s to feed (default: what the GPUs consume)")
+    p.add_argument(
+        "--profiles",
+        default="hdd,cloud-disk,ssd-lite",
+        help="--suite slow-disk: comma-separated device profiles (hdd, cloud-disk, ssd-lite)",
+    )
     p.set_defaults(func=bench_main)
     return p
 
@@ -609,6 +644,7 @@ def bench_main(args) -> int:
             model_step=args.model_step,
             gpus=args.gpus,
             target=args.target,
+            profiles=tuple(x.strip() for x in args.profiles.split(",") if x.strip()),
             argv=("fastload", *sys.argv[1:]),
         )
     except ValueError as exc:

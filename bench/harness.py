@@ -1,4 +1,4 @@
-"""Measurement stage: the one harness every fastload benchmark goes through.
+"""Benchmarks: the one harness every fastload benchmark goes through.
 
 A contender is anything that can do one timed repeat of work over the same images (a loader epoch,
 a batch of decodes, a pack command). The harness starts every contender of a group, warms each

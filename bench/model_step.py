@@ -1,4 +1,4 @@
-"""Measurement stage, verdict: would training be input-bound, and how many cores feed N GPUs.
+"""Benchmarks, verdict: would training be input-bound, and how many cores feed N GPUs.
 
 Given a model step time (ms per batch of ``batch`` images on each GPU) and a GPU count, the GPUs
 consume ``gpus * batch / step`` images/s. Each measured pipeline (fastload and every peer) either

@@ -1,4 +1,4 @@
-"""Measurement stage, MXNet iterators: fastload.mxnet vs MXNet's own, same data, same consumer.
+"""Benchmarks, MXNet iterators: fastload.mxnet vs MXNet's own, same data, same consumer.
 
 Comparisons:
 

@@ -1,4 +1,4 @@
-"""Measurement stage, write side: ``fastload pack`` against MXNet's ``tools/im2rec.py`` on one folder.
+"""Benchmarks, write side: ``fastload pack`` against MXNet's ``tools/im2rec.py`` on one folder.
 
 Both tools are timed as a user runs them (the whole command, interpreter start-up included), with
 the same number of workers, pass-through and ``--resize 256``. A plain copy of the same files into

@@ -1,4 +1,4 @@
-"""Measurement stage, ratio form: two decoders alternated chunk by chunk on the same images.
+"""Benchmarks, ratio form: two decoders alternated chunk by chunk on the same images.
 
 The interleaved repeats of :func:`bench.harness.measure` compare runs that are seconds
 apart, and on a shared 2-vCPU VM the speed a process gets drifts by 10% and more over seconds: the

@@ -1,4 +1,4 @@
-"""Measurement stage, augmentation cost: the pixel, output and batch ops against the plain train transform.
+"""Benchmarks, augmentation cost: the pixel, output and batch ops against the plain train transform.
 
 ``python -m bench.pixel_ops [--quick] [--images N] [--threads 1 2] [--out DIR]``
 

@@ -1,4 +1,4 @@
-"""Measurement stage, inputs: the dataset a benchmark runs on, in every form the contenders need.
+"""Benchmarks, inputs: the dataset a benchmark runs on, in every form the contenders need.
 
 fastload reads packed shards, the torch peer reads the JPEG files through an ImageFolder, MXNet and
 DALI read one ``.rec`` with its ``.idx``. :func:`prepare` turns whatever the user gave (nothing, an

@@ -7,12 +7,12 @@
 - ``ray``: ``fastload pack --resize 256`` on a local Ray cluster with 2 CPUs against the local pack
   with 2 workers (target >= 0.80x images/s), with the cluster's start-up time and the per-task
   overhead (no-op tasks) reported so the reader can extrapolate to N nodes.
-- ``stage``: ``fastload stage`` of a ~1 GB dataset into /dev/shm against ``cp -r`` of the same
-  folder (target >= 0.70x; the stage also checksums every byte).
+- ``copy``: ``fastload copy`` of a ~1 GB dataset into /dev/shm against ``cp -r`` of the same
+  folder (target >= 0.70x; the copy also checksums every byte).
 
 Each pair runs A then B, the next B then A; the ratio reported is the median of the per-pair
 ratios (throughput B / throughput A), with quartiles. Run:
-``python bench/remote_bench.py [--suite loader,ray,stage] [--pairs 5] [--json OUT] [--quick]``.
+``python bench/remote_bench.py [--suite loader,ray,copy] [--pairs 5] [--json OUT] [--quick]``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["bench_loader", "bench_ray", "bench_stage", "main"]
+__all__ = ["bench_copy", "bench_loader", "bench_ray", "main"]
 
 
 def _quartiles(values: list[float]) -> list[float]:
@@ -92,8 +92,8 @@ def bench_loader(work: str, *, images: int, pairs: int, threads: int = 2) -> dic
     from fastload.loader import Loader, LoaderConfig
     from fastload.pack.packer import pack_folder
     from fastload.records.dataset import open_dataset
-    from fastload.records.remote_dataset import open_remote_dataset
-    from fastload.remote.storage import RemoteStore
+    from fastload.records.remote.dataset import open_remote_dataset
+    from fastload.records.remote.storage import RemoteStore
     from fastload.transforms import train
     from tools.make_dataset import make_dataset
     from tools.s3_server import LocalS3Server
@@ -265,12 +265,12 @@ def bench_ray(work: str, *, images: int, pairs: int) -> dict[str, object]:
     return results
 
 
-def bench_stage(work: str, *, megabytes: int, pairs: int) -> dict[str, object]:
-    """``fastload stage`` into /dev/shm vs ``cp -r`` of the same folder (MB/s)."""
+def bench_copy(work: str, *, megabytes: int, pairs: int) -> dict[str, object]:
+    """``fastload copy`` into /dev/shm vs ``cp -r`` of the same folder (MB/s)."""
     from fastload.checksum import checksum_bytes
-    from fastload.stage import StageOptions, stage_dataset
+    from fastload.records.remote.node_copy import CopyOptions, copy_dataset
 
-    src = os.path.join(work, "stage-src")
+    src = os.path.join(work, "copy-src")
     os.makedirs(src, exist_ok=True)
     shards = 16
     size = max(1, megabytes // shards) << 20
@@ -330,38 +330,38 @@ def bench_stage(work: str, *, megabytes: int, pairs: int) -> dict[str, object]:
         shutil.rmtree(dest)
         return rate
 
-    def stage() -> float:
+    def copy() -> float:
         warm()
-        dest = tempfile.mkdtemp(prefix="fastload-bench-stage-", dir=shm)
+        dest = tempfile.mkdtemp(prefix="fastload-bench-copy-", dir=shm)
         t0 = time.perf_counter()
-        stage_dataset(src, dest, StageOptions(progress=False))
+        copy_dataset(src, dest, CopyOptions(progress=False))
         rate = total / (time.perf_counter() - t0) / 1e6
         shutil.rmtree(dest)
         return rate
 
     cp()
-    stage()
-    r = _pairs(cp, stage, pairs)
+    copy()
+    r = _pairs(cp, copy, pairs)
     _say(
-        f"stage   {total / 1e6:.0f} MB into {shm}   {r['b_median']:8.0f} MB/s  cp -r {r['a_median']:8.0f} MB/s  "
+        f"copy    {total / 1e6:.0f} MB into {shm}   {r['b_median']:8.0f} MB/s  cp -r {r['a_median']:8.0f} MB/s  "
         f"paired ratio {r['ratio']:.2f}x ({r['quartiles'][0]:.2f}-{r['quartiles'][1]:.2f})"
     )
     shutil.rmtree(src)
-    return {"bytes": total, "stage_vs_cp": r}
+    return {"bytes": total, "copy_vs_cp": r}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="loader,ray,stage")
+    parser.add_argument("--suite", default="loader,ray,copy")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--stage-mb", type=int, default=1024)
+    parser.add_argument("--copy-mb", type=int, default=1024)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny inputs, one pair")
     parser.add_argument("--json", help="write the results there")
     args = parser.parse_args(argv)
     pairs = 1 if args.quick else args.pairs
     images = 64 if args.quick else args.images
-    stage_mb = 32 if args.quick else args.stage_mb
+    copy_mb = 32 if args.quick else args.copy_mb
     suites = [s.strip() for s in args.suite.split(",") if s.strip()]
     out: dict[str, object] = {
         "command": " ".join([sys.executable, *sys.argv]),
@@ -374,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
             out["loader"] = bench_loader(work, images=images, pairs=pairs)
         if "ray" in suites:
             out["ray"] = bench_ray(work, images=images, pairs=pairs)
-        if "stage" in suites:
-            out["stage"] = bench_stage(work, megabytes=stage_mb, pairs=pairs)
+        if "copy" in suites:
+            out["copy"] = bench_copy(work, megabytes=copy_mb, pairs=pairs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

@@ -1,4 +1,4 @@
-"""Measurement stage, output: the table people read, the JSON machines read, the plot.
+"""Benchmarks, output: the table people read, the JSON machines read, the plot.
 
 One format for every benchmark of the project: a list of :class:`~.harness.Result` rows grouped by
 comparison, the environment they ran in, derived checks against the performance targets, and the
@@ -49,6 +49,19 @@ def _details(r: Result) -> str:
         parts.append("stage seconds " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
     if "input_bound_fraction" in e:
         parts.append(f"consumer waited {e['input_bound_fraction']:.0%}")
+    if "io_bound_fraction" in e:
+        # Of the producer's working time: waiting for reads from storage against decoding.
+        read_wait, decode = stages.get("read_wait", 0.0), stages.get("decode", 0.0)
+        parts.append(
+            f"producer: read wait {read_wait:.2f} s, decode {decode:.2f} s "
+            f"({'bound by storage' if e['io_bound_fraction'] > 0.5 else 'bound by decoding'}, "
+            f"{e['io_bound_fraction']:.0%} waiting for reads)"
+        )
+    if e.get("loader_reads"):
+        parts.append(
+            f"{e.get('loader_bytes_read', 0) / 1e6:,.1f} MB in {e['loader_reads']:,} reads "
+            f"({e.get('loader_bytes_read', 0) / e['loader_reads'] / 1e3:,.0f} KB a read)"
+        )
     if "first_batch_ms_mean" in e:
         parts.append(f"first batch {e['first_batch_ms_mean']:.0f} ms")
     if "index_load_ms_mean" in e:

@@ -1,4 +1,4 @@
-"""Measurement stage, fastload side: each stage of the data path alone, then together, plus references.
+"""Benchmarks, fastload side: each stage of the data path alone, then together, plus references.
 
 Stages: read only (records from the mmap'd shards, page cache or tmpfs), the decode engine alone
 (full-size decode and the fused train/eval ops at 1..N threads), the whole loader (order, read,
@@ -457,6 +457,9 @@ class LoaderContender(Contender):
         # Per-stage seconds and the consumer's waiting fraction: where the loader's time went.
         extra = {f"stage_seconds.{k}": float(v) for k, v in stats.seconds.items()}
         extra["input_bound_fraction"] = float(stats.input_bound)
+        extra["io_bound_fraction"] = float(getattr(stats, "io_bound", 0.0))
+        extra["loader_reads"] = int(getattr(stats, "reads", 0))
+        extra["loader_bytes_read"] = int(getattr(stats, "bytes_read", 0))
         extra["skipped_records"] = int(stats.skipped)
         extra["backend"] = stats.backend
         # Cold-start latency (every repeat starts cold) and this process's resident memory.

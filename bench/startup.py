@@ -1,4 +1,4 @@
-"""Measurement stage, loader limits: time to the first batch of a million-record dataset, and memory over epochs.
+"""Benchmarks, loader limits: time to the first batch of a million-record dataset, and memory over epochs.
 
 Two targets on the loader are not throughput ratios:
 
@@ -141,12 +141,12 @@ def build_records_dataset(
     for name in os.listdir(cache_dir):
         if name.startswith(f"records-v{_BUILDER_VERSION}-{records}-") or name.endswith(".partial"):
             shutil.rmtree(os.path.join(cache_dir, name), ignore_errors=True)
-    staging = path + ".partial"
-    os.makedirs(staging)
+    building = path + ".partial"
+    os.makedirs(building)
     rec_name = "train-00000.rec"
     n = len(thumbs)
     parts = np.zeros(records, dtype=np.uint32)
-    with open(os.path.join(staging, rec_name), "wb", buffering=8 << 20) as fh:
+    with open(os.path.join(building, rec_name), "wb", buffering=8 << 20) as fh:
         writer = recordio.RecordIOWriter(fh)
         for i in range(records):
             j = i % n
@@ -155,7 +155,7 @@ def build_records_dataset(
                 parts[i] = k
     idx_name = "train-00000.idx"
     idx_data = writer.idx_bytes()
-    with open(os.path.join(staging, idx_name), "wb") as fh:
+    with open(os.path.join(building, idx_name), "wb") as fh:
         fh.write(idx_data)
     lengths = np.asarray([recordio.IR_HEADER_SIZE + len(b) for b in thumbs], dtype=np.uint32)
     cycle = np.arange(records) % n
@@ -166,8 +166,8 @@ def build_records_dataset(
     index["data_offset"] = recordio.IR_HEADER_SIZE
     index["parts"] = parts
     index["labels"][:, 0] = np.asarray(labels, dtype=np.float32)[cycle]
-    write_index(os.path.join(staging, INDEX_NAME), index)
-    rec_path = os.path.join(staging, rec_name)
+    write_index(os.path.join(building, INDEX_NAME), index)
+    rec_path = os.path.join(building, rec_name)
     manifest = {
         "format_version": FORMAT_VERSION,
         "fastload_version": __version__,
@@ -206,7 +206,7 @@ def build_records_dataset(
                 "index_checksum": checksum_bytes(idx_data),
             }
         ],
-        "index": {"file": INDEX_NAME, "checksum": checksum_file(os.path.join(staging, INDEX_NAME))},
+        "index": {"file": INDEX_NAME, "checksum": checksum_file(os.path.join(building, INDEX_NAME))},
         "counts": {
             "found": records,
             "written": records,
@@ -221,8 +221,8 @@ def build_records_dataset(
         "restart_index": None,
         "plan": key,
     }
-    write_json_atomic(os.path.join(staging, MANIFEST_NAME), manifest)  # last: its presence marks completion
-    os.replace(staging, path)
+    write_json_atomic(os.path.join(building, MANIFEST_NAME), manifest)  # last: its presence marks completion
+    os.replace(building, path)
     info.update(
         cached=False,
         bytes=sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)),

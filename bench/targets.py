@@ -1,4 +1,4 @@
-"""Measurement stage, verdicts: the project's performance targets checked against one run's rows.
+"""Benchmarks, verdicts: the project's performance targets checked against one run's rows.
 
 Every check is a ratio of two rows measured interleaved in the same group (or an absolute rate),
 so a run on a noisy machine still compares like with like; the loader's first-batch latency and memory

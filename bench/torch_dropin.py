@@ -1,4 +1,4 @@
-"""Measurement stage, drop-in form: a torchvision training script with only the DataLoader import changed.
+"""Benchmarks, drop-in form: a torchvision training script with only the DataLoader import changed.
 
 The pytorch/examples ImageNet input pipeline -- ``ImageFolder(root, Compose([RandomResizedCrop(224),
 RandomHorizontalFlip(), ToTensor(), Normalize(mean, std)]))``, ``batch_size=256, shuffle=True,

@@ -16,6 +16,7 @@ __all__ = [
     "Loader",
     "LoaderConfig",
     "RandomResizedCrop",
+    "ReadOptions",
     "Resize",
     "__version__",
     "eval_transform",
@@ -45,6 +46,10 @@ def __getattr__(name):
         from fastload import loader
 
         return getattr(loader, name)
+    if name == "ReadOptions":
+        from fastload.records.readahead import ReadOptions
+
+        return ReadOptions
     if name == "info":
         from fastload.decode import engine_info
 

@@ -16,6 +16,7 @@ __all__ = [
     "LoaderBusy",
     "LoaderClosed",
     "OnError",
+    "ResumeStateError",
     "UserError",
 ]
 
@@ -123,6 +124,16 @@ class LoaderBusy(FastloadError, RuntimeError):
     A pass over a loader belongs to the thread that started it (``iter(loader)``) until it is
     exhausted, closed (``iterator.close()``), or dropped; meanwhile ``next()`` on it from another
     thread, and ``iter()``, ``set_epoch()`` or ``load_state_dict()`` from another thread, raise this.
+    """
+
+
+class ResumeStateError(FastloadError, ValueError):
+    """A saved loader state that this loader cannot resume from.
+
+    It comes from another dataset, seed or order mode, from a newer fastload, or it is damaged (a
+    missing or mistyped field, numbers that do not fit the order, contents that do not match the
+    state's own checksum). The message names every field that differs or is wrong. Also a
+    ``ValueError``, as the framework loaders raise for a state they cannot load.
     """
 
 

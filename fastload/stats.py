@@ -2,15 +2,20 @@
 
 Stages timed (seconds, summed over batches):
 
-- ``read``: record views and the read-ahead hint (``dataset.image(i)``, ``dataset.will_need``);
-  pages actually fault in during decode, so cold-cache I/O shows up under ``decode``;
+- ``read``: handing a batch's records to the decode: planning the reads, checking each record
+  (framing, checksum, labels), and records read one by one on the producer thread;
+- ``read_wait``: the producer waiting for a batch's records to arrive from storage (the reads
+  issued ahead by :mod:`fastload.records.readahead` not done yet): time the loader is bound by I/O;
 - ``decode``: the one ``decode_batch`` call per batch (plus any bad-record substitution);
 - ``wait_slot``: the producer waiting for a free ring slot (the consumer is slower: good);
 - ``wait_data``: the consumer waiting for a batch (the loader is slower: input-bound);
 - ``copy``: device copies issued by an adapter (for asynchronous CUDA copies, the time to issue them).
 
 ``input_bound`` = ``wait_data`` / consumer wall time answers "is my training input-bound?": near 0
-means the model is the bottleneck, near 1 means the GPU waits for data.
+means the model is the bottleneck, near 1 means the GPU waits for data. ``io_bound`` answers "bound
+by what?": the share of the producer's working time (``read`` + ``read_wait`` + ``decode``) spent
+waiting for storage; near 1 the disk is the limit (read ahead more, choose a more sequential order),
+near 0 decoding is (more threads, smaller images).
 """
 
 from __future__ import annotations
@@ -23,14 +28,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-__all__ = ["LoaderStats", "Stage", "StageTimer"]
+__all__ = ["LoaderStats", "RangeHooks", "Stage", "StageTimer"]
+
+#: ``(push(name), pop())`` called around every timed span (e.g. ``torch.cuda.nvtx.range_push`` /
+#: ``range_pop``).
+RangeHooks = tuple[Callable[[str], object], Callable[[], object]]
 
 
 class Stage(str, enum.Enum):
     """A timed stage of the data path."""
 
     READ = "read"
+    READ_WAIT = "read_wait"
     DECODE = "decode"
     WAIT_SLOT = "wait_slot"
     WAIT_DATA = "wait_data"
@@ -59,6 +70,12 @@ class LoaderStats:
         fresh_batches: Batches handed out in freshly allocated memory because the consumer kept more
             batches than the ring may grow for.
         gc_runs: Garbage collections the ring ran to find kept batches held only by reference cycles.
+        io_bound: Share of the producer's working time spent waiting for storage (``read_wait``
+            over ``read + read_wait + decode``).
+        bytes_read: Bytes read from storage by the read-ahead (the bytes between coalesced
+            records included).
+        reads: Read calls the read-ahead made (one per coalesced run of records).
+        records_read: Records handed to the decode from those reads.
     """
 
     seconds: dict[str, float] = field(default_factory=dict)
@@ -74,6 +91,10 @@ class LoaderStats:
     ring_slots: int = 0
     fresh_batches: int = 0
     gc_runs: int = 0
+    io_bound: float = 0.0
+    bytes_read: int = 0
+    reads: int = 0
+    records_read: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -88,9 +109,18 @@ class LoaderStats:
             if self.input_bound > 0.1
             else "not input-bound"
         )
+        if self.input_bound > 0.1:
+            verdict += ", on storage" if self.io_bound > 0.5 else ", on decoding"
+        reads = (
+            f"read {self.bytes_read / 1e6:,.1f} MB in {self.reads:,} reads "
+            f"({self.records_read / self.reads:.1f} records a read); "
+            if self.reads
+            else ""
+        )
         return (
             f"{self.batches} batches, {self.images} images in {self.wall:.2f}s = {self.images_per_s:.0f} images/s; "
-            f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); stages: {stages}; "
+            f"consumer waited {100 * self.input_bound:.0f}% of the time ({verdict}); producer waited for storage "
+            f"{100 * self.io_bound:.0f}% of its time; {reads}stages: {stages}; "
             f"skipped {self.skipped}; backend {self.backend or '?'}; "
             f"sliced {self.sliced} (fallbacks {self.slice_fallbacks}); ring {self.ring_slots} slots, "
             f"{self.fresh_batches} batches in fresh memory"
@@ -113,7 +143,7 @@ class StageTimer:
         *,
         trace: bool = False,
         max_events: int = 200_000,
-        range_hooks: tuple[Callable[[str], object], Callable[[], object]] | None = None,
+        range_hooks: RangeHooks | None = None,
     ) -> None:
         self._trace = trace
         self._max_events = max_events
@@ -136,6 +166,9 @@ class StageTimer:
             self.slice_fallbacks = 0
             # (epoch, number) -> (skipped, sliced, fallbacks) of batches produced, not yet handed out.
             self._pending: dict[tuple[int, int], tuple[int, int, int]] = {}
+            self.bytes_read = 0
+            self.reads = 0
+            self.records_read = 0
             self._wall = 0.0
             self._active_since: float | None = None
 
@@ -144,12 +177,12 @@ class StageTimer:
         """Whether spans are kept for :meth:`save_trace`."""
         return self._trace
 
-    def set_range_hooks(self, hooks) -> None:
+    def set_range_hooks(self, hooks: RangeHooks | None) -> None:
         """Install or remove (None) the ``(push, pop)`` range hooks."""
         self._hooks = hooks
 
     @contextmanager
-    def span(self, stage: Stage, **args) -> Iterator[None]:
+    def span(self, stage: Stage, **args: Any) -> Iterator[None]:
         """Time the enclosed block as ``stage``."""
         hooks = self._hooks
         if hooks is not None:
@@ -163,19 +196,19 @@ class StageTimer:
                 hooks[1]()
             self.add(stage, start, end, **args)
 
-    def add(self, stage: Stage, start: float, end: float, **args) -> None:
+    def add(self, stage: Stage, start: float, end: float, **args: Any) -> None:
         """Account ``end - start`` seconds (``time.perf_counter`` values) to ``stage``."""
         with self._lock:
             self._seconds[stage.value] += end - start
             if self._trace and len(self._events) < self._max_events:
-                thread = threading.current_thread()
-                self._thread_names.setdefault(thread.ident, thread.name)
+                ident = threading.get_ident()  # the current thread's ident (never None, unlike .ident's type)
+                self._thread_names.setdefault(ident, threading.current_thread().name)
                 self._events.append(
                     {
                         "name": stage.value,
                         "ph": "X",
                         "pid": os.getpid(),
-                        "tid": thread.ident,
+                        "tid": ident,
                         "ts": (start - self._t0) * 1e6,
                         "dur": (end - start) * 1e6,
                         "args": args,
@@ -199,6 +232,13 @@ class StageTimer:
         """Forget the counts of batches produced but never handed out (the producer was stopped)."""
         with self._lock:
             self._pending.clear()
+
+    def count_reads(self, nbytes: int, reads: int, records: int) -> None:
+        """Add what the read-ahead read for one batch (bytes, read calls, records handed out)."""
+        with self._lock:
+            self.bytes_read += int(nbytes)
+            self.reads += int(reads)
+            self.records_read += int(records)
 
     def consumer_active(self) -> None:
         """The consumer started asking for batches (start of its wall-clock)."""
@@ -229,6 +269,8 @@ class StageTimer:
     def snapshot(self) -> LoaderStats:
         with self._lock:
             wall = self._wall
+            sec = self._seconds
+            working = sec[Stage.READ.value] + sec[Stage.READ_WAIT.value] + sec[Stage.DECODE.value]
             return LoaderStats(
                 seconds=dict(self._seconds),
                 batches=self.batches,
@@ -240,6 +282,10 @@ class StageTimer:
                 backend=self.backend,
                 sliced=self.sliced,
                 slice_fallbacks=self.slice_fallbacks,
+                io_bound=sec[Stage.READ_WAIT.value] / working if working > 0 else 0.0,
+                bytes_read=self.bytes_read,
+                reads=self.reads,
+                records_read=self.records_read,
             )
 
     def save_trace(self, path: str) -> str:

@@ -70,7 +70,7 @@ def upload_folder(store, folder: Path) -> None:
 @pytest.fixture(scope="module")
 def s3_dataset(s3_server, packed_folder):
     """``(url, storage_options)`` of ``packed_folder`` uploaded to the server."""
-    from fastload.remote.storage import RemoteStore
+    from fastload.records.remote.storage import RemoteStore
 
     url = f"s3://{BUCKET}/datasets/packed"
     options = s3_server.storage_options()

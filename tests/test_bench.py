@@ -1,4 +1,4 @@
-"""Tests of the measurement stage: the harness, the peer protocol, the reports and a --quick smoke run.
+"""Tests of the benchmarks: the harness, the peer protocol, the reports and a --quick smoke run.
 
 No timing assertions: the numbers depend on the machine. What is checked is the structure: every
 contender is measured, skipped with a reason or reported as an error; interleaving; the verdicts'

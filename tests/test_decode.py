@@ -162,26 +162,31 @@ def test_engine_rejects_bad_buffers_directly():
     pipe = T.Pipeline(geometry=T.train(8))
     op = decode._native_geometry(pipe.geometry)
     nhwc, nchw = decode._native_output(pipe, decode.Layout.NHWC), decode._native_output(pipe, decode.Layout.NCHW)
+    ops, erasing = _engine.PixelOpsSpec(), _engine.ErasingSpec()
     idx = np.zeros(1, np.int64)
     out = np.zeros((1, 8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="images\\[0\\]"):
-        _engine.decode_batch([12345], out, op, nhwc, (), None, 0, 0, idx, 1, opts)
+        _engine.decode_batch([12345], out, op, nhwc, ops, erasing, 0, 0, idx, 1, opts)
     with pytest.raises(ValueError, match="images\\[0\\]"):
         strided = np.frombuffer(make_jpeg(16, 16), np.uint8)[::2]
-        _engine.decode_batch([strided], out, op, nhwc, (), None, 0, 0, idx, 1, opts)
+        _engine.decode_batch([strided], out, op, nhwc, ops, erasing, 0, 0, idx, 1, opts)
     with pytest.raises(ValueError, match="writable"):
         ro = np.zeros((1, 8, 8, 3), np.uint8)
         ro.flags.writeable = False
-        _engine.decode_batch([b"x"], ro, op, nhwc, (), None, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], ro, op, nhwc, ops, erasing, 0, 0, idx, 1, opts)
     with pytest.raises(ValueError, match="does not match"):
-        _engine.decode_batch([b"x"], out, op, nchw, (), None, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], out, op, nchw, ops, erasing, 0, 0, idx, 1, opts)
     with pytest.raises(ValueError, match="float32"):  # the buffer's element type is checked too
         float_out = decode._native_output(T.Pipeline(geometry=T.train(8), normalize=T.Normalize()), decode.Layout.NHWC)
-        _engine.decode_batch([b"x"], out, op, float_out, (), None, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], out, op, float_out, ops, erasing, 0, 0, idx, 1, opts)
     with pytest.raises(TypeError):  # the parameters are typed: no tuples, no bare ints
-        _engine.decode_batch([b"x"], out, (0, 8, 8), nhwc, (), None, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], out, (0, 8, 8), nhwc, ops, erasing, 0, 0, idx, 1, opts)
     with pytest.raises(TypeError):
-        _engine.decode_batch([b"x"], out, op, 0, (), None, 0, 0, idx, 1, opts)
+        _engine.decode_batch([b"x"], out, op, 0, ops, erasing, 0, 0, idx, 1, opts)
+    with pytest.raises(TypeError):  # pixel ops and erasing are structs too, never Python specs or dicts
+        _engine.decode_batch([b"x"], out, op, nhwc, (), None, 0, 0, idx, 1, opts)
+    with pytest.raises(TypeError):
+        _engine.decode_batch([b"x"], out, op, nhwc, ops, erasing, 0, 0, idx, 1, opts, False, T.RandomAffine(degrees=5))
 
 
 def test_engine_info(backend):
@@ -532,13 +537,13 @@ def test_set_threads_resizes_the_pool(photos, monkeypatch):
 
 @requires_engine
 def test_restart_sliced_decode_matches_plain_decode(monkeypatch):
-    from fastload import _engine
+    from fastload.pack import restart
 
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     sizes = [(403, 351, "4:2:0"), (500, 375, "4:2:2"), (333, 250, "4:4:4"), (257, 300, "4:2:0")]
     originals = [make_jpeg(w, h, subsampling=s, seed=30 + i) for i, (w, h, s) in enumerate(sizes)]
     originals.append(make_jpeg(210, 190, mode="L", seed=40))
-    indexed = [_engine.add_restart_markers(d, 4)[0] for d in originals]
+    indexed = [restart.transcode(d, max_mcus=4)[0] for d in originals]
     assert all(b"\xff\xdd" in d for d in indexed)
     for t in (T.train(64), T.train(224), T.eval_transform(160, resize=180)):
         idx = np.arange(len(originals)) * 11

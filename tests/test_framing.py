@@ -83,7 +83,7 @@ def test_frame_files_verdicts_match_the_python_marker_walk(tmp_path):
     framed, used = _engine.frame_files(paths, sizes, heads, buffer)
     pos = 0
     for (name, data), head, n in zip(files.items(), heads, framed.tolist(), strict=False):
-        ok = bool(data) and convert._cheap_info(data)[1]
+        ok = bool(data) and convert.cheap_info(data)[1]
         if n >= 0:
             assert ok, name
             # Exactly what the Python framing writes for IRHeader + image.

@@ -125,6 +125,89 @@ def test_arrows_point_down(lower, higher):
     assert wrong == []
 
 
+#: The object-store transport of the scale-out package: below every reader, writer and command that
+#: use it (it knows shards and checksums, never datasets, packs or loaders).
+_REMOTE_TRANSPORT = ("storage", "spawned", "fetch", "cache")
+
+
+def test_scale_out_package_layers():
+    """fastload/records/remote/ holds the scale-out code. Its transport imports only the folder's
+    names, checksums, errors and itself; the remote dataset and the node-local copy sit on it;
+    the pack reaches object storage through the transport only, and the command line through the
+    package's public modules."""
+    graph = _graph()
+    base = "fastload.records.remote"
+    transport = {f"{base}.{name}" for name in _REMOTE_TRANSPORT}
+    allowed = transport | {"fastload.errors", "fastload.checksum", "fastload.folder"}
+    assert transport <= graph.keys()
+    assert {m: sorted(graph[m] - allowed) for m in transport} == {m: [] for m in transport}
+    # Who outside the package uses it, and what.
+    outside = {
+        m: sorted(t for t in targets if t.startswith(base + "."))
+        for m, targets in graph.items()
+        if not m.startswith(base) and any(t.startswith(base + ".") for t in targets)
+    }
+    assert outside["fastload.pack.remote_io"] and set(outside["fastload.pack.remote_io"]) <= transport
+    assert set(outside) >= {"fastload.records.dataset", "fastload.cli.copy", "fastload.cli.pack"}
+    # Nothing of it is left where it was scattered before.
+    assert not [m for m in graph if m == "fastload.stage" or m.split(".")[:2] == ["fastload", "remote"]]
+
+
+def test_the_transport_loads_without_the_readers():
+    """What a spawned storage helper imports (a fresh interpreter, on a forked worker's first
+    storage call) is the transport alone: no reader, no numpy, so the helper starts fast."""
+    script = textwrap.dedent("""
+        import sys
+        import fastload.records.remote.cache, fastload.records.remote.spawned
+        print(" ".join(sorted(m for m in sys.modules if m.startswith(("fastload", "numpy")))))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(proc.stdout.split())
+    transport = {f"fastload.records.remote.{name}" for name in _REMOTE_TRANSPORT}
+    faces = {"fastload", "fastload.records", "fastload.records.remote"}
+    below = {"fastload.errors", "fastload.checksum", "fastload.folder", "fastload.version"}
+    assert transport <= loaded <= transport | faces | below, loaded
+
+
+def test_only_the_storage_client_imports_obstore():
+    """One module talks to object storage; every other reaches it through RemoteStore."""
+    users = sorted(
+        _module_name(p)
+        for p in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "obstore" for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "obstore")
+    )
+    assert sorted(set(users)) == ["fastload.records.remote.storage"]
+
+
+def _private_imports(path: Path, modules: dict[str, Path]) -> list[str]:
+    """``from fastload.x import _name`` where ``_name`` is not a submodule: another module's internals."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("fastload"):
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                if alias.name.startswith("_") and name not in modules and not alias.name.startswith("_engine"):
+                    found.append(f"{path.name}:{node.lineno} {name}")
+    return found
+
+
+def test_scale_out_code_uses_no_private_names_of_other_modules(tmp_path):
+    modules = _modules()
+    graph = _graph()
+    base = "fastload.records.remote"
+    mine = [p for m, p in modules.items() if m.startswith(base)]
+    users = [p for m, p in modules.items() if any(t.startswith(base) for t in graph[m])]
+    assert len(mine) >= 7 and users
+    assert [hit for p in {*mine, *users} for hit in _private_imports(p, modules)] == []
+    # The check sees what it looks for.
+    planted = tmp_path / "planted.py"
+    planted.write_text("from fastload.records.remote.cache import _FileLock, ShardCache\n")
+    assert len(_private_imports(planted, modules)) == 1
+
+
 def test_one_module_loads_the_engine():
     """fastload/engine.py alone imports the extension, and it imports nothing of fastload: every
     stage that calls the engine (records, pack, transforms, decode) sits above it."""

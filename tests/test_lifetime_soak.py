@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from fastload.loader import Loader, LoaderConfig
+from fastload.records.readahead import ReadOptions
 from fastload.transforms import train
 
 from conftest import requires_torch
@@ -151,18 +152,25 @@ def test_ten_epochs_keep_one_thread_and_flat_memory(packed):
         for x, _y in loader:  # epoch 0 warms up
             pass
         before = (open_fds(), rss_mb())
+        seen_readers: set[threading.Thread] = set()
         for epoch in range(1, 11):
             loader.set_epoch(epoch)
             n = 0
             for x, _y in loader:
                 n += x.shape[0]
             assert n == 40
-            assert len(fastload_threads() - _EARLIER) <= 1, "one producer thread per loader"
+            mine = fastload_threads() - _EARLIER
+            readers = {t for t in mine if t.name.startswith("fastload-read")}
+            assert len(mine - readers) <= 1, "one producer thread per loader"
+            # the read-ahead pool is the loader's, reused epoch after epoch, never one per epoch
+            assert len(readers) <= ReadOptions().queue_depth, sorted(t.name for t in readers)
+            seen_readers |= readers
         after = (open_fds(), rss_mb())
         s = loader.stats()
     assert after[0] == before[0]
     assert after[1] - before[1] < RSS_BOUND_MB
     assert s.ring_slots == 4 and s.fresh_batches == 0  # take-use-drop never grows the ring
+    assert len(seen_readers) <= ReadOptions().queue_depth, "read threads are not replaced epoch after epoch"
     assert wait_for_no_fastload_threads()
 
 

@@ -214,7 +214,7 @@ def test_a_second_thread_is_refused_while_a_pass_is_open(backend):
         for exc in (busy_iter, busy_next, busy_epoch, busy_state):
             assert is_busy_error(exc), f"another thread's operation during A's pass gave {exc!r}"
         assert "consumer-A" in str(busy_iter)
-        assert (state["epoch"], state["batch"]) == (0, 1)
+        assert (state["epoch"], state["consumed"]) == (0, [[1, 4]])  # one batch of 4 handed out
         # A got its whole epoch, exactly, undisturbed.
         assert not a_errors and a_batches == reference
         # Once A's pass is over, another thread may iterate (the next epoch).

@@ -27,6 +27,7 @@ import pytest
 from PIL import Image
 
 from fastload import transforms as T
+from fastload.engine_abi import to_native
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES, MXNetDefaultAugment, MXNetSampleError, mxnet_plan
 from fastload.transforms.warp import WarpPlan, warp_image
 
@@ -35,17 +36,17 @@ from conftest import HAVE_ENGINE, make_jpeg, requires_engine, requires_mxnet
 GEOMETRY_FIELDS = [f.name for f in dataclasses.fields(MXNetDefaultAugment)]
 
 
-def _plan_dict(plan: WarpPlan) -> dict:
-    d = dataclasses.asdict(plan)
-    d["kernel"], d["border"] = int(d["kernel"]), int(d["border"])
-    return d
+def _native(name: str, fields: dict):
+    from fastload import _engine
+
+    return to_native(_engine, name, fields)
 
 
 def _warp(img: np.ndarray, plan: WarpPlan) -> np.ndarray:
     if HAVE_ENGINE:
         from fastload import _engine
 
-        return _engine._warp_image(img, plan)
+        return _engine._warp_image(img, _native("WarpPlan", plan.engine_fields()))
     return warp_image(img, plan)
 
 
@@ -511,13 +512,15 @@ def test_engine_plans_params_and_pixels_are_the_reference(realistic_folder, kwar
     for i in range(15):
         key = T.sample_key(3, 0, i)
         plan, params = mxnet_plan(aug, w, h, key)
-        engine_plan, engine_params = _engine._warp_mxnet_plan(aug, w, h, key)
-        assert engine_plan == _plan_dict(plan)
+        engine_plan, engine_params = _engine._warp_mxnet_plan(
+            _native("MXNetAugmentSpec", aug.engine_fields()), w, h, key
+        )
+        assert engine_plan == _native("WarpPlan", plan.engine_fields())
         assert dict(zip(MXNET_PARAM_NAMES, engine_params, strict=False)) == dict(
             zip(MXNET_PARAM_NAMES, params.as_tuple(), strict=False)
         )
         if i < 4:
-            np.testing.assert_array_equal(_engine._warp_image(img, plan), warp_image(img, plan))
+            np.testing.assert_array_equal(_warp(img, plan), warp_image(img, plan))
 
 
 @requires_engine
@@ -526,4 +529,4 @@ def test_engine_reports_mxnets_refusals():
 
     aug = MXNetDefaultAugment(data_shape=(3, 32, 32), max_crop_size=100, min_crop_size=50)
     with pytest.raises(ValueError, match="max_crop_size=100"):
-        _engine._warp_mxnet_plan(aug, 80, 120, 0)
+        _engine._warp_mxnet_plan(_native("MXNetAugmentSpec", aug.engine_fields()), 80, 120, 0)

@@ -83,13 +83,23 @@ def test_pull_api_gives_what_next_gives(rec, kind):
     it = make()
     assert it.default_bucket_key is None
     by_next = [_snapshot(b.data, b.label, b.pad, b.index) for b in it]
-    it.reset()
+
+    def again(it):
+        it.reset()
+        if kind != "image":
+            return it
+        # round_batch: the next epoch starts after the records the last batch borrowed (as MXNet's),
+        # so the pull API is compared with a fresh iterator's first epoch.
+        it.close()
+        return make()
+
+    it = again(it)
     pulled = []
     while it.iter_next():
         pulled.append(_snapshot(it.getdata(), it.getlabel(), it.getpad(), it.getindex()))
     _same(pulled, by_next)
     assert not it.iter_next()  # still at the end
-    it.reset()
+    it = again(it)
     through_dunder = []
     while True:
         try:
@@ -181,13 +191,16 @@ def test_mx_prefetching_iter_wraps_fastload_iterators(rec):
 
     def direct():
         return (
-            [_snapshot(b.data, b.label, b.pad, None) for b in _image_iter(rec)],
+            [_snapshot(b.data, b.label, b.pad, None) for b in _image_iter(rec, round_batch=False)],
             [_snapshot(b.data, b.label, b.pad, None) for b in fm.NDArrayIter(x, batch_size=5)],
         )
 
+    # round_batch=False: every epoch has the same pad, which mx.io.PrefetchingIter requires of the
+    # iterators it joins (with round_batch, MXNet's epochs differ after the first).
     images, arrays = direct()
     it = mx.io.PrefetchingIter(
-        [_image_iter(rec), fm.NDArrayIter(x, batch_size=5)], rename_data=[{"data": "img"}, {"data": "arr"}]
+        [_image_iter(rec, round_batch=False), fm.NDArrayIter(x, batch_size=5)],
+        rename_data=[{"data": "img"}, {"data": "arr"}],
     )
     assert [d.name for d in it.provide_data] == ["img", "arr"]
     for _ in range(3):  # MXNet's threads call next(); reset() comes from this thread

@@ -523,7 +523,7 @@ def test_crash_while_moving_into_place(tiny_folder, tmp_path, monkeypatch, rerun
         res = pack_folder(tiny_folder, out, shards=3, name="b", overwrite=True, progress=False)
         want = "b"
     else:
-        # Another command first completes the interrupted move (the staged dataset is complete),
+        # Another command first completes the interrupted move (the dataset in the work folder is complete),
         # then refuses to replace it without --overwrite.
         with pytest.raises(UserError, match="already holds a dataset"):
             pack_folder(tiny_folder, out, shards=1, name="c", progress=False)

@@ -279,14 +279,3 @@ def test_pillow_path_runs_ops_then_normalize_then_erase(photos, monkeypatch):
             want = IMAGENET.apply(want)
             want[:4, :4] = -7
             np.testing.assert_array_equal(out[i], want)
-
-
-@requires_engine
-def test_engine_without_pixel_ops_refuses_them(photos, monkeypatch):
-    from fastload import _engine
-
-    monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
-    if _engine.info()["pixel_ops"]:
-        pytest.skip("this engine has pixel ops; their own tests cover them")
-    with pytest.raises(ValueError, match="pixel ops"):
-        _run(photos[:1], T.Pipeline(geometry=T.train(8), ops=(_AddOffset(),)))

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fastload.engine_abi import to_native
 from fastload.transforms import (
     AutoAugment,
     ColorJitter,
@@ -27,8 +28,9 @@ from fastload.transforms import (
     sample_key,
 )
 from fastload.transforms import primitives as P
-from fastload.transforms.pixel import apply_pixel_ops, engine_specs, op_counter_base, permutation
+from fastload.transforms.pixel import apply_pixel_ops, engine_specs, op_counter_base
 from fastload.transforms.policy import _posterize_bits, torch_linspace
+from fastload.transforms.rng import permutation
 from fastload.transforms.timm_policy import TIMM_OP_NAMES, TimmAugMix, TimmAutoAugment, TimmRandAugment
 
 from conftest import HAVE_ENGINE, requires_engine, requires_torch
@@ -204,7 +206,7 @@ def test_colorjitter_reference_equals_torchvision_with_same_params(images, op):
 def _engine_prim(img, prim, m, bilinear, fill):
     out = img.copy()
     warp = P.warp_plan(prim, m, *img.shape[:2]).as_row() if prim in P.GEOMETRIC_PRIMS else ()
-    _engine().pixel_prim(out, int(prim), float(m), warp, bilinear, fill)
+    _engine().pixel_prim(out, _engine().PixelPrim(int(prim)), float(m), warp, bilinear, fill)
     return out
 
 
@@ -263,7 +265,7 @@ def test_engine_hue_every_colour(all_colours, kernels):
     img, refs = all_colours
     for factor in _HUE_FACTORS:
         got = img.copy()
-        _engine().pixel_prim(got, int(Prim.HUE), factor, (), False, (0, 0, 0))
+        _engine().pixel_prim(got, _engine().PixelPrim.HUE, factor, (), False, (0, 0, 0))
         _assert_same(got, refs[("hue", factor)], f"{kernels} hue {factor}")
 
 
@@ -271,10 +273,10 @@ def test_engine_blends_every_colour(all_colours, kernels):
     img, refs = all_colours
     for prim, m in _BLENDS:
         got = img.copy()
-        _engine().pixel_prim(got, int(prim), m, (), False, (0, 0, 0))
+        _engine().pixel_prim(got, _engine().PixelPrim(int(prim)), m, (), False, (0, 0, 0))
         _assert_same(got, refs[(prim, m)], f"{kernels} {prim.name} {m}")
     got = img.copy()
-    _engine().pixel_prim(got, int(Prim.GRAYSCALE), 0.0, (), False, (0, 0, 0))
+    _engine().pixel_prim(got, _engine().PixelPrim.GRAYSCALE, 0.0, (), False, (0, 0, 0))
     _assert_same(got, refs["gray"], f"{kernels} grayscale")
 
 
@@ -392,14 +394,20 @@ def test_engine_rejects_bad_specs():
     engine = _engine()
     img = np.zeros((1, 8, 8, 3), np.uint8)
     idx = np.zeros(1, np.int64)
-    with pytest.raises(ValueError, match="unknown pixel op kind"):
-        engine.pixel_ops_batch(img, [{"kind": 99}], 0, 0, idx, 1, False)
-    spec = engine_specs([RandAugment()], 8, 8, engine)
-    spec[0]["magnitude"] = 31
+    # The specs are typed at the boundary: no kind outside PixelOpKind, no untyped field, no dict.
+    with pytest.raises(ValueError, match="99 is not a valid PixelOpKind"):
+        to_native(engine, "PixelOp", {"kind": 99})
+    with pytest.raises(TypeError):
+        engine.PixelOp().kind = 4
+    with pytest.raises(ValueError, match="has no field 'strength'"):
+        to_native(engine, "PixelOp", {"kind": "COLOR_JITTER", "strength": 1.0})
+    with pytest.raises(TypeError):
+        engine.pixel_ops_batch(img, [{"kind": 0}], 0, 0, idx, 1, False)
+    spec = to_native(engine, "PixelOpsSpec", {"ops": [{**RandAugment().engine_fields(8, 8), "magnitude": 31}]})
     with pytest.raises(ValueError, match="magnitude bin"):
         engine.pixel_ops_batch(img, spec, 0, 0, idx, 1, False)
     with pytest.raises(ValueError, match=r"\[B, H, W, 3\]"):
-        engine.pixel_ops_batch(np.zeros((8, 8, 3), np.uint8), [], 0, 0, idx, 1, False)
+        engine.pixel_ops_batch(np.zeros((8, 8, 3), np.uint8), engine.PixelOpsSpec(), 0, 0, idx, 1, False)
 
 
 # --- draws and specs --------------------------------------------------------------------------

@@ -224,7 +224,7 @@ def test_engine_mxnet_steps_equal_reference(kernels):
         rgb = np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], axis=-1).astype(np.uint8)[None]
         for dh, dl, ds in ((0, 0, 0), (17, -30, 45), (-36, 50, -50)):
             got = rgb.copy()
-            _engine.pixel_mx_prim(got, "hls", (dh, dl, ds))
+            _engine.pixel_mx_prim(got, _engine.MXNetColorStep.HLS, (dh, dl, ds))
             hls = mx_rgb_to_hls(rgb).astype(int)
             hls[..., 0] = np.clip(hls[..., 0] + dh, 0, 180)
             hls[..., 1] = np.clip(hls[..., 1] + dl, 0, 255)
@@ -232,9 +232,9 @@ def test_engine_mxnet_steps_equal_reference(kernels):
             assert np.array_equal(got, mx_hls_to_rgb(hls.astype(np.uint8))), (dh, dl, ds)
         for alpha in (0.63, 1.37):
             op = MXNetColorAugment()
-            for step, name in enumerate(("brightness", "contrast", "saturation")):
+            for step, name in enumerate(("BRIGHTNESS", "CONTRAST", "SATURATION")):
                 got = rgb.copy()
-                _engine.pixel_mx_prim(got, name, (alpha,))
+                _engine.pixel_mx_prim(got, _engine.MXNetColorStep[name], (alpha,))
                 order = {0: [0, 1, 2], 1: [1, 0, 2], 2: [2, 0, 1]}[step]
                 alphas = [1.0, 1.0, 1.0]
                 alphas[step] = alpha

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from fastload.engine_abi import to_native
 from fastload.transforms import CutMix, MixUp, MXNetColorAugment, RandomChoice, RandomErasing, mix_batch, sample_key
 from fastload.transforms.erasing import apply_output_ops, engine_output_spec
 from fastload.transforms.mixing import _one_hot, _reference, sample_mix
@@ -37,7 +38,7 @@ def _engine():
 
 
 def _erasing_spec(ops, normalize, erase):
-    return engine_output_spec(ops, normalize, erase)
+    return to_native(_engine(), "ErasingSpec", engine_output_spec(ops, normalize, erase))
 
 
 ERASES = [

@@ -41,9 +41,9 @@ def _framing_cases():
 
 
 def test_magic_positions_only_aligned():
-    assert recordio._magic_positions(b"ab" + M + b"cd") == []
-    assert recordio._magic_positions(b"abcd" + M + M) == [4, 8]
-    assert recordio._magic_positions(b"abcdefgh" + M[:3]) == []
+    assert recordio.magic_positions(b"ab" + M + b"cd") == []
+    assert recordio.magic_positions(b"abcd" + M + M) == [4, 8]
+    assert recordio.magic_positions(b"abcdefgh" + M[:3]) == []
 
 
 def test_framing_layout_by_hand():

@@ -75,11 +75,15 @@ _LOADER_SCRIPT = """
     from fastload.loader import Loader, LoaderConfig
     from fastload.transforms import Resize
 
-    folder, how, policy = sys.argv[1:4]
+    from fastload.records.readahead import ReadOptions
+
+    folder, how, policy, reads = sys.argv[1:5]
     shard = os.path.join(folder, "tiny-00000.rec")
     size = os.path.getsize(shard)
+    # Read ahead with a budget of one record (reads go on after the change), or one by one.
+    read_options = ReadOptions(budget=1, queue_depth=2) if reads == "ahead" else None
     config = LoaderConfig(batch_size=4, shuffle="none", prefetch=1, num_threads=1, on_error=policy,
-                          transform=Resize(size=(24, 24)))
+                          transform=Resize(size=(24, 24)), read_options=read_options)
     with Loader(folder, config) as loader:
         it = iter(loader)
         next(it)
@@ -116,8 +120,9 @@ _LOADER_SCRIPT = """
         ("remove", "raise", "DONE"),
     ],
 )
-def test_shard_changed_under_a_loader_is_an_error_not_sigbus(packed, how, policy, expect):
-    res = _run(_LOADER_SCRIPT, str(packed), how, policy)
+@pytest.mark.parametrize("reads", ["ahead", "one-by-one"])
+def test_shard_changed_under_a_loader_is_an_error_not_sigbus(packed, how, policy, expect, reads):
+    res = _run(_LOADER_SCRIPT, str(packed), how, policy, reads)
     assert res.returncode == 0, _died(res) + res.stderr[-2000:]
     word, *rest = res.stdout.split()
     assert word == expect, res.stdout

@@ -1,5 +1,5 @@
 """Packing hostile or careless source trees: FIFOs, symlink loops, oversized files, decompression
-bombs, and Ctrl-C at any stage.
+bombs, and Ctrl-C at any point.
 
 Every per-file failure goes through ``--on-error`` (skipped and listed in the manifest with its
 reason, or the pack stops naming the file), in every mode: pass-through framed by the engine or by
@@ -132,7 +132,7 @@ def _wait_for(predicate, timeout: float = 60.0) -> bool:
 
 
 def _partial_bytes(out: Path) -> int:
-    """The size of the largest shard being written in OUT's staging folder (0 if none yet)."""
+    """The size of the largest shard being written in OUT's work folder (0 if none yet)."""
     staging = out / ".fastload-staging"
     try:
         return max((p.stat().st_size for p in staging.iterdir() if p.name.endswith(".partial")), default=0)
@@ -267,23 +267,25 @@ def test_overwrite_never_removes_outside_the_dataset(tiny_folder, tmp_path, name
         assert len(ds) == 40
 
 
-def test_damaged_staged_manifest_is_one_clear_error(tiny_folder, tmp_path):
+def test_damaged_manifest_in_the_work_folder_is_one_clear_error(tiny_folder, tmp_path):
     out = tmp_path / "out"
     pack_folder(str(tiny_folder), str(out), progress=False, workers=1)
-    staging = out / ".fastload-staging"
-    staging.mkdir()
-    (staging / "plan.json").write_text(json.dumps({"fingerprint": "another command"}))
-    (staging / MANIFEST_NAME).write_text(json.dumps({"shards": [{"file": "../../elsewhere"}]}))
+    work_dir = out / ".fastload-staging"  # the pack's work folder, by its name on disk
+    work_dir.mkdir()
+    (work_dir / "plan.json").write_text(json.dumps({"fingerprint": "another command"}))
+    (work_dir / MANIFEST_NAME).write_text(json.dumps({"shards": [{"file": "../../elsewhere"}]}))
     with pytest.raises(CorruptDatasetError, match=r"\.fastload-staging/fastload\.json: shards"):
         pack_folder(str(tiny_folder), str(out), progress=False, workers=1, overwrite=True, name="again")
-    (staging / MANIFEST_NAME).write_text("{damaged")
+    (work_dir / MANIFEST_NAME).write_text("{damaged")
     res = subprocess.run(
         [sys.executable, "-m", "fastload", "pack", str(tiny_folder), str(out), "--overwrite", "--quiet"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert res.returncode == 2 and "Traceback" not in res.stderr and "staged manifest" in res.stderr, res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "manifest in the work folder" in res.stderr, (
+        res.stderr
+    )
 
 
 def test_a_damaged_dataset_in_out_is_replaced_with_overwrite(tiny_folder, tmp_path):

@@ -29,10 +29,10 @@ from remote_fixtures import (  # noqa: F401
 from fastload.errors import UserError
 from fastload.loader import Loader, LoaderConfig
 from fastload.records.dataset import open_dataset
-from fastload.records.remote_dataset import open_remote_dataset
-from fastload.remote.cache import CacheError, ShardCache
-from fastload.remote.fetch import ChecksumMismatch, FetchError, RetryPolicy, fetch_to_file
-from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
+from fastload.records.remote.cache import CacheError, ShardCache
+from fastload.records.remote.dataset import open_remote_dataset
+from fastload.records.remote.fetch import ChecksumMismatch, FetchError, RetryPolicy, fetch_to_file
+from fastload.records.remote.storage import RemoteError, RemoteNotFound, RemoteStore
 from fastload.transforms import eval_transform
 
 pytestmark = requires_s3
@@ -259,7 +259,7 @@ def test_cache_limit_smaller_than_the_dataset_evicts_and_stays_bounded(s3_datase
 
 def test_cache_limit_below_one_shard_is_a_clear_error(s3_dataset, tmp_path):
     url, options = s3_dataset
-    from fastload.remote.cache import CacheFullError
+    from fastload.records.remote.cache import CacheFullError
 
     with open_remote_dataset(url, storage_options=options, cache_dir=str(tmp_path / "c"), cache_limit=1000) as ds:
         with pytest.raises(CacheFullError, match="cannot hold shard"):
@@ -269,7 +269,7 @@ def test_cache_limit_below_one_shard_is_a_clear_error(s3_dataset, tmp_path):
 _TWO_RANKS = r"""
 import json, os, sys
 import torch.distributed as dist
-from fastload.records.remote_dataset import open_remote_dataset
+from fastload.records.remote.dataset import open_remote_dataset
 from fastload.torch import DataLoader, OrderSampler
 from fastload.transforms import eval_transform
 rank = int(sys.argv[1]); out = sys.argv[2]
@@ -348,7 +348,7 @@ def _helper_orphans() -> list[int]:
             ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"fastload.remote.spawned" in cmd and ppid != os.getpid():
+        if b"fastload.records.remote.spawned" in cmd and ppid != os.getpid():
             found.append(int(pid))
     return found
 

@@ -26,7 +26,7 @@ def test_remote_bench_quick(tmp_path, repo_root):
     for key in ("first_epoch_vs_local", "later_epoch_vs_local"):
         assert result["loader"][key]["ratio"] > 0
     assert result["ray"]["ray_vs_local"]["ratio"] > 0 and result["ray"]["per_task_overhead_ms"] > 0
-    assert result["stage"]["stage_vs_cp"]["ratio"] > 0
+    assert result["copy"]["copy_vs_cp"]["ratio"] > 0
     assert "paired ratio" in proc.stdout
 
 

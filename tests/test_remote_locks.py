@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-import fastload.remote.cache as cache_module
-from fastload.remote.cache import object_lock
+import fastload.records.remote.cache as cache_module
+from fastload.records.remote.cache import object_lock
 
 
 def test_a_thread_waiting_for_a_thread_of_its_own_process_wakes_without_polling(tmp_path, monkeypatch):

@@ -164,7 +164,7 @@ def test_a_killed_run_resumes(ray_cluster, realistic, tmp_path):
 def test_pack_to_s3_and_from_s3(ray_cluster, s3_server, realistic, tmp_path):
     from fastload.pack.options import PackOptions
     from fastload.pack.remote_io import pack_remote
-    from fastload.remote.storage import RemoteStore
+    from fastload.records.remote.storage import RemoteStore
 
     options = s3_server.storage_options()
     env = dict(os.environ, **s3_server.env())

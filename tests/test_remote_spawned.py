@@ -10,8 +10,8 @@ import signal
 import pytest
 from forked import run_in_fork
 
-from fastload.remote import spawned
-from fastload.remote.storage import RemoteError, RemoteNotFound, RemoteStore
+from fastload.records.remote import spawned
+from fastload.records.remote.storage import RemoteError, RemoteNotFound, RemoteStore
 
 
 def test_a_call_runs_in_another_process_and_returns_its_result():

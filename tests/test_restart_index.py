@@ -10,9 +10,25 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from fastload.engine_abi import from_native, to_native
+
 from conftest import make_jpeg
 
 _engine = pytest.importorskip("fastload._engine")
+
+
+def _add_markers(buf, max_mcus=4, verify=False):
+    """The engine's transcode: the bytes, and its geometry and notes in one dict (as the packer keeps them)."""
+    options = to_native(_engine, "TranscodeOptions", {"max_mcus": max_mcus, "verify": verify})
+    out, geometry, notes = _engine.add_restart_markers(buf, options)
+    return out, {**from_native(geometry, "RestartGeometry"), **from_native(notes, "TranscodeNotes"), "verified": verify}
+
+
+def _geometry(buf):
+    """The restart geometry the engine reads from a JPEG's headers, as a dict (None without restart markers)."""
+    geometry = _engine.restart_geometry(buf)
+    return None if geometry is None else from_native(geometry, "RestartGeometry")
+
 
 _RST = re.compile(rb"\xff[\xd0-\xd7]")
 
@@ -73,7 +89,7 @@ def originals():
 
 @pytest.fixture(scope="module")
 def transcoded(originals):
-    return {name: _engine.add_restart_markers(data, 4, True) for name, data in originals.items()}
+    return {name: _add_markers(data, 4, True) for name, data in originals.items()}
 
 
 # --- lossless transcode -----------------------------------------------------------------------
@@ -121,22 +137,22 @@ def test_geometry_and_marker_count(name, originals, transcoded):
     # Every RSTn in the file (0xFF Dn cannot occur in stuffed entropy data) separates two intervals.
     scan = out[out.index(b"\xff\xda") :]
     assert len(_RST.findall(scan)) == geo["mcu_rows"] * geo["intervals_per_row"] - 1
-    parsed = _engine.restart_geometry(out)
+    parsed = _geometry(out)
     assert parsed == {k: geo[k] for k in parsed}
-    assert _engine.restart_geometry(originals[name]) is None  # Pillow writes no DRI
+    assert _geometry(originals[name]) is None  # Pillow writes no DRI
 
 
 def test_interval_bound_is_respected(originals):
     src = originals["420"]  # 203 px -> 13 MCUs per row (prime)
-    _, geo1 = _engine.add_restart_markers(src, 1)
-    _, geo_big = _engine.add_restart_markers(src, 1000)
+    _, geo1 = _add_markers(src, 1)
+    _, geo_big = _add_markers(src, 1000)
     assert geo1["restart_interval"] == 1
     assert geo_big["restart_interval"] == geo_big["mcus_per_row"] == 13
     with pytest.raises(ValueError):
-        _engine.add_restart_markers(src, 0)
+        _add_markers(src, 0)
     # Slices stay exact whatever the interval: one MCU, or a whole MCU row (row-only slicing).
     for max_mcus in (1, 1000):
-        out, geo = _engine.add_restart_markers(src, max_mcus, True)
+        out, geo = _add_markers(src, max_mcus, True)
         full = _decode(out)
         for x, y, w, h in _crop_boxes(geo, np.random.default_rng(max_mcus), 20):
             sl, x0, y0 = _engine.restart_slice(out, x, y, w, h)
@@ -151,27 +167,27 @@ def test_metadata_markers_are_kept_once(originals):
     icc = b"\x00" * 200
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=90, exif=exif.tobytes(), icc_profile=icc)
-    out, _ = _engine.add_restart_markers(buf.getvalue(), 4, True)
+    out, _ = _add_markers(buf.getvalue(), 4, True)
     with Image.open(io.BytesIO(out)) as back:
         assert back.getexif().get(0x0112) == 6
         assert back.info.get("icc_profile") == icc
     head = out[: out.index(b"\xff\xda")]
     assert head.count(b"JFIF\x00") == 1
-    cmyk_out, _ = _engine.add_restart_markers(originals["cmyk"], 4, False)
+    cmyk_out, _ = _add_markers(originals["cmyk"], 4, False)
     assert cmyk_out[: cmyk_out.index(b"\xff\xda")].count(b"Adobe") == 1
 
 
 @pytest.mark.parametrize("bad", [b"", b"\xff\xd8", b"not a jpeg at all", b"\x89PNG\r\n\x1a\n" + b"\x00" * 64])
 def test_transcode_rejects_non_jpeg(bad):
     with pytest.raises(ValueError, match="cannot add restart markers"):
-        _engine.add_restart_markers(bad)
+        _add_markers(bad)
 
 
 def test_transcode_of_truncated_input_reports_or_warns(originals):
     src = originals["420"]
     for cut in (len(src) // 2, len(src) - 3, 200, 20):
         try:
-            out, geo = _engine.add_restart_markers(src[:cut], 4, False)
+            out, geo = _add_markers(src[:cut], 4, False)
         except ValueError as exc:
             assert "cannot add restart markers" in str(exc)
         else:
@@ -322,7 +338,7 @@ def test_slice_rejects_bad_crops_and_plain_jpegs(originals, transcoded):
             _engine.restart_slice(out, *box)
     with pytest.raises(ValueError, match="no restart interval"):
         _engine.restart_slice(originals["420"], 0, 0, 8, 8)
-    progressive = _engine.restart_geometry(originals["progressive420"])
+    progressive = _geometry(originals["progressive420"])
     assert progressive is None
     with pytest.raises(ValueError, match="not sliceable"):
         _engine.restart_slice(originals["progressive420"], 0, 0, 8, 8)
@@ -343,7 +359,7 @@ def test_lying_dri_is_detected(transcoded, scan):
     at = _dri_offset(out)
     for claimed in (1, 13, 26):  # divisors of the row: the geometry is plausible, the count is not
         lie = out[:at] + claimed.to_bytes(2, "big") + out[at + 2 :]
-        assert _engine.restart_geometry(lie)["restart_interval"] == claimed
+        assert _geometry(lie)["restart_interval"] == claimed
         with pytest.raises(ValueError, match="restart"):
             _engine.restart_slice(lie, 0, 0, 8, 8)
     lie = out[:at] + (3).to_bytes(2, "big") + out[at + 2 :]  # does not divide the row width
@@ -375,9 +391,9 @@ def _with_frame_size(data: bytes, width: int, height: int) -> bytes:
 
 def test_decompression_bomb_headers_are_refused_before_allocating(originals, transcoded):
     with pytest.raises(ValueError, match="transcode limit"):
-        _engine.add_restart_markers(_with_frame_size(originals["420"], 60000, 60000))
+        _add_markers(_with_frame_size(originals["420"], 60000, 60000))
     bomb = _with_frame_size(transcoded["420"][0], 60000, 60000)
-    assert _engine.restart_geometry(bomb)["mcu_rows"] == 3750
+    assert _geometry(bomb)["mcu_rows"] == 3750
     with pytest.raises(ValueError, match="more than"):
         _engine.restart_slice(bomb, 0, 0, 16, 16)
 
@@ -430,9 +446,9 @@ def test_random_mutations_never_crash(transcoded, scan):
             assert sl[:2] == b"\xff\xd8" and x0 <= 10 and y0 <= 10
         except ValueError:
             outcomes["refused"] += 1
-        _engine.restart_geometry(data)
+        _geometry(data)
         with contextlib.suppress(ValueError):
-            _engine.add_restart_markers(data[: int(rng.integers(2, len(data)))], 4, False)
+            _add_markers(data[: int(rng.integers(2, len(data)))], 4, False)
     assert outcomes["ok"] and outcomes["refused"]  # both branches were exercised
 
 
@@ -462,7 +478,7 @@ def test_restart_transcoder_verifies_a_sample_and_refuses_what_it_cannot_index(o
             stored[i] = None
     assert stored[1] is None and stored[4] is None  # PNG; damaged source stays as it is
     for i in (0, 2, 3):
-        assert _engine.restart_geometry(stored[i]) is not None
+        assert _geometry(stored[i]) is not None
         assert np.array_equal(_decode(stored[i]), _decode(items[i]))
     entry = tx.manifest_entry()
     assert entry["verified"] == "sample" and entry["max_mcus"] == 1 and entry["sample_every"] == 2
@@ -492,7 +508,7 @@ def test_pack_restart_index_end_to_end(tmp_path, originals):
         assert ds.restart_indexed and len(ds) == 5
         for i in range(len(ds)):
             data = bytes(ds.image(i))
-            assert _engine.restart_geometry(data) is not None, ds.locate(i)
+            assert _geometry(data) is not None, ds.locate(i)
         from fastload.decode import active_backend
         from fastload.loader import Loader, LoaderConfig
         from fastload.transforms import RandomResizedCrop
@@ -524,7 +540,7 @@ def test_mxnet_reads_restart_indexed_shards(tmp_path, originals, transcoded):
     for i, name in enumerate(names):
         header, payload = mx.recordio.unpack(reader.read_idx(i))
         assert header.label == float(i)
-        assert _engine.restart_geometry(payload) is not None
+        assert _geometry(payload) is not None
         got = mx.image.imdecode(payload).asnumpy()
         want = mx.image.imdecode(originals[name]).asnumpy()
         assert np.array_equal(got, want), f"MXNet decodes the restart-indexed {name} differently"
@@ -559,7 +575,7 @@ def entropy(request):
 @pytest.fixture(scope="module")
 def transcoded_one_mcu(originals):
     """The pack's default geometry: one MCU per interval."""
-    return {name: _engine.add_restart_markers(data, 1, True) for name, data in originals.items()}
+    return {name: _add_markers(data, 1, True) for name, data in originals.items()}
 
 
 @pytest.mark.parametrize(
@@ -652,7 +668,7 @@ def test_corrupt_intervals_never_change_sliced_pixels(originals, max_mcus, entro
     if decode.active_backend() != "libjpeg-turbo":
         pytest.skip("the C++ engine is not the active decoder")
     rng = np.random.default_rng(17 + max_mcus)
-    sources = [_engine.add_restart_markers(originals[n], max_mcus, False)[0] for n in ("420", "422", "444", "gray")]
+    sources = [_add_markers(originals[n], max_mcus, False)[0] for n in ("420", "422", "444", "gray")]
     images = []
     for i in range(96):
         data = bytearray(sources[i % len(sources)])

@@ -12,7 +12,6 @@ a margin.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 from PIL import Image
 
 from fastload import transforms as T
+from fastload.engine_abi import to_native
 from fastload.transforms.affine import (
     AFFINE_COUNTER,
     AffineParams,
@@ -334,10 +334,11 @@ def test_no_rotation_is_the_plain_resize(realistic_folder):
 # --- the engine's twin -----------------------------------------------------------------------
 
 
-def _plan_dict(plan: WarpPlan) -> dict:
-    d = dataclasses.asdict(plan)
-    d["kernel"], d["border"] = int(d["kernel"]), int(d["border"])
-    return d
+def _native(plan: WarpPlan):
+    """The reference plan as the engine's WarpPlan struct."""
+    from fastload import _engine
+
+    return to_native(_engine, "WarpPlan", plan.engine_fields())
 
 
 @requires_engine
@@ -361,10 +362,11 @@ def test_engine_affine_plans_and_pixels_are_the_reference(realistic_folder, inte
         p = T.sample_params(w, h, geometry, seed=1, epoch=2, index=i)
         key = T.sample_key(1, 2, i)
         plan, drawn = affine_plan(affine, p.box, p.flip, (160, 144), key)
-        engine_plan, engine_drawn = _engine._warp_affine_plan(affine, p.box, p.flip, 160, 144, key)
-        assert engine_plan == _plan_dict(plan) and tuple(engine_drawn) == drawn.as_tuple()
+        spec = to_native(_engine, "AffineSpec", affine.engine_fields())
+        engine_plan, engine_drawn = _engine._warp_affine_plan(spec, p.box, p.flip, 160, 144, key)
+        assert engine_plan == _native(plan) and tuple(engine_drawn) == drawn.as_tuple()
         # The engine reads only the source rectangle it would decode: equal pixels prove it covers every tap.
-        np.testing.assert_array_equal(_engine._warp_image(img, plan), warp_image(img, plan))
+        np.testing.assert_array_equal(_engine._warp_image(img, _native(plan)), warp_image(img, plan))
 
 
 @requires_engine
@@ -395,7 +397,7 @@ def test_engine_sampler_is_the_reference_for_every_kernel_and_border(realistic_f
             fill=(9, 8, 7),
             dct_scaling=False,
         )
-        np.testing.assert_array_equal(_engine._warp_image(img, plan), warp_image(img, plan))
+        np.testing.assert_array_equal(_engine._warp_image(img, _native(plan)), warp_image(img, plan))
 
 
 @requires_engine
@@ -412,12 +414,12 @@ def test_engine_region_decode_then_warp(realistic_folder):
     for box, size in [((200.0, 150.0, 300.0, 250.0), (64, 64)), ((0.0, 0.0, float(w), float(h)), (110, 130))]:
         plan, _ = affine_plan(affine, box, True, size, T.sample_key(0, 0, 3))
         status, message, out, denom = _engine._warp_decode(
-            data, plan, _native_options(DecodeOptions(dct_scaling=False))
+            data, _native(plan), _native_options(DecodeOptions(dct_scaling=False))
         )
         assert status == 0 and denom == 1, message
         # The region decode is bit-identical to the full decode: so are the warped pixels.
         np.testing.assert_array_equal(out, warp_image(img, plan))
-        status, _, scaled, denom = _engine._warp_decode(data, plan, _native_options(DecodeOptions()))
+        status, _, scaled, denom = _engine._warp_decode(data, _native(plan), _native_options(DecodeOptions()))
         assert status == 0
         if size == (110, 130):
             # libjpeg's 1/2 IDCT replaces part of the filter: close, not equal.
@@ -426,7 +428,9 @@ def test_engine_region_decode_then_warp(realistic_folder):
             assert d.mean() < 2.0
         else:
             assert denom == 1
-    status, message, out, _ = _engine._warp_decode(data[: len(data) // 3], plan, _native_options(DecodeOptions()))
+    status, message, out, _ = _engine._warp_decode(
+        data[: len(data) // 3], _native(plan), _native_options(DecodeOptions())
+    )
     assert status != 0 and out is None and message
 
 
@@ -451,7 +455,7 @@ def test_engine_snapped_affine_plan_is_the_reference(realistic_folder):
             T.sample_key(0, 0, i),
         )
         status, message, out, _denom = _engine._warp_decode(
-            data, plan, _native_options(DecodeOptions(dct_scaling=False))
+            data, _native(plan), _native_options(DecodeOptions(dct_scaling=False))
         )
         assert status == 0, message
         d = np.abs(out.astype(int) - warp_image(img, plan).astype(int))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Data stage tool: writes realistic synthetic ImageNet-like JPEG folders, offline and reproducibly.
+"""Folder stage tool: writes realistic synthetic ImageNet-like JPEG folders, offline and reproducibly.
 
 The pixels come from real photographs that installed packages ship (scikit-image's ``data`` folder,
 matplotlib's ``sample_data``), never from the network. Each image is a random crop of one photo

@@ -1,4 +1,4 @@
-"""Measurement stage, peers: the loaders fastload is compared with, each in its own process.
+"""Benchmarks, peers: the loaders fastload is compared with, each in its own process.
 
 ``torch_pil`` (torch DataLoader + the torchvision-equivalent Pillow pipeline), ``mxnet_rec``
 (MXNet's C++ ImageRecordIter), ``dali_cpu`` (NVIDIA DALI's CPU pipeline, run by the interpreter of

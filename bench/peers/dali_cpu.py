@@ -1,4 +1,4 @@
-"""Measurement stage, peer: NVIDIA DALI's CPU pipeline, run by the interpreter of ``.venv-dali``.
+"""Benchmarks, peer: NVIDIA DALI's CPU pipeline, run by the interpreter of ``.venv-dali``.
 
 DALI wants numpy 2 and MXNet 1.9.1 wants numpy < 1.24, so this file runs as a plain script in its own
 virtual environment (``tools/setup_peer_envs.sh``) and imports nothing from fastload. Pipeline on the

@@ -1,4 +1,4 @@
-"""Measurement stage, peer: the FFCV loader, run by the interpreter of ``.venv-ffcv``.
+"""Benchmarks, peer: the FFCV loader, run by the interpreter of ``.venv-ffcv``.
 
 FFCV reads its own ``.beton`` file, so the peer converts the benchmark's JPEG folder once when it
 starts (untimed; FFCV's writer re-encodes every image as JPEG at ``jpeg_quality``), then times

@@ -1,4 +1,4 @@
-"""Measurement stage, peer: MXNet's C++ ``mx.io.ImageRecordIter`` on the same ``.rec``.
+"""Benchmarks, peer: MXNet's C++ ``mx.io.ImageRecordIter`` on the same ``.rec``.
 
 ``random_resized_crop=True`` with torchvision's area and aspect ranges is the like-for-like setting
 for RandomResizedCrop(224); ``rand_mirror=True`` is the flip; uint8 output. On 2 cores MXNet caps

@@ -1,4 +1,4 @@
-"""Measurement stage, peer side: the line protocol a peer process speaks to the benchmark harness.
+"""Benchmarks, peer side: the line protocol a peer process speaks to the benchmark harness.
 
 Peers whose dependencies conflict with fastload's environment (DALI wants numpy 2, MXNet 1.9.1
 wants numpy < 1.24) run in their own interpreter. Such a process stays alive for the whole

@@ -1,4 +1,4 @@
-"""Measurement stage, peers: which peer contenders exist for a dataset, and why others are skipped.
+"""Benchmarks, peers: which peer contenders exist for a dataset, and why others are skipped.
 
 Each peer family runs in one long-lived process (its interpreter is ``--peer-python NAME=PATH``, an
 auto-detected ``.venv-NAME/bin/python`` beside the project, or this interpreter). Contenders of a

@@ -1,4 +1,4 @@
-"""Measurement stage, peer: torch.utils.data.DataLoader with the torchvision-equivalent Pillow pipeline.
+"""Benchmarks, peer: torch.utils.data.DataLoader with the torchvision-equivalent Pillow pipeline.
 
 torchvision itself does not import beside the CPU torch 2.13.0 on these machines, so the pipeline
 is written out with Pillow exactly as torchvision's PIL path runs it: ImageFolder's loader

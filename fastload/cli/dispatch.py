@@ -1,8 +1,8 @@
 """``fastload`` command line: builds the parser from every command's module, runs the chosen one.
 
-Commands: ``pack``, ``info``, ``verify``, ``pack-arrays``, ``stage`` (:mod:`fastload.cli.pack`,
+Commands: ``pack``, ``info``, ``verify``, ``pack-arrays``, ``copy`` (:mod:`fastload.cli.pack`,
 :mod:`fastload.cli.info`, :mod:`fastload.cli.verify`, :mod:`fastload.cli.pack_arrays`,
-:mod:`fastload.cli.stage`) and ``bench``
+:mod:`fastload.cli.copy`; ``stage`` is its deprecated name) and ``bench``
 (its parser lives with the benchmark harness in the repository's ``bench/``; registered by
 :mod:`fastload.cli.bench`). User errors (bad paths, bad options, refused overwrites) are
 :class:`fastload.errors.UserError`: they print one clear line and exit non-zero, without a traceback.
@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fastload.cli import bench, info, pack, pack_arrays, stage, verify
+from fastload.cli import bench, copy, info, pack, pack_arrays, verify
 from fastload.errors import CorruptDatasetError, CorruptRecordError, UserError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (pack, info, verify, pack_arrays, stage)
+_COMMANDS = (pack, info, verify, pack_arrays, copy)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -40,6 +40,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     # The top-level parser has only flags without values, so its first positional is the command.
     named = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     bench.add_parser(sub, load=named is None or named == bench.NAME)
+    # The usage line lists the commands by their current names only.
+    sub.metavar = "{" + ",".join(name for name in sub.choices if name not in copy.DEPRECATED_NAMES) + "}"
     return parser
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 import fastload.engine_abi as engine_abi
 from fastload.decode.contract import BatchResult, DecodeOptions, DecodeStatus, Layout, _slice_entropy
@@ -42,7 +43,7 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def engine_info() -> dict:
+def engine_info() -> dict[str, Any]:
     """Which decoder is live and its versions.
 
     Returns:
@@ -106,7 +107,15 @@ def _resolve_layout(out: np.ndarray, size: tuple[int, int], layout: str | Layout
     )
 
 
-def _check_args(images, out, pipeline: Pipeline, indices, threads, layout, options):
+def _check_args(
+    images: Sequence[Any],
+    out: np.ndarray,
+    pipeline: Pipeline,
+    indices: npt.ArrayLike,
+    threads: int | None,
+    layout: str | Layout | None,
+    options: DecodeOptions,
+) -> tuple[Layout, np.ndarray, int]:
     if not isinstance(out, np.ndarray):
         raise ValueError(f"out must be a numpy.ndarray (got {type(out).__name__}); wrap torch tensors with .numpy()")
     if out.dtype != pipeline.output_dtype:
@@ -130,7 +139,7 @@ def _check_args(images, out, pipeline: Pipeline, indices, threads, layout, optio
         raise ValueError(f"threads={threads!r} must be a positive int")
     if not isinstance(options, DecodeOptions):
         raise ValueError(f"options={options!r} must be a fastload.decode.DecodeOptions")
-    return _resolve_layout(out, tuple(pipeline.size), layout), idx, int(threads)
+    return _resolve_layout(out, pipeline.size, layout), idx, int(threads)
 
 
 def decode_batch(
@@ -140,7 +149,7 @@ def decode_batch(
     *,
     seed: int,
     epoch: int,
-    indices,
+    indices: npt.ArrayLike,
     threads: int | None = None,
     layout: str | Layout | None = None,
     want_params: bool = False,
@@ -266,7 +275,7 @@ def decode_batch(
         )
     has_output_ops = pipeline.erase is not None or any(getattr(op, "has_output_jitter", False) for op in pipeline.ops)
     mixed: MixResult | None = None
-    if planned is not None and not errors:
+    if mix is not None and planned is not None and not errors:
         if n == 0 or (backend != "pillow" and native["mixed"]):
             mixed = planned
         else:  # the Pillow path decoded some images: mix the finished batch
@@ -330,7 +339,7 @@ def resize_encode_batch(
     return _native_resize_encode(images, shorter, quality, threads, options)
 
 
-def decode_image(buf, *, options: DecodeOptions = DecodeOptions()) -> np.ndarray:
+def decode_image(buf: Any, *, options: DecodeOptions = DecodeOptions()) -> np.ndarray:
     """Decode one image at full size to RGB.
 
     Args:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -13,8 +14,11 @@ from fastload.decode.contract import DecodeOptions, DecodeStatus, Layout, _slice
 from fastload.engine import native, unavailable_reason
 from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline, Transform
 from fastload.transforms.affine import AFFINE_PARAM_NAMES
-from fastload.transforms.erasing import output_params_from_trace
+from fastload.transforms.erasing import engine_output_spec, output_params_from_trace
+from fastload.transforms.geometry import CenterCrop, RandomCrop, RandomResizedCrop
+from fastload.transforms.mixing import engine_mix_fields
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES
+from fastload.transforms.pixel import engine_specs
 
 
 def _loaded() -> ModuleType:
@@ -27,15 +31,7 @@ def _loaded() -> ModuleType:
 
 def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
     """The engine's ``name`` struct (a ``py::class_`` generated from :data:`engine_abi.STRUCTS`)."""
-    types = {field: ctype for ctype, field, _default, _doc in engine_abi.STRUCTS[name]}
-    engine = _loaded()
-    obj = getattr(engine, name)()
-    for field, value in values.items():
-        ctype = types[field]
-        if ctype in engine_abi.ENUMS:
-            value = getattr(engine, ctype)(int(value))
-        setattr(obj, field, value)
-    return obj
+    return engine_abi.to_native(_loaded(), name, values)
 
 
 def _native_options(options: DecodeOptions) -> Any:
@@ -54,7 +50,8 @@ def _native_options(options: DecodeOptions) -> Any:
 
 
 def _native_geometry(transform: Transform) -> Any:
-    out_h, out_w = transform.size
+    # Every geometry op stores its size as (h, w) once constructed; the field also takes one int.
+    out_h, out_w = cast("tuple[int, int]", transform.size)
     kind = OpKind(int(transform.kind))
     if kind == OpKind.MXNET_AUGMENT:  # its parameters travel as the warp argument
         return _native_struct("GeometryParams", {"kind": kind, "out_h": int(out_h), "out_w": int(out_w)})
@@ -75,26 +72,29 @@ def _native_geometry(transform: Transform) -> Any:
         )
     else:
         values["interpolation"] = engine_abi.Interpolation[filters.upper()]
+    # The kind says which op it is (ops are told apart by kind, as the engine does).
     if kind == OpKind.RANDOM_CROP:
-        left, top, right, bottom = transform.padding
+        crop = cast(RandomCrop, transform)
+        left, top, right, bottom = crop.padding
         values.update(
             pad_left=left,
             pad_top=top,
             pad_right=right,
             pad_bottom=bottom,
-            pad_if_needed=transform.pad_if_needed,
-            padding_mode=engine_abi.PaddingMode[transform.padding_mode.upper()],
-            fill=[float(v) for v in transform.fill],
+            pad_if_needed=crop.pad_if_needed,
+            padding_mode=engine_abi.PaddingMode[crop.padding_mode.upper()],
+            fill=[float(v) for v in crop.fill],
         )
     if kind == OpKind.RANDOM_RESIZED_CROP:
+        rrc = cast(RandomResizedCrop, transform)
         values.update(
-            scale_lo=float(transform.scale[0]),
-            scale_hi=float(transform.scale[1]),
-            ratio_lo=float(transform.ratio[0]),
-            ratio_hi=float(transform.ratio[1]),
+            scale_lo=float(rrc.scale[0]),
+            scale_hi=float(rrc.scale[1]),
+            ratio_lo=float(rrc.ratio[0]),
+            ratio_hi=float(rrc.ratio[1]),
         )
     elif kind == OpKind.RESIZE_CENTER_CROP:
-        values["resize"] = int(transform.resize or 0)
+        values["resize"] = int(cast(CenterCrop, transform).resize or 0)
     return _native_struct("GeometryParams", values)
 
 
@@ -108,8 +108,9 @@ def _native_output(pipeline: Pipeline, layout: Layout) -> Any:
             dtype=engine_abi.DType[norm.dtype.upper()],
             normalize=True,
             scale=norm.scale,
-            mean=list(norm.mean),
-            std_dev=list(norm.std),
+            # Normalize stores both as per-channel triples once constructed.
+            mean=list(cast("tuple[float, float, float]", norm.mean)),
+            std_dev=list(cast("tuple[float, float, float]", norm.std)),
         )
     return _native_struct("OutputParams", values)
 
@@ -126,17 +127,32 @@ def _warp_params_from_trace(pipeline: Pipeline, trace: np.ndarray) -> Any:
     if pipeline.kind == OpKind.MXNET_AUGMENT:
         values = dict(zip(MXNET_PARAM_NAMES, trace.tolist(), strict=False))
         floats = ("shear", "scale", "ratio")
-        return MXNetParams(
-            **{k: (float(v) if k in floats else bool(v) if k == "mirror" else int(v)) for k, v in values.items()}
-        )
+        fields: dict[str, Any] = {
+            k: (float(v) if k in floats else bool(v) if k == "mirror" else int(v)) for k, v in values.items()
+        }
+        return MXNetParams(**fields)
     angle, tx, ty, scale, shear_x, shear_y = trace[: len(AFFINE_PARAM_NAMES)].tolist()
     return AffineParams(angle=angle, translate=(int(tx), int(ty)), scale=scale, shear=(shear_x, shear_y))
 
 
-def _native_mix(params: dict[str, Any]) -> tuple[bool, float, tuple[int, int, int, int], float]:
-    """A batch draw of :func:`~fastload.transforms.mixing.sample_mix` as the engine's ``mix`` argument."""
-    box = params["box"] or (0, 0, 0, 0)
-    return (params["op"] == "cutmix", float(params["lam"]), tuple(int(v) for v in box), float(params["lam_labels"]))
+def _native_mix(params: dict[str, Any]) -> Any:
+    """A batch draw of :func:`~fastload.transforms.mixing.sample_mix` as the engine's ``MixParams``."""
+    return _native_struct("MixParams", engine_mix_fields(params))
+
+
+@functools.lru_cache(maxsize=64)
+def _native_spec(name: str, spec: Any) -> Any:
+    # Built once per (frozen, hashable) spec and shared, read-only, by every batch that uses it.
+    return _native_struct(name, spec.engine_fields())
+
+
+def _native_warp(pipeline: Pipeline) -> dict[str, Any]:
+    """The warp geometry's spec as decode_batch's ``mxnet`` or ``affine`` argument (empty: none)."""
+    if pipeline.kind == OpKind.MXNET_AUGMENT:
+        return {"mxnet": _native_spec("MXNetAugmentSpec", pipeline.geometry)}
+    if pipeline.affine is not None:
+        return {"affine": _native_spec("AffineSpec", pipeline.affine)}
+    return {}
 
 
 def _native_decode_batch(
@@ -155,21 +171,22 @@ def _native_decode_batch(
 ) -> dict[str, Any]:
     """The engine's ``decode_batch`` for the whole batch (one call, the GIL released once): its result dict."""
     mask = (1 << 64) - 1
-    return _loaded().decode_batch(
+    engine = _loaded()
+    return engine.decode_batch(
         images if isinstance(images, (list, tuple)) else list(images),
         out,
         _native_geometry(pipeline.geometry),
         _native_output(pipeline, layout),
-        pipeline.ops,
-        pipeline.erase,
+        engine_specs(pipeline.ops, *pipeline.size, engine),
+        _native_struct("ErasingSpec", engine_output_spec(pipeline.ops, None, pipeline.erase)),
         seed & mask,
         epoch & mask,
         idx,
         threads,
         _native_options(options),
         bool(want_params),
-        _warp_spec(pipeline),
-        _native_mix(mix_params) if mix_params is not None else None,
+        mix=_native_mix(mix_params) if mix_params is not None else None,
+        **_native_warp(pipeline),
     )
 
 

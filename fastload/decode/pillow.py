@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -23,11 +23,18 @@ from fastload.transforms import (
 )
 from fastload.transforms.erasing import apply_output_ops
 from fastload.transforms.geometry import ImageTooSmall
-from fastload.transforms.mxnet_augment import MXNetSampleError
+from fastload.transforms.mxnet_augment import MXNetDefaultAugment, MXNetSampleError
 from fastload.transforms.warp import gather_frame, uses_crop_frame
 
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
-def _pillow_open_rgb(buf, options: DecodeOptions):
+#: What :func:`_pillow_one` returns: ``(status, message, box, flip, vflip, op_params, output_params,
+#: warp_params)``.
+_Outcome = tuple[DecodeStatus, str, tuple[float, ...], bool, bool, list[Any] | None, dict[str, Any] | None, Any]
+
+
+def _pillow_open_rgb(buf: Any, options: DecodeOptions) -> PILImage:
     """Open and fully decode one image to an RGB PIL image; raises _Failure on any problem."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -39,7 +46,7 @@ def _pillow_open_rgb(buf, options: DecodeOptions):
         # raised above Image.MAX_IMAGE_PIXELS) reach the user as Pillow emits them: a
         # warnings.catch_warnings() here would change the process-wide filters from a decode thread,
         # which is not thread-safe and would hide or show other threads' warnings.
-        img = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
+        img: PILImage = Image.open(io.BytesIO(view.cast("B") if view.ndim != 1 or view.format != "B" else view))
         w, h = img.size
         if w * h > options.max_pixels:
             raise _Failure(
@@ -77,8 +84,15 @@ class _Failure(Exception):
 
 
 def _pillow_one(
-    buf, slot: np.ndarray, layout: Layout, pipeline: Pipeline, seed: int, epoch: int, index: int, options: DecodeOptions
-):
+    buf: Any,
+    slot: np.ndarray,
+    layout: Layout,
+    pipeline: Pipeline,
+    seed: int,
+    epoch: int,
+    index: int,
+    options: DecodeOptions,
+) -> _Outcome:
     """Decode one image into ``slot`` through the pipeline.
 
     Returns:
@@ -92,7 +106,8 @@ def _pillow_one(
         warp_params: Any = None
         if pipeline.kind == OpKind.MXNET_AUGMENT:
             try:
-                plan, warp_params = mxnet_plan(geometry, img.width, img.height, key)
+                # The kind says the geometry is an MXNetDefaultAugment.
+                plan, warp_params = mxnet_plan(cast(MXNetDefaultAugment, geometry), img.width, img.height, key)
             except MXNetSampleError as exc:
                 raise _Failure(DecodeStatus.TOO_SMALL, str(exc)) from None
             box, flip, vflip = (np.nan,) * 4, warp_params.mirror, False
@@ -196,7 +211,7 @@ class _PillowBatch:
 def _pillow_batch(batch: _PillowBatch) -> None:
     """Decode ``batch.positions`` on the Pillow path and record each outcome in the batch's arrays."""
 
-    def run(p):
+    def run(p: int) -> tuple[int, _Outcome]:
         return p, _pillow_one(
             batch.images[p],
             batch.out[p],

@@ -1,11 +1,12 @@
 """The loader stage: order -> records -> decode -> ring -> prefetch, framework-free.
 
 :class:`Loader` ties the stages together. One producer thread (:mod:`fastload.prefetch`) walks this
-rank's batches (:mod:`fastload.order`); for each batch it hints the OS to read ahead the records of
-the batches that follow (``dataset.will_need``, in the order they will be needed), takes a free slot
-from the ring (:mod:`fastload.batch`), collects zero-copy record views (``dataset.image``) and makes
-**one** ``decode_batch`` call that writes the pixels straight into the slot. The consumer iterates
-:class:`~fastload.batch.Batch` objects whose arrays are views into the slot.
+rank's batches (:mod:`fastload.order`); the records of the coming batches are read ahead in the
+order they will be decoded, neighbours coalesced into one read and several reads in flight
+(:mod:`fastload.records.readahead`, driven by ``reading``); for each batch it takes a free slot from
+the ring (:mod:`fastload.batch`), waits for its records (the ``read_wait`` stage: time bound by
+storage) and makes **one** ``decode_batch`` call that writes the pixels straight into the slot. The
+consumer iterates :class:`~fastload.batch.Batch` objects whose arrays are views into the slot.
 
 Batch lifetime: a batch is never overwritten while anything made from it is alive. Its arrays
 hold a lease on their slot; the slot is refilled only once every array, slice or zero-copy tensor
@@ -48,12 +49,14 @@ the batch or resume point, so skipping is deterministic and keeps batches full a
 equal across ranks.
 
 The package's modules, one job each: ``config`` (:class:`LoaderConfig` and its checks), ``pipeline``
-(the producer side: produce, fill, substitute), ``driver`` (the producer's runs, the passes, the
+(the producer side: produce, fill, substitute), ``reading`` (each batch's records: read ahead or
+one by one), ``driver`` (the producer's runs, the passes, the
 position, ``close()``), ``iterator`` (one pass as an iterator) and ``loader`` (:class:`Loader`).
 """
 
 from fastload.errors import OnError
 from fastload.loader.config import LoaderConfig, transform_image_dtype
 from fastload.loader.loader import Loader
+from fastload.records.readahead import ReadOptions
 
-__all__ = ["Loader", "LoaderConfig", "OnError", "transform_image_dtype"]
+__all__ = ["Loader", "LoaderConfig", "OnError", "ReadOptions", "transform_image_dtype"]

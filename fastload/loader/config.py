@@ -13,13 +13,14 @@ import fastload.transforms as _transforms
 from fastload.batch import Layout
 from fastload.errors import OnError
 from fastload.order import Even, Shuffle, coerce_enum
+from fastload.records.readahead import ReadOptions
 from fastload.transforms import Transform, train
 
 # Image dtypes a ring slot can hold: raw pixels, or the engine's normalized floats.
 IMAGE_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 
 
-def _positive_int(value, name: str, minimum: int = 1) -> None:
+def _positive_int(value: object, name: str, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
 
@@ -68,8 +69,9 @@ class LoaderConfig:
     Args:
         batch_size: Samples per batch.
         transform: The augmentation spec (:mod:`fastload.transforms`); default ``train(224)``.
-        shuffle: ``"none"``, ``"global"`` (full permutation) or ``"block"`` (block + window shuffle,
-            for data larger than RAM).
+        shuffle: ``"none"``, ``"global"`` (full permutation), ``"block"`` (block + window shuffle,
+            for data larger than RAM) or ``"shard"`` (whole shards per rank, shuffled in windows of
+            shards). See docs/slow-disks.md for what each costs in randomness and gains on a disk.
         seed: Non-negative seed of the order and of every random crop.
         drop_last: Drop a final batch smaller than ``batch_size``.
         even: How ranks get equal shares: ``"pad"`` (repeat records) or ``"drop"`` (drop the rest).
@@ -81,7 +83,13 @@ class LoaderConfig:
         on_error: ``"skip"`` or ``"raise"`` for bad records (see the module docstring).
         block_size: Records per block for ``shuffle="block"``.
         window: Blocks per shuffle window for ``shuffle="block"``.
-        read_ahead: Batches beyond the one being decoded whose records are hinted to the OS.
+        read_ahead: With ``read_options=None``: batches beyond the one being decoded whose records
+            are hinted to the OS (``posix_fadvise``).
+        read_options: How records are read ahead of the decode
+            (:class:`fastload.records.readahead.ReadOptions`: reads in flight, byte budget, the gap
+            bridged between neighbouring records): the records of the coming batches in decode
+            order, neighbours coalesced into one read, ``queue_depth`` reads in parallel. None reads
+            each batch's records one by one on the producer thread (fine from the page cache).
         copy: Hand out detached copies instead of ring views (one memcpy per batch). Not needed for
             safety: ring views are never overwritten while they are alive.
         decode_options: ``fastload.decode.DecodeOptions`` (max_pixels, IDCT, ...); None for defaults.
@@ -122,6 +130,7 @@ class LoaderConfig:
     block_size: int = 256
     window: int = 8
     read_ahead: int = 2
+    read_options: ReadOptions | None = field(default_factory=ReadOptions)
     copy: bool = False
     decode_options: Any = None
     max_substitutes: int = 64
@@ -157,6 +166,10 @@ class LoaderConfig:
         _positive_int(self.block_size, "block_size")
         _positive_int(self.window, "window")
         _positive_int(self.read_ahead, "read_ahead", 0)
+        if self.read_options is not None and not isinstance(self.read_options, ReadOptions):
+            raise ValueError(
+                f"read_options={self.read_options!r} must be a fastload.records.readahead.ReadOptions or None"
+            )
         _positive_int(self.max_substitutes, "max_substitutes")
         if self.max_extra_slots is not None:
             _positive_int(self.max_extra_slots, "max_extra_slots", 0)

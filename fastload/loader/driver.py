@@ -5,35 +5,51 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
+from collections.abc import Callable, Iterator
+
+import numpy as np
 
 from fastload.batch import Batch, BatchRing
 from fastload.errors import KeptBatchesWarning, LoaderBusy, LoaderClosed
-from fastload.loader.pipeline import _EpochEnd, _Pipeline
+from fastload.loader.pipeline import _Cursor, _EpochEnd, _Pipeline
+from fastload.order import EpochOrder
 from fastload.prefetch import Producer, ProducerStopped
 from fastload.stats import Stage, StageTimer
+
+#: A pass over caller-chosen batches (:meth:`Loader.iterate_batches`): ``(batches, seed, epoch)``,
+#: where ``batches(stop)`` yields the int64 index arrays.
+Feed = tuple[Callable[[threading.Event], Iterator[np.ndarray]], int, int]
 
 
 class _Run:
     """One producer thread running from a position; only :class:`_Driver` creates and stops it.
 
     Attributes:
-        epoch: Epoch of the next item it hands out.
-        batch: Batch number of the next item it hands out.
+        cursor: Where the order of the next item it hands out starts.
+        batch: Batch number of the next item it hands out, in that order.
         producer: The :class:`~fastload.prefetch.Producer`.
     """
 
-    def __init__(self, pipeline: _Pipeline, ring: BatchRing, epoch: int, start: int, feed=None) -> None:
-        self.epoch, self.batch = epoch, start
+    def __init__(
+        self, pipeline: _Pipeline, ring: BatchRing, cursor: _Cursor, start: int, feed: Feed | None = None
+    ) -> None:
+        self.cursor, self.batch = cursor, start
         # A run over caller-chosen batches (Loader.iterate_batches) is never continued by a later pass.
         self.external = feed is not None
         if feed is None:
             # The lambda closes over the pipeline only, never the Loader or the driver (see Loader._build).
-            produce = lambda stop: pipeline.produce(epoch, start, stop)  # noqa: E731
+            produce = lambda stop: pipeline.produce(cursor, start, stop)  # noqa: E731
         else:
             batches, seed, feed_epoch = feed
             produce = lambda stop: pipeline.produce_batches(batches(stop), seed, feed_epoch, stop)  # noqa: E731
+
+        def wake() -> None:
+            # Stopping: unblock the producer wherever it waits (a free slot, reads in flight).
+            ring.wake()
+            pipeline.wake()
+
         self.producer = Producer(
-            produce, maxsize=ring.base_slots, name=f"fastload-loader-e{epoch}b{start}", wake=ring.wake
+            produce, maxsize=ring.base_slots, name=f"fastload-loader-e{cursor.epoch}b{start}", wake=wake
         )
 
     def stop(self) -> None:
@@ -43,24 +59,28 @@ class _Run:
 class _Pass:
     """The state of one pass over an epoch (what ``iter(loader)`` started), kept by the driver."""
 
-    __slots__ = ("ended", "epoch", "external", "finished", "iterator", "start", "taken", "thread", "timeout")
+    __slots__ = ("cursor", "ended", "external", "finished", "iterator", "start", "taken", "thread", "timeout")
 
     def __init__(
         self,
-        epoch: int,
+        cursor: _Cursor,
         start: int,
         thread: threading.Thread,
         *,
         external: bool = False,
         timeout: float | None = None,
     ) -> None:
-        self.epoch, self.start, self.taken = epoch, start, 0
+        self.cursor, self.start, self.taken = cursor, start, 0
         self.external = external  # over caller-chosen batches: does not move the loader's position
         self.timeout = timeout
         self.finished = False  # the epoch's end was reached
         self.ended = False  # finished, or ended early (close, a new pass, set_epoch, an error)
         self.thread = thread
         self.iterator: weakref.ref | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self.cursor.epoch
 
     def open(self) -> bool:
         """Still iterable: not ended, its iterator alive, its thread alive."""
@@ -86,7 +106,8 @@ class _Driver:
         self._copy = copy
         self._lock = threading.Lock()
         self.run: _Run | None = None
-        self._epoch, self._resume = 0, 0  # where the next pass starts
+        self._next, self._resume = _Cursor(0), 0  # where the next pass starts: an order and a batch in it
+        self.loaded = False  # the next pass starts at a loaded state (until a pass begins)
         self._pass: _Pass | None = None  # the latest pass
         self.closed = False
         self._warned = False
@@ -96,28 +117,37 @@ class _Driver:
     def current_epoch(self) -> int:
         with self._lock:
             ps = self._pass
-            return ps.epoch if ps is not None and not ps.finished and not ps.external else self._epoch
+            return ps.epoch if ps is not None and not ps.finished and not ps.external else self._next.epoch
 
-    def position(self) -> tuple[int, int]:
-        """(epoch, batch) after the last batch handed to the consumer (or where the next pass starts)."""
+    def position(self) -> tuple[_Cursor, int]:
+        """(order, batch) after the last batch handed to the consumer (or where the next pass starts)."""
         with self._lock:
             ps = self._pass
             if ps is not None and not ps.finished and not ps.external:
-                return ps.epoch, ps.start + ps.taken
-            return self._epoch, self._resume
+                return ps.cursor, ps.start + ps.taken
+            return self._next, self._resume
 
-    def seek(self, epoch: int, batch: int, action: str) -> None:
-        """The next pass starts at ``(epoch, batch)``; ends this thread's open pass."""
+    def order(self, cursor: _Cursor) -> EpochOrder:
+        """This rank's order from ``cursor`` (:class:`~fastload.order.EpochOrder`, computed once)."""
+        return self._pipeline.order(cursor)
+
+    def pass_batches(self, ps: _Pass) -> int:
+        """Batches of pass ``ps``'s order (the loader's nominal epoch for caller-chosen batches)."""
+        return self.num_batches if ps.external else len(self._pipeline.order(ps.cursor))
+
+    def seek(self, cursor: _Cursor, batch: int, action: str, *, loaded: bool = False) -> None:
+        """The next pass starts at batch ``batch`` of ``cursor``'s order; ends this thread's open pass."""
         with self._lock:
             self._refuse_other_thread(action)
             if self._pass is not None:
                 self._end_pass_locked(self._pass)
                 self._pass = None
-            self._epoch, self._resume = epoch, batch
+            self._next, self._resume = cursor, batch
+            self.loaded = loaded
 
     # --- passes ---------------------------------------------------------------------------------
 
-    def begin_pass(self, feed=None, timeout: float | None = None) -> _Pass:
+    def begin_pass(self, feed: Feed | None = None, timeout: float | None = None) -> _Pass:
         with self._lock:
             if self.closed:
                 raise LoaderClosed("the loader is closed")
@@ -127,17 +157,18 @@ class _Driver:
             if feed is not None:
                 # Caller-chosen batches: always a fresh run; the loader's own position stays.
                 self._stop_run_locked()
-                self.run = _Run(self._pipeline, self._ring, feed[2], 0, feed=feed)
-                self._pass = _Pass(feed[2], 0, threading.current_thread(), external=True, timeout=timeout)
+                self.run = _Run(self._pipeline, self._ring, _Cursor(feed[2]), 0, feed=feed)
+                self._pass = _Pass(_Cursor(feed[2]), 0, threading.current_thread(), external=True, timeout=timeout)
                 return self._pass
             start, self._resume = self._resume, 0
+            self.loaded = False
             run = self.run
-            if run is None or run.external or (run.epoch, run.batch) != (self._epoch, start):
+            if run is None or run.external or (run.cursor, run.batch) != (self._next, start):
                 # Not where the running producer is (first pass, set_epoch to another epoch, resume,
                 # an abandoned pass): restart it there. Otherwise keep what it already prefetched.
                 self._stop_run_locked()
-                self.run = _Run(self._pipeline, self._ring, self._epoch, start)
-            self._pass = _Pass(self._epoch, start, threading.current_thread())
+                self.run = _Run(self._pipeline, self._ring, self._next, start)
+            self._pass = _Pass(self._next, start, threading.current_thread())
             return self._pass
 
     def take(self, ps: _Pass) -> Batch:
@@ -178,9 +209,9 @@ class _Driver:
                 raise StopIteration
             if isinstance(item, _EpochEnd):
                 ps.finished = ps.ended = True
-                run.epoch, run.batch = item.epoch + 1, 0
+                run.cursor, run.batch = item.next, 0
                 if not ps.external:
-                    self._epoch, self._resume = item.epoch + 1, 0
+                    self._next, self._resume = item.next, 0
                 timer.consumer_idle()
                 raise StopIteration
             run.batch += 1
@@ -235,8 +266,11 @@ class _Driver:
             if run is not None:
                 run.stop()  # raises if the thread does not stop within its timeout
         finally:
-            self._ring.close(fence_timeout=10.0 if wait_fences else None)
-            self._timer.consumer_idle()
+            try:
+                self._pipeline.close()  # the reads ahead: cancelled, those in flight waited for
+            finally:
+                self._ring.close(fence_timeout=10.0 if wait_fences else None)
+                self._timer.consumer_idle()
         return True
 
     # --- internals ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import weakref
 
 from fastload.batch import Batch
 from fastload.loader.driver import _Driver, _Pass
+from fastload.order import EpochOrder
 
 
 class _EpochIterator:
@@ -27,7 +28,8 @@ class _EpochIterator:
         return self
 
     def __len__(self) -> int:
-        return self._driver.num_batches - self._pass.start
+        """Batches this pass hands out in all (a resumed epoch has fewer than ``len(loader)``)."""
+        return self._driver.pass_batches(self._pass) - self._pass.start
 
     def __next__(self) -> Batch:
         return self._driver.take(self._pass)
@@ -39,6 +41,11 @@ class _EpochIterator:
     @property
     def epoch(self) -> int:
         return self._pass.epoch
+
+    @property
+    def order(self) -> EpochOrder:
+        """The pass's :class:`~fastload.order.EpochOrder` (batch ``k`` of the pass is ``order[k]``)."""
+        return self._driver.order(self._pass.cursor)
 
     @property
     def start(self) -> int:

@@ -7,21 +7,23 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from fastload.batch import HELD_BATCHES, Allocator, BatchRing, ReleaseHook, image_fields
+from fastload.batch import HELD_BATCHES, Allocator, BatchRing, Layout, ReleaseHook, image_fields
+from fastload.errors import ResumeStateError
 from fastload.loader.config import LoaderConfig, _positive_int
 from fastload.loader.driver import _Driver, _Run
 from fastload.loader.iterator import _EpochIterator
-from fastload.loader.pipeline import _Pipeline
+from fastload.loader.pipeline import Records, _Cursor, _Pipeline
 from fastload.order import EpochOrder, OrderSpec, Shuffle
-from fastload.stats import LoaderStats, StageTimer
+from fastload.position import Position, dataset_identity, make_state, order_fingerprint, read_state
+from fastload.stats import LoaderStats, RangeHooks, StageTimer
 
 log = logging.getLogger("fastload.loader")
 
-_STATE_VERSION = 1
+_KIND = "fastload.Loader"
 
 
 class Loader:
@@ -45,22 +47,24 @@ class Loader:
         ...         train_step(batch.images, batch.labels)
     """
 
+    # Set last in _build: a loader whose construction failed has none (close() and __del__ check).
+    _driver: _Driver
+
     def __init__(
         self,
-        dataset,
+        dataset: Records | str | os.PathLike[str],
         config: LoaderConfig | None = None,
         allocator: Allocator | None = None,
         *,
-        decode: Callable | None = None,
-        range_hooks=None,
+        decode: Callable[..., Any] | None = None,
+        range_hooks: RangeHooks | None = None,
         release_hook: ReleaseHook | None = None,
     ) -> None:
         self.config = config = config if config is not None else LoaderConfig()
         if not isinstance(config, LoaderConfig):
             raise ValueError(f"config={config!r} must be a LoaderConfig")
-        self._driver: _Driver | None = None  # until construction succeeds; keeps __del__ quiet
         self._owns_dataset = isinstance(dataset, (str, os.PathLike))
-        if self._owns_dataset:
+        if isinstance(dataset, (str, os.PathLike)):
             from fastload.records.dataset import open_dataset
 
             dataset = open_dataset(dataset)
@@ -71,7 +75,15 @@ class Loader:
                 dataset.close()
             raise
 
-    def _build(self, dataset, config: LoaderConfig, allocator, decode, range_hooks, release_hook) -> None:
+    def _build(
+        self,
+        dataset: Records,
+        config: LoaderConfig,
+        allocator: Allocator | None,
+        decode: Callable[..., Any] | None,
+        range_hooks: RangeHooks | None,
+        release_hook: ReleaseHook | None,
+    ) -> None:
         self.dataset = dataset
         self._num_records = len(dataset)
         if self._num_records == 0:
@@ -106,8 +118,9 @@ class Loader:
             )
         fields = image_fields(
             batch_size=config.batch_size,
-            image_size=config.transform.size,
-            layout=config.layout,
+            # Every geometry op stores its size as (h, w) once constructed; the field also takes one int.
+            image_size=cast("tuple[int, int]", config.transform.size),
+            layout=Layout(config.layout),
             label_width=self.label_width,
             image_dtype=config.image_dtype,
         )
@@ -123,13 +136,31 @@ class Loader:
         # Everything the producer thread touches lives in the pipeline, which never refers back to
         # the Loader or the driver: a Loader the user drops is freed, and its __del__ stops the thread.
         pipeline = _Pipeline(dataset, config, self.order_spec, self._labels, self.ring, self.timer, decode)
+        self._pipeline = pipeline
+        self._identity: list[str | None] = []  # the dataset's identity, computed when a state needs it
         self._driver = _Driver(pipeline, self.ring, self.timer, self._len, copy=config.copy)
 
     # --- public API ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank (the same on every rank and every epoch)."""
+        """Batches per epoch for this rank (the same on every rank and every whole epoch).
+
+        A resumed epoch, and with ``round_batch`` an epoch that starts after records the previous
+        one borrowed, has fewer: ``len(iter(loader))`` says how many its pass hands out.
+        """
         return self._len
+
+    def pass_batches(self) -> int:
+        """Batches the pass at the current position hands out in all: ``len(self)`` for a whole epoch.
+
+        Fewer for a resumed epoch, or (``round_batch``) one that starts after records the
+        previous epoch's last batch borrowed.
+        """
+        cursor, batch = self._driver.position()
+        order = self._driver.order(cursor)
+        if batch >= len(order):
+            order = self._driver.order(self._pipeline.next_cursor(cursor))
+        return len(order)
 
     @property
     def epoch(self) -> int:
@@ -144,11 +175,17 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run ``epoch`` from its first batch (ends this thread's running pass).
 
+        After :meth:`load_state_dict`, ``set_epoch`` of the loaded epoch keeps the loaded position
+        (a training loop calls ``set_epoch(epoch)`` at each epoch's start, the resumed one too).
+
         Raises:
             LoaderBusy: Another thread is iterating the loader.
         """
         _positive_int(epoch, "epoch", 0)
-        self._driver.seek(int(epoch), 0, "set the epoch")
+        driver = self._driver
+        if driver.loaded and driver.current_epoch() == epoch:
+            return
+        driver.seek(_Cursor(int(epoch)), 0, "set the epoch")
 
     def __iter__(self) -> _EpochIterator:
         """Start a pass over the current epoch (see the module docstring for the thread rule).
@@ -192,33 +229,46 @@ class Loader:
         return _EpochIterator(self, driver, driver.begin_pass(feed=(batches, int(seed), int(epoch)), timeout=timeout))
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch handed to the consumer, plus the order's fingerprint."""
-        epoch, batch = self._driver.position()
-        if batch >= self._len:
-            epoch, batch = epoch + 1, 0
-        return {"version": _STATE_VERSION, "epoch": int(epoch), "batch": int(batch), **self._fingerprint()}
+        """The position after the last batch handed to the consumer, counted in samples.
+
+        A plain dict (ints, strings, lists) that ``torch.save``, ``json`` and ``pickle`` round-trip,
+        the same on every rank of a job at a step boundary; :meth:`load_state_dict` restores it
+        under any world size, batch size, thread count or prefetch depth (:mod:`fastload.position`).
+        Batches decoded ahead are not counted. After an epoch's last batch it is the next epoch's
+        start (with ``round_batch``, after the records the last batch borrowed from it).
+        """
+        cursor, batch = self._driver.position()
+        order = self._driver.order(cursor)
+        if batch >= len(order):
+            cursor, batch = self._pipeline.next_cursor(cursor), 0
+            order = self._driver.order(cursor)
+        spec = self.order_spec
+        position = Position.at(cursor.epoch, cursor.history, spec.world_size, order.position(batch))
+        return make_state(_KIND, position, self._fingerprint())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at ``state``: the next iteration starts with the batch after the saved position.
+        """Resume at ``state``, saved by this loader or by any rank of a job of any world size.
+
+        With the same world size the next iteration yields exactly the batches the saving run would
+        have yielded next; with another one, this rank's share of the records not yet handed out
+        (see :mod:`fastload.position`). A state at a point where no batch is left for the ranks
+        resumes at the next epoch's start.
 
         Raises:
-            ValueError: When the state comes from a loader whose order differs (seed, shuffle,
-                batch size, dataset size, ranks, padding).
+            ResumeStateError: A state of another dataset, seed, shuffle mode or padding, a newer
+                format, or a damaged one (a ``ValueError``; the message names what differs).
             LoaderBusy: Another thread is iterating the loader.
         """
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError(f"not a fastload loader state (version {_STATE_VERSION}): {state!r}")
-        mine = self._fingerprint()
-        diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-        if diff:
-            detail = ", ".join(f"{k}: saved {a!r} != now {b!r}" for k, (a, b) in diff.items())
-            raise ValueError(f"the saved loader state does not match this loader's order ({detail})")
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if epoch < 0 or not 0 <= batch <= self._len:
-            raise ValueError(f"invalid position epoch={epoch} batch={batch} (epoch has {self._len} batches)")
-        if batch == self._len:
-            epoch, batch = epoch + 1, 0
-        self._driver.seek(epoch, batch, "load a state")
+        position, _ = read_state(state, kind=_KIND, fingerprint=self._fingerprint())
+        history, offset = position.plan(self.order_spec.world_size)
+        cursor = _Cursor(position.epoch, history, offset)
+        try:
+            order = self._driver.order(cursor)  # computed once: the producer starts from it
+        except ValueError as exc:
+            raise ResumeStateError(f"the saved position does not fit this dataset's order: {exc}") from None
+        if len(order) == 0:
+            cursor = self._pipeline.next_cursor(cursor)
+        self._driver.seek(cursor, 0, "load a state", loaded=True)
 
     def stats(self) -> LoaderStats:
         """Per-stage times, images/s and the input-bound fraction since construction (or reset).
@@ -246,8 +296,8 @@ class Loader:
 
         A consumer waiting for a batch meanwhile raises :class:`~fastload.errors.LoaderClosed`.
         """
-        driver = self._driver
-        if driver is None:
+        driver: _Driver | None = getattr(self, "_driver", None)
+        if driver is None:  # construction failed before the driver existed
             return
         first = True  # when driver.close() raises, it was the call that closed
         try:
@@ -268,13 +318,13 @@ class Loader:
     def __enter__(self) -> Loader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
         # A dropped loader must not leave its producer thread running nor hold the ring's memory.
         try:
-            driver = self._driver
+            driver: _Driver | None = getattr(self, "_driver", None)
             if driver is not None and driver.close(wait_fences=False) and self._owns_dataset:
                 self.dataset.close()
         except Exception:
@@ -288,16 +338,6 @@ class Loader:
         return self._driver.run
 
     def _fingerprint(self) -> dict[str, Any]:
-        s = self.order_spec
-        return {
-            "seed": s.seed,
-            "shuffle": s.shuffle.value,
-            "batch_size": s.batch_size,
-            "num_records": s.num_records,
-            "rank": s.rank,
-            "world_size": s.world_size,
-            "even": s.even.value,
-            "drop_last": s.drop_last,
-            "block_size": s.block_size,
-            "window": s.window,
-        }
+        if not self._identity:
+            self._identity.append(dataset_identity(self.dataset))
+        return order_fingerprint(self.order_spec, self._identity[0])

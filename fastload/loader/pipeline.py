@@ -1,4 +1,8 @@
-"""The loader's producer side: order -> read-ahead -> records -> decode into a ring slot."""
+"""The loader's producer side: order -> read-ahead -> records -> decode into a ring slot.
+
+Reads are :mod:`fastload.loader.reading`'s: a batch's records arrive read ahead in decode order
+(or one by one), checked; this module decodes them into the slot and applies ``on_error``.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,70 @@ import logging
 import threading
 import typing
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-from fastload.batch import Batch, BatchRing, Slot
+from fastload.batch import Batch, BatchRing, Layout, Slot
 from fastload.errors import CorruptRecordError, DecodeError, OnError
 from fastload.loader.config import LoaderConfig
-from fastload.order import EpochOrder, OrderSpec
+from fastload.loader.reading import _BatchReads
+from fastload.order import EpochOrder, OrderSpec, share_length
 from fastload.stats import Stage, StageTimer
 from fastload.transforms.mixing import mix_batch
 
 log = logging.getLogger("fastload.loader")
 
 
+class Records(Protocol):
+    """What the loader reads: the records contract (:class:`fastload.records.base.Dataset`).
+
+    ``will_need``, ``will_read``, ``done_with`` and ``shard_starts`` are used when the dataset has them.
+    """
+
+    @property
+    def labels(self) -> Any:
+        """Per-record labels, ``[N]`` or ``[N, label_width]``."""
+
+    def __len__(self) -> int: ...
+
+    def image(self, i: int) -> Any:
+        """The encoded image bytes of record ``i`` (a buffer)."""
+
+    def locate(self, i: int) -> str:
+        """Where record ``i`` lives, for messages."""
+
+    def close(self) -> None:
+        """Release the dataset's files."""
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    """Where a pass starts: an epoch, the layouts before this one in it, and the samples already handed out.
+
+    ``history`` holds the ``(world_size, samples)`` pairs of the jobs that ran earlier in the epoch
+    under other world sizes (:mod:`fastload.position`); ``offset`` is how many samples of this
+    rank's share were handed out before the pass (a resume at the same world size, or the records
+    MXNet's ``round_batch`` borrowed for the previous epoch's last batch).
+    """
+
+    epoch: int
+    history: tuple[tuple[int, int], ...] = ()
+    offset: int = 0
+
+
 class _EpochEnd:
-    """Marker the producer puts after the last batch of an epoch."""
+    """Marker the producer puts after the last batch of an epoch, with where the next epoch starts."""
 
-    __slots__ = ("epoch",)
+    __slots__ = ("cursor", "next")
 
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
+    def __init__(self, cursor: _Cursor, next_cursor: _Cursor) -> None:
+        self.cursor, self.next = cursor, next_cursor
+
+    @property
+    def epoch(self) -> int:
+        return self.cursor.epoch
 
 
 class _Pipeline:
@@ -34,35 +81,82 @@ class _Pipeline:
 
     def __init__(
         self,
-        dataset,
+        dataset: Records,
         config: LoaderConfig,
         order_spec: OrderSpec,
         labels: np.ndarray,
         ring: BatchRing,
         timer: StageTimer,
-        decode: Callable | None,
+        decode: Callable[..., Any] | None,
     ) -> None:
         if decode is None:
-            from fastload.decode import decode_batch as decode
+            from fastload.decode import decode_batch
+
+            decode = decode_batch
         self.dataset, self.config, self.order_spec = dataset, config, order_spec
         self.ring, self.timer = ring, timer
         self._labels = labels
         self._num_records = len(labels)
         self._decode = decode
-        self._decode_kwargs = {"threads": config.num_threads, "layout": config.layout.value}
+        self._decode_kwargs: dict[str, Any] = {"threads": config.num_threads, "layout": Layout(config.layout).value}
         if config.decode_options is not None:
             self._decode_kwargs["options"] = config.decode_options
-        self._will_need = getattr(dataset, "will_need", None)
         self._will_read = getattr(dataset, "will_read", None)  # datasets that fetch shards ahead (remote)
         self._done_with = getattr(dataset, "done_with", None)
-        self._bad: set = set()
+        self._bad: set[int] = set()
+        # The orders of the last cursors asked for: the consumer (state_dict, len) and the producer
+        # share them, so a resumed epoch's remaining records are computed once.
+        self._orders: dict[_Cursor, EpochOrder] = {}
+        self._orders_lock = threading.Lock()
+        self.reads = _BatchReads(dataset, config, order_spec, timer)
 
-    def _hint(self, indices: np.ndarray) -> None:
-        if self._will_need is not None and len(indices):
-            self._will_need(indices)
+    def order(self, cursor: _Cursor) -> EpochOrder:
+        """This rank's order from ``cursor`` (raises ValueError for a cursor that does not fit the order)."""
+        with self._orders_lock:
+            order = self._orders.get(cursor)
+            if order is None:
+                order = EpochOrder(self.order_spec, cursor.epoch, consumed=cursor.history, offset=cursor.offset)
+                if len(self._orders) >= 4:
+                    self._orders.pop(next(iter(self._orders)))
+                self._orders[cursor] = order
+            return order
 
-    def produce(self, epoch: int, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
-        """Producer-thread body: filled batches from ``(epoch, start)`` on, epoch after epoch.
+    def next_cursor(self, cursor: _Cursor) -> _Cursor:
+        """Where the epoch after ``cursor``'s starts: its first record, or after what ``round_batch`` borrowed.
+
+        MXNet's ``round_batch``: the last batch is completed with the first records of the next
+        epoch's order, and that epoch then starts after them (the following ones too, when a batch
+        is larger than a share).
+        """
+        if not self.config.round_batch:
+            return _Cursor(cursor.epoch + 1)
+        order = self.order(cursor)
+        n = len(order)
+        borrowed = max(0, n * self.config.batch_size - len(order.rest))
+        share = share_length(self.order_spec.num_records, self.order_spec.world_size, self.order_spec.even)
+        epoch, offset = cursor.epoch + 1 + borrowed // share, borrowed % share
+        return _Cursor(epoch, (), offset)
+
+    def _borrowed(self, cursor: _Cursor, count: int) -> np.ndarray:
+        """The first ``count`` records of the orders after ``cursor``'s epoch (``round_batch`` padding)."""
+        parts, epoch = [], cursor.epoch + 1
+        while count > 0:
+            share = self.order(_Cursor(epoch)).share
+            parts.append(share[:count])
+            count -= len(parts[-1])
+            epoch += 1
+        return np.concatenate(parts)
+
+    def wake(self) -> None:
+        """The producer is being stopped: end its wait for reads (any thread)."""
+        self.reads.wake()
+
+    def close(self) -> None:
+        """Stop the reads ahead (after the producer stopped; idempotent)."""
+        self.reads.close()
+
+    def produce(self, cursor: _Cursor, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
+        """Producer-thread body: filled batches from batch ``start`` of ``cursor``'s order on, epoch after epoch.
 
         An :class:`_EpochEnd` marker follows each epoch's last batch. Running on into the next
         epoch keeps the decode threads busy across the boundary instead of restarting cold.
@@ -70,42 +164,39 @@ class _Pipeline:
         while True:
             # `yield from`, not a loop variable: a batch referred to by a suspended producer frame
             # would keep its lease (and slot) alive after the consumer dropped it.
-            stopped = yield from self._produce_epoch(epoch, start, stop)
+            stopped = yield from self._produce_epoch(cursor, start, stop)
             if stopped:
                 return
-            yield _EpochEnd(epoch)
-            epoch, start = epoch + 1, 0
+            following = self.next_cursor(cursor)
+            yield _EpochEnd(cursor, following)
+            cursor, start = following, 0
 
-    def _produce_epoch(self, epoch: int, start: int, stop: threading.Event) -> typing.Generator[Batch, None, bool]:
+    def _produce_epoch(self, cursor: _Cursor, start: int, stop: threading.Event) -> typing.Generator[Batch, None, bool]:
         """The batches of one epoch from ``start``; returns True when stopped before its end."""
-        order = EpochOrder(self.order_spec, epoch)
+        epoch = cursor.epoch
+        order = self.order(cursor)
         n = len(order)
-        ahead = self.config.read_ahead
-        timer = self.timer
+        bs = self.order_spec.batch_size
+        following = self.order(self.next_cursor(cursor))
         if self._will_read is not None:
             # Every record this rank reads from here on, in order (the rest of this epoch, then the
             # next one), so the dataset fetches whole shards ahead of the decode.
-            bs = self.order_spec.batch_size
-            self._will_read(order.share[start * bs : n * bs], EpochOrder(self.order_spec, epoch + 1).share[: n * bs])
-        with timer.span(Stage.READ, what="read-ahead"):
-            # The first batches' records in the order they will be decoded.
-            for k in range(start, min(n, start + 1 + ahead)):
-                self._hint(order[k])
+            self._will_read(order.rest[start * bs : n * bs], following.rest[: len(following) * bs])
+        self.reads.start_epoch(order, start, following)
         for k in range(start, n):
-            if k + 1 + ahead < n:
-                with timer.span(Stage.READ, what="read-ahead"):
-                    self._hint(order[k + 1 + ahead])
-            with timer.span(Stage.WAIT_SLOT):
+            with self.timer.span(Stage.WAIT_SLOT):
                 slot = self.ring.acquire(stop)
             if slot is None:
                 return True
             indices = order[k]
-            if self.config.round_batch and len(indices) < self.config.batch_size:
-                indices = np.concatenate(
-                    [indices, order.share[np.arange(self.config.batch_size - len(indices)) % len(order.share)]]
-                )
+            if self.config.round_batch and len(indices) < bs:
+                indices = np.concatenate([indices, self._borrowed(cursor, bs - len(indices))])
             try:
-                indices = self._fill(slot, indices, epoch, k)
+                got = self.reads.batch(k, indices)
+                if got is None:  # stopping
+                    self.ring.unused(slot)
+                    return True
+                indices = self._fill(slot, indices, epoch, k, got)
             except BaseException:
                 self.ring.unused(slot)
                 raise
@@ -116,19 +207,25 @@ class _Pipeline:
         self, batches: Iterator[np.ndarray], seed: int, epoch: int, stop: threading.Event
     ) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
+        self.reads.start_feed()
         for k, indices in enumerate(batches):
             with self.timer.span(Stage.WAIT_SLOT):
                 slot = self.ring.acquire(stop)
             if slot is None:
                 return
             try:
-                indices = self._fill(slot, np.asarray(indices, dtype=np.int64), epoch, k, seed)
+                indices = np.asarray(indices, dtype=np.int64)
+                got = self.reads.fed(k, indices)
+                if got is None:  # stopping
+                    self.ring.unused(slot)
+                    return
+                indices = self._fill(slot, indices, epoch, k, got, seed)
             except BaseException:
                 self.ring.unused(slot)
                 raise
             yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
         if not stop.is_set():
-            yield _EpochEnd(epoch)
+            yield _EpochEnd(_Cursor(epoch), _Cursor(epoch + 1))
 
     def _view(self, i: int) -> tuple[Any, str | None]:
         try:
@@ -136,25 +233,22 @@ class _Pipeline:
         except (CorruptRecordError, OSError, ValueError) as exc:
             return b"", f"unreadable record: {exc}"
 
-    def _fill(self, slot: Slot, indices: np.ndarray, epoch: int, number: int, seed: int | None = None) -> np.ndarray:
-        """Decode the batch ``indices`` into ``slot``; returns the indices actually used."""
+    def _fill(
+        self,
+        slot: Slot,
+        indices: np.ndarray,
+        epoch: int,
+        number: int,
+        read: tuple[list[Any], dict[int, str]],
+        seed: int | None = None,
+    ) -> np.ndarray:
+        """Decode the batch ``indices`` (their records ``read``) into ``slot``; returns the indices used."""
         seed = self.config.seed if seed is None else seed
         m = len(indices)
         arrays = slot.arrays
         out = arrays["images"][:m]
         timer = self.timer
-        read_errors: dict[int, str] = {}
-        with timer.span(Stage.READ, batch=number):
-            image = self.dataset.image
-            try:
-                views = [image(i) for i in indices.tolist()]
-            except (CorruptRecordError, OSError, ValueError):
-                views = []
-                for pos, i in enumerate(indices.tolist()):
-                    view, err = self._view(i)
-                    views.append(view)
-                    if err is not None:
-                        read_errors[pos] = err
+        views, read_errors = read
         mix = self.config.mix
         first = int(indices[0]) if m else 0  # keys the batch's mix, whatever replaces a bad first record
         mix_kwargs = (
@@ -192,7 +286,7 @@ class _Pipeline:
                     seed=seed,
                     epoch=epoch,
                     first_index=first,
-                    layout=self.config.layout.value,
+                    layout=Layout(self.config.layout).value,
                     threads=self.config.num_threads,
                     out=arrays["labels"][:m],
                 )

@@ -51,15 +51,18 @@ import numpy as np
 
 import fastload.order as order_mod
 from fastload.batch import HELD_BATCHES, Batch, BatchRing
-from fastload.errors import KeptBatchesWarning
+from fastload.errors import KeptBatchesWarning, ResumeStateError
 from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.placement import normalize_contexts, pinned_allocator, place, split_slices, wrap_view
 from fastload.mxnet.protocol import BatchIter
+from fastload.position import Position, make_state, order_fingerprint, read_state
 from fastload.prefetch import Producer
 
 __all__ = ["LAST_BATCH_HANDLES", "NDArrayIter", "check_csr", "csr_take_rows", "plan_epoch"]
 
 LAST_BATCH_HANDLES = ("pad", "discard", "roll_over")
+
+_KIND = "fastload.mxnet.NDArrayIter"
 
 try:  # scipy is optional for MXNet users; only needed when they pass scipy matrices.
     import scipy.sparse as _sp
@@ -598,39 +601,102 @@ class NDArrayIter(BatchIter):
     # -- resume -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The position to resume from: seed, epoch, batches taken and any rolled-over rows."""
-        return {
-            "seed": self.seed,
-            "epoch": self._epoch,
-            "batch": self._taken,
-            "exhausted": self._exhausted,
-            "carry": None if self._carry is None else self._carry.tolist(),
-            "num_data": self.num_data,
-            "batch_size": self.batch_size,
-            "part_index": self.part_index,
-            "num_parts": self.num_parts,
-            "last_batch_handle": self.last_batch_handle,
-            "shuffle": self.shuffle,
-        }
+        """The position to resume from: seed, epoch, batches taken and how many rows rolled over.
+
+        A plain dict of ints, strings and lists (``torch.save``, ``json``, ``pickle``), versioned and
+        checked on load (:mod:`fastload.position`). Any part's state resumes every part at the same
+        ``num_parts``: the rolled-over rows are stored as a count, each part recomputes its own.
+        """
+        carry = 0 if self._carry is None else len(self._carry)
+        return make_state(
+            _KIND,
+            Position(self._epoch),
+            self._fingerprint(),
+            seed=self.seed,
+            batch=self._taken,
+            exhausted=int(self._exhausted),
+            carry=carry,
+            num_parts=self.num_parts,
+            batch_size=self.batch_size,
+            last_batch_handle=self.last_batch_handle,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict`: the next batch is the one that would have come next."""
-        for key in ("num_data", "batch_size", "part_index", "num_parts", "last_batch_handle", "shuffle"):
-            if state.get(key) != getattr(self, key):
-                raise ValueError(
-                    f"state_dict was saved with {key}={state.get(key)!r}, "
-                    f"this iterator has {key}={getattr(self, key)!r}"
+        """Continue from :meth:`state_dict`: the next batch is the one that would have come next.
+
+        The saved ``seed`` replaces this iterator's (MXNet draws it at random by default).
+
+        Raises:
+            ResumeStateError: A state of other inputs or settings, a newer format, a damaged state,
+                or one saved with another ``num_parts`` (refused: this iterator resumes at the same
+                part count only; ``fastload.Loader`` and ``fastload.mxnet.ImageRecordIter`` restore
+                under another one).
+        """
+        _, values = read_state(
+            state,
+            kind=_KIND,
+            fingerprint=self._fingerprint(),
+            extra={
+                "seed": int,
+                "batch": int,
+                "exhausted": int,
+                "carry": int,
+                "num_parts": int,
+                "batch_size": int,
+                "last_batch_handle": str,
+            },
+        )
+        for key in ("num_parts", "batch_size", "last_batch_handle"):
+            if values[key] != getattr(self, key):
+                extra = (
+                    " (NDArrayIter resumes at the same part count only; fastload.Loader and "
+                    "fastload.mxnet.ImageRecordIter restore under another one)"
+                    if key == "num_parts"
+                    else ""
                 )
+                raise ResumeStateError(
+                    f"the saved NDArrayIter state has {key}={values[key]!r}, this iterator has "
+                    f"{key}={getattr(self, key)!r}{extra}"
+                )
+        position = state["epoch"]
+        carry = values["carry"]
+        if not 0 <= carry < self.batch_size or values["seed"] < 0 or values["batch"] < 0:
+            raise ResumeStateError(
+                f"the saved NDArrayIter state is damaged: carry={carry}, seed={values['seed']}, batch={values['batch']}"
+            )
         self._forget_current()
         self._stop_producer()
-        self.seed = int(state["seed"])
+        self.seed = int(values["seed"])
         self._spec = dataclasses.replace(self._spec, seed=self.seed)
-        self._epoch = int(state["epoch"])
-        self._carry = None if state["carry"] is None else np.asarray(state["carry"], dtype=np.int64)
+        self._epoch = int(position)
+        self._carry = self._stream_tail(carry) if carry else None
         self._make_plan()
-        self._taken = min(int(state["batch"]), len(self._plan))
+        self._taken = min(int(values["batch"]), len(self._plan))
         self.cursor += self._taken * self.batch_size
-        self._exhausted = bool(state.get("exhausted", False))
+        self._exhausted = bool(values["exhausted"])
+
+    def _stream_tail(self, count: int) -> np.ndarray:
+        """The last ``count`` rows this part handed out before the current epoch (the rolled-over rows).
+
+        What rolls over is always the end of the epochs before, epoch after epoch, so a count says it.
+        """
+        parts: list[np.ndarray] = []
+        need, epoch = count, self._epoch - 1
+        while need > 0:
+            if epoch < 0:
+                raise ResumeStateError(f"the saved NDArrayIter state is damaged: {count} rows cannot roll over yet")
+            share = order_mod.EpochOrder(self._spec, epoch).share
+            take = share[max(0, len(share) - need) :]
+            parts.insert(0, take)
+            need -= len(take)
+            epoch -= 1
+        return np.concatenate(parts)
+
+    def _fingerprint(self) -> dict[str, Any]:
+        arrays = ";".join(f"{s.name}:{s.stype}:{tuple(s.shape)}:{s.dtype}" for s in self._sources)
+        out = order_fingerprint(dataclasses.replace(self._spec, seed=0), f"arrays {arrays}")
+        del out["seed"]  # the state's seed replaces this iterator's
+        return out
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -80,7 +80,6 @@ from fastload.mxnet.mean_image import GRAY_WEIGHTS, compute_mean_image, mean_ima
 from fastload.mxnet.placement import normalize_contexts, numpy_view, place, split_slices, wrap_view
 from fastload.mxnet.protocol import BatchIter
 from fastload.mxnet.record_source import open_records
-from fastload.order import EpochOrder
 
 __all__ = [
     "ImageRecordInt8Iter",
@@ -291,11 +290,9 @@ class ImageRecordIter(BatchIter):
             decode=_seeded_decode(self._aug_seed, self._host),
         )
         self._ids = getattr(self._dataset, "ids", None)
-        self._epoch = 0
         self._iter_thread = None
-        # Rows of the epoch's last batch that stand for no record of this part (the same every epoch).
-        share = len(EpochOrder(self.loader.order_spec, 0).share)
-        self._last_pad = len(self.loader) * self.batch_size - share
+        self._ended = False  # this epoch's batches were all handed out: next() stops until reset()
+        self._loaded = False  # at a loaded position, no batch taken since: reset() keeps it
         if args.verbose:
             log.info(
                 "ImageRecordIter: %s, %d records, part %d of %d, %s, %d decode threads",
@@ -398,29 +395,74 @@ class ImageRecordIter(BatchIter):
         return [mx.io.DataDesc(self.label_name, shape, np.float32)]
 
     def __len__(self) -> int:
-        """Batches per epoch (the same for every part)."""
-        return len(self.loader)
+        """Batches of the current epoch, or of the next one before it starts (the same for every part).
+
+        With ``round_batch`` epochs differ, as MXNet's: one that starts after records the previous
+        epoch's last batch borrowed has fewer.
+        """
+        if self._iter is not None:
+            return len(self._iter.order)
+        return self.loader.pass_batches()
 
     def reset(self) -> None:
-        """Start the next epoch (new shuffle and random augmentations)."""
+        """Start the next epoch (new shuffle and random augmentations).
+
+        After an epoch read to its end, the next one starts after the records its last batch
+        borrowed (``round_batch``, as MXNet); after an epoch left early, at the next epoch's first
+        record (MXNet: ``BeforeFirst`` of the record reader).
+        """
         self._forget_current()
-        if self._iter is not None:
-            self._iter.close()
-            self._iter = None
-        self._epoch += 1
-        self.loader.set_epoch(self._epoch)
+        it, self._iter = self._iter, None
+        if it is None and self._loaded:
+            pass  # a loop that resets before each epoch, right after load_state_dict: keep the position
+        elif self._ended or (it is not None and self._handed_all(it)):
+            if it is not None and not it.finished:
+                self._see_epoch_end(it)
+        else:
+            epoch = self.loader.epoch
+            if it is not None:
+                it.close()
+            self.loader.set_epoch(epoch + 1)
+        if it is not None:
+            it.close()
+        self._ended = self._loaded = False
+
+    @staticmethod
+    def _handed_all(it) -> bool:
+        return it.finished or it.start + it.taken >= len(it.order)
+
+    def _see_epoch_end(self, it) -> None:
+        """Take the end marker after an epoch's last batch: the loader then moves to the next epoch itself."""
+        import threading
+
+        if self._iter_thread is threading.current_thread():
+            with contextlib.suppress(StopIteration):
+                next(it)
+                raise RuntimeError("ImageRecordIter: a batch after the epoch's last one")  # pragma: no cover
+            return
+        # The pass belongs to another thread: the same, through the loader's position.
+        state = self.loader.state_dict()
+        it.close()
+        self.loader.load_state_dict(state)
 
     def _fetch(self) -> mx.io.DataBatch | None:
         if self.loader is None:
             raise RuntimeError("ImageRecordIter is closed")
+        if self._ended:
+            return None
         self._own_pass()
+        if self._ended:
+            return None
         try:
             batch = next(self._iter)
         except StopIteration:
+            self._ended = True
             return None
-        last = batch.number == len(self.loader) - 1
+        order = self._iter.order
+        last = batch.number == len(order) - 1
         if self.round_batch:
-            pad = self._last_pad if last else 0
+            # The rows of the last batch that come from the next epoch's order (MXNet's pad).
+            pad = len(order) * self.batch_size - len(order.rest) if last else 0
         else:
             pad = self.batch_size - batch.size
         images = batch.slot_view("images")
@@ -466,12 +508,22 @@ class ImageRecordIter(BatchIter):
         import threading
 
         me = threading.current_thread()
+        it = self._iter
+        if it is not None and self._iter_thread is not me and self._handed_all(it):
+            # The epoch was read to its end on the other thread: it stays ended here.
+            self._iter = None
+            if not it.finished:
+                self._see_epoch_end(it)
+            it.close()
+            self._ended = True
+            return
         if self._iter is not None and self._iter_thread is not me:
             state = self.loader.state_dict()
             self._iter.close()
             self._iter = None
             self.loader.load_state_dict(state)
         if self._iter is None:
+            self._loaded = False
             try:
                 self._iter = iter(self.loader)
             except LoaderBusy:  # pragma: no cover - the pass was closed above
@@ -526,17 +578,30 @@ class ImageRecordIter(BatchIter):
         return self.loader.stats()
 
     def state_dict(self) -> dict[str, Any]:
-        """The loader's resume position (epoch, batch) and its order fingerprint."""
+        """The loader's position (:meth:`fastload.loader.Loader.state_dict`), counted in samples.
+
+        The records the last batch of an epoch borrowed from the next one (``round_batch``) are part
+        of it; after an epoch's last batch it is the next epoch's start. A plain, versioned, checked
+        dict (:mod:`fastload.position`); any part's state restores every part, under the same or
+        another ``num_parts``.
+        """
         return self.loader.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; the next ``next()`` continues where that run stopped."""
+        """Resume from :meth:`state_dict`; the next ``next()`` continues where that run stopped.
+
+        A ``reset()`` right after loading keeps the position (loops that reset before each epoch);
+        a state saved after an epoch's last batch resumes at the next epoch.
+
+        Raises:
+            ResumeStateError: Not such a state, a damaged one, or one of another dataset or order.
+        """
         self._forget_current()
         if self._iter is not None:
             self._iter.close()
             self._iter = None
         self.loader.load_state_dict(state)
-        self._epoch = self.loader.epoch
+        self._ended, self._loaded = False, True
 
     def close(self) -> None:
         """Stop the producer and close the records (idempotent)."""

@@ -1,9 +1,12 @@
-"""Write stage: pack image folders and im2rec lists into RecordIO or LMDB shards (``fastload pack``).
+"""Write stage: pack image folders, listings, WebDataset tars and parquet into RecordIO or LMDB shards.
 
 The parts, from the top: ``packer`` (the driver, :func:`pack_folder`), ``options`` / ``result``,
-``sources`` (folder / ``.lst`` input), ``convert`` (check / convert one image), ``framing`` (the
+``input_format`` (what SRC is), ``sources`` / ``listing_source`` (folder, ``.lst``, CSV, JSONL
+input), ``stream_pack`` (tars and parquet, streamed: ``wds_source`` / ``tar_stream``,
+``arrow_source``, ``read_ahead``, ``remote_read``, ``stream_sample``), ``sample_labels`` (label
+rules), ``convert`` (check / convert one image), ``framing`` (the
 engine's pass-through batches), ``restart`` (restart-marker transcoding), ``ordered_pool`` (the
-converter threads), ``shard_writer`` (shard files), ``staging`` (lock, resume, final move),
+converter threads), ``shard_writer`` (shard files), ``work_folder`` (lock, resume, final move),
 ``manifest_writer`` (index and manifest), ``progress``; ``arrays`` packs numpy arrays
 (``fastload pack-arrays``).
 """

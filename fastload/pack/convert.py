@@ -20,7 +20,7 @@ import io
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -32,6 +32,7 @@ __all__ = [
     "ConvertOptions",
     "Converted",
     "JpegInfo",
+    "cheap_info",
     "convert_image",
     "convert_images",
     "inspect_jpeg",
@@ -39,7 +40,7 @@ __all__ = [
     "too_many_pixels",
 ]
 
-Transcode = Callable[[bytes], bytes]
+Transcode = Callable[[Any], bytes]
 Buffer = bytes | bytearray | memoryview
 DEFAULT_MAX_PIXELS = 89_478_485  # the decoder's default (fastload.decode.DecodeOptions.max_pixels), Pillow's
 NOT_INDEXED = "not_restart_indexed"
@@ -105,13 +106,13 @@ class Converted:
         note: A counted remark (``NOT_INDEXED``: the transcode hook refused the image).
     """
 
-    data: bytes | memoryview | None
+    data: Buffer | None
     kind: str | None
     reason: str | None = None
     note: str | None = None
 
 
-def inspect_jpeg(data: bytes) -> JpegInfo | None:
+def inspect_jpeg(data: Buffer) -> JpegInfo | None:
     """Walk a JPEG's markers up to the first scan.
 
     Returns:
@@ -162,7 +163,7 @@ def inspect_jpeg(data: bytes) -> JpegInfo | None:
         pos += 2 + seglen
     # Entropy-coded data never contains FF D9 (0xFF is always stuffed), so a file whose last bytes
     # (ignoring zero padding some writers add) are not EOI was cut short.
-    if not data[-64:].rstrip(b"\0").endswith(b"\xff\xd9"):
+    if not bytes(data[-64:]).rstrip(b"\0").endswith(b"\xff\xd9"):
         raise BadImage("truncated JPEG (no end-of-image marker)")
     return info
 
@@ -222,7 +223,7 @@ def _resized_size(width: int, height: int, shorter: int) -> tuple[int, int]:
     return width * shorter // height, shorter
 
 
-def _decode_full(data: bytes, max_pixels: int, draft_to: int | None = None) -> Image.Image:
+def _decode_full(data: Buffer, max_pixels: int, draft_to: int | None = None) -> Image.Image:
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -263,7 +264,7 @@ def _to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
-def _engine_resize_encode() -> Callable[[Sequence[bytes], int, int], list[bytes | None]] | None:
+def _engine_resize_encode() -> Callable[[Sequence[Buffer], int, int], list[bytes | None]] | None:
     """The C++ engine's batch decode + resize + re-encode when it is live now, else None.
 
     The returned function takes ``(images, shorter, quality)`` and gives one JPEG ``bytes`` per
@@ -279,13 +280,13 @@ def _engine_resize_encode() -> Callable[[Sequence[bytes], int, int], list[bytes 
     if decode.active_backend() != "libjpeg-turbo":
         return None
 
-    def fn(images: Sequence[bytes], shorter: int, quality: int) -> list[bytes | None]:
+    def fn(images: Sequence[Buffer], shorter: int, quality: int) -> list[bytes | None]:
         return decode.resize_encode_batch(images, shorter=shorter, quality=quality, threads=1)
 
     return fn
 
 
-def _cheap_info(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[JpegInfo | None, bool]:
+def cheap_info(data: Buffer, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[JpegInfo | None, bool]:
     """The marker walk's verdict: (info, True) for an 8-bit colour JPEG the engine can take as is.
 
     Raises:
@@ -310,14 +311,14 @@ def _cheap_info(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Jpeg
     return info, ok
 
 
-def _engine_ready(data: bytes, max_pixels: int) -> bool:
+def _engine_ready(data: Buffer, max_pixels: int) -> bool:
     try:
-        return _cheap_info(data, max_pixels)[1]
+        return cheap_info(data, max_pixels)[1]
     except BadImage:
         return False
 
 
-def _finish(out: bytes, kind: str, options: ConvertOptions) -> Converted:
+def _finish(out: Buffer, kind: str, options: ConvertOptions) -> Converted:
     if options.transcode is not None:
         try:
             out = options.transcode(out)
@@ -327,7 +328,7 @@ def _finish(out: bytes, kind: str, options: ConvertOptions) -> Converted:
     return Converted(out, kind)
 
 
-def convert_images(datas: Sequence[bytes], options: ConvertOptions) -> list[Converted]:
+def convert_images(datas: Sequence[Buffer], options: ConvertOptions) -> list[Converted]:
     """:func:`convert_image` over a batch of files' bytes, in order.
 
     With ``resize`` the colour JPEGs of the batch are decoded, resized and re-encoded by one
@@ -346,7 +347,7 @@ def convert_images(datas: Sequence[bytes], options: ConvertOptions) -> list[Conv
     return [done[i] if i in done else convert_image(d, options, use_engine=False) for i, d in enumerate(datas)]
 
 
-def convert_image(data: bytes, options: ConvertOptions, *, use_engine: bool = True) -> Converted:
+def convert_image(data: Buffer, options: ConvertOptions, *, use_engine: bool = True) -> Converted:
     """Decide what to store for one file's bytes.
 
     Args:
@@ -361,7 +362,7 @@ def convert_image(data: bytes, options: ConvertOptions, *, use_engine: bool = Tr
     if not data:
         return Converted(None, None, "empty file (0 bytes)")
     try:
-        _info, cheap_ok = _cheap_info(data, options.max_pixels)
+        _info, cheap_ok = cheap_info(data, options.max_pixels)
         if options.resize is None:
             if cheap_ok:
                 out, kind = data, "pass"

@@ -14,8 +14,8 @@ import xxhash
 
 from fastload.engine import unavailable_reason
 from fastload.errors import UserError
-from fastload.pack.convert import Converted, ConvertOptions, convert_images
-from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch
+from fastload.pack.convert import BadImage, Converted, ConvertOptions, cheap_info, convert_images
+from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch, frame_buffers
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.restart import RestartTranscoder
 from fastload.pack.restart import available as restart_available
@@ -28,6 +28,7 @@ __all__ = [
     "PASS_BATCH",
     "batch_size",
     "convert_batch",
+    "convert_buffers",
     "convert_options",
     "max_file_bytes",
     "prepare_record",
@@ -64,7 +65,9 @@ def batch_size(options: ConvertOptions) -> int:
     return PASS_BATCH if options.resize is None and options.transcode is None else DECODE_BATCH
 
 
-def prepare_record(item: SourceItem, image: bytes | memoryview, fmt: ShardFormat, label_width: int) -> Prepared:
+def prepare_record(
+    item: SourceItem, image: bytes | bytearray | memoryview, fmt: ShardFormat, label_width: int
+) -> Prepared:
     """The record (RecordIO) or value (LMDB) of one image, with its length, image offset and checksum."""
     if fmt is ShardFormat.RECORDIO:
         header = recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id)
@@ -138,4 +141,64 @@ def convert_batch(
         result = results[i]
         prepared = prepare_record(item, result.data, fmt, label_width) if result.data is not None else None
         out.append((result, len(datas.get(i, b"")), prepared))
+    return out
+
+
+def _passes(data: bytes | memoryview, max_pixels: int) -> bool:
+    """Whether :func:`fastload.pack.convert.convert_image` would store ``data`` untouched (a checked colour JPEG)."""
+    try:
+        return cheap_info(data, max_pixels)[1]
+    except BadImage:
+        return False
+
+
+def convert_buffers(
+    batch: list[tuple[SourceItem, bytes | memoryview | None, str | None]],
+    options: ConvertOptions,
+    fmt: ShardFormat,
+    label_width: int,
+    pool: BufferPool | None = None,
+) -> FramedBatch | list[tuple[Converted, int, Prepared | None]]:
+    """Check, convert and frame a batch of images already in memory (a tar's members, a parquet column).
+
+    Each entry is ``(item, image bytes, reason)``: with a reason (a bad entry found while reading),
+    the entry is reported with it and its bytes are not looked at. A RecordIO batch of JPEGs that
+    all pass through is framed into one buffer from ``pool`` (:func:`fastload.pack.framing.frame_buffers`),
+    which the writer takes whole, as the engine's framed batches of files; otherwise the result has
+    :func:`convert_batch`'s per-file form, so the shard writer takes both alike.
+    """
+    limit = max_file_bytes(label_width)
+    # The usual batch: colour JPEGs that pass through, framed into one buffer the writer takes whole.
+    passing = (
+        fmt is ShardFormat.RECORDIO
+        and options.resize is None
+        and options.transcode is None
+        and pool is not None
+        and all(
+            reason is None and data is not None and len(data) <= limit and _passes(data, options.max_pixels)
+            for _, data, reason in batch
+        )
+    )
+    if passing:
+        assert pool is not None
+        whole = frame_buffers([(item, data) for item, data, _ in batch if data is not None], label_width, pool)
+        if whole is not None:
+            return whole
+    results: dict[int, Converted] = {}
+    datas: dict[int, bytes | memoryview] = {}
+    for i, (_item, data, reason) in enumerate(batch):
+        if reason is not None or data is None:
+            results[i] = Converted(None, None, reason or "no image bytes")
+        elif len(data) > limit:
+            results[i] = Converted(
+                None, None, f"image of {len(data)} bytes is larger than the {limit}-byte record limit"
+            )
+        else:
+            datas[i] = data
+    results.update(zip(datas, convert_images(list(datas.values()), options), strict=True))
+    out: list[tuple[Converted, int, Prepared | None]] = []
+    for i, (item, data, _) in enumerate(batch):
+        result = results[i]
+        prepared = prepare_record(item, result.data, fmt, label_width) if result.data is not None else None
+        out.append((result, len(data) if data is not None else 0, prepared))
     return out

@@ -13,6 +13,7 @@ would split) is returned as ``None`` and takes the Python path, which converts o
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -25,7 +26,7 @@ from fastload.pack.convert import Converted, jpeg_frame_size, too_many_pixels
 from fastload.records import recordio
 from fastload.records.folder_tree import SourceItem
 
-__all__ = ["BufferPool", "FramedBatch", "Prepared", "engine_framing", "frame_batch"]
+__all__ = ["BufferPool", "FramedBatch", "Prepared", "engine_framing", "frame_batch", "frame_buffers"]
 
 
 class Prepared(NamedTuple):
@@ -199,3 +200,40 @@ def frame_batch(
     buffer = pool.take(1 + sum(recordio.framed_size(n) for n in lengths))
     framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads, buffer)
     return FramedBatch(buffer.data[:used], framed.tolist(), lengths, head_lens, sizes, buffer, max_pixels)
+
+
+_LREC = struct.Struct("<II")
+
+
+def frame_buffers(
+    batch: Sequence[tuple[SourceItem, bytes | bytearray | memoryview]], label_width: int, pool: BufferPool
+) -> FramedBatch | None:
+    """Frame a batch of pass-through images already in memory (tar members, parquet cells) into one buffer.
+
+    The records are what :func:`frame_batch` makes of files (framing word, header, image, padding,
+    back to back), so the writer takes the batch in one piece, as it takes the engine's. The
+    images must already be checked (:func:`fastload.pack.convert.convert_images` would pass them
+    through untouched).
+
+    Returns:
+        The :class:`FramedBatch`, or None when a record must be split around RecordIO's magic
+        word (the per-record path frames that batch).
+    """
+    heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id) for item, _ in batch]
+    sizes = [len(data) for _, data in batch]
+    head_lens = [len(h) for h in heads]
+    lengths = [h + n for h, n in zip(head_lens, sizes, strict=True)]
+    framed = [recordio.framed_size(n) for n in lengths]
+    buffer = pool.take(sum(framed))
+    pos = 0
+    for (_, data), head, length, size in zip(batch, heads, lengths, framed, strict=True):
+        if recordio.magic_positions(head) or recordio.magic_positions(data):
+            pool.give(buffer)
+            return None
+        _LREC.pack_into(buffer.data, pos, recordio.MAGIC, length)
+        start = pos + 8 + len(head)
+        buffer[pos + 8 : start] = np.frombuffer(head, dtype=np.uint8)
+        buffer[start : start + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        buffer[pos + 8 + length : pos + size] = 0
+        pos += size
+    return FramedBatch(buffer.data[:pos], framed, lengths, head_lens, sizes, buffer)

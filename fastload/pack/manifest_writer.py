@@ -1,6 +1,6 @@
 """Write stage, the dataset's description: the binary record index and ``fastload.json``.
 
-Both are built from the completed shards and written into staging: the last files of a pack.
+Both are built from the completed shards and written into the work folder: the last files of a pack.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastload.errors import UserError
 from fastload.pack.convert import NOT_INDEXED
 from fastload.pack.options import PackOptions
 from fastload.pack.restart import manifest_settings
-from fastload.pack.staging import USER_WRITE_ERRNOS, ShardDone, write_error
+from fastload.pack.work_folder import USER_WRITE_ERRNOS, ShardDone, write_error
 from fastload.records.durable import write_json_atomic
 from fastload.records.folder_tree import Source
 from fastload.records.manifest import (
@@ -35,9 +35,19 @@ __all__ = ["write_dataset_files"]
 
 
 def write_dataset_files(
-    staging: str, source: Source, options: PackOptions, name: str, fingerprint: str, done: list[ShardDone]
+    work_dir: str,
+    source: Source,
+    options: PackOptions,
+    name: str,
+    fingerprint: str,
+    done: list[ShardDone],
+    source_extra: dict[str, Any] | None = None,
 ) -> None:
-    """The binary index, then the manifest, into staging."""
+    """The binary index, then the manifest, into the work folder.
+
+    ``source_extra``: more about the input for the manifest's ``source`` entry (a streamed input's
+    files, keys or columns).
+    """
     width = source.label_width
     total = sum(len(d.rows["id"]) for d in done)
     found = (done[-1].end if done else 0) + len(source.skipped)
@@ -65,10 +75,11 @@ def write_dataset_files(
         skipped.extend(d.skipped)
         kinds.update(d.kinds)
     if total == 0:
-        raise UserError(f"{source.path}: none of the {found} files is a decodable image; nothing was written")
+        what = "files" if source.kind in ("folder", "lst", "csv", "jsonl") else "entries"
+        raise UserError(f"{source.path}: none of the {found} {what} is a decodable image; nothing was written")
     written = total
     try:
-        write_index(os.path.join(staging, INDEX_NAME), index)
+        write_index(os.path.join(work_dir, INDEX_NAME), index)
         converted = {k: v for k, v in sorted(kinds.items()) if k not in ("pass", NOT_INDEXED)}
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -79,7 +90,7 @@ def write_dataset_files(
             "records": written,
             "label_width": width,
             "classes": source.classes,
-            "source": {"kind": source.kind, "path": source.path, "root": source.root},
+            "source": {"kind": source.kind, "path": source.path, "root": source.root, **(source_extra or {})},
             "options": {
                 "format": options.format.value,
                 "shards": options.shards,
@@ -94,7 +105,7 @@ def write_dataset_files(
             "shards": shards,
             "index": {
                 "file": INDEX_NAME,
-                "checksum": checksum_file(os.path.join(staging, INDEX_NAME)),
+                "checksum": checksum_file(os.path.join(work_dir, INDEX_NAME)),
                 "record_checksum": RECORD_CHECKSUM,
             },
             "counts": {
@@ -116,8 +127,8 @@ def write_dataset_files(
             else None,
             "plan": fingerprint,
         }
-        write_json_atomic(os.path.join(staging, MANIFEST_NAME), manifest)
+        write_json_atomic(os.path.join(work_dir, MANIFEST_NAME), manifest)
     except OSError as exc:
         if exc.errno in USER_WRITE_ERRNOS:
-            raise write_error(exc, staging) from None
+            raise write_error(exc, work_dir) from None
         raise

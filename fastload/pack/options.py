@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from fastload.errors import OnError
 from fastload.pack.convert import DEFAULT_MAX_PIXELS
+from fastload.pack.input_format import InputFormat
 from fastload.pack.restart import RestartIndexConfig, VerifyPolicy
 
 __all__ = ["DEFAULT_SHARD_SIZE", "PackOptions", "ShardFormat"]
@@ -46,6 +47,19 @@ class PackOptions:
         max_pixels: Largest ``width * height`` an image's header may declare; larger images
             (decompression bombs) are refused at pack time, from the header, in every mode (the
             decoder's default limit, so nothing packed is refused later at load).
+        input_format: What SRC is (:class:`InputFormat` or its value: ``folder``, ``lst``, ``wds``,
+            ``parquet``, ``hf-disk``, ``csv``, ``jsonl``); None: detected from SRC.
+        image_key: WebDataset: the member holding the image (default: the first of ``jpg``,
+            ``jpeg``, ``png``, ``webp`` in each sample).
+        label_key: WebDataset: the label's member (``cls``) or a field of the ``json`` member
+            (``json.label``, ``json.class_name``); ``"none"``: no labels (every record gets 0).
+            Default: ``cls`` if the first sample has it, else ``json.label``.
+        image_column: Parquet / ``hf-disk``: the image column (default ``image``): ``{bytes, path}``
+            structs as ``datasets`` writes them, or plain binary.
+        label_column: Parquet / ``hf-disk``: the label column (default ``label``); ``"none"``: no
+            labels.
+        split: The split of a ``DatasetDict`` folder or of a parquet folder laid out by split
+            (default ``train``).
     """
 
     format: ShardFormat = ShardFormat.RECORDIO
@@ -64,10 +78,26 @@ class PackOptions:
     root: str | None = None
     progress: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS
+    input_format: InputFormat | None = None
+    image_key: str | None = None
+    label_key: str | None = None
+    image_column: str | None = None
+    label_column: str | None = None
+    split: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", ShardFormat(self.format))
         object.__setattr__(self, "on_error", OnError(self.on_error))
+        if self.input_format is not None:
+            try:
+                object.__setattr__(self, "input_format", InputFormat(self.input_format))
+            except ValueError:
+                choices = ", ".join(f.value for f in InputFormat)
+                raise ValueError(f"input_format={self.input_format!r} must be one of {choices}") from None
+        for key in ("image_key", "label_key", "image_column", "label_column", "split"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{key}={value!r} must be a non-empty string")
         if self.shards is not None and self.shards < 1:
             raise ValueError(f"shards={self.shards} must be >= 1")
         if self.shard_size < 1:

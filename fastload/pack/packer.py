@@ -6,8 +6,8 @@ Images flow through a bounded, ordered pipeline (:mod:`fastload.pack.ordered_poo
 read, check/convert and frame batches of files (file I/O, numpy and Pillow release the GIL; with the
 C++ engine built, a pass-through batch is read, checked and framed by one GIL-free call into a
 reused buffer, :mod:`fastload.pack.framing`); the calling thread writes the records in input order
-(:mod:`fastload.pack.shard_writer`). Everything is built in a staging folder and moved into OUT
-when complete; a killed pack resumes from its completed shards (:mod:`fastload.pack.staging`).
+(:mod:`fastload.pack.shard_writer`). Everything is built in a work folder and moved into OUT
+when complete; a killed pack resumes from its completed shards (:mod:`fastload.pack.work_folder`).
 The index and manifest come last (:mod:`fastload.pack.manifest_writer`).
 
 Hostile or careless sources: only regular files are ever opened, and never with a blocking open
@@ -16,7 +16,7 @@ sockets, broken symlinks and directory symlink loops; a ``.lst`` entry is checke
 readers open with ``O_NONBLOCK`` and check the descriptor). Files larger than a record can hold are
 refused from their ``stat``, images whose header declares more than ``max_pixels`` pixels from
 their header, in every mode. Every such file goes through ``on_error`` with its reason in the
-manifest. Ctrl-C (``KeyboardInterrupt``) stops the pack at any stage within the time of the batch
+manifest. Ctrl-C (``KeyboardInterrupt``) stops the pack at any point within the time of the batch
 in flight (tens of milliseconds measured); rerunning the command resumes it.
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import numpy as np
 from fastload.errors import UserError
 from fastload.pack.convert_batch import batch_size, convert_batch, convert_options, resolve_transcoder
 from fastload.pack.framing import BufferPool
+from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.manifest_writer import write_dataset_files
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.ordered_pool import ordered_results
@@ -41,7 +43,7 @@ from fastload.pack.progress import Progress
 from fastload.pack.result import PackResult
 from fastload.pack.shard_writer import write_shards
 from fastload.pack.sources import open_source
-from fastload.pack.staging import (
+from fastload.pack.work_folder import (
     USER_WRITE_ERRNOS,
     ShardDone,
     discard_from,
@@ -58,13 +60,26 @@ __all__ = ["pack_folder"]
 _BATCHES_PER_WORKER = 4  # tasks in flight per worker: bounds the images held in memory
 
 
-def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwargs: Any) -> PackResult:
-    """Pack a class-folder tree or an im2rec ``.lst`` into shards plus ``fastload.json``.
+def pack_folder(
+    src: str,
+    out: str,
+    *,
+    options: PackOptions | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> PackResult:
+    """Pack a class-folder tree, a listing, WebDataset tars or parquet into shards plus ``fastload.json``.
+
+    Folders, ``.lst``, CSV and JSONL listings are packed here; WebDataset tars, parquet and
+    ``save_to_disk`` folders are streamed by :func:`fastload.pack.stream_pack.pack_stream`
+    (``options.input_format``, or detected: :func:`fastload.pack.input_format.detect_format`).
 
     Args:
-        src: Folder with one sub-folder per class, or a ``.lst`` file.
+        src: Folder with one sub-folder per class, a ``.lst`` / ``.csv`` / ``.jsonl`` listing, tars
+            (a file, folder, brace pattern or URL), a parquet file or folder, a ``save_to_disk`` folder.
         out: Output folder.
         options: A :class:`PackOptions`; or pass its fields as keyword arguments.
+        storage_options: Settings for a remote (``s3://`` ...) tar or parquet SRC.
         **kwargs: :class:`PackOptions` fields (when ``options`` is None).
 
     Returns:
@@ -81,9 +96,18 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
             raise UserError(str(exc)) from None
     elif kwargs:
         raise TypeError("pass either options= or keyword options, not both")
+    src, out = os.fspath(src), os.fspath(out)
+    fmt = options.input_format or detect_format(src, storage_options)
+    if fmt in STREAMED:
+        from fastload.pack.stream_pack import pack_stream
+
+        return pack_stream(src, out, fmt=fmt, options=options, storage_options=storage_options)
+    for flag in ("image_key", "label_key", "image_column", "label_column", "split"):
+        if getattr(options, flag) is not None:
+            raise UserError(f"--{flag.replace('_', '-')} does not apply to {fmt.value} input")
     t0 = time.perf_counter()
     transcode = resolve_transcoder(options)
-    source = open_source(src, options.root)
+    source = open_source(src, options.root, fmt)
     name = dataset_name(source, options)
     order = np.arange(len(source.items))
     if options.shuffle:
@@ -96,7 +120,7 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
     if source.kind == "folder" and (out == source.path or out.startswith(source.path + os.sep)):
         raise UserError(f"{out}: the output folder must not be inside the source folder")
     with exclusive(out):
-        staging, up_to_date = prepare_out(out, overwrite=options.overwrite, fingerprint=fingerprint)
+        work_dir, up_to_date = prepare_out(out, overwrite=options.overwrite, fingerprint=fingerprint)
         if up_to_date:
             manifest = read_manifest(out)
             counts = manifest.get("counts", {})
@@ -124,18 +148,18 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
 
         edges = fixed_edges(len(items), options.shards)
         resumed = processed = bytes_in = 0
-        if not os.path.isfile(os.path.join(staging, MANIFEST_NAME)):
+        if not os.path.isfile(os.path.join(work_dir, MANIFEST_NAME)):
             # Shards are written in order, so the completed ones are a prefix; reuse it, redo the rest.
             done: list[ShardDone] = []
             pos = 0
             while pos < len(items):
-                d = load_done(staging, len(done), shard_file(len(done)), pos, edges)
+                d = load_done(work_dir, len(done), shard_file(len(done)), pos, edges)
                 if d is None:
                     break
                 done.append(d)
                 pos = d.end
             resumed = len(done)
-            discard_from(staging, name, resumed)
+            discard_from(work_dir, name, resumed)
             workers = options.workers or os.cpu_count() or 1
             progress = Progress(options.progress and sys.stderr.isatty(), len(items))
             progress.skip(pos)
@@ -161,7 +185,7 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
                 # Python framing path), and it is process-wide state a library must not change.
                 try:
                     new = write_shards(
-                        staging,
+                        work_dir,
                         items,
                         pos,
                         resumed,
@@ -179,9 +203,9 @@ def pack_folder(src: str, out: str, *, options: PackOptions | None = None, **kwa
                 progress.close()
             processed = len(items) - pos
             bytes_in = sum(d.bytes_in for d in new)
-            write_dataset_files(staging, source, options, name, fingerprint, done + new)
+            write_dataset_files(work_dir, source, options, name, fingerprint, done + new)
         try:
-            manifest = finalize(out, staging)
+            manifest = finalize(out, work_dir)
         except OSError as exc:
             if exc.errno in USER_WRITE_ERRNOS:
                 raise write_error(exc, out) from None

@@ -1,7 +1,7 @@
 """Write stage, what a pack will do, decided before any file is opened.
 
 The dataset's name, the files refused from their ``stat``, the fixed shard edges and the
-fingerprint that tells a resumable staging folder from a stale one.
+fingerprint that tells a resumable work folder from a stale one.
 
 Shared by the local pack (:mod:`fastload.pack.packer`) and the Ray pack
 (:mod:`fastload.pack.ray_engine`), so both plan the same pack for the same inputs.

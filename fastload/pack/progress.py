@@ -13,7 +13,7 @@ __all__ = ["Progress"]
 @dataclass
 class Progress:
     enabled: bool
-    total: int
+    total: int | None  # None: not known up front (a streamed tar)
     bar: Any = None
     images: int = 0
     nbytes: int = 0

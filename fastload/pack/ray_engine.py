@@ -47,6 +47,7 @@ from fastload.checksum import Checksum, checksum_file
 from fastload.errors import OnError, UserError
 from fastload.pack.convert_batch import batch_size, convert_batch, convert_options, resolve_transcoder
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
+from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.manifest_writer import write_dataset_files
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.plan import dataset_name, fixed_edges, refuse_walk_skips, stat_sources
@@ -55,7 +56,7 @@ from fastload.pack.restart import RestartTranscoder
 from fastload.pack.result import PackResult
 from fastload.pack.shard_writer import ShardSink
 from fastload.pack.sources import open_source
-from fastload.pack.staging import (
+from fastload.pack.work_folder import (
     USER_WRITE_ERRNOS,
     ShardDone,
     exclusive,
@@ -71,7 +72,7 @@ from fastload.records.manifest import read_manifest
 
 __all__ = ["RayPackResult", "RayPackStats", "format_ray_stats", "pack_with_ray"]
 
-_SEGMENTS = "ray"  # inside the pack's staging folder
+_SEGMENTS = "ray"  # inside the pack's work folder
 _SEG_VERSION = 2  # 2: every record carries its XXH3-64 checksum
 
 
@@ -116,14 +117,14 @@ def _with_stats(result: PackResult, stats: RayPackStats) -> RayPackResult:
 # --- phase 1: conversion tasks ---------------------------------------------------------------------
 
 
-def _segment_paths(staging: str, number: int) -> tuple[str, str]:
-    base = os.path.join(staging, _SEGMENTS, f"seg-{number:06d}")
+def _segment_paths(work_dir: str, number: int) -> tuple[str, str]:
+    base = os.path.join(work_dir, _SEGMENTS, f"seg-{number:06d}")
     return base + ".bin", base + ".json"
 
 
-def _load_segment(staging: str, number: int, start: int, end: int) -> dict[str, Any] | None:
+def _load_segment(work_dir: str, number: int, start: int, end: int) -> dict[str, Any] | None:
     """A completed segment's sidecar when it covers ``[start, end)`` and its bytes still check."""
-    data, meta_path = _segment_paths(staging, number)
+    data, meta_path = _segment_paths(work_dir, number)
     try:
         with open(meta_path, "rb") as f:
             meta = json.load(f)
@@ -137,7 +138,7 @@ def _load_segment(staging: str, number: int, start: int, end: int) -> dict[str, 
 
 
 def _convert_segment(
-    staging: str,
+    work_dir: str,
     number: int,
     start: int,
     batch: list[tuple[SourceItem, int]],
@@ -153,7 +154,7 @@ def _convert_segment(
     converting = convert_options(options, resolve_transcoder(options))
     step = batch_size(converting)
     pool = BufferPool(keep=2)
-    data_path, meta_path = _segment_paths(staging, number)
+    data_path, meta_path = _segment_paths(work_dir, number)
     tmp = f"{data_path}.{os.getpid()}.partial"
     records: list[list] = []
     digest = Checksum()
@@ -259,7 +260,7 @@ def _plan_shards(records: list[list], seg_of: list[int], edges: list[int] | None
 
 
 def _write_shard(
-    staging: str,
+    work_dir: str,
     plan: _ShardPlan,
     file: str,
     items: list[SourceItem],
@@ -270,19 +271,19 @@ def _write_shard(
     """Ray task body: write one shard from segment bytes through the local pack's shard writer."""
     t0 = time.perf_counter()
     segments: dict[int, memoryview] = {}  # a segment is at most a few tens of MB: read it whole
-    sink = ShardSink(staging, plan.number, file, plan.start, options.format, label_width)
+    sink = ShardSink(work_dir, plan.number, file, plan.start, options.format, label_width)
     try:
         for (_, seg), item, rec in zip(plan.records, items, records, strict=True):
             kind, note, nread = rec[0], rec[1], rec[2]
             sink.bytes_in += nread
             if kind is None:
                 if options.on_error is OnError.RAISE:  # as the local writer: the first bad file fails the pack
-                    raise UserError(f"{item.path}: {note} (on_error='raise', --on-error fail)")
-                sink.skipped.append((item.path, note or "not stored"))
+                    raise UserError(f"{item.shown}: {note} (on_error='raise', --on-error fail)")
+                sink.skipped.append((item.shown, note or "not stored"))
                 continue
             length, data_offset, parts, offset, size, checksum = rec[3:9]
             if seg not in segments:
-                with open(_segment_paths(staging, seg)[0], "rb") as f:
+                with open(_segment_paths(work_dir, seg)[0], "rb") as f:
                     segments[seg] = memoryview(f.read())
             view = segments[seg][offset : offset + size]
             record: recordio.FramedRecord | bytes
@@ -356,7 +357,13 @@ def pack_with_ray(
         raise TypeError("pass either options= or keyword options, not both")
     t0 = time.perf_counter()
     transcode = resolve_transcoder(options)  # fails early, on the driver, when the engine is missing
-    source = open_source(src, options.root)
+    fmt = options.input_format or detect_format(src)
+    if fmt in STREAMED:
+        raise UserError(
+            f"--engine ray packs folders and .lst / CSV / JSONL listings; {fmt.value} input is streamed "
+            "by the local engine (the default, --engine local)"
+        )
+    source = open_source(src, options.root, fmt)
     name = dataset_name(source, options)
     order = np.arange(len(source.items))
     if options.shuffle:
@@ -372,7 +379,7 @@ def pack_with_ray(
     ray_stats = RayPackStats()
     started_here = False
     with exclusive(out):
-        staging, up_to_date = prepare_out(out, overwrite=options.overwrite, fingerprint=fingerprint)
+        work_dir, up_to_date = prepare_out(out, overwrite=options.overwrite, fingerprint=fingerprint)
         if up_to_date:
             manifest = read_manifest(out)
             counts = manifest.get("counts", {})
@@ -402,7 +409,7 @@ def pack_with_ray(
         try:
             done, resumed, processed, bytes_in = _run(
                 ray,
-                staging,
+                work_dir,
                 source,
                 options,
                 name,
@@ -417,9 +424,9 @@ def pack_with_ray(
         finally:
             if started_here:
                 ray.shutdown()
-        write_dataset_files(staging, source, options, name, fingerprint, done)
+        write_dataset_files(work_dir, source, options, name, fingerprint, done)
         try:
-            manifest = finalize(out, staging)
+            manifest = finalize(out, work_dir)
         except OSError as exc:
             if exc.errno in USER_WRITE_ERRNOS:
                 raise write_error(exc, out) from None
@@ -442,7 +449,7 @@ def pack_with_ray(
 
 def _run(
     ray: Any,
-    staging: str,
+    work_dir: str,
     source: Source,
     options: PackOptions,
     name: str,
@@ -458,7 +465,7 @@ def _run(
     n = len(items)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     per_task = items_per_task or _items_per_task(n, cpus, options.resize is not None or transcode is not None)
-    os.makedirs(os.path.join(staging, _SEGMENTS), exist_ok=True)
+    os.makedirs(os.path.join(work_dir, _SEGMENTS), exist_ok=True)
     bounds = [*range(0, n, per_task), n]
     convert = ray.remote(num_cpus=1, max_retries=max_retries)(_convert_segment)
     write = ray.remote(num_cpus=1, max_retries=max_retries)(_write_shard)
@@ -470,7 +477,7 @@ def _run(
     label_width = source.label_width
     try:
         for number, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-            meta = _load_segment(staging, number, lo, hi)
+            meta = _load_segment(work_dir, number, lo, hi)
             if meta is not None:
                 metas[number] = meta
                 ray_stats.segments_reused += 1
@@ -479,7 +486,7 @@ def _run(
             seg_items = items[lo:hi]
             seg_refused = {it.path: refused[it.path] for it in seg_items if it.path in refused}
             ref = convert.remote(
-                staging, number, lo, list(zip(seg_items, sizes[lo:hi], strict=True)), options, label_width, seg_refused
+                work_dir, number, lo, list(zip(seg_items, sizes[lo:hi], strict=True)), options, label_width, seg_refused
             )
             pending[ref] = number
         ray_stats.convert_tasks = len(pending)
@@ -503,13 +510,13 @@ def _run(
         done: dict[int, ShardDone] = {}
         for plan in plans:
             file = f"{name}-{plan.number:05d}{ext}"
-            reused = load_done(staging, plan.number, file, plan.start, edges)
+            reused = load_done(work_dir, plan.number, file, plan.start, edges)
             if reused is not None and reused.end == plan.end:
                 done[plan.number] = reused
                 continue
             positions = [p for p, _ in plan.records]
             ref = write.remote(
-                staging,
+                work_dir,
                 plan,
                 file,
                 [items[p] for p in positions],

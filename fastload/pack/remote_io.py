@@ -1,10 +1,12 @@
 """Write stage to and from object storage: ``fastload pack`` with an ``s3://`` (``gs://``, ...) SRC or OUT.
 
 The pack itself (local or ``--engine ray``) runs on local folders, so its atomic, resumable
-staging and its byte-identical output stay exactly as they are:
+work folder and its byte-identical output stay exactly as they are:
 
-- a remote SRC (a class-folder tree under a prefix) is first downloaded into a build folder
+- a remote SRC that is a class-folder tree under a prefix is first downloaded into a build folder
   (files already there with the listed size are kept, so a rerun resumes), then packed from there;
+  remote WebDataset tars and parquet files are read in place, streamed through the storage client
+  (:mod:`fastload.pack.remote_read`), never downloaded;
 - a remote OUT is packed into a build folder, then published: shards and their ``.idx`` files
   first (an object appears whole or not at all), then the index, then the manifest last, so
   readers see the dataset only once everything it lists is there. Files the remote manifest
@@ -29,11 +31,12 @@ from typing import Any
 
 from fastload.checksum import recorded_checksum
 from fastload.errors import UserError
+from fastload.pack.input_format import STREAMED, detect_format
 from fastload.pack.options import PackOptions
 from fastload.pack.result import PackResult
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
-from fastload.remote.fetch import fetch_to_file
-from fastload.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
+from fastload.records.remote.fetch import fetch_to_file
+from fastload.records.remote.storage import RemoteNotFound, RemoteStore, is_remote_url
 
 __all__ = ["default_build_dir", "download_tree", "pack_remote", "publish"]
 
@@ -155,10 +158,17 @@ def pack_remote(
     Returns:
         The pack's result, with ``out`` the URL when OUT is remote.
     """
+    fmt = options.input_format or detect_format(src, storage_options)
+    streamed = fmt in STREAMED
+    if streamed and engine == "ray":
+        raise UserError(
+            f"--engine ray packs folders and listings; {fmt.value} input is streamed by the local engine (threads)"
+        )
+    options = dataclasses.replace(options, input_format=fmt)
     build = build_dir or default_build_dir(src, out)
     os.makedirs(build, exist_ok=True)
     local_src = src
-    if is_remote_url(src):
+    if is_remote_url(src) and not streamed:  # tars and parquet are read in place, never downloaded
         local_src = os.path.join(build, "source", _tail(src))
         download_tree(RemoteStore(src, storage_options), local_src)
     local_out = out
@@ -173,7 +183,7 @@ def pack_remote(
     else:
         from fastload.pack.packer import pack_folder
 
-        result = pack_folder(local_src, local_out, options=options)
+        result = pack_folder(local_src, local_out, options=options, storage_options=storage_options)
     if is_remote_url(out):
         store = RemoteStore(out, storage_options)
         publish(local_out, store, overwrite=replace_remote)

@@ -2,7 +2,7 @@
 
 Why: Huffman decoding is sequential and is most of a JPEG decode's cost. With restart markers every
 N MCUs (N dividing the MCU row width), the decode engine entropy-decodes only the intervals a crop
-covers (``csrc/restart_slice.h``). The transcode copies the DCT coefficients (no re-quantization), so
+covers (``csrc/decode/restart_slice.h``). The transcode copies the DCT coefficients (no re-quantization), so
 every image decodes bit-identically to its original; progressive JPEGs come out baseline. The record
 stays a plain JPEG that MXNet, Pillow and every other reader decode.
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastload.engine import native, unavailable_reason
+from fastload.engine_abi import from_native, to_native
 
 __all__ = [
     "RestartIndexConfig",
@@ -124,15 +125,20 @@ def transcode(
     view = memoryview(image_bytes)
     if view.nbytes < 2 or bytes(view[:2]) != _JPEG_SOI:
         raise RestartIndexError("not a JPEG (no SOI marker)")
+    engine = _engine()
+    options = to_native(engine, "TranscodeOptions", {"max_mcus": max_mcus, "verify": verify})
     try:
-        return _engine().add_restart_markers(view, max_mcus, verify)
+        data, geometry, notes = engine.add_restart_markers(view, options)
     except ValueError as exc:
         raise RestartIndexError(str(exc)) from None
+    facts = {**from_native(geometry, "RestartGeometry"), **from_native(notes, "TranscodeNotes"), "verified": verify}
+    return data, facts
 
 
 def restart_geometry(image_bytes: bytes | memoryview) -> dict[str, Any] | None:
     """The restart geometry a JPEG's headers claim, or ``None`` when it has none (or is not sliceable)."""
-    return _engine().restart_geometry(memoryview(image_bytes))
+    geometry = _engine().restart_geometry(memoryview(image_bytes))
+    return None if geometry is None else from_native(geometry, "RestartGeometry")
 
 
 def manifest_settings(config: RestartIndexConfig) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Every byte is checksummed as it is written, and its writeback to disk is started
 The calling thread writes the records in a deterministic order (so the same command always produces
 the same bytes), a few megabytes per ``writev``, checksums what it wrote and starts its writeback to
 disk early, so the per-shard fsync finds little left to do. Each finished shard is fsynced, renamed
-into place and marked complete by its sidecar (:mod:`fastload.pack.staging`).
+into place and marked complete by its sidecar (:mod:`fastload.pack.work_folder`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from fastload.pack.convert import Converted
 from fastload.pack.framing import BufferPool, FramedBatch, Prepared
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.progress import Progress
-from fastload.pack.staging import PARTIAL, USER_WRITE_ERRNOS, ShardDone, fsync_file, remove, write_done, write_error
+from fastload.pack.work_folder import PARTIAL, USER_WRITE_ERRNOS, ShardDone, fsync_file, remove, write_done, write_error
 from fastload.records import recordio
 from fastload.records.durable import fsync_dir
 from fastload.records.folder_tree import SourceItem
@@ -139,12 +139,12 @@ class GatherFile:
 
 
 class ShardSink:
-    """Writes one shard's records into staging under ``.partial`` names."""
+    """Writes one shard's records into the work folder under ``.partial`` names."""
 
-    def __init__(self, staging: str, number: int, file: str, start: int, fmt: ShardFormat, label_width: int) -> None:
-        self.staging, self.number, self.file_name, self.start = staging, number, file, start
+    def __init__(self, work_dir: str, number: int, file: str, start: int, fmt: ShardFormat, label_width: int) -> None:
+        self.work_dir, self.number, self.file_name, self.start = work_dir, number, file, start
         self.fmt, self.label_width = fmt, label_width
-        self.final = os.path.join(staging, file)
+        self.final = os.path.join(work_dir, file)
         self.partial = self.final + PARTIAL
         self.rows: dict[str, list[Any]] = {
             k: [] for k in ("offset", "id", "length", "data_offset", "parts", "labels", "checksum")
@@ -199,15 +199,18 @@ class ShardSink:
         rows["labels"] += [list(item.labels) for item in items]
         rows["checksum"] += framed.checksums
 
-    def finish(self, end: int) -> ShardDone:
-        """Flush, fsync, rename into place, then write the sidecar that marks the shard complete."""
+    def finish(self, end: int, cursor: dict[str, Any] | None = None) -> ShardDone:
+        """Flush, fsync, rename into place, then write the sidecar that marks the shard complete.
+
+        ``cursor``: where a streamed input goes on after ``end`` (kept in the sidecar for a resume).
+        """
         entry: dict[str, Any] = {"file": self.file_name, "records": len(self.rows["id"])}
         if self.fmt is ShardFormat.RECORDIO:
             digest = self.file.checksum()
             self.file.sync_and_close()
             idx_name = os.path.splitext(self.file_name)[0] + ".idx"
             idx_data = self.writer.idx_bytes()
-            idx_partial = os.path.join(self.staging, idx_name + PARTIAL)
+            idx_partial = os.path.join(self.work_dir, idx_name + PARTIAL)
             with open(idx_partial, "wb") as f:
                 f.write(idx_data)
                 f.flush()
@@ -219,7 +222,7 @@ class ShardSink:
                 index_bytes=len(idx_data),
                 index_checksum=checksum_bytes(idx_data),
             )
-            os.replace(idx_partial, os.path.join(self.staging, idx_name))
+            os.replace(idx_partial, os.path.join(self.work_dir, idx_name))
             os.replace(self.partial, self.final)
         else:
             self.lmdb.finish()
@@ -228,9 +231,18 @@ class ShardSink:
             entry.update(bytes=os.path.getsize(data), checksum=checksum_file(data))
             remove(self.final)
             os.replace(self.partial, self.final)
-        fsync_dir(self.staging)
+        fsync_dir(self.work_dir)
         done = ShardDone(
-            self.staging, self.number, self.start, end, entry, self.rows, self.skipped, dict(self.kinds), self.bytes_in
+            self.work_dir,
+            self.number,
+            self.start,
+            end,
+            entry,
+            self.rows,
+            self.skipped,
+            dict(self.kinds),
+            self.bytes_in,
+            cursor,
         )
         write_done(done)
         return done
@@ -247,7 +259,7 @@ class ShardSink:
 
 
 def write_shards(
-    staging: str,
+    work_dir: str,
     items: list[SourceItem],
     pos: int,
     number: int,
@@ -258,16 +270,24 @@ def write_shards(
     label_width: int,
     progress: Progress,
     pool: BufferPool,
+    cursor_at: Callable[[int], dict[str, Any] | None] | None = None,
 ) -> list[ShardDone]:
-    """Consume converted items from ``pos`` on, cutting shards at ``edges`` or by size."""
+    """Consume converted items from ``pos`` on, cutting shards at ``edges`` or by size.
+
+    ``cursor_at(end)``, for a streamed input: where reading goes on after item ``end`` (stored in
+    the sidecar of the shard that ends there).
+    """
     done: list[ShardDone] = []
     sink: ShardSink | None = None
-    target = os.path.join(staging, shard_file(number))
+    target = os.path.join(work_dir, shard_file(number))
+
+    def finish(sink: ShardSink, end: int) -> ShardDone:
+        return sink.finish(end, cursor_at(end) if cursor_at is not None else None)
 
     def open_sink() -> ShardSink:
         nonlocal target
-        target = os.path.join(staging, shard_file(number))
-        return ShardSink(staging, number, shard_file(number), pos, options.format, label_width)
+        target = os.path.join(work_dir, shard_file(number))
+        return ShardSink(work_dir, number, shard_file(number), pos, options.format, label_width)
 
     try:
         for batch, out in stream:
@@ -284,7 +304,7 @@ def write_shards(
                     progress.step(sum(out.sizes), len(batch))
                     pos += len(batch)
                     if edges is not None and pos == edges[number + 1]:
-                        done.append(sink.finish(pos))
+                        done.append(finish(sink, pos))
                         sink, number = None, number + 1
                     continue
                 out = out.whole_entries()  # a shard boundary falls inside the batch: record by record
@@ -296,15 +316,15 @@ def write_shards(
                     and sink.rows["id"]
                     and sink.nbytes + recordio.framed_size(prepared.length) > options.shard_size
                 ):
-                    done.append(sink.finish(pos))
+                    done.append(finish(sink, pos))
                     sink, number = None, number + 1
                 if sink is None:
                     sink = open_sink()
                 sink.bytes_in += nread
                 if result.data is None:
                     if options.on_error is OnError.RAISE:
-                        raise UserError(f"{item.path}: {result.reason} (on_error='raise', --on-error fail)")
-                    sink.skipped.append((item.path, result.reason or "not stored"))
+                        raise UserError(f"{item.shown}: {result.reason} (on_error='raise', --on-error fail)")
+                    sink.skipped.append((item.shown, result.reason or "not stored"))
                 else:
                     sink.kinds[result.kind or "pass"] += 1
                     if result.note:
@@ -314,10 +334,10 @@ def write_shards(
                 progress.step(nread)
                 pos += 1
                 if edges is not None and pos == edges[number + 1]:
-                    done.append(sink.finish(pos))
+                    done.append(finish(sink, pos))
                     sink, number = None, number + 1
         if sink is not None:
-            done.append(sink.finish(pos))
+            done.append(finish(sink, pos))
             sink = None
     except OSError as exc:
         if sink is not None:

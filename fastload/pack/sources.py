@@ -1,8 +1,10 @@
-"""Write stage, input side: a class-folder tree or an im2rec ``.lst`` as ordered, labelled items.
+"""Write stage, input side: a class-folder tree, an im2rec ``.lst`` or a CSV / JSONL listing as ordered, labelled items.
 
 Folders are walked by :func:`fastload.records.folder_tree.scan_folder` (torchvision's ``ImageFolder``
 rules; the same walk serves unpacked folders to readers). ``.lst`` lines follow MXNet's im2rec:
-``index<TAB>label[<TAB>label...]<TAB>relative/path``.
+``index<TAB>label[<TAB>label...]<TAB>relative/path``. CSV and JSONL listings:
+:mod:`fastload.pack.listing_source`. Inputs that hold the image bytes themselves (tars, parquet)
+are streamed instead (:mod:`fastload.pack.stream_pack`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import math
 import os
 
 from fastload.errors import UserError
+from fastload.pack.input_format import STREAMED, InputFormat, detect_format
+from fastload.pack.listing_source import read_csv, read_jsonl
 from fastload.records.folder_tree import Source, SourceItem, scan_folder
 
 __all__ = ["open_source", "read_lst"]
@@ -73,16 +77,32 @@ def read_lst(path: str, root: str | None = None) -> Source:
     return Source(kind="lst", path=lst, root=base, items=items, classes=None, label_width=width or 1)
 
 
-def open_source(src: str, root: str | None = None) -> Source:
-    """A folder or ``.lst`` file as a :class:`Source`.
+def open_source(src: str, root: str | None = None, input_format: InputFormat | None = None) -> Source:
+    """A folder, ``.lst``, CSV or JSONL listing as a :class:`Source`.
+
+    Args:
+        src: The folder or listing.
+        root: Folder the listing's paths are relative to (default: the listing's folder).
+        input_format: What ``src`` is (default: detected, :func:`fastload.pack.input_format.detect_format`).
 
     Raises:
-        UserError: Missing path or unusable content.
+        UserError: Missing path, unusable content, or a format that is streamed, not listed.
     """
     if not os.path.exists(src):
         raise UserError(f"{src}: no such file or directory")
-    if os.path.isdir(src):
+    fmt = input_format or detect_format(src)
+    if fmt in STREAMED:
+        raise UserError(f"{src}: {fmt.value} input is streamed, not listed (fastload.pack.stream_pack packs it)")
+    if fmt is InputFormat.FOLDER:
+        if not os.path.isdir(src):
+            raise UserError(f"{src}: --input-format folder needs a folder")
         if root:
-            raise UserError("--root only applies to a .lst source")
+            raise UserError("--root only applies to a .lst, CSV or JSONL listing")
         return scan_folder(src)
+    if os.path.isdir(src):
+        raise UserError(f"{src}: --input-format {fmt.value} needs a listing file, not a folder")
+    if fmt is InputFormat.CSV:
+        return read_csv(src, root)
+    if fmt is InputFormat.JSONL:
+        return read_jsonl(src, root)
     return read_lst(src, root)

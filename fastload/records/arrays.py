@@ -182,9 +182,9 @@ def _gather_runs(parts: Sequence[NpyShard], which: np.ndarray, local: np.ndarray
     if _GATHER is not None:
         fds = np.array([p.fileno() for p in parts], dtype=np.int32)[which]
         bases = np.array([p.data_offset for p in parts], dtype=np.int64)[which]
-        row, error = _GATHER(fds, bases + local * row_bytes, row_bytes, out.reshape(-1).view(np.uint8))
-        if row >= 0:
-            parts[int(which[row])].short_read(int(local[row]), error)
+        failure = _GATHER(fds, bases + local * row_bytes, row_bytes, out.reshape(-1).view(np.uint8))
+        if failure.row >= 0:
+            parts[int(which[failure.row])].short_read(int(local[failure.row]), failure.error)
         return
     breaks = np.flatnonzero((np.diff(local) != 1) | (np.diff(which) != 0)) + 1
     starts = np.concatenate(([0], breaks)).tolist()

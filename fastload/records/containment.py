@@ -1,7 +1,7 @@
 """Read stage, containment: every file a dataset's metadata names resolves inside the dataset folder.
 
-A manifest (``fastload.json``, ``fastload-arrays.json``), a resume sidecar or a staged manifest names
-its shards, ``.idx`` files and index by path relative to its folder. Those names are untrusted
+A manifest (``fastload.json``, ``fastload-arrays.json``, or one in a pack's work folder) or a resume
+sidecar names its shards, ``.idx`` files and index by path relative to its folder. Those names are untrusted
 input: :func:`contained_path` refuses, with a :class:`~fastload.errors.CorruptDatasetError` naming
 the file and the field, an absolute path (``/proc/self/mem``), any ``..`` component, an empty
 name or one with a NUL byte, and a name that leaves the folder once symlinks are resolved.

@@ -7,7 +7,7 @@ Accepted inputs (see docs/ARCHITECTURE.md, "Records"):
 - one fastload LMDB shard directory (or its ``data.mdb``);
 - an ImageFolder tree of class sub-folders (unpacked; see :mod:`fastload.records.imagefolder`);
 - a packed dataset in object storage (``s3://``, ``gs://``, ``https://``, ...), read through the
-  node's shard cache (:mod:`fastload.records.remote_dataset`); a cache folder or ``fastload stage``
+  node's shard cache (:mod:`fastload.records.remote.dataset`); a cache folder or ``fastload copy``
   output whose shards are not all there yet opens the same way, from the URL it records.
 """
 
@@ -21,15 +21,15 @@ from fastload.errors import UserError
 from fastload.records.base import Dataset
 from fastload.records.imagefolder import ImageFolderDataset
 from fastload.records.lmdb_shard import is_lmdb_shard
-from fastload.records.manifest import MANIFEST_NAME, STAGING_DIR
-from fastload.records.remote_dataset import CACHE_MARKER, is_remote_url, open_remote_dataset
+from fastload.records.manifest import MANIFEST_NAME, WORK_DIR
+from fastload.records.remote.dataset import CACHE_MARKER, is_remote_url, open_remote_dataset
 from fastload.records.sharded import open_bare_rec, open_fastload_folder, open_lmdb_shard
 
 __all__ = ["open_dataset"]
 
 
 def _incomplete_cache(path: str) -> str | None:
-    """The source URL of a cache (or staged) folder some of whose shards are missing, else None."""
+    """The source URL of a cache folder (or a node-local copy) some of whose shards are missing, else None."""
     try:
         with open(os.path.join(path, CACHE_MARKER)) as f:
             source = json.load(f).get("source")
@@ -53,7 +53,7 @@ def open_dataset(
             ``path_imgidx`` may point anywhere).
         **remote: For URLs: ``storage_options``, ``cache_dir``, ``cache_limit``,
             ``prefetch_shards``, ``fetch_threads``, ``retry`` (see
-            :func:`fastload.records.remote_dataset.open_remote_dataset`).
+            :func:`fastload.records.remote.dataset.open_remote_dataset`).
 
     Returns:
         A :class:`Dataset`; use it as a context manager or call ``close()``.
@@ -87,7 +87,7 @@ def _open_local(path: str, idx_path: str | os.PathLike[str] | None, remote: dict
     if os.path.isdir(path):
         source = _incomplete_cache(path)
         if source is not None:
-            # A node's partial copy (`fastload stage --node-rank`, or a cache): the rest comes from the source.
+            # A node's partial copy (`fastload copy --node-rank`, or a cache): the rest comes from the source.
             return open_remote_dataset(source, **{"cache_dir": path, **remote})
         if remote:
             raise UserError(
@@ -95,7 +95,7 @@ def _open_local(path: str, idx_path: str | os.PathLike[str] | None, remote: dict
             )
         if os.path.isfile(os.path.join(path, MANIFEST_NAME)):
             return open_fastload_folder(path)
-        if os.path.isdir(os.path.join(path, STAGING_DIR)):
+        if os.path.isdir(os.path.join(path, WORK_DIR)):
             raise UserError(
                 f"{path}: unfinished pack (no {MANIFEST_NAME}); rerun the same `fastload pack` command to finish it"
             )

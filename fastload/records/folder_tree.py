@@ -29,13 +29,21 @@ class SourceItem:
 
     Attributes:
         id: Record id (folder: position in the sorted walk; ``.lst``: its index column).
-        path: Absolute path of the file.
+        path: Absolute path of the file (for an entry of a tar or parquet file: where it is in it).
         labels: The record's labels.
+        origin: Where the item was listed, when that is not the path itself (a CSV / JSONL
+            listing's ``list.csv line 7``), for messages.
     """
 
     id: int
     path: str
     labels: tuple[float, ...]
+    origin: str = ""
+
+    @property
+    def shown(self) -> str:
+        """How messages and the manifest's ``skipped`` list name the item: its path, and its origin."""
+        return f"{self.path} ({self.origin})" if self.origin else self.path
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ class Source:
     """Everything a pack needs to know about its input.
 
     Attributes:
-        kind: ``"folder"`` or ``"lst"``.
+        kind: The input format (``"folder"``, ``"lst"``, ``"csv"``, ``"jsonl"``, ...).
         path: The folder or ``.lst`` file (absolute).
         root: Folder the item paths are relative to.
         items: Items in source order.

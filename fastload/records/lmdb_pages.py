@@ -331,6 +331,45 @@ class LmdbFile:
         length = -length
         want = length if nbytes < 0 else min(nbytes, length)
         data = self.read(offset - _PAGEHDRSZ, _PAGEHDRSZ + want, record)
+        return bytes(self._overflow_value(data, offset, length, record))
+
+    def extents(self) -> tuple[np.ndarray, np.ndarray]:
+        """The bytes to read for each record's value: ``(start, end)`` int64, by record number.
+
+        A value on overflow pages starts with its page header (checked by :meth:`value_from`).
+
+        Raises:
+            CorruptRecordError: A damaged tree (see :meth:`locations`).
+        """
+        offsets, lengths = self.locations()
+        big = lengths < 0
+        start = offsets - np.where(big, _PAGEHDRSZ, 0)
+        return start, offsets + np.abs(lengths)
+
+    def value_from(self, data: bytes | bytearray | memoryview, record: int) -> memoryview:
+        """Record ``record``'s value from the bytes of its extent as read (see :meth:`extents`).
+
+        Raises:
+            CorruptRecordError: A damaged overflow page header, or ``data`` of another length than
+                the extent.
+        """
+        offsets, lengths = self.locations()
+        offset, length = int(offsets[record]), int(lengths[record])
+        view = memoryview(data)
+        if length >= 0:
+            if len(view) != length:
+                raise CorruptRecordError(
+                    f"value read as {len(view)} bytes, the page says {length}", shard=self.path, record=record
+                )
+            return view
+        if len(view) != _PAGEHDRSZ - length:
+            raise CorruptRecordError(
+                f"value read as {len(view) - _PAGEHDRSZ} bytes, the page says {-length}", shard=self.path, record=record
+            )
+        return self._overflow_value(view, offset, -length, record)
+
+    def _overflow_value(self, data: bytes | memoryview, offset: int, length: int, record: int) -> memoryview:
+        """The value after its overflow page header, the header checked (number, kind, page count)."""
         pgno, _pad, flags, pages = struct.unpack_from("<QHHI", data, 0)
         psize = self.meta.psize
         if pgno * psize + _PAGEHDRSZ != offset or not flags & _P_OVERFLOW or pages * psize < _PAGEHDRSZ + length:
@@ -339,7 +378,7 @@ class LmdbFile:
                 shard=self.path,
                 record=record,
             )
-        return data[_PAGEHDRSZ:]
+        return memoryview(data)[_PAGEHDRSZ:]
 
     # --- lifetime -----------------------------------------------------------------------------
 

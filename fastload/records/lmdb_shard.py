@@ -189,6 +189,27 @@ class LmdbShard:
         """
         return self._file.value(record, nbytes)
 
+    def extents(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(start, end)`` of the bytes to read for each record's value (int64, by record number)."""
+        return self._file.extents()
+
+    def value_from(self, data: bytes | bytearray | memoryview, record: int) -> memoryview:
+        """Record ``record``'s value from its extent's bytes as read (its overflow page header checked).
+
+        Raises:
+            CorruptRecordError: A damaged page header or bytes of another length than the extent.
+        """
+        return self._file.value_from(data, record)
+
+    def read(self, offset: int, length: int, record: int | None = None) -> bytes:
+        """``length`` bytes at ``offset`` of ``data.mdb`` (one ``pread``; thread-safe).
+
+        Raises:
+            CorruptRecordError: The file ends first, or the read fails.
+            ValueError: The shard is closed.
+        """
+        return self._file.read(offset, length, record)
+
     def lengths(self) -> np.ndarray:
         """Every value's length in bytes (int64, by record number)."""
         return np.abs(self._file.locations()[1])

@@ -27,8 +27,8 @@ Format versions: 1 recorded SHA-256 checksums of whole files; 2 XXH3-128; 3 adds
 without the column (versions 1 and 2, or written by other tools) still open: their records are then
 checked by framing and lengths only, not by content.
 
-A pack builds the dataset in ``OUT/.fastload-staging/`` (:data:`STAGING_DIR`) and moves it into
-place when complete.
+A pack builds the dataset in its work folder, ``OUT/.fastload-staging/`` (:data:`WORK_DIR`), and
+moves it into place when complete.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from fastload.errors import CorruptDatasetError, UserError
-from fastload.folder import INDEX_NAME, MANIFEST_NAME, STAGING_DIR
+from fastload.folder import INDEX_NAME, MANIFEST_NAME, WORK_DIR
 from fastload.records.containment import open_regular, show_name
 from fastload.records.durable import atomic_write
 
@@ -50,7 +50,7 @@ __all__ = [
     "MANIFEST_NAME",
     "MAX_LABEL_WIDTH",
     "RECORD_CHECKSUM",
-    "STAGING_DIR",
+    "WORK_DIR",
     "empty_index",
     "index_dtype",
     "load_index",

@@ -148,6 +148,8 @@ class ShardedDataset(Dataset):
         for extra in (self._broken, self._label_notes):
             if extra:
                 self._bad_label[list(extra)] = True
+        self._extent_start: np.ndarray | None = None
+        self._extent_end: np.ndarray | None = None
         self._closed = False
         self._lock = threading.Lock()
 
@@ -169,19 +171,99 @@ class ShardedDataset(Dataset):
             raise CorruptRecordError(self._broken[i], shard=shard.path, record=record)
         if isinstance(shard, LmdbShard):
             value: memoryview | bytes = shard.value(int(self._offset[i]))
-            if len(value) != int(self._length[i]):
-                raise CorruptRecordError(
-                    f"value of {len(value)} bytes, the index says {int(self._length[i])}",
-                    shard=shard.path,
-                    record=record,
-                )
         else:
             value = shard.payload(int(self._offset[i]), int(self._length[i]), int(self._parts[i]), record)
+        return i, self._checked(i, shard, record, value)
+
+    def _checked(self, i: int, shard: Shard, record: int, value: memoryview | bytes) -> memoryview | bytes:
+        """A record's raw value against the index: its length (LMDB; RecordIO's framing checks it) and checksum."""
+        if isinstance(shard, LmdbShard) and len(value) != int(self._length[i]):
+            raise CorruptRecordError(
+                f"value of {len(value)} bytes, the index says {int(self._length[i])}", shard=shard.path, record=record
+            )
         if self._checksum is not None and record_checksum(value) != int(self._checksum[i]):
             raise CorruptRecordError(
                 "checksum mismatch: the record's bytes changed since it was packed", shard=shard.path, record=record
             )
-        return i, value
+        return value
+
+    # --- reads planned by the caller (fastload.records.readahead) --------------------------------
+
+    def extents(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Where records ``indices`` lie: ``(shard, start, end)`` int64 arrays, byte ranges in the shard files.
+
+        A record's extent is every byte :meth:`image_from` needs (framing and header included), so
+        neighbouring records can be read together and handed over one by one. An empty extent
+        (``start == end``) means "read it with :meth:`image`" (an LMDB shard whose tree is damaged:
+        that read names the damage). None for shards that are not local files (remote shards fetch
+        whole shards themselves).
+        """
+        if self._closed:
+            raise ValueError(f"dataset {self.path} is closed")
+        if self._extent_start is None or self._extent_end is None:
+            if not all(isinstance(sh, (recordio.RecordIOShard, LmdbShard)) for sh in self.shards):
+                return None
+            if self._lmdb:
+                start = np.zeros(len(self), dtype=np.int64)
+                end = np.zeros(len(self), dtype=np.int64)
+                for s, shard in enumerate(self.shards):
+                    assert isinstance(shard, LmdbShard)
+                    lo, hi = (
+                        int(self._shard_start[s]),
+                        int(self._shard_start[s + 1]) if s + 1 < len(self.shards) else len(self),
+                    )
+                    if hi <= lo:
+                        continue
+                    try:
+                        st, en = shard.extents()
+                    except CorruptRecordError:
+                        continue  # a damaged tree: empty extents, each record's own read reports it
+                    rec = self._offset[lo:hi].astype(np.int64)
+                    ok = rec < len(st)  # a record the tree lacks: an empty extent too
+                    start[lo:hi][ok], end[lo:hi][ok] = st[rec[ok]], en[rec[ok]]
+            else:
+                start = self._offset.astype(np.int64)
+                length = self._length.astype(np.int64)
+                parts = self._parts.astype(np.int64)
+                end = start + 8 * np.maximum(parts, 1) + length - 4 * np.maximum(parts - 1, 0)
+            self._extent_start, self._extent_end = start, end
+        idx = np.asarray(indices, dtype=np.int64)
+        return self._shard[idx].astype(np.int64), self._extent_start[idx], self._extent_end[idx]
+
+    def read_extent(self, shard: int, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)`` of shard number ``shard`` (one ``pread``; thread-safe).
+
+        Raises:
+            CorruptRecordError: The shard ends first (truncated?) or the read fails.
+            ValueError: The dataset is closed.
+        """
+        if self._closed:
+            raise ValueError(f"dataset {self.path} is closed")
+        sh = self.shards[shard]
+        assert isinstance(sh, (recordio.RecordIOShard, LmdbShard))
+        return sh.read(start, end - start)
+
+    def image_from(self, i: int, data: bytes | bytearray | memoryview) -> memoryview:
+        """Record ``i``'s image from the bytes of its extent as read: every check :meth:`image` makes.
+
+        Args:
+            i: The record.
+            data: The bytes of its extent (see :meth:`extents`), e.g. a view into a longer read.
+
+        Raises:
+            CorruptRecordError: As :meth:`image`.
+        """
+        i, _s, shard, record = self._where(i)
+        if self._bad_label[i] and i not in self._broken:
+            raise CorruptRecordError(f"bad record: {self.label_problem(i)}", shard=shard.path, record=record)
+        if i in self._broken:
+            raise CorruptRecordError(self._broken[i], shard=shard.path, record=record)
+        if isinstance(shard, LmdbShard):
+            value: memoryview | bytes = shard.value_from(data, int(self._offset[i]))
+        else:
+            value = shard.parse(data, int(self._offset[i]), int(self._length[i]), int(self._parts[i]), record)
+        value = self._checked(i, shard, record, value)
+        return memoryview(value)[int(self._data_offset[i]) :]
 
     def label_problem(self, i: int) -> str | None:
         """Why record ``i``'s labels are outside what the dataset declares, or None."""

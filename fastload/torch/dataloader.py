@@ -52,19 +52,30 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from fastload.errors import LoaderClosed
+from fastload.errors import LoaderClosed, ResumeStateError
 from fastload.loader import Loader
+from fastload.position import Position, make_state, read_state
 from fastload.stats import LoaderStats
 from fastload.torch.datasets import ImageDataset, Source, resolve_source
 from fastload.torch.iteration import _FastIterator
 from fastload.torch.planning import _EnginePlanning
-from fastload.torch.state import _generators, _load_generator_states, _load_sampler_states, _sampler_states
+from fastload.torch.sampler import OrderSampler
+from fastload.torch.state import (
+    _generators,
+    _load_generator_states,
+    _load_sampler_states,
+    _sampler_states,
+    order_sampler,
+    plain,
+    unplain,
+    world_size,
+)
 
 __all__ = ["DataLoader"]
 
 log = logging.getLogger("fastload.torch")
 
-_STATE_VERSION = 1
+_KIND = "fastload.torch.DataLoader"
 
 
 def _is_records(obj) -> bool:
@@ -195,6 +206,20 @@ class DataLoader(_EnginePlanning):
         # Every argument is kept under its own name: Lightning re-instantiates loaders from these.
         self.transform = transform
         self.seed = None if seed is None else _positive(seed, "seed", 0)
+        # seed= with shuffle=True and neither a generator nor a sampler: torch's RandomSampler draws
+        # from a generator seeded from (seed, epoch) when each pass starts (docs/checkpoint-resume.md).
+        self._order_generator: torch.Generator | None = None
+        if (
+            self.seed is not None
+            and shuffle
+            and sampler is None
+            and batch_sampler is None
+            and generator is None
+            and isinstance(self.sampler, torch.utils.data.RandomSampler)
+            and self.sampler.generator is None
+        ):
+            self._order_generator = torch.Generator()
+            self.sampler.generator = self._order_generator
         self.num_threads = None if num_threads is None else _positive(num_threads, "num_threads")
         self.prefetch = _positive(prefetch, "prefetch")
         self.device, self.devices = device, devices
@@ -246,10 +271,10 @@ class DataLoader(_EnginePlanning):
         if self._closed:
             raise LoaderClosed("the DataLoader is closed")
         if self._source is None:
-            return super().__iter__()
+            return self._torch_iter()
         plan = self._plan()
         if plan is None:
-            return super().__iter__()
+            return self._torch_iter()
         it = _FastIterator(self, plan)
         active = self._active
         if active is not None and active is not it:
@@ -264,10 +289,13 @@ class DataLoader(_EnginePlanning):
         """Run ``epoch`` next.
 
         Forwarded to the sampler / batch sampler that has ``set_epoch``, and the epoch of
-        ``seed=``-keyed randomness when the sampler has none.
+        ``seed=``-keyed randomness (and order, see :class:`DataLoader`) when the sampler has none.
+        After :meth:`load_state_dict`, ``set_epoch`` of the saved epoch keeps the saved position.
         """
         epoch = _positive(epoch, "epoch", 0)
         self._explicit_epoch = epoch
+        if self._resume is not None and int(self._resume.get("epoch", -1)) != epoch:
+            self._resume = None  # another epoch than the loaded pass's: it starts from its beginning
         samplers: tuple[Any, ...] = (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None))
         for s in samplers:
             if s is not None and hasattr(s, "set_epoch"):
@@ -276,73 +304,111 @@ class DataLoader(_EnginePlanning):
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: enough for :meth:`load_state_dict` to resume exactly.
 
-        Mid-pass, the state holds the number of batches handed out, the pass's ``base_seed`` and the
-        RNG, generator and sampler states from when the pass drew its first indices; between passes
-        it holds the samplers' states and the explicit generators' (``generator=``, a sampler's
-        ``generator``). Resuming replays the sampler from those states and skips the batches already
-        handed out (no image is decoded for them): exact for torch's samplers, ``DistributedSampler``,
-        :class:`~fastload.torch.OrderSampler` and samplers with ``state_dict`` / ``load_state_dict``;
-        a sampler drawing from Python's or numpy's RNG is not covered. torch's global RNG is restored
-        for the replay only (the caller's state is left as it was), so with ``shuffle=True`` and no
-        ``generator`` the passes after the resumed one draw from the caller's RNG.
+        A plain dict of ints, strings, lists and dicts (``torch.save`` with ``weights_only=True``,
+        ``json``, ``pickle``), versioned and checked on load (:mod:`fastload.position`); see
+        ``docs/checkpoint-resume.md``. Only batches handed out count, not those decoded ahead.
+
+        With :class:`~fastload.torch.OrderSampler` the position is the sampler's, counted in samples:
+        it restores under another world size, batch size, ``num_workers``, ``num_threads`` or
+        ``prefetch``, and every rank saves the same state. With torch's samplers, mid-pass, the
+        state holds the number of batches handed out, the pass's ``base_seed`` and the RNG, generator
+        and sampler states from when the pass drew its first indices; between passes it holds the
+        samplers' states and the explicit generators' (``generator=``, a sampler's ``generator``).
+        Resuming replays the sampler from those states and skips the batches already handed out (no
+        image is decoded for them): exact for torch's samplers, ``DistributedSampler`` and samplers
+        with ``state_dict`` / ``load_state_dict``, at the same world size only; a sampler drawing
+        from Python's or numpy's RNG is not covered. torch's global RNG is restored for the replay
+        only (the caller's state is left as it was), so with ``shuffle=True`` and neither
+        ``generator`` nor ``seed=`` the passes after the resumed one draw from the caller's RNG.
         """
         it = self._active
-        position = None
+        sampler = order_sampler(self)
+        position: dict[str, Any] = {}
         next_epoch, explicit = self._next_epoch, self._explicit_epoch
+        order_kwargs: dict[str, Any] = {}
         if it is not None and not it.finished:
-            if it.snapshot is not None:
+            if it.snapshot is None:  # iter() was called but drew nothing yet: resuming starts that pass afresh
+                next_epoch, explicit = it.iteration, None
+            elif sampler is None:
                 position = {
                     "batches": it.taken,
                     "base_seed": it.base_seed,
                     "epoch": it.epoch,
                     "iteration": it.iteration,
-                    "snapshot": it.snapshot,
+                    "snapshot": plain(it.snapshot),
                 }
-            else:  # iter() was called but drew nothing yet: resuming starts that pass afresh
-                next_epoch, explicit = it.iteration, None
-        return {
-            "version": _STATE_VERSION,
-            "kind": "fastload.torch.DataLoader",
-            "fingerprint": self._fingerprint(),
-            "next_epoch": next_epoch,
-            "explicit_epoch": explicit,
-            "samplers": _sampler_states(self),
-            "generators": [g.get_state() for g in _generators(self)],
-            "position": position,
-        }
+            else:
+                finished = self._order_pass_done(it, sampler)
+                order_kwargs = {"handed_out": it.samples, "finished": finished}
+                if not finished:
+                    position = {"base_seed": it.base_seed, "epoch": it.epoch, "iteration": it.iteration}
+        return make_state(
+            _KIND,
+            Position(int(next_epoch)),
+            self._fingerprint(),
+            explicit=-1 if explicit is None else int(explicit),
+            world=world_size(self),
+            samplers=plain(_sampler_states(self, order_kwargs)),
+            generators=plain([g.get_state() for g in _generators(self)]),
+            position=position,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next ``iter()`` continues the saved pass.
 
         Raises:
-            ValueError: Not a state of this kind of loader, or one whose dataset length, batch size or
-                samplers differ.
+            ResumeStateError: Not a state of this kind of loader, a newer format, a damaged state, one
+                whose dataset or samplers differ (or batch size, with torch's samplers), or one saved
+                under another world size with torch's samplers (the message names ``OrderSampler``,
+                which restores under any). A ``ValueError``.
         """
-        if (
-            not isinstance(state, dict)
-            or state.get("kind") != "fastload.torch.DataLoader"
-            or state.get("version") != _STATE_VERSION
-        ):
-            raise ValueError(f"not a fastload.torch.DataLoader state (version {_STATE_VERSION})")
-        mine = self._fingerprint()
-        diff = {k: (state["fingerprint"].get(k), v) for k, v in mine.items() if state["fingerprint"].get(k) != v}
-        if diff:
-            detail = ", ".join(f"{k}: saved {a!r} != now {b!r}" for k, (a, b) in diff.items())
-            raise ValueError(f"the saved DataLoader state does not match this DataLoader ({detail})")
+        sampler = order_sampler(self)
+        saved_world = state.get("world") if isinstance(state, dict) and state.get("kind") == _KIND else None
+        if sampler is None and isinstance(saved_world, int) and saved_world != world_size(self):
+            # Named first: the batch counts that differ too follow from it.
+            raise ResumeStateError(
+                f"the saved DataLoader state was taken with world size {saved_world}, this job has "
+                f"{world_size(self)}: torch's samplers ({type(self.sampler).__name__}) resume only at the same "
+                "world size; with sampler=fastload.torch.OrderSampler(dataset, ...) a state restores under any"
+            )
+        saved, values = read_state(
+            state,
+            kind=_KIND,
+            fingerprint=self._fingerprint(),
+            extra={"explicit": int, "world": int, "samplers": list, "generators": list, "position": dict},
+        )
         active = self._active
         if active is not None:
             active.close()
-        self._next_epoch = int(state["next_epoch"])
-        self._explicit_epoch = state.get("explicit_epoch")
-        position = state.get("position")
-        if position is not None:
-            # The pass restarts from the states it began with, then replays its first batches.
-            _load_sampler_states(self, position["snapshot"]["samplers"])
-            self._resume = position
-        else:
-            _load_sampler_states(self, state["samplers"])
-            _load_generator_states(self, state["generators"])
+        position = values["position"]
+        try:
+            if "snapshot" in position:
+                # The pass restarts from the states it began with, then replays its first batches.
+                snapshot = unplain(position["snapshot"])
+                _load_sampler_states(self, snapshot["samplers"])
+                resume: dict[str, Any] | None = {**position, "snapshot": snapshot}
+            else:
+                _load_sampler_states(self, unplain(values["samplers"]))
+                _load_generator_states(self, unplain(values["generators"]))
+                resume = dict(position) if position else None
+            if resume is not None:
+                for key in ("base_seed", "epoch", "iteration"):
+                    if not isinstance(resume.get(key), int):
+                        raise ValueError(f"position.{key} must be an int")
+        except ResumeStateError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResumeStateError(
+                f"the saved DataLoader state is damaged or comes from other samplers: {exc}"
+            ) from None
+        self._next_epoch = saved.epoch
+        self._explicit_epoch = None if values["explicit"] < 0 else values["explicit"]
+        self._resume = resume
+        if sampler is not None and resume is not None and not self._order_batches_left(sampler):
+            # What remains of the saved epoch makes no batch here (drop_last): the next epoch runs.
+            sampler.skip_loaded_epoch()
             self._resume = None
+            self._next_epoch = int(resume["iteration"]) + 1
 
     def stats(self) -> LoaderStats:
         """Per-stage times, images/s and the input-bound fraction of the engine path."""
@@ -382,15 +448,44 @@ class DataLoader(_EnginePlanning):
     # --- internals ------------------------------------------------------------------------
 
     def _fingerprint(self) -> dict[str, Any]:
-        try:
-            length = len(self)
-        except TypeError:
-            length = None
-        return {
-            "dataset": len(self.dataset) if hasattr(self.dataset, "__len__") else None,
-            "batch_size": self.batch_size,
-            "drop_last": self.drop_last,
-            "batches": length,
+        out: dict[str, Any] = {
+            "dataset": len(self.dataset) if hasattr(self.dataset, "__len__") else -1,
             "sampler": type(self.sampler).__name__,
             "batch_sampler": type(self.batch_sampler).__name__,
         }
+        if order_sampler(self) is None:
+            # A replayed sampler needs the same batches; OrderSampler's position is counted in samples.
+            try:
+                length = len(self)
+            except TypeError:
+                length = -1
+            out.update(batch_size=self.batch_size, drop_last=self.drop_last, batches=length)
+        return out
+
+    def _torch_iter(self):
+        """The iterator of torch's own machinery (datasets or transforms the engine does not take)."""
+        if self._order_generator is not None:
+            self._begin_pass()  # seeds the order of this pass from (seed, epoch)
+        return super().__iter__()
+
+    def _order_pass_done(self, it: _FastIterator, sampler: OrderSampler) -> bool:
+        """Whether the pass has handed out every batch its OrderSampler's samples make."""
+        if it.handed_all:
+            return True
+        current = sampler.current()
+        if current is None:
+            return False
+        _, offset, total = current
+        return self._too_few(total - offset - it.samples)
+
+    def _order_batches_left(self, sampler: OrderSampler) -> bool:
+        if not getattr(self.batch_sampler, "drop_last", False):
+            return True  # a loaded position with nothing left moves the sampler to the next epoch itself
+        rest = sampler.resumed_samples()
+        return rest is None or not self._too_few(rest)
+
+    def _too_few(self, rest: int) -> bool:
+        """Whether ``rest`` samples make no further batch (none left, or ``drop_last`` and fewer than a batch)."""
+        batch = getattr(self.batch_sampler, "batch_size", None)
+        drop = bool(getattr(self.batch_sampler, "drop_last", False))
+        return rest <= 0 or (drop and isinstance(batch, int) and rest < batch)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastload.batch import Batch
 from fastload.errors import LoaderClosed
 from fastload.stats import Stage
 from fastload.torch.collate import Collation, classify_collate
@@ -121,10 +122,12 @@ class _FastIterator:
         self._batches = self._core.iterate_batches(
             self._feed.batches, seed=seed, epoch=aug_epoch, timeout=loader.timeout if loader.timeout else None
         )
-        self._parts: list[int] = []  # engine batches per sampler batch, in order (> 1 when split)
+        # Per sampler batch not yet handed out, in order: (engine batches it was cut into, its samples).
+        self._parts: list[tuple[int, int]] = []
         self._pulled = 0
         self._sampler_done = False
         self.taken = 0
+        self.samples = 0  # samples of the batches handed out in this pass (OrderSampler positions)
         self.snapshot: dict[str, Any] | None = None
         self._ahead = loader.prefetch + 1
         self._multi_label = source.multi_label
@@ -158,7 +161,7 @@ class _FastIterator:
             return None
         return self._check_indices(item)
 
-    def _check_indices(self, item) -> np.ndarray:
+    def _check_indices(self, item: Any) -> np.ndarray:
         if self._auto_collation:
             idx = np.asarray(item if not isinstance(item, torch.Tensor) else item.numpy())
             idx = idx.reshape(-1)
@@ -178,7 +181,8 @@ class _FastIterator:
     def _start(self) -> None:
         """First draw from the sampler: remember the states it starts from (for state_dict)."""
         resume = self._resume
-        if resume is None:
+        if resume is None or "snapshot" not in resume:
+            # A fresh pass, or an OrderSampler's position: the sampler itself starts where it was.
             self.snapshot = self._snapshot()
             return
         snap = resume["snapshot"]
@@ -213,7 +217,7 @@ class _FastIterator:
             parts = [idx[lo : lo + self._capacity] for lo in range(0, len(idx), self._capacity)]
             for part in parts:
                 self._feed.put(part)
-            self._parts.append(len(parts))
+            self._parts.append((len(parts), len(idx)))
             self._pulled += 1
 
     # --- the batch side -------------------------------------------------------------------
@@ -224,7 +228,7 @@ class _FastIterator:
     def __len__(self) -> int:
         return len(self._index_sampler)
 
-    def __next__(self):
+    def __next__(self) -> Any:
         if self._superseded and not self.finished:
             raise RuntimeError(
                 "this DataLoader iterator was superseded by a newer iter() of the same "
@@ -242,7 +246,7 @@ class _FastIterator:
         if not self._parts:
             self._finish()
             raise StopIteration
-        nparts = self._parts.pop(0)
+        nparts, samples = self._parts.pop(0)
         timeout = self._timeout
         batches = []
         try:
@@ -262,6 +266,7 @@ class _FastIterator:
             self.close()
             raise
         self.taken += 1
+        self.samples += samples
         try:
             out = self._deliver(batches)
         except BaseException:
@@ -269,7 +274,7 @@ class _FastIterator:
             raise
         return out
 
-    def _deliver(self, batches) -> Any:
+    def _deliver(self, batches: list[Batch]) -> Any:
         images, labels = self._tensors(batches)
         if self._convert is not None:
             images = self._convert(images)
@@ -291,7 +296,7 @@ class _FastIterator:
         out = self._samples_collated(images, targets)
         return _pin(out) if self._pin else out
 
-    def _tensors(self, batches) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tensors(self, batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
         if len(batches) == 1:
             b = batches[0]
             images = torch.from_numpy(b.images)
@@ -365,6 +370,11 @@ class _FastIterator:
         self.finished = True
         self._closed = True
 
+    @property
+    def handed_all(self) -> bool:
+        """Every batch the sampler yields in this pass was handed out (the pass may not know it yet)."""
+        return self.finished or (self._sampler_done and not self._parts)
+
     def close(self) -> None:
         """Stop this pass (idempotent); held batches stay valid."""
         if self._closed:
@@ -376,14 +386,15 @@ class _FastIterator:
             close()
 
 
-def _apply(ops: Sequence[Any], sample):
+def _apply(ops: Sequence[Any], sample: Any) -> Any:
     for op in ops:
         sample = op(sample)
     return sample
 
 
-def _pin(data):
+def _pin(data: Any) -> Any:
     from torch.utils.data._utils.pin_memory import pin_memory
 
     acc = torch.accelerator.current_accelerator()
-    return pin_memory(data, acc.type if acc is not None else None)
+    # torch's pin_memory helper (a private module of torch.utils.data) has no annotations.
+    return pin_memory(data, acc.type if acc is not None else None)  # type: ignore[no-untyped-call]

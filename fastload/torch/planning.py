@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils.data
 
@@ -19,6 +20,7 @@ from fastload.loader import Loader, LoaderConfig
 from fastload.torch.compile import Plan, compile_transform
 from fastload.torch.datasets import ImageDataset, Source
 from fastload.torch.placement import FLOAT_DTYPES, FloatOutput, cuda_release_fences, pinned_allocator
+from fastload.torch.sampler import OrderSampler
 
 
 class _EnginePlanning(torch.utils.data.DataLoader):
@@ -47,6 +49,7 @@ class _EnginePlanning(torch.utils.data.DataLoader):
     _explicit_epoch: int | None
     _resume: dict[str, Any] | None
     _warned_plans: set
+    _order_generator: torch.Generator | None
 
     def _check_output_extras(self) -> dict[str, Any]:
         devices = self.devices
@@ -176,14 +179,29 @@ class _EnginePlanning(torch.utils.data.DataLoader):
         return self._core
 
     def _begin_pass(self) -> tuple[int, int]:
-        """``(iteration, epoch)`` of a new pass: the pass counter and the epoch of ``seed=`` keys."""
+        """``(iteration, epoch)`` of a new pass: the pass counter and the epoch of ``seed=`` keys.
+
+        With ``seed=`` and torch's ``RandomSampler`` made by ``shuffle=True``, the sampler's
+        generator is seeded from ``(seed, epoch)`` here, before the pass draws its order.
+        """
         iteration = self._explicit_epoch if self._explicit_epoch is not None else self._next_epoch
         self._explicit_epoch = None
         self._next_epoch = iteration + 1
         epoch = iteration
         samplers: tuple[Any, ...] = (self.sampler, getattr(self.batch_sampler, "sampler", None), self.batch_sampler)
         for s in samplers:
+            if isinstance(s, OrderSampler):
+                epoch = s.upcoming_epoch  # it moves to the next epoch by itself when its pass starts
+                break
             if s is not None and hasattr(s, "set_epoch") and isinstance(getattr(s, "epoch", None), int):
                 epoch = int(s.epoch)
                 break
+        if self._order_generator is not None and self.seed is not None:
+            self._order_generator.manual_seed(order_seed(self.seed, epoch))
         return iteration, epoch
+
+
+def order_seed(seed: int, epoch: int) -> int:
+    """The seed of a ``shuffle=True`` pass's generator for ``(seed, epoch)`` (distinct streams per epoch)."""
+    words = np.random.SeedSequence([int(seed), int(epoch), 0x6F72646572]).generate_state(2, np.uint32)
+    return int(words[0]) | (int(words[1]) << 32)

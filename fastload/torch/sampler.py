@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
-from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum, epoch_permutation, rank_share
+from fastload.order import EpochOrder, Even, OrderSpec, Shuffle, coerce_enum, share_length
+from fastload.position import Position, dataset_identity, make_state, order_fingerprint, read_state
 
 __all__ = ["IndexFeed", "OrderSampler", "distributed_rank_world"]
 
@@ -47,11 +48,21 @@ def _check_int(value, name: str, minimum: int) -> int:
     return int(value)
 
 
+class _Iteration:
+    """What one ``iter()`` of an :class:`OrderSampler` covers, and how far it got."""
+
+    __slots__ = ("epoch", "history", "offset", "total", "world", "yielded")
+
+    def __init__(self, epoch: int, history: tuple, world: int, offset: int, total: int) -> None:
+        self.epoch, self.history, self.world, self.offset, self.total = epoch, history, world, offset, total
+        self.yielded = 0
+
+
 class OrderSampler(DistributedSampler):
     """fastload's order (``"global"`` / ``"block"`` / ``"shard"`` shuffle, or sequential) sharded over the ranks.
 
     Args:
-        data_source: The dataset (only its length is used).
+        data_source: The dataset (its length, and what identifies its records in a saved state).
         shuffle: ``True`` or ``"global"`` (a full permutation per epoch), ``"block"`` (blocks of
             ``block_size`` records shuffled, then records within windows of ``window`` blocks: reads
             stay mostly sequential, for data larger than RAM), ``"shard"`` (the shard-aware order for
@@ -65,6 +76,12 @@ class OrderSampler(DistributedSampler):
             ``"drop"`` (drop the tail) so that every rank gets the same number of samples.
         block_size: Records per block for ``"block"``.
         window: Blocks per shuffling window for ``"block"``; shards per window for ``"shard"``.
+
+    Resume (:meth:`state_dict` / :meth:`load_state_dict`): the position is counted in samples and
+    restores under any world size (:mod:`fastload.position`): with the same one each rank goes on in
+    its own share; with another, the new ranks share what was not handed out yet, each the same
+    number of samples. A loaded mid-epoch position is used by the ``iter()`` that runs its epoch;
+    ``set_epoch`` to that epoch (before or after loading) keeps it, ``set_epoch`` to another drops it.
     """
 
     def __init__(
@@ -112,6 +129,10 @@ class OrderSampler(DistributedSampler):
         self.epoch = 0
         self._explicit: int | None = None
         self._started = False
+        self._pending: Position | None = None  # a loaded mid-epoch position, for the iter() of its epoch
+        self._pending_cache: tuple | None = None
+        self._iteration: _Iteration | None = None
+        self._identity: tuple[int, str | None] | None = None
 
     @property
     def num_replicas(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
@@ -131,7 +152,7 @@ class OrderSampler(DistributedSampler):
             raise ValueError(
                 f"even='drop' with {n} records and world_size={world} leaves some ranks nothing; use even='pad'"
             )
-        return -(-n // world) if self.even is Even.PAD else n // world
+        return share_length(n, world, self.even)
 
     @property
     def total_size(self) -> int:  # type: ignore[override]  # read when an epoch starts, not stored
@@ -140,53 +161,143 @@ class OrderSampler(DistributedSampler):
     def __len__(self) -> int:
         return self.num_samples
 
+    @property
+    def upcoming_epoch(self) -> int:
+        """The epoch the next ``iter()`` runs (``set_epoch``'s, else the one after the last, else ``epoch``)."""
+        if self._explicit is not None:
+            return self._explicit
+        return self.epoch + 1 if self._started else self.epoch
+
     def set_epoch(self, epoch: int) -> None:
-        """Make the next ``iter()`` run ``epoch``."""
+        """Make the next ``iter()`` run ``epoch`` (a loaded position inside ``epoch`` is kept)."""
         self._explicit = _check_int(epoch, "epoch", 0)
         self.epoch = self._explicit
+        if self._pending is not None and self._pending.epoch != epoch:
+            self._pending = None
+
+    def _spec(self, n: int, rank: int, world: int) -> OrderSpec:
+        return OrderSpec(
+            num_records=n,
+            batch_size=1,
+            shuffle=self.mode,
+            seed=self.seed,
+            rank=rank,
+            world_size=world,
+            even=self.even,
+            block_size=self.block_size,
+            window=self.window,
+            shard_starts=self._shard_starts,
+        )
 
     def __iter__(self) -> Iterator[int]:
-        if self._explicit is not None:
-            epoch, self._explicit = self._explicit, None
-        else:
-            epoch = self.epoch + 1 if self._started else self.epoch
+        epoch, self._explicit = self.upcoming_epoch, None
         self.epoch, self._started = epoch, True
+        pending, self._pending = self._pending, None
         n = len(cast(Sized, self.dataset))
         if n == 0:
+            self._iteration = None
             return iter(())
         rank, world = self.rank, self.num_replicas
-        if self.mode is Shuffle.SHARD:
-            spec = OrderSpec(
-                num_records=n,
-                batch_size=1,
-                shuffle=Shuffle.SHARD,
-                seed=self.seed,
-                rank=rank,
-                world_size=world,
-                even=self.even,
-                window=self.window,
-                shard_starts=self._shard_starts,
-            )
-            return iter(EpochOrder(spec, epoch).share.tolist())
-        perm = epoch_permutation(
-            n, self.mode, seed=self.seed, epoch=epoch, block_size=self.block_size, window=self.window
-        )
-        return iter(rank_share(perm, rank=rank, world_size=world, even=self.even).tolist())
+        spec = self._spec(n, rank, world)
+        history: tuple = ()
+        offset = 0
+        if pending is not None and pending.epoch == epoch:
+            order = self._pending_order(pending, rank, world)
+            self._pending_cache = None
+            if len(order.rest) == 0:  # nothing left of that epoch for any rank: the next one starts
+                epoch = self.epoch = epoch + 1
+                order = EpochOrder(spec, epoch)
+            else:
+                history, offset = pending.plan(world)
+        else:
+            order = EpochOrder(spec, epoch)
+        run = self._iteration = _Iteration(epoch, history, world, offset, len(order.share))
+        return _counted(order.rest.tolist(), run)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Which epoch the next ``iter()`` runs (the order needs nothing else)."""
-        return {"epoch": self.epoch, "explicit": self._explicit, "started": self._started}
+    def state_dict(self, *, handed_out: int | None = None, finished: bool = False) -> dict[str, Any]:
+        """The position in the order, restorable under any world size (:mod:`fastload.position`).
+
+        Args:
+            handed_out: Samples of the current ``iter()`` the consumer actually used (a loader that
+                draws indices ahead passes its count); default: those this sampler yielded.
+            finished: The consumer finished the current ``iter()`` (its epoch is done).
+        """
+        return make_state(_KIND, self._position(handed_out, finished), self._fingerprint())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = _check_int(state["epoch"], "epoch", 0)
-        self._explicit = None if state.get("explicit") is None else _check_int(state["explicit"], "epoch", 0)
-        self._started = bool(state.get("started", False))
+        """Resume at a position from :meth:`state_dict` (saved under any world size).
+
+        Raises:
+            ResumeStateError: A state of another dataset, seed, shuffle mode or padding, of a newer
+                format, or damaged (the message names what differs).
+        """
+        position, _ = read_state(state, kind=_KIND, fingerprint=self._fingerprint())
+        self.epoch = self._explicit = position.epoch
+        self._started = True
+        self._pending = position if position.consumed else None
+        self._iteration = None
+
+    def resumed_samples(self) -> int | None:
+        """Samples the next ``iter()`` hands out from a loaded mid-epoch position (None: no such position)."""
+        if self._pending is None:
+            return None
+        return len(self._pending_order(self._pending, self.rank, self.num_replicas).rest)
+
+    def _pending_order(self, pending: Position, rank: int, world: int) -> EpochOrder:
+        """A loaded position's order for this rank (computed once per layout)."""
+        cached = self._pending_cache
+        if cached is None or cached[:3] != (pending, rank, world):
+            n = len(cast(Sized, self.dataset))
+            cached = self._pending_cache = (pending, rank, world, pending.order(self._spec(n, rank, world)))
+        return cached[3]
+
+    def skip_loaded_epoch(self) -> None:
+        """Drop a loaded mid-epoch position and run the next epoch instead (nothing of it left to batch)."""
+        if self._pending is not None:
+            self.epoch = self._explicit = self._pending.epoch + 1
+            self._pending = None
+
+    def current(self) -> tuple[int, int, int] | None:
+        """``(epoch, samples of this rank's share before the current iter(), samples in the share)``."""
+        run = self._iteration
+        return None if run is None else (run.epoch, run.offset, run.total)
+
+    def _position(self, handed_out: int | None, finished: bool) -> Position:
+        if self._pending is not None:
+            return self._pending
+        if self._explicit is not None:
+            return Position(self._explicit)
+        run = self._iteration
+        if run is None or run.epoch != self.epoch:
+            return Position(self.epoch + 1 if self._started and run is not None else self.epoch)
+        used = run.yielded if handed_out is None else _check_int(handed_out, "handed_out", 0)
+        samples = run.offset + used
+        if samples > run.total:
+            raise ValueError(f"handed_out={used}: this iter() holds {run.total - run.offset} samples")
+        if finished or samples >= run.total:
+            return Position(run.epoch + 1)
+        return Position.at(run.epoch, run.history, run.world, samples)
+
+    def _fingerprint(self) -> dict[str, Any]:
+        n = len(cast(Sized, self.dataset))
+        if self._identity is None or self._identity[0] != n:
+            self._identity = (n, dataset_identity(self.dataset))
+        return order_fingerprint(self._spec(max(1, n), 0, 1), self._identity[1])
 
     def __repr__(self) -> str:
         return (
             f"OrderSampler({len(cast(Sized, self.dataset))} records, shuffle={self.mode.value!r}, seed={self.seed}, "
             f"even={self.even.value!r})"
         )
+
+
+_KIND = "fastload.torch.OrderSampler"
+
+
+def _counted(indices: list, run: _Iteration) -> Iterator[int]:
+    for i in indices:
+        run.yielded += 1
+        yield i
 
 
 _END = object()

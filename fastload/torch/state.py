@@ -1,15 +1,73 @@
 """Device stage (torch), state: the sampler and generator states a DataLoader saves and restores.
 
-Also the worker-like RNG scope in which per-sample Python runs with ``num_workers > 0``.
+Saved states are plain data (:func:`plain` turns RNG state tensors into strings), so ``torch.save``
+with ``weights_only=True``, ``json`` and ``pickle`` all round-trip them. Also the worker-like RNG
+scope in which per-sample Python runs with ``num_workers > 0``.
 """
 
 from __future__ import annotations
 
+import base64
 import random
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import DistributedSampler
+
+from fastload.torch.sampler import OrderSampler, distributed_rank_world
+
+_TENSOR = "torch.Tensor"
+
+
+def plain(obj: Any) -> Any:
+    """``obj`` with every tensor (RNG states) as a small dict of strings and ints; lists for tuples."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        return {
+            "type": _TENSOR,
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape),
+            "bytes": base64.b64encode(t.numpy().tobytes()).decode("ascii"),
+        }
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    return obj
+
+
+def unplain(obj: Any) -> Any:
+    """:func:`plain`'s inverse (tensors back; lists stay lists)."""
+    if isinstance(obj, dict):
+        if obj.get("type") == _TENSOR and set(obj) == {"type", "dtype", "shape", "bytes"}:
+            dtype = getattr(torch, str(obj["dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"the saved DataLoader state holds a tensor of unknown dtype {obj['dtype']!r}")
+            data = bytearray(base64.b64decode(obj["bytes"]))
+            return torch.frombuffer(data, dtype=dtype).reshape(obj["shape"]).clone()
+        return {k: unplain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unplain(v) for v in obj]
+    return obj
+
+
+def order_sampler(loader: Any) -> OrderSampler | None:
+    """The :class:`OrderSampler` the loader draws from (as its sampler or its batch sampler's), if any."""
+    for s in (loader.sampler, getattr(loader.batch_sampler, "sampler", None)):
+        if isinstance(s, OrderSampler):
+            return s
+    return None
+
+
+def world_size(loader: Any) -> int:
+    """The world size a loader's torch sampler shards over: a ``DistributedSampler``'s, else the process group's."""
+    for s in (loader.sampler, getattr(loader.batch_sampler, "sampler", None)):
+        if isinstance(s, DistributedSampler) and not isinstance(s, OrderSampler):
+            return int(s.num_replicas)
+    return distributed_rank_world()[1]
 
 
 def _generators(loader: Any) -> list[torch.Generator]:
@@ -38,11 +96,17 @@ def _samplers(loader: Any) -> list[Any]:
     return out
 
 
-def _sampler_states(loader: Any) -> list[Any]:
-    """Each sampler's ``state_dict()`` when it has one, else its ``epoch`` when it has ``set_epoch``."""
+def _sampler_states(loader: Any, order_kwargs: dict[str, Any] | None = None) -> list[Any]:
+    """Each sampler's ``state_dict()`` when it has one, else its ``epoch`` when it has ``set_epoch``.
+
+    ``order_kwargs``: what an :class:`OrderSampler`'s ``state_dict`` is told (the samples the
+    loader handed out of its pass), when given.
+    """
     states: list[Any] = []
     for s in _samplers(loader):
-        if callable(getattr(s, "state_dict", None)) and callable(getattr(s, "load_state_dict", None)):
+        if isinstance(s, OrderSampler) and order_kwargs:
+            states.append({"state_dict": s.state_dict(**order_kwargs)})
+        elif callable(getattr(s, "state_dict", None)) and callable(getattr(s, "load_state_dict", None)):
             states.append({"state_dict": s.state_dict()})
         elif callable(getattr(s, "set_epoch", None)) and isinstance(getattr(s, "epoch", None), int):
             states.append({"epoch": int(s.epoch)})
@@ -78,7 +142,7 @@ class _WorkerLikeRNG:
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def __enter__(self):
+    def __enter__(self) -> _WorkerLikeRNG:
         self._torch = torch.get_rng_state()
         self._py = random.getstate()
         self._np = np.random.get_state()  # noqa: NPY002 - saved and restored around the call, as torch's worker does
@@ -89,7 +153,7 @@ class _WorkerLikeRNG:
         torch.set_num_threads(1)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         torch.set_num_threads(self._threads)
         torch.set_rng_state(self._torch)
         random.setstate(self._py)

@@ -30,7 +30,7 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from fastload.transforms.rng import uniform
 from fastload.transforms.warp import Affine2, Border, Kernel, WarpPlan
@@ -152,6 +152,27 @@ class RandomAffine:
                 raise ValueError(f"center={self.center!r} must be None or an (x, y) pair")
             object.__setattr__(self, "center", (float(self.center[0]), float(self.center[1])))
 
+    def engine_fields(self) -> dict[str, Any]:
+        """The spec as the engine's ``AffineSpec`` fields (fastload/engine_abi.py)."""
+        # __post_init__ normalised every range to a tuple of floats and the fill to three ints.
+        degrees = cast(tuple[float, float], self.degrees)
+        shear = cast("tuple[float, ...]", self.shear or ())
+        fields: dict[str, Any] = {
+            "degrees_lo": degrees[0],
+            "degrees_hi": degrees[1],
+            "shear_count": len(shear),
+            "shear": (*shear, *(0.0,) * (4 - len(shear))),
+            "kernel": _KERNELS[self.interpolation],
+            "fill": self.fill,
+        }
+        if self.translate is not None:
+            fields.update(has_translate=True, translate_x=self.translate[0], translate_y=self.translate[1])
+        if self.scale is not None:
+            fields.update(has_scale=True, scale_lo=self.scale[0], scale_hi=self.scale[1])
+        if self.center is not None:
+            fields.update(has_center=True, center_x=self.center[0], center_y=self.center[1])
+        return fields
+
 
 @dataclass(frozen=True)
 class AffineParams:
@@ -195,7 +216,7 @@ def sample_affine(t: RandomAffine, width: int, height: int, key: int) -> AffineP
 def inverse_affine_matrix(params: AffineParams, center: tuple[float, float]) -> Affine2:
     """Output pixel centre -> input position: torchvision's ``_get_inverse_affine_matrix``.
 
-    Same arithmetic as torchvision (and as ``csrc/random_affine.h``), so the engine, this reference
+    Same arithmetic as torchvision (and as ``csrc/warp/random_affine.h``), so the engine, this reference
     and torchvision's PIL backend agree to the last bit on where each output pixel comes from.
     """
     rot = math.radians(params.angle)

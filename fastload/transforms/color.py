@@ -20,8 +20,8 @@ from typing import Any, cast
 import numpy as np
 
 from fastload.transforms import primitives as P
-from fastload.transforms.pixel import PixelOp, normal, permutation
-from fastload.transforms.rng import uniform
+from fastload.transforms.pixel import PixelOp
+from fastload.transforms.rng import normal, permutation, uniform
 
 __all__ = [
     "IMAGENET_EIGVAL",
@@ -153,13 +153,13 @@ class ColorJitter(PixelOp):
         }
 
     def engine_fields(self, height: int, width: int) -> dict[str, Any]:
-        return {
-            "kind": "COLOR_JITTER",
-            "brightness": self.brightness,
-            "contrast": self.contrast,
-            "saturation": self.saturation,
-            "hue": self.hue,
-        }
+        fields: dict[str, Any] = {"kind": "COLOR_JITTER"}
+        for name in ("brightness", "contrast", "saturation", "hue"):
+            value = getattr(self, name)  # a range, or None (off)
+            fields[f"has_{name}"] = value is not None
+            if value is not None:
+                fields[name] = value
+        return fields
 
 
 @dataclass(frozen=True, kw_only=True)

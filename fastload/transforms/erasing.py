@@ -1,7 +1,7 @@
 """Output-stage ops: RandomErasing (and MXNet's normalization jitter) on the final, normalized output.
 
 These run after Normalize, on one sample of the batch in its final dtype (uint8, float32, float16)
-and layout (NCHW or NHWC): the engine calls ``apply_erasing`` (``csrc/pixel_ops.h``) right after the
+and layout (NCHW or NHWC): the engine calls ``apply_erasing`` (``csrc/pixel/pixel_ops.h``) right after the
 output write, the Pillow path calls :func:`apply_output_ops`. Order: MXNet's random contrast /
 illumination (from a :class:`~fastload.transforms.mxnet_color.MXNetColorAugment` in the ops, float
 outputs only, as MXNet), then :class:`RandomErasing`.
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from fastload.transforms.pixel import OUTPUT_OPS_COUNTER_BASE, normal, op_counter_base, randint
-from fastload.transforms.rng import uniform
+from fastload.transforms.pixel import OUTPUT_OPS_COUNTER_BASE, op_counter_base
+from fastload.transforms.rng import normal, randint, uniform
 
 __all__ = ["RandomErasing", "apply_output_ops", "engine_output_spec", "output_params_from_trace"]
 
@@ -225,7 +225,7 @@ def apply_output_ops(
 def engine_output_spec(
     ops: Sequence[Any] = (), normalize: Any = None, erase: RandomErasing | None = None
 ) -> dict[str, Any]:
-    """The engine's description of the output stage (``ErasingSpec`` in csrc/pixel_ops.h), as plain numbers.
+    """The engine's description of the output stage (``ErasingSpec`` in csrc/pixel/pixel_ops.h), as plain numbers.
 
     Args:
         ops: The Pipeline's pixel ops (an MXNetColorAugment with a normalization jitter contributes it).

@@ -4,7 +4,7 @@ A transform here is data, not code: a small frozen dataclass that the engine (C+
 fallback) interprets while decoding. Every random choice (crop box, flip) is a pure function of
 ``(seed, epoch, sample index)`` through a counter-based generator, so a sample gets the same crop
 whatever the thread count, the batch it lands in, or the point an epoch was resumed from. The C++
-engine implements the very same arithmetic (``csrc/augment.h``); :func:`sample_params` is the
+engine implements the very same arithmetic (``csrc/decode/crop_sampler.h``); :func:`sample_params` is the
 reference both are tested against.
 
 Geometry contract shared by every backend: each op yields a *source box* ``(x0, y0, x1, y1)`` in

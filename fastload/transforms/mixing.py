@@ -12,7 +12,7 @@ labels become one-hot soft labels of ``num_classes`` mixed with the same weights
 - :class:`RandomChoice`: one of them per batch, uniformly (torchvision's ``v2.RandomChoice``).
 
 :func:`mix_batch` does it in place with one engine call per batch (``mix_batch`` in
-``csrc/pixel_ops.h``, GIL released, the work spread over the engine's threads); the numpy reference
+``csrc/pixel/pixel_ops.h``, GIL released, the work spread over the engine's threads); the numpy reference
 below is the Pillow path and the tests' oracle. Randomness: the key of the batch's first sample,
 ``sample_key(seed, epoch, first_index)``, counters from ``1 << 30``: ``+0`` which op of a
 RandomChoice, ``+1`` / ``+2`` the CutMix centre x / y, ``+16 ..`` and ``+272 ..`` the two gamma
@@ -33,15 +33,25 @@ from typing import Any
 import numpy as np
 
 from fastload.engine import pixel_engine
-from fastload.transforms.pixel import BATCH_OPS_COUNTER_BASE, normal, randint
-from fastload.transforms.rng import sample_key, uniform
+from fastload.engine_abi import to_native
+from fastload.transforms.pixel import BATCH_OPS_COUNTER_BASE
+from fastload.transforms.rng import beta, randint, sample_key, uniform
 
-__all__ = ["CutMix", "MixResult", "MixUp", "RandomChoice", "mix_batch", "mix_labels", "sample_beta", "sample_mix"]
+__all__ = [
+    "CutMix",
+    "MixResult",
+    "MixUp",
+    "RandomChoice",
+    "engine_mix_fields",
+    "mix_batch",
+    "mix_labels",
+    "sample_beta",
+    "sample_mix",
+]
 
 _K = BATCH_OPS_COUNTER_BASE
 _GAMMA_X = _K + 16
 _GAMMA_Y = _K + 16 + 256
-_GAMMA_ATTEMPTS = 80
 
 
 def _check_alpha(alpha: Any) -> float:
@@ -130,33 +140,9 @@ class RandomChoice:
 BatchOp = MixUp | CutMix | RandomChoice
 
 
-def _gamma(key: int, counter: int, alpha: float) -> float:
-    """Gamma(alpha, 1) from the draws ``counter ..`` (Marsaglia-Tsang, 80 attempts at most)."""
-    boost = 1.0
-    a = alpha
-    if a < 1.0:
-        boost = (1.0 - uniform(key, counter)) ** (1.0 / a)
-        a += 1.0
-    d = a - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
-    for t in range(_GAMMA_ATTEMPTS):
-        base = counter + 1 + 3 * t
-        z = normal(key, base)
-        v = 1.0 + c * z
-        if v <= 0.0:
-            continue
-        v = v * v * v
-        u = 1.0 - uniform(key, base + 2)  # (0, 1]
-        if math.log(u) < 0.5 * z * z + d - d * v + d * math.log(v):
-            return d * v * boost
-    return alpha  # not reached in practice (acceptance is above 95% per attempt)
-
-
 def sample_beta(key: int, alpha: float) -> float:
     """Beta(alpha, alpha) from the batch counters: the ratio of two gamma variates."""
-    x = _gamma(key, _GAMMA_X, alpha)
-    y = _gamma(key, _GAMMA_Y, alpha)
-    return 0.5 if x + y == 0.0 else x / (x + y)
+    return beta(key, _GAMMA_X, _GAMMA_Y, alpha)
 
 
 def sample_mix(mix: BatchOp, key: int, height: int, width: int) -> dict[str, Any]:
@@ -185,6 +171,20 @@ def sample_mix(mix: BatchOp, key: int, height: int, width: int) -> dict[str, Any
     x1, y1 = min(rx + rw, width), min(ry + rh, height)
     lam_adj = float(1.0 - (x1 - x0) * (y1 - y0) / (width * height))
     return {"op": "cutmix", "lam": lam, "box": (x0, y0, x1, y1), "lam_labels": lam_adj}
+
+
+def engine_mix_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """A batch's drawn parameters (:func:`sample_mix`) as the engine's ``MixParams`` fields."""
+    x0, y0, x1, y1 = params["box"] or (0, 0, 0, 0)
+    return {
+        "cutmix": params["op"] == "cutmix",
+        "lam": float(params["lam"]),
+        "x0": int(x0),
+        "y0": int(y0),
+        "x1": int(x1),
+        "y1": int(y1),
+        "lam_labels": float(params["lam_labels"]),
+    }
 
 
 @dataclass(frozen=True)
@@ -423,17 +423,7 @@ def mix_batch(
             threads = max(1, len(os.sched_getaffinity(0)))
         except AttributeError:
             threads = max(1, os.cpu_count() or 1)
-    box = params["box"] or (0, 0, 0, 0)
     soft = np.empty((n, mix.num_classes), np.float32) if out is None else out
-    engine.mix_batch(
-        images,
-        onehot,
-        soft,
-        params["op"] == "cutmix",
-        float(params["lam"]),
-        box,
-        float(params["lam_labels"]),
-        bool(nchw),
-        int(threads),
-    )
+    native = to_native(engine, "MixParams", engine_mix_fields(params))
+    engine.mix_batch(images, onehot, soft, native, bool(nchw), int(threads))
     return MixResult(soft, params)

@@ -33,21 +33,22 @@ the random-resized-crop attempts; 60 the mirror.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fastload.engine_abi import GeometryKind
-from fastload.transforms.rng import uniform
+from fastload.transforms.rng import uniform, uniform_float32, uniform_int
 from fastload.transforms.warp import Affine2, Border, Kernel, WarpPlan, compose
 
 __all__ = ["MXNET_PARAM_NAMES", "MXNetDefaultAugment", "MXNetParams", "MXNetSampleError", "mxnet_plan"]
 
 _F32 = np.float32
 _MAX_SIZE = 65535  # JPEG's largest dimension: sizes beyond it are no image
-_BELOW_ONE = float(np.nextafter(_F32(1.0), _F32(0.0)))
 _IDENTITY: Affine2 = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 
 # Counter layout (see the module docstring).
@@ -73,17 +74,6 @@ class MXNetSampleError(ValueError):
 
 def _f32(x) -> np.float32:
     return _F32(x)
-
-
-def _u32(key: int, counter: int) -> np.float32:
-    # std::uniform_real_distribution<float>(0, 1): a float in [0, 1).
-    u = _F32(uniform(key, counter))
-    return _F32(_BELOW_ONE) if u >= _F32(1.0) else u
-
-
-def _uniform_int(key: int, counter: int, lo: int, hi: int) -> int:
-    # std::uniform_int_distribution<int>(lo, hi): every integer of [lo, hi] equally likely.
-    return min(hi, lo + int(uniform(key, counter) * (hi - lo + 1)))
 
 
 def _round_away(x: np.float32) -> int:
@@ -265,6 +255,15 @@ class MXNetDefaultAugment:
         m = _f32(self.max_aspect_ratio)
         return float(_F32(1.0) - m), float(_F32(1.0) + m)
 
+    def engine_fields(self) -> dict[str, Any]:
+        """The augmenter as the engine's ``MXNetAugmentSpec`` fields (fastload/engine_abi.py)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        _channels, fields["out_h"], fields["out_w"] = fields.pop("data_shape")
+        min_aspect_ratio = fields.pop("min_aspect_ratio")
+        if min_aspect_ratio is not None:
+            fields.update(has_min_aspect_ratio=True, min_aspect_ratio=min_aspect_ratio)
+        return fields
+
     @property
     def has_warp(self) -> bool:
         """Whether MXNet runs its affine warp step (the condition of ``image_aug_default.cc``)."""
@@ -364,7 +363,7 @@ def _inter(aug: MXNetDefaultAugment, old_w: int, old_h: int, new_w: int, new_h: 
             return 3
         return 1
     if aug.inter_method == 10:
-        return _uniform_int(key, _C_INTER + step, 0, 4)
+        return uniform_int(key, _C_INTER + step, 0, 4)
     return aug.inter_method
 
 
@@ -374,8 +373,8 @@ def _window_origin(aug: MXNetDefaultAugment, key: int, spare_x: int, spare_y: in
     Drawn with ``rand_crop`` (y first, as MXNet), else centred with MXNet's floor division.
     """
     if aug.rand_crop:
-        y = _uniform_int(key, _C_CROP_Y, 0, spare_y)
-        return _uniform_int(key, _C_CROP_X, 0, spare_x), y
+        y = uniform_int(key, _C_CROP_Y, 0, spare_y)
+        return uniform_int(key, _C_CROP_X, 0, spare_x), y
     return spare_x // 2, spare_y // 2
 
 
@@ -428,8 +427,8 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> t
     angle, shear, scale, ratio = 0, 0.0, 1.0, 1.0
     if aug.has_warp:
         max_shear = _f32(aug.max_shear_ratio)
-        s = _u32(key, _C_SHEAR) * max_shear * _F32(2) - max_shear
-        angle = _uniform_int(key, _C_ANGLE, -aug.max_rotate_angle, aug.max_rotate_angle)
+        s = uniform_float32(key, _C_SHEAR) * max_shear * _F32(2) - max_shear
+        angle = uniform_int(key, _C_ANGLE, -aug.max_rotate_angle, aug.max_rotate_angle)
         if aug.rotate > 0:
             angle = aug.rotate
         a = _f32(math.cos(angle / 180.0 * math.pi))
@@ -437,11 +436,11 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> t
         sc = _F32(1.0)
         rt = _F32(1.0)
         if not aug.random_resized_crop:
-            sc = _u32(key, _C_SCALE) * (_f32(aug.max_random_scale) - _f32(aug.min_random_scale)) + _f32(
+            sc = uniform_float32(key, _C_SCALE) * (_f32(aug.max_random_scale) - _f32(aug.min_random_scale)) + _f32(
                 aug.min_random_scale
             )
             lo, hi = (_f32(v) for v in aug.aspect_range)
-            rt = _u32(key, _C_RATIO) * (hi - lo) + lo
+            rt = uniform_float32(key, _C_RATIO) * (hi - lo) + lo
         hs = _F32(2) * sc / (_F32(1) + rt)
         ws = rt * hs
         new_width = max(_f32(aug.min_img_size), min(_f32(aug.max_img_size), sc * _F32(cols)))
@@ -484,16 +483,16 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> t
             area = _F32(rows * cols)
             for attempt in range(_RRC_ATTEMPTS):
                 c = _C_RRC + _RRC_DRAWS * attempt
-                rand_area = _u32(key, c) * (hi_a - lo_a) + lo_a
-                r = _u32(key, c + 1) * (hi_r - lo_r) + lo_r
+                rand_area = uniform_float32(key, c) * (hi_a - lo_a) + lo_a
+                r = uniform_float32(key, c + 1) * (hi_r - lo_r) + lo_r
                 target = area * rand_area
                 y_area = _round_away(np.sqrt(target / r, dtype=_F32))
                 x_area = _round_away(np.sqrt(target * r, dtype=_F32))
-                if _u32(key, c + 2) > _F32(0.5):
+                if uniform_float32(key, c + 2) > _F32(0.5):
                     x_area, y_area = y_area, x_area
                 if 1 <= y_area <= rows and 1 <= x_area <= cols:
-                    y = _uniform_int(key, c + 3, 0, rows - y_area)
-                    x = _uniform_int(key, c + 4, 0, cols - x_area)
+                    y = uniform_int(key, c + 3, 0, rows - y_area)
+                    x = uniform_int(key, c + 4, 0, cols - x_area)
                     crop = (x, y, x_area, y_area)
                     inter_crop = _inter(aug, x_area, y_area, dw, dh, key, 2)
                     resampled = True
@@ -503,7 +502,7 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> t
             raise MXNetSampleError(
                 f"the image is {cols}x{rows} after resize, warp and pad, smaller than max_crop_size={aug.max_crop_size}"
             )
-        size = _uniform_int(key, _C_CROP_SIZE, aug.min_crop_size, aug.max_crop_size)
+        size = uniform_int(key, _C_CROP_SIZE, aug.min_crop_size, aug.max_crop_size)
         x, y = _window_origin(aug, key, cols - size, rows - size)
         crop = (x, y, size, size)
         inter_crop = _inter(aug, size, size, dw, dh, key, 2)
@@ -552,7 +551,7 @@ def mxnet_plan(aug: MXNetDefaultAugment, width: int, height: int, key: int) -> t
     sx, sy = abs(composite[0]) + abs(composite[1]), abs(composite[3]) + abs(composite[4])
     kernel = _INTER_KERNELS[method]
     # OpenCV's resize picks the nearest pixel of the footprint's left edge; warpAffine rounds the
-    # mapped centre. No DCT-domain downscaling (csrc/mxnet_augment.cpp says why).
+    # mapped centre. No DCT-domain downscaling (csrc/warp/mxnet_augment.cpp says why).
     shift = (0.0, 0.0) if warp_last else (-sx / 2.0, -sy / 2.0)
     border = Border.CONSTANT if (inter_warp != -1 or p > 0) else Border.REPLICATE
     plan = WarpPlan(

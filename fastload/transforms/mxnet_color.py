@@ -19,7 +19,7 @@ max_random_illumination)`` (:func:`fastload.transforms.erasing.apply_output_ops`
 
 The arithmetic is OpenCV 3.4's (the version MXNet 1.9.1 bundles): float32 ``x * a + b`` rounded half to
 even and saturated; 14-bit fixed-point gray (4899, 9617, 1868); the float HLS conversion of its scalar
-code. The reference below is numpy float32 step for step; the engine (``csrc/mxnet_color.cpp``) gives
+code. The reference below is numpy float32 step for step; the engine (``csrc/pixel/pixel_color.cpp``) gives
 the same bytes. MXNet's own random generator (mt19937, per-thread streams) cannot be reproduced, so
 the draws come from fastload's counters (:mod:`fastload.transforms.pixel`): the distributions are
 MXNet's, the individual samples are not.
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from fastload.transforms.pixel import PixelOp, normal, permutation
-from fastload.transforms.rng import uniform
+from fastload.transforms.pixel import PixelOp
+from fastload.transforms.rng import normal, permutation, uniform
 
 __all__ = ["MXNetColorAugment", "mx_gray", "mx_hls_to_rgb", "mx_rgb_to_hls"]
 
@@ -252,10 +252,10 @@ class MXNetColorAugment(PixelOp):
     def engine_fields(self, height: int, width: int) -> dict[str, Any]:
         return {
             "kind": "MXNET_COLOR",
-            "brightness": self.brightness,
-            "contrast": self.contrast,
-            "saturation": self.saturation,
-            "pca_noise": self.pca_noise,
+            "mx_brightness": self.brightness,
+            "mx_contrast": self.contrast,
+            "mx_saturation": self.saturation,
+            "mx_pca_noise": self.pca_noise,
             "random_h": self.random_h,
             "random_s": self.random_s,
             "random_l": self.random_l,

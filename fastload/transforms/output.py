@@ -8,7 +8,7 @@
   ``(pixel - mean) * scale / std``): ``Normalize(mean=m, std=s / scale, scale=1.0)``.
 
 The C++ engine writes the result in the final dtype (float32 or float16) and layout straight into
-the batch buffer, fused into the resampler's vertical pass (``csrc/output.h``); without a
+the batch buffer, fused into the resampler's vertical pass (``csrc/decode/output.h``); without a
 Normalize a batch is uint8 pixels. :meth:`Normalize.apply` is the reference both backends are
 tested against (the Pillow path uses it).
 """

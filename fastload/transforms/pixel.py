@@ -2,7 +2,7 @@
 
 Pixel ops (:mod:`fastload.transforms.color`, :mod:`fastload.transforms.policy`) run after the
 geometry, on the output-sized RGB image (HWC uint8), in the order of the Pipeline's ``ops``; the
-C++ engine runs them between the resampler and the output write (``csrc/pixel_ops.h``), the Pillow
+C++ engine runs them between the resampler and the output write (``csrc/pixel/pixel_ops.h``), the Pillow
 path runs :func:`apply_pixel_ops` below. Both take every random decision from the same counters of
 the sample's stream ``uniform(sample_key(seed, epoch, index), counter)``, so a sample gets the same
 parameters whatever the thread count, the batch it lands in or the resume point.
@@ -36,8 +36,7 @@ Counter layout of one sample (``k`` = position of the op in ``ops``, ``B = 64 * 
                              (1<<20) + 64 + element index
     [1 << 30, ...) of the batch's first sample: batch ops (:mod:`fastload.transforms.mixing`)
 
-Normal draws are Box-Muller from two uniforms ``(u1, u2)``: ``sqrt(-2 log(1 - u1)) cos(2 pi u2)``
-(the same libm calls in C++ and Python). ``randint(n)`` from ``u`` is ``min(int(u * n), n - 1)``.
+Normal draws, ``randint`` and the permutations come from :mod:`fastload.transforms.rng`.
 
 Every op reports what it drew as a flat vector of at most :data:`TRACE_VALUES_PER_OP` floats (NaN
 where nothing was drawn); ``op.params_from_trace(vector)`` turns it into the op's parameter dict
@@ -48,16 +47,14 @@ against the references.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fastload.engine import pixel_engine
-from fastload.engine_abi import PixelOpKind
+from fastload.engine_abi import to_native
 from fastload.transforms.pipeline import ERASE_COUNTER_BASE, OP_COUNTER_STRIDE, op_counter_base
-from fastload.transforms.rng import uniform
 
 __all__ = [
     "BATCH_OPS_COUNTER_BASE",
@@ -70,10 +67,7 @@ __all__ = [
     "apply_pixel_ops",
     "check_pixel_ops",
     "engine_specs",
-    "normal",
     "op_counter_base",
-    "permutation",
-    "randint",
     "run_pixel_ops_batch",
 ]
 
@@ -82,29 +76,8 @@ GEOMETRY_COUNTERS = 64
 OUTPUT_OPS_COUNTER_BASE = ERASE_COUNTER_BASE
 BATCH_OPS_COUNTER_BASE = 1 << 30
 TRACE_VALUES_PER_OP = 64
-#: Pixel ops per Pipeline the engine takes (kMaxPixelOps in csrc/pixel_ops.h).
+#: Pixel ops per Pipeline the engine takes (kMaxPixelOps in csrc/pixel/pixel_ops.h).
 MAX_PIXEL_OPS = 64
-
-
-def randint(key: int, counter: int, n: int) -> int:
-    """A uniform integer in ``[0, n)`` from one draw."""
-    return min(int(uniform(key, counter) * n), n - 1)
-
-
-def normal(key: int, counter: int) -> float:
-    """A standard normal from the draws ``counter`` and ``counter + 1`` (Box-Muller, cosine branch)."""
-    u1 = uniform(key, counter)
-    u2 = uniform(key, counter + 1)
-    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
-
-
-def permutation(key: int, counter: int, n: int) -> list[int]:
-    """A uniform permutation of ``range(n)`` from the draws ``counter .. counter + n - 2`` (Fisher-Yates)."""
-    perm = list(range(n))
-    for step, i in enumerate(range(n - 1, 0, -1)):
-        j = randint(key, counter + step, i + 1)
-        perm[i], perm[j] = perm[j], perm[i]
-    return perm
 
 
 class PixelOp:
@@ -131,7 +104,7 @@ class PixelOp:
         raise NotImplementedError
 
     def engine_fields(self, height: int, width: int) -> dict[str, Any]:
-        """The op as plain numbers for the engine (``kind``: a member name of ``engine_abi.PixelOpKind``)."""
+        """The op as the engine's ``PixelOp`` fields (fastload/engine_abi.py; ``kind``: a ``PixelOpKind`` name)."""
         raise NotImplementedError
 
     def apply(self, image: np.ndarray, key: int, *, base: int) -> np.ndarray:
@@ -185,24 +158,24 @@ def apply_pixel_ops(image: np.ndarray, ops: Sequence[PixelOp], key: int) -> tupl
 
 
 @functools.lru_cache(maxsize=256)
-def _engine_fields(op: PixelOp, height: int, width: int) -> dict[str, Any]:
+def _native_ops(engine: Any, ops: tuple[PixelOp, ...], height: int, width: int) -> Any:
     # The policies' tables (magnitudes, a warp matrix per bin and sign) take milliseconds to build:
-    # built once per op and output size. Specs are frozen dataclasses, hence hashable.
-    return op.engine_fields(height, width)
+    # built once per op list and output size. Specs are frozen dataclasses, hence hashable.
+    return to_native(engine, "PixelOpsSpec", {"ops": [op.engine_fields(height, width) for op in ops]})
 
 
-def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any = None) -> list[dict[str, Any]]:
-    """The ops as the engine's spec dicts for ``height`` x ``width`` outputs (``kind``: a PixelOpKind value).
+def engine_specs(ops: Sequence[PixelOp], height: int, width: int, engine: Any) -> Any:
+    """The ops as the engine's ``PixelOpsSpec`` for ``height`` x ``width`` outputs.
 
-    ``engine`` is accepted for symmetry with the other engine helpers and not used: the kinds come
-    from fastload/engine_abi.py, which the engine is generated from.
+    Built once per op list and output size and shared: the caller must not modify it.
+
+    Args:
+        ops: Pixel op specs, in Pipeline order.
+        height: Output height.
+        width: Output width.
+        engine: The ``fastload._engine`` module.
     """
-    out = []
-    for op in check_pixel_ops(ops):
-        fields = dict(_engine_fields(op, int(height), int(width)))
-        fields["kind"] = int(PixelOpKind[fields["kind"]])
-        out.append(fields)
-    return out
+    return _native_ops(engine, check_pixel_ops(ops), int(height), int(width))
 
 
 def run_pixel_ops_batch(

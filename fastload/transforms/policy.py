@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from fastload.transforms import primitives as P
-from fastload.transforms.pixel import PixelOp, randint
-from fastload.transforms.rng import uniform
+from fastload.transforms.pixel import PixelOp
+from fastload.transforms.rng import randint, uniform
 
 __all__ = [
     "AutoAugment",
@@ -365,13 +365,21 @@ class AutoAugment(_PolicyBase):
         }
 
     def engine_spec(self, height: int, width: int) -> dict[str, Any]:
-        """Numbers for the engine: sub-policies as (prim, prob, magnitude, signed, warp(+m) + warp(-m))."""
+        """Numbers for the engine: the sub-policies' steps (``PolicyStep`` fields of fastload/engine_abi.py)."""
         subs = []
         for row in self._steps(height, width):
             steps = []
             for prim, prob, magnitude, signed in row:
+                step: dict[str, Any] = {
+                    "prim": int(prim),
+                    "prob": float(prob),
+                    "magnitude": float(magnitude),
+                    "is_signed": bool(signed),
+                }
                 warps = self._warps(prim, np.array([magnitude]), height, width)
-                steps.append((int(prim), float(prob), float(magnitude), bool(signed), warps))
+                if warps:  # geometric primitives: the warps of +magnitude and -magnitude
+                    step["warps"] = warps
+                steps.append(step)
             subs.append(steps)
         return {"subpolicies": subs}
 
@@ -397,11 +405,17 @@ class _ListPolicy(_PolicyBase):
         raise NotImplementedError
 
     def engine_spec(self, height: int, width: int) -> dict[str, Any]:
-        """Numbers for the engine: candidates as (prim, signed, magnitudes, warps per bin for +m and -m)."""
+        """Numbers for the engine: the candidate ops (``PolicyOp`` fields of fastload/engine_abi.py)."""
         cands = []
         for prim, mags, signed in self._space(height, width):
-            values = [] if mags is None else [float(m) for m in mags]
-            cands.append((int(prim), bool(signed), values, self._warps(prim, mags, height, width)))
+            cands.append(
+                {
+                    "prim": int(prim),
+                    "is_signed": bool(signed),
+                    "magnitudes": [] if mags is None else [float(m) for m in mags],
+                    "warps": self._warps(prim, mags, height, width),  # per bin, those of +m and -m
+                }
+            )
         return {"candidates": cands}
 
     def engine_fields(self, height: int, width: int) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Each function takes and returns an HWC uint8 RGB numpy array and does what
 ``torchvision.transforms.functional`` does to a PIL image (the backend a typical pipeline uses:
 these ops run on the PIL image before ``ToTensor``), by calling Pillow the same way. The C++ engine
-(``csrc/pixel_ops.cpp``, ``csrc/pixel_geometry.cpp``) reproduces Pillow's integer and floating-point
+(``csrc/pixel/pixel_ops.cpp``, ``csrc/pixel/pixel_warp.cpp``) reproduces Pillow's integer and floating-point
 steps; the tests compare the two byte for byte.
 
 The geometric primitives (the policies' ShearX/Y, TranslateX/Y and Rotate) take a

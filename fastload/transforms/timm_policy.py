@@ -53,8 +53,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fastload.engine_abi import TimmOpName
-from fastload.transforms.pixel import PixelOp, normal
-from fastload.transforms.rng import splitmix64, uniform
+from fastload.transforms.pixel import PixelOp
+from fastload.transforms.rng import normal, splitmix64, uniform
 
 __all__ = [
     "TIMM_OP_NAMES",
@@ -292,22 +292,23 @@ class _TimmPolicy(PixelOp):
         )
         return Draw(True, level, bool(negative), arg, None if math.isnan(resample) else int(resample))
 
-    def _common_fields(self) -> list[float]:
-        resample = -1 if self.interpolation is None else _RESAMPLE[self.interpolation]
-        return [
-            self.magnitude_std,
-            self.upper_bound,
-            self.translate_const,
-            self.translate_pct,
-            float(resample),
-        ]
+    def _policy_fields(self) -> dict[str, Any]:
+        """The hparams every policy shares, as the engine's ``TimmPolicy`` fields."""
+        return {
+            "magnitude_std": float(self.magnitude_std),
+            "upper_bound": float(self.upper_bound),
+            "translate_const": float(self.translate_const),
+            "translate_pct": float(self.translate_pct),
+            "resample": -1 if self.interpolation is None else _RESAMPLE[self.interpolation],
+        }
 
 
-def _flat_ops(ops: Sequence[tuple[str, float, float]]) -> list[float]:
-    out: list[float] = []
-    for name, prob, magnitude in ops:
-        out += [float(int(TIMM_OP_NAMES[name])), prob, magnitude]
-    return out
+def _engine_ops(ops: Sequence[tuple[str, float, float]]) -> list[dict[str, Any]]:
+    """The engine's ``TimmOp`` fields of ``(name, prob, magnitude)`` ops."""
+    return [
+        {"name": TIMM_OP_NAMES[name], "prob": float(prob), "magnitude": float(magnitude)}
+        for name, prob, magnitude in ops
+    ]
 
 
 def _num(value: Any) -> float:
@@ -413,10 +414,12 @@ class TimmRandAugment(_TimmPolicy):
         return {
             "kind": "TIMM_RAND_AUGMENT",
             "fill": self.fill,
-            "timm_ops": _flat_ops(self.ops),
-            "timm_groups": [],
-            "timm_weights": list(self.choice_weights or ()),
-            "timm_params": [float(self.num_layers), *self._common_fields(), 0.0, 0.0, 0.0],
+            "timm": {
+                "ops": _engine_ops(self.ops),
+                "weights": [float(w) for w in self.choice_weights or ()],
+                "num_layers": int(self.num_layers),
+                **self._policy_fields(),
+            },
         }
 
 
@@ -479,10 +482,7 @@ class TimmAutoAugment(_TimmPolicy):
         return {
             "kind": "TIMM_AUTO_AUGMENT",
             "fill": self.fill,
-            "timm_ops": _flat_ops(flat),
-            "timm_groups": [float(g) for g in groups],
-            "timm_weights": [],
-            "timm_params": [0.0, *self._common_fields(), 0.0, 0.0, 0.0],
+            "timm": {"ops": _engine_ops(flat), "groups": groups, **self._policy_fields()},
         }
 
 
@@ -616,10 +616,13 @@ class TimmAugMix(_TimmPolicy):
         return {
             "kind": "TIMM_AUGMIX",
             "fill": self.fill,
-            "timm_ops": _flat_ops(self.ops),
-            "timm_groups": [],
-            "timm_weights": [],
-            "timm_params": [0.0, *self._common_fields(), self.alpha, float(self.width), float(self.depth)],
+            "timm": {
+                "ops": _engine_ops(self.ops),
+                "alpha": float(self.alpha),
+                "width": int(self.width),
+                "depth": int(self.depth),
+                **self._policy_fields(),
+            },
         }
 
 

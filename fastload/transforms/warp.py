@@ -4,7 +4,7 @@ Geometries with a rotation, shear or free scale (:class:`~fastload.transforms.af
 after a crop, :class:`~fastload.transforms.mxnet_augment.MXNetDefaultAugment`) are described per
 sample by a :class:`WarpPlan`: where each output pixel's centre lands in the decoded image, which
 interpolation kernel samples it there, and what fills the pixels that land outside. The C++ engine
-(``csrc/warp.h``) evaluates the same plan with the same tap rules; this module is the reference it
+(``csrc/warp/warp.h``) evaluates the same plan with the same tap rules; this module is the reference it
 is tested against, and the Pillow path's implementation.
 
 Coordinates follow Pillow: source pixel ``j`` covers ``[j, j + 1)``, its centre is ``j + 0.5``, and
@@ -43,11 +43,13 @@ results are rounded half up and clamped to 0..255.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from fastload.engine_abi import WarpBorder, WarpKernel
 
 __all__ = [
     "NEAREST_EPSILON",
@@ -72,23 +74,10 @@ NEAREST_EPSILON = 1e-6
 Affine2 = tuple[float, float, float, float, float, float]
 
 
-class Kernel(enum.IntEnum):
-    """Interpolation kernels; values are shared with the C++ engine (``csrc/warp.h``)."""
-
-    NEAREST = 0
-    LINEAR = 1
-    CUBIC = 2
-    CUBIC_CV = 3
-    LANCZOS4 = 4
-    AREA = 5
-
-
-class Border(enum.IntEnum):
-    """What taps outside the source read; values are shared with the C++ engine."""
-
-    DROP = 0
-    REPLICATE = 1
-    CONSTANT = 2
+#: Interpolation kernels (one definition with the engine's: fastload/engine_abi.py).
+Kernel = WarpKernel
+#: What taps outside the source read (one definition with the engine's: fastload/engine_abi.py).
+Border = WarpBorder
 
 
 def compose(outer: Affine2, inner: Affine2) -> Affine2:
@@ -152,25 +141,28 @@ class WarpPlan:
         """Output pixel centre -> source position, when ``snap`` is off."""
         return compose(self.to_source, self.to_frame)
 
-    def as_tuple(self) -> tuple:
-        """The flat tuple the engine's test binding takes (and reports back)."""
-        return (
-            self.out_h,
-            self.out_w,
-            *self.to_frame,
-            self.frame is not None,
-            *(self.frame if self.frame is not None else (0.0, 0.0, 0.0, 0.0)),
-            self.snap,
-            *self.to_source,
-            *self.scale,
-            int(self.kernel),
-            self.antialias,
-            *self.nearest_shift,
-            int(self.border),
-            *self.fill,
-            self.dct_scaling,
-            self.quantize,
-        )
+    def engine_fields(self) -> dict[str, Any]:
+        """The plan as the engine's ``WarpPlan`` fields (fastload/engine_abi.py)."""
+        fields: dict[str, Any] = {
+            "out_h": self.out_h,
+            "out_w": self.out_w,
+            "to_frame": dict(zip("abcdef", self.to_frame, strict=True)),
+            "snap": self.snap,
+            "to_source": dict(zip("abcdef", self.to_source, strict=True)),
+            "scale_x": self.scale[0],
+            "scale_y": self.scale[1],
+            "kernel": self.kernel,
+            "antialias": self.antialias,
+            "shift_x": self.nearest_shift[0],
+            "shift_y": self.nearest_shift[1],
+            "border": self.border,
+            "fill": self.fill,
+            "dct_scaling": self.dct_scaling,
+            "quantize": self.quantize,
+        }
+        if self.frame is not None:
+            fields.update(has_frame=True, frame=self.frame)
+        return fields
 
 
 def kernel_radius(kernel: Kernel) -> float:
@@ -301,7 +293,7 @@ def _opencv_positions(m: Affine2, fx: np.ndarray, fy: np.ndarray, nearest: bool)
 def uses_crop_frame(plan: WarpPlan) -> bool:
     """Whether ``plan`` is a RandomAffine(nearest) whose frame is exactly the plain crop path's output.
 
-    True for a snapped plan over the crop's antialiased bilinear filter (``csrc/warp_decode.h``'s
+    True for a snapped plan over the crop's antialiased bilinear filter (``csrc/decode/warp_decode.h``'s
     ``warp_uses_crop_frame``): both backends then make the frame with their plain crop path (the crop
     resized by the geometry op, filters bounded by the crop as torchvision's crop-then-resize) and
     copy pixels with :func:`gather_frame`: torchvision's two-pass result.

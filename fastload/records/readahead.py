@@ -1,0 +1,505 @@
+"""Read stage, ahead of the decode: records read as coalesced extents, in parallel, in decode order.
+
+A cold epoch from a disk runs at what the disk serves: requests per second (IOPS) and bytes per
+second (bandwidth). One ``pread`` per record, one at a time, makes every epoch run at the request
+rate (an HDD's 150 requests per second are 150 images per second, whatever its bandwidth).
+:class:`ReadAhead` is told the records the loader will decode, in order (:meth:`ReadAhead.begin`,
+with where the order's shuffle windows start), and reads them ahead:
+
+1. **groups**: the next records in decode order, up to half the byte budget (``budget``), so one
+   group is being read while the one before it is decoded. A group ends at a shuffle window's
+   start when one lies inside it: a block-order or shard-order window read whole is a few long
+   runs of neighbouring records, where part of it would be many short ones.
+2. **coalescing**: a group's records sorted by where they lie; neighbours (at most ``gap`` bytes
+   apart: RecordIO's padding, LMDB's interleaved leaf pages, or on a disk with few IOPS, records
+   not needed now) become one read, cut at a record boundary once it reaches ``max_read`` bytes.
+3. **issue**: the reads are sorted by the first position in decode order that needs them and run
+   ``queue_depth`` at a time on threads (``os.pread`` releases the GIL), into ``bytes`` objects the
+   loader owns: no memory map (see :class:`~fastload.records.recordio.RecordIOShard` for why).
+4. **hand-out**: :meth:`ReadAhead.wait` blocks until the reads holding a range of positions are
+   done (the loader's ``read_wait``), :meth:`ReadAhead.records` checks each record exactly as
+   ``Dataset.image`` does (framing, length, checksum, labels: ``image_from``) and hands it out as
+   a view into its read's buffer, which lives until the last view of it dies.
+
+A read that fails (a shard truncated since it was opened, an I/O error) is redone record by record
+through ``Dataset.image``: the records before the damage come back, the damaged one gets its own
+error naming shard and record. Datasets without byte extents (an unpacked ImageFolder) are read
+record by record, still ``queue_depth`` at a time and ahead in decode order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastload.errors import CorruptRecordError
+
+__all__ = ["AUTO_BUDGET", "NO_WINDOW_BUDGET", "ReadAhead", "ReadCounters", "ReadOptions", "coalesce"]
+
+_MIB = 1 << 20
+# The automatic budget (ReadOptions.budget=None): twice the largest window, within these bounds.
+AUTO_BUDGET = (64 * _MIB, 512 * _MIB)
+NO_WINDOW_BUDGET = 256 * _MIB
+# Records per group when record sizes are unknown (datasets without extents).
+_GENERIC_RECORD_GUESS = 128 << 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadOptions:
+    """How records are read ahead of the decode.
+
+    Args:
+        queue_depth: Reads in flight at once (threads). Enough to keep a device's queue full:
+            SSDs and cloud volumes serve many requests in parallel.
+        budget: Bytes read ahead and not yet handed to the decode, at most (the memory the
+            read-ahead holds; two groups of half of it). For block and shard order, at least twice
+            a shuffle window's bytes lets every window be read as a few long runs. None: twice the
+            largest shuffle window's bytes, at least 64 MiB and at most 512 MiB; 256 MiB for orders
+            without windows (global, none).
+        gap: Neighbouring records at most this many bytes apart are read together, the bytes
+            between them read and dropped. The break-even on a disk is its bandwidth over its
+            IOPS (an HDD's 160 MB/s at 150 IOPS: about 1 MB; an SSD: tens of KB).
+        max_read: A run of neighbouring records is cut into reads of about this many bytes (at
+            record boundaries), so that long runs are read in parallel too.
+    """
+
+    queue_depth: int = 16
+    budget: int | None = None
+    gap: int = 64 << 10
+    max_read: int = 16 * _MIB
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("queue_depth", 1), ("budget", 1), ("gap", 0), ("max_read", 1)):
+            value = getattr(self, name)
+            if name == "budget" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+                raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
+
+
+@dataclass(frozen=True)
+class ReadCounters:
+    """What the read-ahead did (cumulative).
+
+    Attributes:
+        bytes: Bytes read from the files (gaps included).
+        reads: ``pread`` calls.
+        records: Records handed out from those reads.
+        direct: Records read one by one on the caller's thread (outside the plan, or redone after
+            a failed read).
+        wait_seconds: Time :meth:`ReadAhead.wait` blocked for reads not yet done.
+    """
+
+    bytes: int = 0
+    reads: int = 0
+    records: int = 0
+    direct: int = 0
+    wait_seconds: float = 0.0
+
+
+def coalesce(
+    shard: np.ndarray, start: np.ndarray, end: np.ndarray, *, gap: int, max_read: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Runs of neighbouring extents, each read in one go.
+
+    Args:
+        shard: The shard of each extent (int64; any order, repeats allowed).
+        start: Its first byte.
+        end: The byte after its last.
+        gap: Largest gap between two extents of one run.
+        max_read: A run is cut before an extent that would make it longer than this (a single
+            extent longer than it is a run of its own).
+
+    Returns:
+        ``(run_of, run_shard, run_start, run_end)``: the run of each input extent, and the runs.
+    """
+    n = len(start)
+    run_of = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return run_of, empty, empty, empty
+    order = np.lexsort((start, shard))
+    sh, st, en = shard[order].tolist(), start[order].tolist(), end[order].tolist()
+    runs_sh, runs_st, runs_en = [sh[0]], [st[0]], [en[0]]
+    of_sorted = [0] * n
+    for k in range(1, n):
+        s, a, b = sh[k], st[k], en[k]
+        if s == runs_sh[-1] and a <= runs_en[-1] + gap and max(b, runs_en[-1]) - runs_st[-1] <= max_read:
+            if b > runs_en[-1]:
+                runs_en[-1] = b
+        else:
+            runs_sh.append(s)
+            runs_st.append(a)
+            runs_en.append(b)
+        of_sorted[k] = len(runs_st) - 1
+    run_of[order] = of_sorted
+    return (
+        run_of,
+        np.asarray(runs_sh, dtype=np.int64),
+        np.asarray(runs_st, dtype=np.int64),
+        np.asarray(runs_en, dtype=np.int64),
+    )
+
+
+class _Read:
+    """One ``pread`` of a run of records (or one record of a dataset without extents)."""
+
+    __slots__ = ("future", "shard", "start")
+
+    def __init__(self, shard: int, start: int, future: Future) -> None:
+        self.shard, self.start, self.future = shard, start, future
+
+
+class _Group:
+    """Positions ``[p0, p1)`` of the sequence and the reads that hold them."""
+
+    __slots__ = ("extents", "nbytes", "p0", "p1", "read_of", "reads", "rel_end", "rel_start")
+
+    def __init__(
+        self,
+        p0: int,
+        p1: int,
+        reads: list[_Read],
+        read_of: np.ndarray,
+        rel: tuple[np.ndarray, np.ndarray] | None,
+        nbytes: int,
+    ) -> None:
+        self.p0, self.p1, self.reads, self.read_of, self.nbytes = p0, p1, reads, read_of, nbytes
+        self.extents = rel is not None  # reads of byte extents, else of whole records through image()
+        self.rel_start, self.rel_end = rel if rel is not None else (read_of, read_of)
+
+    def cancel(self) -> None:
+        for r in self.reads:
+            r.future.cancel()
+
+
+class ReadAhead:
+    """Reads a sequence of records ahead of the decode; see the module docstring.
+
+    Called from one thread (the loader's producer), except :meth:`close` and :meth:`counters`.
+
+    Args:
+        dataset: A dataset (``fastload.records``); records are read with ``extents`` /
+            ``read_extent`` / ``image_from`` where it has them, else with ``image``.
+        options: :class:`ReadOptions`.
+    """
+
+    def __init__(self, dataset: Any, options: ReadOptions | None = None) -> None:
+        self.dataset = dataset
+        self.options = options = options if options is not None else ReadOptions()
+        self._has_extents = all(hasattr(dataset, m) for m in ("extents", "read_extent", "image_from"))
+        self._pool = ThreadPoolExecutor(max_workers=options.queue_depth, thread_name_prefix="fastload-read")
+        self._lock = threading.Lock()
+        self._done = threading.Condition()  # notified as reads finish, and by interrupt()
+        self._interrupted = False
+        self._closed = False
+        self._counts = {"bytes": 0, "reads": 0, "records": 0, "direct": 0}
+        self._wait_seconds = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._seq = np.zeros(0, dtype=np.int64)
+        self._windows = np.zeros(0, dtype=np.int64)  # positions where shuffle windows start
+        self._ext: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._csum = np.zeros(1, dtype=np.int64)  # bytes of positions [0, p): _csum[p]
+        self._planned = 0
+        self._released = 0
+        self._groups: deque[_Group] = deque()
+        self._inflight = 0  # bytes of the groups not yet handed out entirely
+        self._widest = 0  # bytes of the largest shuffle window planned (0: no windows)
+
+    @property
+    def budget(self) -> int:
+        """The byte budget in force: the option's, or the automatic one (see :class:`ReadOptions`)."""
+        if self.options.budget is not None:
+            return self.options.budget
+        if not self._widest:
+            return NO_WINDOW_BUDGET
+        return int(min(AUTO_BUDGET[1], max(AUTO_BUDGET[0], 2 * self._widest)))
+
+    # --- the plan ---------------------------------------------------------------------------------
+
+    @property
+    def coalescing(self) -> bool:
+        """Whether records are read as byte extents (False: record by record through ``image``)."""
+        return self._has_extents and self._ext is not None
+
+    def begin(self, sequence: np.ndarray, windows: Sequence[int] | np.ndarray = ()) -> None:
+        """Read ``sequence`` (record indices in decode order) from its start; drops the previous plan.
+
+        Args:
+            sequence: Record indices in the order they will be asked for (repeats allowed).
+            windows: Positions in ``sequence`` where a shuffle window starts (the order's
+                ``window_starts``); empty for orders without windows.
+        """
+        self._drop()
+        self.extend(sequence, windows)
+
+    def extend(self, sequence: np.ndarray, windows: Sequence[int] | np.ndarray = ()) -> None:
+        """Append ``sequence`` to the plan (the next epoch), its ``windows`` relative to its own start."""
+        self._check_open()
+        seq = np.asarray(sequence, dtype=np.int64).ravel()
+        base = len(self._seq)
+        win = np.asarray(windows, dtype=np.int64).ravel() + base
+        if base == 0:
+            self._ext = self.dataset.extents(seq) if self._has_extents else None
+            ext = self._ext
+        else:
+            ext = self.dataset.extents(seq) if self._ext is not None else None
+            if ext is not None and self._ext is not None:
+                sh, st, en = self._ext
+                self._ext = (np.concatenate([sh, ext[0]]), np.concatenate([st, ext[1]]), np.concatenate([en, ext[2]]))
+        if ext is not None:
+            sizes = np.maximum(ext[2] - ext[1], 0)
+        else:
+            sizes = np.full(len(seq), _GENERIC_RECORD_GUESS, dtype=np.int64)
+        self._csum = np.concatenate([self._csum, self._csum[-1] + np.cumsum(sizes, dtype=np.int64)])
+        self._seq = np.concatenate([self._seq, seq])
+        inside = win[(win > base) & (win < base + len(seq))]
+        if inside.size:
+            edges = np.concatenate([[base], inside, [base + len(seq)]])
+            self._widest = max(self._widest, int(np.diff(self._csum[edges]).max()))
+        self._windows = np.concatenate([self._windows, inside, [base + len(seq)]])
+
+    @property
+    def planned(self) -> int:
+        """Positions in the plan (the sequences given since :meth:`begin`)."""
+        return len(self._seq)
+
+    @property
+    def unissued(self) -> int:
+        """Positions of the plan whose reads are not issued yet."""
+        return len(self._seq) - self._planned
+
+    @property
+    def settled(self) -> bool:
+        """Whether every read issued so far is done (nothing in flight or queued)."""
+        return all(r.future.done() for g in self._groups for r in g.reads)
+
+    def _group_end(self, p0: int) -> int:
+        """Where the group starting at ``p0`` ends: half the budget, cut at a window start inside it."""
+        n = len(self._seq)
+        target = self._csum[p0] + max(1, self.budget // 2)
+        p1 = int(np.searchsorted(self._csum, target, side="right")) - 1
+        p1 = min(n, max(p0 + 1, p1))
+        if p1 < n:
+            inside = self._windows[(self._windows > p0) & (self._windows <= p1)]
+            if inside.size:
+                p1 = int(inside[-1])
+        return p1
+
+    def _submit_group(self) -> None:
+        p0 = self._planned
+        p1 = self._group_end(p0)
+        idx = self._seq[p0:p1]
+        reads: list[_Read] = []
+        if self._ext is not None:
+            sh, st, en = (a[p0:p1] for a in self._ext)
+            run_of, r_sh, r_st, r_en = coalesce(sh, st, en, gap=self.options.gap, max_read=self.options.max_read)
+            first = np.full(len(r_st), p1, dtype=np.int64)
+            np.minimum.at(first, run_of, np.arange(p0, p1, dtype=np.int64))
+            for r in np.argsort(first, kind="stable").tolist():
+                s, a, b = int(r_sh[r]), int(r_st[r]), int(r_en[r])
+                reads.append(_Read(s, a, self._issue(self._read_run, s, a, b)))
+            # Reads were appended in first-need order: map run numbers to their place in `reads`.
+            place = np.empty(len(r_st), dtype=np.int64)
+            place[np.argsort(first, kind="stable")] = np.arange(len(r_st))
+            read_of = place[run_of]
+            rel: tuple[np.ndarray, np.ndarray] | None = (st - r_st[run_of], en - r_st[run_of])
+            nbytes = int((r_en - r_st).sum())
+        else:
+            for i in idx.tolist():
+                reads.append(_Read(-1, 0, self._issue(self._read_record, i)))
+            read_of = np.arange(len(idx), dtype=np.int64)
+            rel = None
+            nbytes = int(self._csum[p1] - self._csum[p0])
+        self._groups.append(_Group(p0, p1, reads, read_of, rel, nbytes))
+        self._inflight += nbytes
+        self._planned = p1
+
+    def _top_up(self, need: int) -> None:
+        """Submit groups through position ``need``, then more while the budget allows."""
+        while self._planned < min(need, len(self._seq)):
+            self._submit_group()
+        while self._planned < len(self._seq):
+            nxt = self._group_end(self._planned)
+            more = int(self._csum[nxt] - self._csum[self._planned])
+            if self._inflight and self._inflight + more > self.budget:
+                break
+            self._submit_group()
+
+    # --- the reads (pool threads) -----------------------------------------------------------------
+
+    def _issue(self, fn: Any, *args: Any) -> Future:
+        fut = self._pool.submit(fn, *args)
+        fut.add_done_callback(self._notify)
+        return fut
+
+    def _notify(self, _fut: Future) -> None:
+        with self._done:
+            self._done.notify_all()
+
+    def _read_run(self, shard: int, start: int, end: int) -> bytes:
+        data = self.dataset.read_extent(shard, start, end)
+        with self._lock:
+            self._counts["bytes"] += len(data)
+            self._counts["reads"] += 1
+        return data
+
+    def _read_record(self, i: int) -> memoryview | Exception:
+        try:
+            view = self.dataset.image(i)
+        except (CorruptRecordError, OSError, ValueError) as exc:
+            return exc
+        with self._lock:
+            self._counts["bytes"] += len(view)
+            self._counts["reads"] += 1
+        return view
+
+    # --- hand-out ---------------------------------------------------------------------------------
+
+    def _groups_for(self, start: int, stop: int) -> list[_Group]:
+        return [g for g in self._groups if g.p0 < stop and g.p1 > start]
+
+    def wait(self, start: int, stop: int) -> bool:
+        """Block until the reads holding positions ``[start, stop)`` are done (submitting them if needed).
+
+        Returns:
+            True; False when :meth:`interrupt` ended the wait first (a stopping producer).
+        """
+        self._check_open()
+        self._top_up(stop)
+        futures = []
+        for g in self._groups_for(start, stop):
+            lo, hi = max(start, g.p0) - g.p0, min(stop, g.p1) - g.p0
+            futures += [g.reads[r].future for r in np.unique(g.read_of[lo:hi]).tolist()]
+        pending = [f for f in futures if not f.done()]
+        if not pending:
+            return True
+        t0 = time.perf_counter()
+        with self._done:
+            while not self._interrupted and not all(f.done() for f in pending):
+                self._done.wait()
+            interrupted = self._interrupted
+        self._wait_seconds += time.perf_counter() - t0
+        return not interrupted
+
+    def interrupt(self) -> None:
+        """End a :meth:`wait` in progress now, and every later one until :meth:`resume` (any thread)."""
+        with self._done:
+            self._interrupted = True
+            self._done.notify_all()
+
+    def resume(self) -> None:
+        """Let :meth:`wait` block again (a new producer run)."""
+        with self._done:
+            self._interrupted = False
+
+    def records(self, start: int, stop: int) -> tuple[list[Any], dict[int, str]]:
+        """The images of positions ``[start, stop)``, checked; positions before ``stop`` are released.
+
+        Returns:
+            ``(views, errors)``: one image per position (``b""`` for a bad record), and the reason
+            for each bad one keyed by its place in the range.
+
+        Raises:
+            InterruptedError: :meth:`interrupt` was called (call :meth:`wait` first to find out
+                without an exception).
+        """
+        if not self.wait(start, stop):
+            raise InterruptedError("the read-ahead was interrupted (the loader is stopping)")
+        views: list[Any] = []
+        errors: dict[int, str] = {}
+        direct = handed = 0
+        for p in range(start, stop):
+            i = int(self._seq[p]) if p < len(self._seq) else -1
+            view, err, how = self._one(p, i)
+            views.append(view)
+            if err is not None:
+                errors[p - start] = err
+            if how == "direct":
+                direct += 1
+            elif how == "read":
+                handed += 1
+        with self._lock:
+            self._counts["direct"] += direct
+            self._counts["records"] += handed
+        self._release(stop)
+        return views, errors
+
+    def _one(self, p: int, i: int) -> tuple[Any, str | None, str]:
+        group = next((g for g in self._groups if g.p0 <= p < g.p1), None)
+        if group is None:
+            return (*self._direct(i), "direct")
+        k = p - group.p0
+        a, b = int(group.rel_start[k]), int(group.rel_end[k])
+        if group.extents and b <= a:
+            return (*self._direct(i), "direct")  # no extent known: the record's own read says why
+        try:
+            data = group.reads[int(group.read_of[k])].future.result()
+        except (CancelledError, CorruptRecordError, OSError, ValueError):
+            # A failed run (a shard truncated under it, an I/O error): each record's own read
+            # keeps the ones before the damage and names the damaged one.
+            return (*self._direct(i), "direct")
+        if not group.extents:
+            if isinstance(data, Exception):
+                return b"", f"unreadable record: {data}", "read"
+            return data, None, "read"
+        try:
+            return self.dataset.image_from(i, memoryview(data)[a:b]), None, "read"
+        except (CorruptRecordError, OSError, ValueError) as exc:
+            return b"", f"unreadable record: {exc}", "read"
+
+    def _direct(self, i: int) -> tuple[Any, str | None]:
+        try:
+            return self.dataset.image(i), None
+        except (CorruptRecordError, OSError, ValueError, IndexError) as exc:
+            return b"", f"unreadable record: {exc}"
+
+    def _release(self, stop: int) -> None:
+        """Forget the groups wholly before ``stop`` (their buffers die with the last view)."""
+        self._released = max(self._released, stop)
+        while self._groups and self._groups[0].p1 <= self._released:
+            g = self._groups.popleft()
+            self._inflight -= g.nbytes
+
+    # --- lifetime ---------------------------------------------------------------------------------
+
+    def counters(self) -> ReadCounters:
+        """What was read so far (any thread)."""
+        with self._lock:
+            return ReadCounters(wait_seconds=self._wait_seconds, **self._counts)
+
+    def _drop(self) -> None:
+        for g in self._groups:
+            g.cancel()
+        self._reset()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the read-ahead is closed")
+
+    def close(self) -> None:
+        """Cancel what is not read yet and wait for the reads in flight (idempotent, any thread)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.interrupt()
+        for g in list(self._groups):
+            g.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._groups = deque()
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
