@@ -38,7 +38,7 @@ AutoAugment draws the sub-policy at 0 and step ``j`` at ``8 + 8 j``; AugMix draw
 ``64 g .. 64 g + 63`` and chain ``c`` from ``65536 + 1024 c``: its depth at ``+0``, op ``j``'s
 choice at ``+16 + 16 j`` and the op at ``+24 + 16 j``.
 
-The engine (``csrc/pixel_timm.cpp``) runs the same arithmetic; :meth:`apply_params` is the Pillow
+The engine (``csrc/pixel/timm_ops.cpp``) runs the same arithmetic; :meth:`apply_params` is the Pillow
 reference the tests replay the engine's draws through, and check against timm's own functions.
 """
 
