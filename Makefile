@@ -73,7 +73,7 @@ docs: $(STAMP)
 SAN_DIR   := build/sanitize
 SAN_TESTS ?= tests/test_decode.py tests/test_restart_index.py tests/test_framing.py tests/test_pack.py \
 	tests/test_pixel_ops.py tests/test_pipeline.py tests/test_arrays.py tests/test_fuzz.py \
-	tests/test_warp.py tests/test_warp_pipeline.py tests/test_mix_fused.py
+	tests/test_warp.py tests/test_warp_pipeline.py tests/test_mix_fused.py tests/test_ingest_engine.py
 sanitize: $(STAMP)
 	rm -rf $(SAN_DIR)
 	$(VPY) -c "import shutil; [shutil.copytree(d, '$(SAN_DIR)/' + d, ignore=shutil.ignore_patterns('__pycache__', '*.so')) for d in ('fastload', 'tests', 'tools', 'bench', 'csrc')]; shutil.copy('pyproject.toml', '$(SAN_DIR)'); shutil.copy('setup.py', '$(SAN_DIR)')"

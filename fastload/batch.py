@@ -36,7 +36,19 @@ Fences: :meth:`Batch.add_fence` attaches an object with ``query() -> bool`` (a
 refilled. A ring may also have a *release hook*, called when a lease dies, that returns fences to
 attach then: the torch adapter records a CUDA event on each initialized device's current stream,
 so that a user's own ``non_blocking`` copy out of a pinned batch finishes before the slot is
-refilled.
+refilled. The producer takes a free slot whose fences have completed when there is one; otherwise
+it blocks on the oldest free slot's fences with their ``synchronize()`` (a CUDA event's host wait,
+GIL released), never a sleep loop (a fence without ``synchronize`` is re-queried on every ring
+event and at most every ``poll`` seconds).
+
+Waits (:attr:`BatchRing.waits`, and ``on_wait`` for the loader's stats): the producer waits only
+for one of three reasons, counted apart. ``consumer``: ``ahead`` filled batches already wait for the
+consumer (back-pressure: the consumer is the slower side, the healthy state of a model-bound run).
+``slot``: the prefetch queue is short, yet no slot is free: the consumer holds every other slot
+without holding more than its share (a slot comes back when the consumer drops a batch: a lease's
+death wakes the producer at once, it never waits for a timer or a garbage collection). ``fence``:
+a free slot's device work is still running. A consumer that holds more than its share is
+*keeping* batches: that never makes the producer wait (the ring grows, see above).
 
 Threads: leases die on whatever thread drops the last reference (the consumer's, a garbage
 collection on the producer's, an MXNet engine thread, interpreter shutdown). The release path only
@@ -68,6 +80,7 @@ from fastload.decode import Layout  # the engine's output layouts are the slots'
 
 __all__ = [
     "HELD_BATCHES",
+    "WAIT_REASONS",
     "Allocator",
     "Batch",
     "BatchRing",
@@ -76,6 +89,7 @@ __all__ = [
     "Layout",
     "ReleaseHook",
     "Slot",
+    "WaitObserver",
     "image_fields",
     "numpy_allocator",
 ]
@@ -91,9 +105,14 @@ Allocator = Callable[[tuple[int, ...], np.dtype], tuple[np.ndarray, Any]]
 FieldSpec = tuple[tuple[int, ...], Any]  # (shape of the field's array in one slot, dtype)
 ReleaseHook = Callable[[], Iterable[Any]]
 
-# How long the producer sleeps between two checks of a pending fence (polling never blocks, so
-# stop and close stay prompt).
+# close(): how long it sleeps between two checks of a fence that has no synchronize() (it only
+# waits for device work on memory it is about to free, never on the data path).
 _FENCE_POLL = 0.0002
+
+#: Why the producer waited in :meth:`BatchRing.acquire` (keys of :attr:`BatchRing.waits`).
+WAIT_REASONS = ("consumer", "slot", "fence")
+
+WaitObserver = Callable[[str, float, float], None]  # (reason, start, end) in time.perf_counter seconds
 
 
 def numpy_allocator(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
@@ -351,7 +370,17 @@ class BatchRing:
         held: Batches the consumer may hold before it counts as keeping them (``HELD_BATCHES``).
         ahead: At most this many filled batches wait for the consumer (not yet :meth:`taken`);
             :meth:`acquire` waits beyond it even when slots are free (None: ``num_slots - held``).
-        poll: Seconds between checks of ``stop`` while waiting for a slot.
+        poll: Longest sleep of a waiting :meth:`acquire` between two checks of ``stop`` (a set stop
+            is normally followed by :meth:`wake`, which ends the wait at once).
+        on_wait: Called ``(reason, start, end)`` (``time.perf_counter`` seconds) for each span
+            :meth:`acquire` waited, on the producer's thread; ``reason`` is one of
+            :data:`WAIT_REASONS` (the loader's ``wait_consumer`` / ``wait_slot`` stats).
+
+    Attributes:
+        waits: How many times :meth:`acquire` had to wait, by reason (:data:`WAIT_REASONS`).
+        wait_seconds: Seconds it waited, by reason.
+        fresh_batches: Batches handed out in fresh memory (the ring was at its bound).
+        gc_runs: Garbage collections run at the bound.
     """
 
     def __init__(
@@ -365,6 +394,7 @@ class BatchRing:
         held: int = HELD_BATCHES,
         ahead: int | None = None,
         poll: float = 0.05,
+        on_wait: WaitObserver | None = None,
     ) -> None:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < held + 1:
             raise ValueError(
@@ -402,6 +432,9 @@ class BatchRing:
         self._hook_failed = False
         self.fresh_batches = 0
         self.gc_runs = 0
+        self._on_wait = on_wait
+        self.waits: dict[str, int] = dict.fromkeys(WAIT_REASONS, 0)
+        self.wait_seconds: dict[str, float] = dict.fromkeys(WAIT_REASONS, 0.0)
 
     # --- sizes and counters -----------------------------------------------------------------
 
@@ -432,10 +465,12 @@ class BatchRing:
         Waits while ``ahead`` filled batches wait for the consumer, or every slot is leased or
         queued and the consumer holds no more than ``held`` batches (the consumer is slower:
         back-pressure). When the consumer holds more and the queue is short because of it,
-        grows the ring by a slot; at the bound, runs one garbage collection per such episode (until
-        the consumer holds no more than ``held`` again), then returns fresh memory
-        (``slot.id == -1``): it never waits on kept batches.
+        grows the ring by a slot at once; at the bound, runs one garbage collection per such
+        episode (until the consumer holds no more than ``held`` again), then returns fresh memory
+        (``slot.id == -1``): it never waits on kept batches. Every wait is counted by reason
+        (:attr:`waits`, ``on_wait``; see the module doc).
         """
+        waiting = None  # the reason of the wait in progress, counted once per acquire and reason
         while True:
             if stop.is_set() or self._closed:
                 return None
@@ -446,18 +481,13 @@ class BatchRing:
                 if held <= self.held:
                     self._collected = False  # the episode of kept batches is over
                 ahead_ok = self._in_flight_locked() < self.ahead
-                if self._free and ahead_ok:
-                    slot: Slot | None = self.slots[self._free.popleft()]
-                else:
-                    slot = None
+                slot: Slot | None = self._take_free_locked() if self._free and ahead_ok else None
+                if slot is None:
                     # Keeping batches: the consumer holds more than its share and the prefetch
                     # queue is short because of it. A full queue is ordinary back-pressure.
                     keeping = held > self.held and ahead_ok
             if slot is not None:
-                slot = self._wait_for_fences(slot, stop)
-                if slot is not None:
-                    return slot
-                return None
+                return self._wait_for_fences(slot, stop)
             if keeping:
                 if len(self.slots) < self.base_slots + self.max_extra_slots:
                     return self._grow()
@@ -471,33 +501,73 @@ class BatchRing:
                     continue
                 self.fresh_batches += 1
                 return self._new_slot(-1)
+            reason = "slot" if ahead_ok else "consumer"
+            if waiting != reason:
+                waiting = reason
+                self.waits[reason] += 1
+            # Woken by a lease's death, a taken batch (both put an item) or wake() after a stop.
+            t0 = time.perf_counter()
             try:
                 item = self._returns.get(timeout=self._poll)
             except queue.Empty:
-                continue
+                item = None
+            self._waited(reason, t0, time.perf_counter())
             with self._lock:
                 self._apply_return_locked(item)
 
+    def _take_free_locked(self) -> Slot:
+        """The free slot to fill next: the oldest whose fences have completed, else the oldest."""
+        for k, slot_id in enumerate(self._free):
+            slot = self.slots[slot_id]
+            if slot.fences:
+                slot.fences = [f for f in slot.fences if not f.query()]
+            if not slot.fences:
+                del self._free[k]
+                return slot
+        return self.slots[self._free.popleft()]
+
+    def _waited(self, reason: str, start: float, end: float) -> None:
+        self.wait_seconds[reason] += end - start
+        if self._on_wait is not None:
+            self._on_wait(reason, start, end)
+
     def _wait_for_fences(self, slot: Slot, stop: threading.Event) -> Slot | None:
+        """Block until ``slot``'s fences have completed, then hand it out (None on stop / close)."""
+        counted = False
         while True:
             with self._lock:
                 pending = list(slot.fences)
-            if pending:
-                done = [f for f in pending if f.query()]
-            else:
-                done = []
-            with self._lock:
-                if done:
-                    slot.fences = [f for f in slot.fences if not any(f is d for d in done)]
-                if not slot.fences:
-                    slot.generation += 1
-                    slot.leased, slot.taken = True, False
-                    return slot
-            if stop.is_set() or self._closed:
-                with self._lock:
+                if pending and (stop.is_set() or self._closed):
                     self._free.appendleft(slot.id)
-                return None
-            time.sleep(_FENCE_POLL)
+                    return None
+            if not pending:
+                break
+            if not counted:
+                counted = True
+                self.waits["fence"] += 1
+            fence = pending[0]
+            t0 = time.perf_counter()
+            if not fence.query():
+                if callable(getattr(fence, "synchronize", None)):
+                    fence.synchronize()  # the device ends this work in bounded time: a host wait, no polling
+                else:
+                    # A fence that can only be queried: asked again after the next ring event (or `poll`).
+                    try:
+                        item = self._returns.get(timeout=self._poll)
+                    except queue.Empty:
+                        item = None
+                    with self._lock:
+                        self._apply_return_locked(item)
+                    if not fence.query():
+                        self._waited("fence", t0, time.perf_counter())
+                        continue
+            self._waited("fence", t0, time.perf_counter())
+            with self._lock:
+                slot.fences = [f for f in slot.fences if f is not fence]
+        with self._lock:
+            slot.generation += 1
+            slot.leased, slot.taken = True, False
+        return slot
 
     def _grow(self) -> Slot:
         slot = self._new_slot(len(self.slots))

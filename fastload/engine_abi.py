@@ -264,7 +264,7 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("bool", "fancy_upsampling", True, "smooth (triangle) chroma upsampling"),
         ("bool", "apply_exif", False, "rotate/mirror by the EXIF orientation (via the Pillow path)"),
         ("bool", "use_restart_slices", True, "decode restart-indexed records through interval slices"),
-        ("bool", "dct_scaling", True, "power-of-two DCT-domain downscaling when the crop is >= 2x the output"),
+        ("bool", "dct_scaling", True, "power-of-two DCT downscaling where the resize still shrinks >= 4-5x after it"),
         ("EntropyDecoder", "slice_entropy", "FASTLOAD", "Huffman decoder of restart-interval slices"),
     ),
     "GeometryParams": (
@@ -770,6 +770,33 @@ FUNCTIONS: dict[str, Function] = {
         "Read row i (row_bytes bytes of file fds[i] at offsets[i]) into out[i] for every row, with pread, in one "
         "GIL-free call (runs of consecutive rows are one read). Returns the first row that was not read in full "
         "(row -1: every row was read; error 0: the file ended early).",
+    ),
+    # ---- glue/ingest.cpp ----------------------------------------------------------------------
+    "frame_buffers": Function(
+        (
+            _IMAGES,
+            _P("heads", "Sequence[Buffer]"),
+            _P("max_pixels", "int"),
+            _P("gather", "bool"),
+            _P("out", "Buffer"),
+        ),
+        "tuple[npt.NDArray[np.int64], int]",
+        "Check and frame a batch of in-memory images as RecordIO records (payload = head + image) in one "
+        "GIL-free call, with frame_files' checks. gather=False: the records framed whole into out, back to back "
+        "(out needs sum(8 + round_up_4(len(head) + len(image))) bytes); gather=True: the images are not copied "
+        "and out holds what goes between them: per framed record, the previous one's zero padding, then its "
+        "magic, length word and head; after the last, its padding (out needs sum(11 + len(head)) bytes). "
+        "Returns (framed_sizes, used): framed_sizes[i] > 0 for a framed record (its whole size), < 0 for an "
+        "image left to the Python path (-3 not a passable JPEG, -4 holds the magic word, -5 over the record "
+        "limit, -6 declares more than max_pixels pixels).",
+    ),
+    "walk_tar": Function(
+        (_P("buf", "Buffer"), _P("pos", "int"), _P("max_members", "int")),
+        "tuple[list[str], npt.NDArray[np.int64], int]",
+        "Walk the whole tar members of buf from pos (a member's first header) in one GIL-free call: (names, "
+        "rows of [first header offset, data offset, size, type flag byte], where it stopped). It stops at the "
+        "first member it leaves to the Python reader (damaged or unusual headers, PAX global headers, sparse "
+        "members, a member running past the buffer, the end-of-archive block).",
     ),
 }
 

@@ -7,7 +7,12 @@ Stages timed (seconds, summed over batches):
 - ``read_wait``: the producer waiting for a batch's records to arrive from storage (the reads
   issued ahead by :mod:`fastload.records.readahead` not done yet): time the loader is bound by I/O;
 - ``decode``: the one ``decode_batch`` call per batch (plus any bad-record substitution);
-- ``wait_slot``: the producer waiting for a free ring slot (the consumer is slower: good);
+- ``wait_slot``: the producer waiting for a ring slot to come back while the prefetch queue is
+  short: every slot is held by batches the consumer has not dropped yet, or by device copies still
+  reading it (fences). Near 0 in a healthy run: a slot comes back the moment its batch's last view
+  dies, and a consumer that keeps batches makes the ring grow instead;
+- ``wait_consumer``: the producer ``prefetch`` batches ahead, waiting for the consumer to take one
+  (back-pressure: the consumer is the slower side, the normal state of a model-bound run);
 - ``wait_data``: the consumer waiting for a batch (the loader is slower: input-bound);
 - ``copy``: device copies issued by an adapter (for asynchronous CUDA copies, the time to issue them).
 
@@ -44,6 +49,7 @@ class Stage(str, enum.Enum):
     READ_WAIT = "read_wait"
     DECODE = "decode"
     WAIT_SLOT = "wait_slot"
+    WAIT_CONSUMER = "wait_consumer"
     WAIT_DATA = "wait_data"
     COPY = "copy"
 
@@ -171,6 +177,8 @@ class StageTimer:
             self.records_read = 0
             self._wall = 0.0
             self._active_since: float | None = None
+            # A span that began before the reset (a producer waiting across it) counts from here.
+            self._since = time.perf_counter()
 
     @property
     def tracing(self) -> bool:
@@ -199,7 +207,7 @@ class StageTimer:
     def add(self, stage: Stage, start: float, end: float, **args: Any) -> None:
         """Account ``end - start`` seconds (``time.perf_counter`` values) to ``stage``."""
         with self._lock:
-            self._seconds[stage.value] += end - start
+            self._seconds[stage.value] += max(0.0, end - max(start, self._since))
             if self._trace and len(self._events) < self._max_events:
                 ident = threading.get_ident()  # the current thread's ident (never None, unlike .ident's type)
                 self._thread_names.setdefault(ident, threading.current_thread().name)

@@ -16,7 +16,7 @@ from fastload import transforms as T
 from fastload.decode import BatchResult, DecodeOptions, DecodeStatus
 from fastload.errors import DecodeError
 
-from conftest import HAVE_ENGINE, make_jpeg, requires_engine
+from conftest import HAVE_ENGINE, make_jpeg, requires_engine, wait_for_exit
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -693,17 +693,13 @@ def _wait_children(pids, timeout):
     deadline = time.monotonic() + timeout
     stuck, failed = 0, 0
     for pid in pids:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                failed += not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
-                break
-            if time.monotonic() > deadline:
-                stuck += 1
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                break
-            time.sleep(0.01)
+        exited = wait_for_exit(pid, deadline - time.monotonic())  # its pidfd: no polling
+        if not exited:
+            stuck += 1
+            os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
+        if exited:
+            failed += not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
     return stuck, failed
 
 
@@ -734,20 +730,27 @@ def test_fork_while_another_thread_creates_the_pool(photos, monkeypatch):
 def test_fork_while_the_pool_runs_does_not_deadlock(photos, monkeypatch):
     """A thread keeps the engine's pool busy (and creating jobs) while the main thread forks; every
     child decodes with its own threads and must finish."""
-    import time
-
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     tiny = [make_jpeg(24, 24, seed=s) for s in range(4)]
     stop = threading.Event()
     errors = []
+    batches = threading.Condition()
+    done = [0]  # batches the background thread has decoded
 
     def busy():
         out = np.empty((len(tiny), 8, 8, 3), np.uint8)
         try:
             while not stop.is_set():  # many small batches: many pool jobs per second
                 decode.decode_batch(tiny, out, T.train(8), seed=0, epoch=0, indices=np.arange(4), threads=2)
+                with batches:
+                    done[0] += 1
+                    batches.notify_all()
         except Exception as exc:
             errors.append(exc)
+        finally:
+            with batches:
+                done[0] = -1  # ended: nobody waits for another batch
+                batches.notify_all()
 
     background = threading.Thread(target=busy)
     background.start()
@@ -763,7 +766,10 @@ def test_fork_while_the_pool_runs_does_not_deadlock(photos, monkeypatch):
                 finally:
                     os._exit(code)
             children.append(pid)
-            time.sleep(0.01)
+            # The next fork comes once the pool has run another batch: each lands while it works.
+            with batches:
+                seen = done[0]
+                assert batches.wait_for(lambda seen=seen: done[0] < 0 or done[0] != seen, 30), "the pool stalled"
     finally:
         stop.set()
         background.join()

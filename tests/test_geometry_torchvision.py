@@ -133,23 +133,22 @@ def test_eval_matches_torchvision(backend, photos, mode, antialias):
 
 
 def test_dct_scaling_stays_close_to_torchvision(photos, monkeypatch):
-    """The default (DCT-domain downscaling when the crop is at least twice the output) trades a
-    little accuracy for speed: still well under one grey level."""
+    """The default (DCT-domain downscaling where the resize still shrinks at least 4x afterwards)
+    trades a little accuracy for speed: under one grey level per image (tests/test_fidelity.py holds
+    every size to 0.02 normalized units)."""
     if not HAVE_ENGINE:
         pytest.skip("the C++ engine is not built")
     monkeypatch.delenv("FASTLOAD_DECODER", raising=False)
     data, pils = photos
     for mode in ("bilinear", "bicubic"):
-        t = T.eval_transform(56, resize=64, interpolation=mode)  # 1/2 and 1/4 DCT scaling apply
-        out = np.empty((len(data), 56, 56, 3), np.uint8)
+        t = T.eval_transform(24, resize=28, interpolation=mode)  # 12-15x: the 1/2 DCT scale applies
+        out = np.empty((len(data), 24, 24, 3), np.uint8)
         assert decode.decode_batch(data, out, t, seed=0, epoch=0, indices=np.arange(len(data))).ok
-        mad = np.mean(
-            [
-                np.abs(out[i].astype(int) - _torchvision_eval(pils[i], mode, True, 56, 64)).mean()
-                for i in range(len(data))
-            ]
-        )
-        assert mad < 1.5, (mode, mad)
+        per_image = [
+            np.abs(out[i].astype(int) - _torchvision_eval(pils[i], mode, True, 24, 28)).mean() for i in range(len(data))
+        ]
+        # Measured on generated ImageNet-like images: mean 0.28, worst image 0.74 grey levels.
+        assert max(per_image) < 1.0, (mode, per_image)
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

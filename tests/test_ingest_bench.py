@@ -25,6 +25,9 @@ def test_ingest_bench_quick(tmp_path, repo_root):
     for kind in ("tars", "parquet"):
         row = result[f"{kind}_vs_folder"]
         assert row["median"] > 0 and row["pairs"] == 1 and row["target"] == 0.8
-    assert set(result["cpu_seconds_median"]) == {"folder", "tars", "parquet"}
+    assert set(result["cpu_seconds_median"]) == set(result["cpu_seconds"]) == {"folder", "tars", "parquet"}
+    for kind in ("tars", "parquet"):
+        assert result[f"{kind}_vs_folder_cpu"]["median"] > 0
+    assert all(v["user"] > 0 and v["system"] >= 0 for v in result["cpu_seconds"].values())
     assert "target: tars / folder >= 0.80x" in proc.stdout
     assert list(tmp_path.iterdir()) == [out]  # the inputs and outputs were removed

@@ -18,6 +18,8 @@ from fastload.pack.wds_source import WdsSource
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 
+from conftest import wait_until
+
 pytest.importorskip("webdataset")
 
 
@@ -145,7 +147,6 @@ def test_parquet_resumes_at_its_row(odd_folder, tmp_path, monkeypatch):
 def test_ctrl_c_stops_a_streamed_pack_and_the_rerun_finishes(tiny_folder, tmp_path):
     import subprocess
     import sys
-    import time
 
     entries, _ = folder_entries(tiny_folder)
     write_tars(entries * 40, tmp_path / "tars", per_tar=400)  # 1,600 samples: seconds of --resize work
@@ -162,9 +163,11 @@ def test_ctrl_c_stops_a_streamed_pack_and_the_rerun_finishes(tiny_folder, tmp_pa
     )
     try:
         staging = out / ".fastload-staging"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not glob.glob(str(staging / "*.done.json")):
-            time.sleep(0.01)
+        wait_until(
+            lambda: glob.glob(str(staging / "*.done.json")) or proc.poll() is not None,
+            timeout=60,
+            what="a finished shard of the streamed pack",
+        )
         assert proc.poll() is None, "the pack ended before it could be interrupted"
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)

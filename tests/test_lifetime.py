@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-import time
 import warnings
 
 import numpy as np
@@ -20,7 +19,7 @@ from fastload.decode import decode_batch
 from fastload.loader import Loader, LoaderConfig
 from fastload.transforms import train
 
-from conftest import requires_mxnet, requires_torch
+from conftest import join_threads, requires_mxnet, requires_torch, wait_for_returns, watch_prefetch, watch_ring
 
 SIZE = 16
 
@@ -46,15 +45,8 @@ def fill_and_lease(ring, stop=None, value=0):
 
 
 def returned(ring, slot_id, timeout=5.0):
-    """Whether ``slot_id`` came back to the free list (drains the ring's return queue)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with ring._lock:
-            ring._drain_locked()
-            if slot_id in ring._free:
-                return True
-        time.sleep(0.005)
-    return False
+    """Whether ``slot_id`` comes back to the free list within ``timeout`` (woken by each lease's return)."""
+    return wait_for_returns(ring, lambda r: slot_id in r._free, timeout)
 
 
 def still_leased(ring, slot_id):
@@ -63,9 +55,11 @@ def still_leased(ring, slot_id):
         return slot_id not in ring._free
 
 
-def collect():
+def collect(mx=None):
+    """Run the collector; with MXNet, also wait for every engine operation (and the deletions they hold back)."""
     gc.collect()
-    time.sleep(0.01)
+    if mx is not None:
+        mx.nd.waitall()
 
 
 # --- what keeps a lease alive -------------------------------------------------------------------
@@ -149,18 +143,22 @@ def test_mxnet_zero_copy_ndarrays_keep_the_lease(make):
     nd = make(mx, batch.slot_view("images"))
     assert nd.context == mx.cpu(0)  # MXNet's DLPack import takes CPU or GPU memory, not cpu_pinned
     del batch
-    collect()
+    collect(mx)
     assert still_leased(ring, slot)
     del nd
     assert returned(ring, slot)
 
 
 def _register_gate_op(mx):
-    """An MXNet custom operator that waits for a threading.Event: an engine operation held open."""
-    gate = threading.Event()
+    """An MXNet custom operator that waits for a threading.Event: an engine operation held open.
+
+    Returns its name, the gate that lets it finish and an event set once it runs (reading its input).
+    """
+    gate, running = threading.Event(), threading.Event()
 
     class Gate(mx.operator.CustomOp):
         def forward(self, is_train, req, in_data, out_data, aux):
+            running.set()
             gate.wait(30)
             self.assign(out_data[0], req[0], in_data[0] + 0)
 
@@ -185,14 +183,14 @@ def _register_gate_op(mx):
 
     name = f"fastload_test_gate_{id(gate)}"
     mx.operator.register(name)(GateProp)
-    return name, gate
+    return name, gate, running
 
 
 @requires_mxnet
 def test_mxnet_engine_operation_still_queued_keeps_the_lease():
     """The numpy view is released by MXNet only after the last queued operation reading it has run."""
     mx = pytest.importorskip("mxnet")
-    op_type, gate = _register_gate_op(mx)
+    op_type, gate, running = _register_gate_op(mx)
     ring = BatchRing({"x": ((4, 6), np.float32)}, num_slots=3)
     released_on = []
 
@@ -216,7 +214,7 @@ def test_mxnet_engine_operation_still_queued_keeps_the_lease():
     try:
         del nd, batch
         collect()
-        time.sleep(0.2)
+        assert running.wait(30), "the engine never ran the operation reading the batch"
         assert still_leased(ring, slot.id), "the lease died while an engine operation still read the batch"
     finally:
         gate.set()
@@ -318,15 +316,17 @@ def _reference(ds, **kw):
         return [(b.images, b.labels, b.indices) for b in loader]
 
 
-def test_list_of_loader_keeps_every_batch_intact_with_one_warning():
+def test_list_of_loader_keeps_every_batch_intact_with_one_warning(monkeypatch):
     ds = FakeDataset(72)
     reference = _reference(ds, shuffle="global")
+    waits = watch_prefetch(monkeypatch)
     with Loader(ds, cfg(shuffle="global", prefetch=2), decode=pattern_decode) as loader:
+        watch = watch_ring(loader.ring, waits)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             kept = list(loader)
             again = list(loader)  # a second epoch kept too: still one warning per loader
-        time.sleep(0.05)  # the producer runs ahead: it must not touch any kept batch
+        watch.wait_idle()  # the producer has run ahead as far as it can: it must not touch any kept batch
         s = loader.stats()
     assert len(kept) == 18 >= 16
     for b, (images, labels, indices) in zip(kept, reference, strict=False):
@@ -361,12 +361,13 @@ def test_keeping_a_few_batches_grows_the_ring_once_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", errors.KeptBatchesWarning)
         with Loader(ds, cfg(prefetch=2)) as loader:
+            watch = watch_ring(loader.ring)
             recent = []  # the current and the previous batch, as a metric on the previous batch keeps them
             first = None
             for b in loader:
                 first = first if first is not None else (b, b.images.copy())
                 recent = [*recent[-1:], b]
-                time.sleep(0.002)
+                watch.wait_idle()  # the producer has filled every slot it may before the next batch
             s = loader.stats()
     # Held at most: the first batch, the previous two and the one being taken (4), plus `prefetch`
     # (2) queued: 6 slots, 2 more than the base ring.
@@ -389,9 +390,11 @@ class FakeFence:
     def __init__(self):
         self.done = False
         self.queries = 0
+        self.queried = threading.Event()  # the producer asked: it waits for this fence
 
     def query(self):
         self.queries += 1
+        self.queried.set()
         return self.done
 
 
@@ -411,7 +414,7 @@ def test_release_hook_fences_hold_the_slot_until_they_complete():
         del b0  # the hook runs now (on this thread) and fences the slot
         assert len(fences) == 1
         held = (next(it), next(it))  # held, so only slot0 could be refilled
-        time.sleep(0.1)
+        assert fences[0].queried.wait(10), "the producer never waited for the fence"
         assert loader.ring.slot_generation(slot0) == generation
         assert fences[0].queries > 0
         fences[0].done = True
@@ -468,12 +471,14 @@ def test_torch_loader_waits_for_the_hook_events_before_refilling(monkeypatch):
     class Event:
         def __init__(self):
             self.done = False
+            self.queried = threading.Event()  # the producer asked: it waits for this event
             events.append(self)
 
         def record(self, stream):
             pass
 
         def query(self):
+            self.queried.set()
             return self.done
 
     ds = FakeDataset(100)
@@ -491,7 +496,7 @@ def test_torch_loader_waits_for_the_hook_events_before_refilling(monkeypatch):
         del x0, y0  # a copy out of it may still be running: an event is recorded
         assert len(events) == 1
         held = (next(it), next(it))  # held, so only slot0 could be refilled
-        time.sleep(0.1)
+        assert events[0].queried.wait(10), "the producer never waited for the event"
         assert ring.slot_generation(slot0) == generation
         events[0].done = True
         next(it)
@@ -585,7 +590,9 @@ def test_torch_dataloader_list_returns_intact_batches():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             kept = list(loader)
-        time.sleep(0.05)
+        # The pass over the sampler's batches is over: its producer ends, and nothing may have
+        # touched a kept batch on its way out.
+        assert not join_threads(lambda t: t.name.startswith("fastload-loader")), "the producer did not end"
     assert len(kept) == len(reference) == 18
     differing = sum(
         not (torch.equal(x, rx) and torch.equal(y, ry)) for (x, y), (rx, ry) in zip(kept, reference, strict=False)
@@ -595,7 +602,7 @@ def test_torch_dataloader_list_returns_intact_batches():
 
 @requires_mxnet
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
-def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
+def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype, monkeypatch):
     mx = pytest.importorskip("mxnet")
     import io
 
@@ -625,11 +632,13 @@ def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
     ref_it = fm.ImageRecordIter(**common)
     reference = [(b.data[0].asnumpy(), b.label[0].asnumpy(), list(b.index)) for b in ref_it]
     ref_it.close()
+    waits = watch_prefetch(monkeypatch)
     it = fm.ImageRecordIter(**common)
+    watch = watch_ring(it.loader.ring, waits)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kept = list(it)
-    time.sleep(0.05)
+    watch.wait_idle()  # the producer has run ahead as far as it can: it must not touch any kept batch
     assert len(kept) == len(reference) == 18
     differing = 0
     for b, (data, label, index) in zip(kept, reference, strict=False):
@@ -643,10 +652,11 @@ def test_mxnet_image_record_iter_list_returns_intact_batches(tmp_path, dtype):
     it.close()
     # MXNet's docstring idiom keeps the data arrays only.
     it = fm.ImageRecordIter(**common)
+    watch = watch_ring(it.loader.ring, waits)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         datas = [b.data[0] for b in it]
-    time.sleep(0.05)
+    watch.wait_idle()
     assert all(np.array_equal(d.asnumpy(), ref[0]) for d, ref in zip(datas, reference, strict=False))
     it.close()
 

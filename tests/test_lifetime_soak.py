@@ -17,7 +17,6 @@ from __future__ import annotations
 import gc
 import os
 import threading
-import time
 import weakref
 
 import numpy as np
@@ -27,7 +26,7 @@ from fastload.loader import Loader, LoaderConfig
 from fastload.records.readahead import ReadOptions
 from fastload.transforms import train
 
-from conftest import requires_torch
+from conftest import join_threads, requires_torch
 
 CYCLES = 200
 WARMUP = 20
@@ -63,12 +62,9 @@ _EARLIER = set()
 
 
 def wait_for_no_fastload_threads(timeout=10.0) -> bool:
-    """No fastload thread besides those that existed before the test."""
-    deadline = time.monotonic() + timeout
-    while fastload_threads() - _EARLIER and time.monotonic() < deadline:
-        time.sleep(0.01)
-    left = fastload_threads() - _EARLIER
-    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+    """No fastload thread besides those that existed before the test (each one joined, with a deadline)."""
+    left = join_threads(lambda t: t.name.startswith("fastload") and t not in _EARLIER, timeout)
+    assert not left, f"threads left running: {left}"
     return True
 
 

@@ -14,7 +14,7 @@ from fastload.decode import decode_batch
 from fastload.loader import Loader, LoaderConfig
 from fastload.transforms import train
 
-from conftest import HAVE_ENGINE, requires_torch
+from conftest import HAVE_ENGINE, join_threads, requires_torch, watch_prefetch
 
 SIZE = 16
 
@@ -44,10 +44,8 @@ def producer_threads():
 
 
 def no_producer_left(timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while producer_threads() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not producer_threads()
+    """Joins the producer threads: True once none is left (False at the deadline)."""
+    return not join_threads(lambda t: t.name.startswith("fastload-loader"), timeout)
 
 
 def raised(fn):
@@ -85,14 +83,26 @@ class GatedDecode:
 # --- close() from another thread ---------------------------------------------------------------------
 
 
-def test_close_from_another_thread_raises_loader_closed_in_the_waiting_consumer(backend):
+def close_once_waiting(loader, waits):
+    """A thread that closes ``loader`` once its consumer waits for a batch (a wait begun after this call)."""
+    since = waits.mark()
+
+    def close():
+        waits.wait("get", since, 10, "wait of the consumer for a batch")
+        loader.close()
+
+    return threading.Thread(target=close, name="closer")
+
+
+def test_close_from_another_thread_raises_loader_closed_in_the_waiting_consumer(backend, monkeypatch):
     ds = FakeDataset(40)
+    waits = watch_prefetch(monkeypatch)
     decode = GatedDecode(free=1)
     loader = Loader(ds, cfg(), decode=decode)
     it = iter(loader)
     first = next(it)  # the next batch's decode is blocked: the consumer will wait
     assert first.size == 4
-    closer = threading.Timer(0.2, loader.close)
+    closer = close_once_waiting(loader, waits)
     closer.start()
     t0 = time.monotonic()
     exc = raised(lambda: next(it))
@@ -113,14 +123,14 @@ def test_a_for_loop_does_not_end_silently_when_another_thread_closes(backend):
     ds = FakeDataset(200)
     loader = Loader(ds, cfg(prefetch=1))
     seen = []
-    closer = threading.Timer(0.2, loader.close)
+    closer = threading.Thread(target=loader.close, name="closer")
 
     def train_loop():
         for b in loader:
             if not seen:
                 closer.start()  # another thread closes the loader while this loop runs
+                closer.join(10)  # (this step lasts until it has)
             seen.append(b.number)
-            time.sleep(0.05)
 
     exc = raised(train_loop)
     closer.join()
@@ -152,27 +162,37 @@ def test_close_is_idempotent_from_many_threads_at_once():
 
 
 @requires_torch
-def test_torch_dataloader_close_from_another_thread():
+def test_torch_dataloader_close_from_another_thread(monkeypatch):
     pytest.importorskip("torch")
     from fastload.torch import DataLoader
 
-    decode_gate = threading.Event()
+    decode_gate, decoding = threading.Event(), threading.Event()
+    waits = watch_prefetch(monkeypatch)
     ds = FakeDataset(40)
     loader = DataLoader(ds, batch_size=4, transform=train(SIZE), shuffle=False, num_threads=1, prefetch=1)
     it = iter(loader)
     next(it)
-    time.sleep(0.1)  # the ring refills ahead, then waits
-    # Drain what was prefetched so the consumer really waits on the producer: block its decode.
+    # The consumer drains what was prefetched, then really waits on the producer: block its decode.
     real = loader.loader._driver._pipeline._decode
 
     def slow(*a, **kw):
+        decoding.set()
         decode_gate.wait(30)
         return real(*a, **kw)
 
     loader.loader._driver._pipeline._decode = slow
-    threading.Timer(0.3, loader.close).start()
+
+    def close_once_the_consumer_waits():
+        assert decoding.wait(10), "the producer never started the blocked decode"
+        since = waits.mark()
+        waits.wait("get", since, 10, "wait of the consumer for a batch")
+        loader.close()
+
+    closer = threading.Thread(target=close_once_the_consumer_waits, name="closer")
+    closer.start()
     exc = raised(lambda: [next(it) for _ in range(20)])
     decode_gate.set()
+    closer.join(30)
     assert is_closed_error(exc), repr(exc)
     assert no_producer_left()
 

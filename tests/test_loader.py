@@ -21,6 +21,8 @@ from fastload.order import EpochOrder
 from fastload.prefetch import Producer
 from fastload.transforms import eval_transform, train
 
+from conftest import join_threads, watch_prefetch, watch_ring
+
 SIZE = 16
 
 
@@ -33,6 +35,11 @@ def cfg(**kw):
 
 def producer_threads():
     return [t for t in threading.enumerate() if t.name.startswith(("fastload-loader", "fastload-test"))]
+
+
+def no_producer_left(timeout=10.0):
+    """Joins the producer threads: True once none is left (False at the deadline)."""
+    return not join_threads(lambda t: t.name.startswith(("fastload-loader", "fastload-test")), timeout)
 
 
 def run_epoch(loader):
@@ -83,8 +90,9 @@ def test_read_ahead_hints_follow_the_order(ds):
     # Without read options: records read one by one, the OS hinted `read_ahead` batches ahead.
     ds = FakeDataset(40)
     with Loader(ds, cfg(shuffle="global", read_ahead=2, prefetch=1, read_options=None)) as loader:
+        watch = watch_ring(loader.ring)
         batches = [b.indices.copy() for b in loader]
-        time.sleep(0.2)  # the producer runs on into epoch 1 (bounded by the ring)
+        watch.wait_idle()  # the producer has run on into epoch 1 (as far as the ring lets it)
         next_epoch = EpochOrder(loader.order_spec, 1)
         stream = loader._stream
         first = next(iter(loader))
@@ -176,16 +184,18 @@ def pattern_decode(images, out, transform, **kw):
     return _Filled()
 
 
-def test_held_batch_is_never_overwritten_within_its_lifetime():
+def test_held_batch_is_never_overwritten_within_its_lifetime(monkeypatch):
     ds = FakeDataset(60)
+    waits = watch_prefetch(monkeypatch)
     with Loader(ds, cfg(prefetch=2, shuffle="global", max_extra_slots=2), decode=pattern_decode) as loader:
+        watch = watch_ring(loader.ring, waits)
         held = []  # (batch, saved copy)
         with pytest.warns(KeptBatchesWarning) as warned:
             for _epoch in range(2):  # kept across the epoch boundary too
                 for b in loader:
                     held.append((b, b.images.copy(), b.indices.copy()))
-                    # Give the producer every chance to run ahead and refill whatever it may.
-                    time.sleep(0.02)
+                    # The producer has run ahead and refilled whatever it may.
+                    watch.wait_idle()
                     for batch, images, indices in held:  # every batch kept so far
                         assert batch.intact
                         np.testing.assert_array_equal(batch.images, images)
@@ -202,11 +212,12 @@ def test_held_batch_is_never_overwritten_within_its_lifetime():
 def test_dropped_batches_are_recycled_without_growth():
     ds = FakeDataset(60)
     with Loader(ds, cfg(prefetch=2, shuffle="global")) as loader:
+        watch = watch_ring(loader.ring)
         slots = set()
         for _epoch in range(3):
             for b in loader:
                 slots.add(b.slot)
-                time.sleep(0.005)
+                watch.wait_idle()  # the producer has filled every slot it may: the ring is at its fullest
         s = loader.stats()
     assert slots == {0, 1, 2, 3} and s.ring_slots == 4 and s.fresh_batches == 0 and s.gc_runs == 0
 
@@ -215,7 +226,11 @@ def test_release_and_fence_control_slot_reuse():
     class Fence:
         done = False
 
+        def __init__(self):
+            self.queried = threading.Event()  # the producer asked: it waits for this fence
+
         def query(self):
+            self.queried.set()
             return self.done
 
     ds = FakeDataset(200)
@@ -228,7 +243,7 @@ def test_release_and_fence_control_slot_reuse():
         generation = loader.ring.slot_generation(slot0)
         del b0  # the lease is gone, but the fence is pending
         b1, b2 = next(it), next(it)  # held: only slot0 could be refilled
-        time.sleep(0.1)
+        assert fence.queried.wait(10), "the producer never waited for the fence"
         assert loader.ring.slot_generation(slot0) == generation, "refilled before its fence completed"
         fence.done = True
         b3 = next(it)  # only b0's slot was free: b3 could be made only after the fence completed
@@ -280,15 +295,16 @@ def test_ring_needs_room_for_held_batches():
 
 def test_close_while_producer_is_blocked_on_a_full_ring(ds):
     loader = Loader(ds, cfg(prefetch=1))
+    watch = watch_ring(loader.ring)
     it = iter(loader)
     next(it)
-    time.sleep(0.1)  # the producer has filled the free slot and waits for another
+    watch.wait_idle()  # the producer has filled the free slot and waits for another
     assert producer_threads()
     t0 = time.perf_counter()
     loader.close()
     loader.close()  # idempotent
     assert time.perf_counter() - t0 < 5
-    assert not producer_threads()
+    assert not producer_threads()  # close() joined it
     with pytest.raises(LoaderClosed, match="closed"):
         next(it)
     with pytest.raises(ValueError, match="closed"):  # LoaderClosed is a ValueError, as for closed files
@@ -314,8 +330,9 @@ def test_producer_exception_reaches_consumer_with_traceback(ds):
     assert not producer_threads()
 
 
-def test_keyboard_interrupt_while_waiting_stops_the_producer(ds):
+def test_keyboard_interrupt_while_waiting_stops_the_producer(ds, monkeypatch):
     release = threading.Event()
+    waits = watch_prefetch(monkeypatch)
 
     def slow_decode(images, out, transform, **kw):
         # No batch can arrive before the interrupt, however loaded the machine is.
@@ -327,18 +344,22 @@ def test_keyboard_interrupt_while_waiting_stops_the_producer(ds):
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     loader = Loader(ds, cfg(), decode=slow_decode)
     it = iter(loader)
-    timer = threading.Timer(0.1, _thread.interrupt_main)
-    timer.start()
+    since = waits.mark()
+
+    def interrupt_the_waiting_consumer():
+        waits.wait("get", since, 10, "wait of the consumer for a batch")
+        _thread.interrupt_main()
+
+    interrupter = threading.Thread(target=interrupt_the_waiting_consumer)
+    interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             next(it)
     finally:
         release.set()
-        timer.join()
+        interrupter.join()
         signal.signal(signal.SIGINT, previous)
-    deadline = time.time() + 10
-    while producer_threads() and time.time() < deadline:
-        time.sleep(0.02)
+    assert no_producer_left()
     assert not producer_threads()
     loader.close()
 
@@ -349,13 +370,12 @@ def test_dropped_iterator_and_loader_do_not_leak_threads(ds):
     next(it)
     del it, loader
     gc.collect()
-    deadline = time.time() + 5
-    while producer_threads() and time.time() < deadline:
-        time.sleep(0.02)
+    assert no_producer_left(5)
     assert not producer_threads()
 
 
-def test_producer_unit_bounded_and_stoppable():
+def test_producer_unit_bounded_and_stoppable(monkeypatch):
+    waits = watch_prefetch(monkeypatch)
     produced = []
 
     def produce(stop):
@@ -367,7 +387,8 @@ def test_producer_unit_bounded_and_stoppable():
 
     p = Producer(produce, maxsize=2, name="fastload-test")
     assert [p.get() for _ in range(3)] == [0, 1, 2]
-    time.sleep(0.1)
+    # Blocked on its full queue: the generator is not resumed until a put succeeds.
+    waits.wait("put", waits.mark(), 10, "put of the producer on its full queue")
     assert len(produced) <= 3 + 2 + 1  # queue bound + the item being put
     p.close()
     p.close()
@@ -430,7 +451,7 @@ def test_stats_and_chrome_trace(ds, tmp_path):
     path = tmp_path / "trace.json"
     with Loader(ds, cfg(trace_path=str(path))) as loader:
         for _b in loader:
-            time.sleep(0.01)  # a "training step"
+            time.sleep(0.01)  # a "training step": consumer time the stats must count (not a wait)
         s = loader.stats()
     assert s.batches == 8 and s.images == 61 and s.wall > 0.07
     assert 0 <= s.input_bound <= 1 and s.images_per_s > 0
@@ -443,7 +464,7 @@ def test_stats_and_chrome_trace(ds, tmp_path):
 
 def test_input_bound_fraction_tracks_who_is_slower(ds):
     def slow_decode(images, out, transform, **kw):
-        time.sleep(0.03)
+        time.sleep(0.03)  # a slow loader on purpose: what input_bound must see (not a wait)
         return decode_batch(images, out, transform, **kw)
 
     with Loader(ds, cfg(), decode=slow_decode) as loader:
@@ -451,7 +472,7 @@ def test_input_bound_fraction_tracks_who_is_slower(ds):
         slow_loader = loader.stats().input_bound
     with Loader(ds, cfg(prefetch=1)) as loader:
         for _ in loader:
-            time.sleep(0.05)
+            time.sleep(0.05)  # a slow model on purpose: what input_bound must see (not a wait)
         slow_model = loader.stats().input_bound
     assert slow_loader > 0.5 > slow_model
 

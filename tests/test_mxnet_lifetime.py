@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import io
-import time
 import warnings
 
 import numpy as np
@@ -23,6 +22,8 @@ import fastload.mxnet as fm
 from fastload.batch import BatchRing
 from fastload.errors import KeptBatchesWarning
 from fastload.mxnet.placement import pinned_allocator, wrap_view
+
+from conftest import wait_for_returns
 
 
 def _rec(tmp_path, n=40, side=12):
@@ -182,10 +183,11 @@ def test_wrapped_view_holds_the_lease_through_pending_engine_reads():
     gc.collect()
     assert ring.held_count() == 1  # the pending operation keeps the lease
     np.testing.assert_array_equal(pending.asnumpy(), np.ones((4, 3)))
-    deadline = time.monotonic() + 5
-    while ring.held_count() and time.monotonic() < deadline:
-        gc.collect()
-        time.sleep(0.01)
+    # MXNet frees the view on an engine thread once the operations reading it have run: wait for
+    # every engine operation, then for the lease's return on the ring's queue.
+    gc.collect()
+    mx.nd.waitall()
+    assert wait_for_returns(ring, lambda r: r._held_locked() == 0, 5), "the lease never came back"
     assert ring.held_count() == 0
     ring.close()
 

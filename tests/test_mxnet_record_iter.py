@@ -362,3 +362,36 @@ def test_mean_image_is_mirrored_with_mirrored_images_as_mxnet(rec, tmp_path):
     for extra in (dict(dtype="int8"), dict(data_shape=(1, SIDE, SIDE), mean_img=gray)):
         with pytest.raises(mx.base.MXNetError, match="mean_img with mirror"):
             _mine(**dict(common, rand_mirror=True, **extra))
+
+
+@pytest.mark.parametrize(
+    ("cores", "asked", "runs"), [(2, 4, 1), (2, 1, 1), (3, 4, 1), (16, 4, 4), (16, 12, 7), (64, 48, 31)]
+)
+def test_decode_threads_are_capped_as_mxnet_caps_preprocess_threads(monkeypatch, cores, asked, runs):
+    from fastload.mxnet import arguments
+
+    monkeypatch.setattr(arguments.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert arguments.decode_threads(asked) == runs
+
+
+def test_decode_threads_on_this_machine_are_the_ones_mxnet_reports(rec, tmp_path):
+    # MXNet's parser logs the thread count it settles on ("use N threads for decoding"), from C++:
+    # read it from a child's stderr.
+    import subprocess
+    import sys
+
+    script = (
+        "import mxnet as mx\n"
+        f"it = mx.io.ImageRecordIter(path_imgrec={rec['single']!r}, data_shape={SHAPE!r}, batch_size=4, "
+        "preprocess_threads=64)\n"
+        "next(iter(it))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stderr.splitlines() if "threads for decoding" in line)
+    theirs = int(line.split("use ")[1].split(" threads")[0])
+    it = _mine(path_imgrec=rec["single"], data_shape=SHAPE, batch_size=4, preprocess_threads=64)
+    try:
+        assert it.loader.config.num_threads == theirs
+    finally:
+        it.close()

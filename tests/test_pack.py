@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from fastload.records.dataset import open_dataset
 from fastload.records.manifest import INDEX_NAME, MANIFEST_NAME
 from fastload.records.verify import verify_dataset
 
-from conftest import make_jpeg, requires_engine
+from conftest import make_jpeg, requires_engine, wait_until
 
 
 def run_cli(*args, check=None):
@@ -381,17 +380,20 @@ def _start_pack(src, out, *extra):
 
 
 def _kill_after(proc, staging, done_files):
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if len(glob.glob(os.path.join(staging, "*.done.json"))) >= done_files:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return proc.returncode
-        if proc.poll() is not None:
-            return proc.returncode
-        time.sleep(0.005)
-    proc.kill()
-    raise AssertionError("pack made no progress")
+    def finished_shards():
+        return len(glob.glob(os.path.join(staging, "*.done.json"))) >= done_files
+
+    try:
+        # Files another process writes notify nobody: the shared polling wait, with its deadline.
+        wait_until(lambda: finished_shards() or proc.poll() is not None, timeout=60, what="a finished shard")
+    except AssertionError:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("pack made no progress") from None
+    if finished_shards():
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode
 
 
 @pytest.mark.parametrize("fmt", ["recordio", "lmdb"])

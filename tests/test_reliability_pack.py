@@ -27,7 +27,7 @@ from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 from fastload.records.verify import verify_dataset
 
-from conftest import HAVE_ENGINE, make_jpeg
+from conftest import HAVE_ENGINE, make_jpeg, wait_until
 
 BOMB_SIDE = 60000
 
@@ -123,12 +123,8 @@ def test_bomb_limit_is_an_option(tiny_folder, tmp_path):
 
 
 def _wait_for(predicate, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return False
+    """What the pack does is seen in /proc and its work folder, which notify nobody: the shared polling wait."""
+    return bool(wait_until(predicate, timeout=timeout, what="the pack to reach the moment to interrupt"))
 
 
 def _partial_bytes(out: Path) -> int:

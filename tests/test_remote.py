@@ -35,6 +35,8 @@ from fastload.records.remote.fetch import ChecksumMismatch, FetchError, RetryPol
 from fastload.records.remote.storage import RemoteError, RemoteNotFound, RemoteStore
 from fastload.transforms import eval_transform
 
+from conftest import wait_for_exit
+
 pytestmark = requires_s3
 
 FAST_RETRY = RetryPolicy(attempts=2, initial_backoff=0.05, max_backoff=0.1)
@@ -131,6 +133,18 @@ def test_shard_order_exact_resume_and_open_shards(s3_dataset, tmp_path):
         _assert_same(_epoch(loader), full[1])
 
 
+class _Logged(logging.Handler):
+    """Sets ``seen`` when a record containing ``text`` is logged (on whatever thread logs it)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.WARNING)
+        self.text, self.seen = text, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
 def test_server_stopped_and_restarted_mid_epoch(s3_server, packed_folder, tmp_path, caplog):
     url = f"s3://{BUCKET}/restart/packed"
     options = s3_server.storage_options()
@@ -142,26 +156,33 @@ def test_server_stopped_and_restarted_mid_epoch(s3_server, packed_folder, tmp_pa
         reference = _epoch(loader)
     policy = RetryPolicy(attempts=8, initial_backoff=0.5, max_backoff=4.0)
     caplog.set_level(logging.WARNING, logger="fastload.remote")
-    with (
-        open_remote_dataset(
-            url, storage_options=options, cache_dir=str(tmp_path / "c"), prefetch_shards=0, retry=policy
-        ) as ds,
-        Loader(ds, _config(window=1)) as loader,
-    ):
-        got = []
-        restarter = None
-        for k, batch in enumerate(loader):
-            got.append((batch.images.copy(), batch.labels.copy(), batch.indices.copy()))
-            if k == 1:
-                s3_server.stop()  # mid-epoch: most shards are not fetched yet
+    retrying = _Logged("retrying")
+    remote_log = logging.getLogger("fastload.remote")
+    remote_log.addHandler(retrying)
+    try:
+        with (
+            open_remote_dataset(
+                url, storage_options=options, cache_dir=str(tmp_path / "c"), prefetch_shards=0, retry=policy
+            ) as ds,
+            Loader(ds, _config(window=1)) as loader,
+        ):
+            got = []
+            restarter = None
+            for k, batch in enumerate(loader):
+                got.append((batch.images.copy(), batch.labels.copy(), batch.indices.copy()))
+                if k == 1:
+                    s3_server.stop()  # mid-epoch: most shards are not fetched yet
 
-                def restart():
-                    time.sleep(3)
-                    s3_server.start()
+                    def restart():
+                        # Back once a fetch has failed and waits to retry: the outage was seen mid-epoch.
+                        retrying.seen.wait(60)
+                        s3_server.start()
 
-                restarter = threading.Thread(target=restart)
-                restarter.start()
-        restarter.join()
+                    restarter = threading.Thread(target=restart)
+                    restarter.start()
+            restarter.join()
+    finally:
+        remote_log.removeHandler(retrying)
     _assert_same(got, reference)
     assert any("retrying" in r.getMessage() and url in r.getMessage() for r in caplog.records)
 
@@ -376,8 +397,8 @@ def test_forked_dataloader_workers_read_through_the_cache(s3_dataset, packed_fol
         for i, seen in got.items():
             assert seen == {bytes(local.image(i))}
     deadline = time.monotonic() + 15
-    while _helper_orphans() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    for pid in _helper_orphans():  # each waited for through its pidfd
+        wait_for_exit(pid, deadline - time.monotonic())
     assert _helper_orphans() == []
 
 

@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,8 @@ from fastload.order import OrderSpec, shards_read
 from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 from fastload.records.remote.node_copy import CopyOptions, copy_dataset
+
+from conftest import wait_until
 
 
 def _same_records(a, b):
@@ -158,9 +159,11 @@ def test_killed_copy_resumes(tmp_path):
     cmd = [sys.executable, "-m", "fastload", "copy", str(src), str(dest), "--threads", "1", "--quiet"]
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list(dest.glob("big-0000[1-9].rec")):
-            time.sleep(0.005)
+        wait_until(
+            lambda: list(dest.glob("big-0000[1-9].rec")) or proc.poll() is not None,
+            timeout=60,
+            what="a second shard of the copy",
+        )
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)

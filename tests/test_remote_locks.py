@@ -5,6 +5,7 @@ forked child never inherits a lock that a parent thread held."""
 from __future__ import annotations
 
 import os
+import select
 import threading
 
 import pytest
@@ -20,16 +21,21 @@ def test_a_thread_waiting_for_a_thread_of_its_own_process_wakes_without_polling(
     real_sleep = cache_module.time.sleep
     monkeypatch.setattr(cache_module.time, "sleep", lambda s: (polls.append(s), real_sleep(s)))
     waiting_calls = []
+    waiting = threading.Event()
     result = {}
+
+    def waits():
+        waiting_calls.append(1)
+        waiting.set()
 
     def take():
         lock = object_lock(str(tmp_path), "images-00000.rec")
-        result["got"] = lock.acquire(30.0, waiting=lambda: waiting_calls.append(1))
+        result["got"] = lock.acquire(30.0, waiting=waits)
         lock.release()
 
     t = threading.Thread(target=take)
     t.start()
-    t.join(0.3)
+    assert waiting.wait(10), "the second thread neither took the lock nor waited for it"
     assert t.is_alive()  # the second thread waits: the lock is exclusive between threads too
     holder.release()
     t.join(10)
@@ -87,13 +93,16 @@ def test_a_forked_child_does_not_inherit_a_lock_held_by_a_parent_thread(tmp_path
     t.start()
     assert taken.wait(10)
     go_r, go_w = os.pipe()
+    seen_r, seen_w = os.pipe()  # the child tells the parent it found the lock held
     pid = os.fork()
     if pid == 0:  # child: the parent's thread holds the flock, then releases it
         code = 1
         try:
             os.close(go_w)
+            os.close(seen_r)
             lock = object_lock(str(tmp_path), "images-00000.rec")
             if lock.acquire(0.2) is False:  # held by the parent process
+                os.write(seen_w, b"x")
                 os.read(go_r, 1)
                 if lock.acquire(10.0):  # free now: not blocked by the parent thread's in-process lock
                     lock.release()
@@ -101,14 +110,17 @@ def test_a_forked_child_does_not_inherit_a_lock_held_by_a_parent_thread(tmp_path
         finally:
             os._exit(code)
     os.close(go_r)
+    os.close(seen_w)
     try:
-        import time
-
-        time.sleep(0.5)
+        # The child has tried the lock while this process held it (or ended: the pipe is then at
+        # EOF, and its exit status tells why).
+        select.select([seen_r], [], [], 30)
         release.set()
         t.join(10)
         os.write(go_w, b"x")
     finally:
+        release.set()
         os.close(go_w)
+        os.close(seen_r)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,8 @@ from fastload.records.dataset import open_dataset
 from fastload.records.manifest import MANIFEST_NAME
 from fastload.records.verify import verify_dataset
 from tools.make_dataset import make_dataset
+
+from conftest import wait_until
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
@@ -99,17 +100,21 @@ def test_ray_pack_of_a_hostile_tree_matches_the_local_pack(ray_cluster, tiny_fol
 
 
 def _kill_a_running_task(name: str, stop: threading.Event, killed: list):
-    while not stop.is_set():
+    def kill_one() -> bool:
         for proc in psutil.process_iter(["pid", "cmdline"]):
             cmd = " ".join(proc.info["cmdline"] or [])
             if cmd.startswith(f"ray::{name}"):
                 try:
                     os.kill(proc.info["pid"], signal.SIGKILL)
                     killed.append(proc.info["pid"])
-                    return
+                    return True
                 except ProcessLookupError:
                     pass
-        time.sleep(0.002)
+        return False
+
+    # A Ray worker takes a task's name in its command line, which notifies nobody: the shared
+    # polling wait, until the pack is over (`stop`); the test then checks that one was killed.
+    wait_until(kill_one, timeout=600, what=f"a running {name} task", every=0.002, stop=stop)
 
 
 def test_a_killed_task_is_retried_and_the_result_verifies(ray_cluster, realistic, tmp_path):
@@ -144,9 +149,11 @@ def test_a_killed_run_resumes(ray_cluster, realistic, tmp_path):
     )
     try:
         segs = out / ".fastload-staging" / "ray"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list(segs.glob("*.json"))) < 3 and proc.poll() is None:
-            time.sleep(0.01)
+        wait_until(
+            lambda: len(list(segs.glob("*.json"))) >= 3 or proc.poll() is not None,
+            timeout=120,
+            what="three finished segments of the Ray pack",
+        )
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

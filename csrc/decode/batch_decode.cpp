@@ -56,18 +56,10 @@ class OffsetSink final : public RowSink {
   int dx_, dy_;
 };
 
-// Power-of-two DCT scale for a crop f times larger than the output: 1/2 from f >= 2, then the
-// largest 1/d that still leaves the resampler a factor of at least 2 (f >= 2d). libjpeg's scaled
-// IDCT is a box-like reduction, sharper than Pillow's support-scaled triangle filter; letting the
-// antialiased resize do at least a 2x step keeps the mean difference to the reference near 1
-// grey level (measured 2.3 with 1/4 at f = 5), and at these sizes the deeper scales gain little.
+// DCT scale for a crop f times larger than the output (jpeg_decode.h's dct_scale_denom).
 int choose_denom(const SampleBox& b, const GeometryParams& op, bool enabled) {
   if (!enabled) return 1;
-  const double f = std::min((b.x1 - b.x0) / op.out_w, (b.y1 - b.y0) / op.out_h);
-  if (f >= 16.0) return 8;
-  if (f >= 8.0) return 4;
-  if (f >= 2.0) return 2;
-  return 1;
+  return dct_scale_denom(std::min((b.x1 - b.x0) / op.out_w, (b.y1 - b.y0) / op.out_h));
 }
 
 struct ImageOutcome {

@@ -14,6 +14,7 @@
 //   glue/pixel.cpp   pixel ops, erasing, MixUp / CutMix, the warp geometries' testing hooks
 //   glue/pack.cpp    `fastload pack` (resize-encode, framing) and the restart index
 //   glue/arrays.cpp  array shards' row gather
+//   glue/ingest.cpp  the streamed pack's input side (in-memory framing, the tar header walk)
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -98,6 +99,7 @@ void register_decode(py::module_& m);
 void register_pixel(py::module_& m);
 void register_pack(py::module_& m);
 void register_arrays(py::module_& m);
+void register_ingest(py::module_& m);
 
 // Checks shared by the decode and pixel glue (glue/pixel.cpp): the specs of the pixel ops, the
 // output-stage ops, a batch's mix and the warp geometries, as they reach the engine.

@@ -56,6 +56,7 @@ PYBIND11_MODULE(_engine, m) {
   register_pixel(m);
   register_pack(m);
   register_arrays(m);
+  register_ingest(m);
   m.def("set_threads", &set_threads_py, FASTLOAD_ABI_ARGS_set_threads, abi_doc::set_threads);
   m.def("get_threads", &pool_threads, abi_doc::get_threads);
   m.def("info", &info_py, abi_doc::info);

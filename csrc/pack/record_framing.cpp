@@ -12,11 +12,6 @@ namespace fastload {
 
 namespace {
 
-constexpr uint32_t kMagic = 0xCED7230Au;
-constexpr size_t kMaxPayload = (static_cast<size_t>(1) << 29) - 1;
-
-inline size_t framed_size(size_t payload) { return 8 + ((payload + 3) & ~static_cast<size_t>(3)); }
-
 inline bool is_sof(int m) { return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC; }
 
 inline bool is_standalone(int m) { return (m >= 0xD0 && m <= 0xD7) || m == 0x01 || m == 0xD8; }
@@ -54,7 +49,7 @@ long long read_file(const char* path, uint8_t* dst, size_t want) {
 
 }  // namespace
 
-bool passable_jpeg(const uint8_t* d, size_t n) {
+bool passable_jpeg(const uint8_t* d, size_t n, JpegFrameSize* frame) {
   if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
   size_t pos = 2;
   bool have_frame = false;
@@ -94,7 +89,19 @@ bool passable_jpeg(const uint8_t* d, size_t n) {
   const size_t floor = n > 64 ? n - 64 : 0;
   while (end > floor && d[end - 1] == 0) --end;
   if (end - floor < 2 || d[end - 2] != 0xFF || d[end - 1] != 0xD9) return false;
-  return components == 3 && precision == 8 && !lossless && width > 0 && height > 0;
+  if (components != 3 || precision != 8 || lossless || width <= 0 || height <= 0) return false;
+  if (frame != nullptr) frame->width = width, frame->height = height;
+  return true;
+}
+
+void put_record_words(uint8_t* rec, size_t payload) {
+  put_le32(rec, kRecordMagic);
+  put_le32(rec + 4, static_cast<uint32_t>(payload));  // cflag 0: the record goes out whole
+}
+
+void close_framed_record(uint8_t* rec, size_t payload) {
+  put_record_words(rec, payload);
+  std::memset(rec + 8 + payload, 0, framed_record_size(payload) - 8 - payload);
 }
 
 bool has_aligned_magic(const uint8_t* data, size_t size) {
@@ -107,21 +114,21 @@ bool has_aligned_magic(const uint8_t* data, size_t size) {
     for (size_t j = 0; j < kBlock; ++j) {
       uint32_t w;
       std::memcpy(&w, data + 4 * (i + j), 4);
-      hit |= static_cast<uint32_t>(w == kMagic);
+      hit |= static_cast<uint32_t>(w == kRecordMagic);
     }
     if (hit) return true;
   }
   for (; i < words; ++i) {
     uint32_t w;
     std::memcpy(&w, data + 4 * i, 4);
-    if (w == kMagic) return true;
+    if (w == kRecordMagic) return true;
   }
   return false;
 }
 
 size_t frame_capacity(const std::vector<FrameJob>& jobs) {
   size_t total = 1;  // the read-ahead byte of the last file
-  for (const FrameJob& j : jobs) total += framed_size(j.head_len + j.size);
+  for (const FrameJob& j : jobs) total += framed_record_size(j.head_len + j.size);
   return total;
 }
 
@@ -130,11 +137,11 @@ size_t frame_files(const std::vector<FrameJob>& jobs, uint8_t* out, size_t capac
   for (size_t i = 0; i < jobs.size(); ++i) {
     const FrameJob& job = jobs[i];
     const size_t payload = job.head_len + job.size;
-    if (payload > kMaxPayload || (job.head_len & 3) != 0) {
+    if (payload > kMaxRecordPayload || (job.head_len & 3) != 0) {
       sizes[i] = kFrameUnsupported;
       continue;
     }
-    const size_t need = framed_size(payload);
+    const size_t need = framed_record_size(payload);
     // One byte more than stat's size is read: getting it means the file grew.
     if (pos + 8 + payload + 1 > capacity || pos + need > capacity) {
       sizes[i] = kFrameUnsupported;
@@ -160,9 +167,7 @@ size_t frame_files(const std::vector<FrameJob>& jobs, uint8_t* out, size_t capac
       sizes[i] = kFrameSplit;
       continue;
     }
-    put_le32(rec, kMagic);
-    put_le32(rec + 4, static_cast<uint32_t>(payload));  // cflag 0: the record goes out whole
-    std::memset(rec + 8 + payload, 0, need - 8 - payload);
+    close_framed_record(rec, payload);
     sizes[i] = static_cast<int64_t>(need);
     pos += need;
   }

@@ -28,12 +28,34 @@ struct FrameJob {
 
 // Per-file outcome when the record was not framed (the Python path then handles the file).
 enum FrameRefusal : int64_t {
-  kFrameUnreadable = -1,   // open/read failed (Python re-reads it and reports the error)
-  kFrameSizeChanged = -2,  // the file is not the size stat reported
-  kFrameNotPassable = -3,  // not an 8-bit colour JPEG the marker walk can vouch for
-  kFrameSplit = -4,        // the payload holds the magic word: a multi-part record
-  kFrameUnsupported = -5,  // over RecordIO's 2**29 - 1 byte payload limit, a head that is not
-                           // whole words, or no room left in the buffer
+  kFrameUnreadable = -1,     // open/read failed (Python re-reads it and reports the error)
+  kFrameSizeChanged = -2,    // the file is not the size stat reported
+  kFrameNotPassable = -3,    // not an 8-bit colour JPEG the marker walk can vouch for
+  kFrameSplit = -4,          // the payload holds the magic word: a multi-part record
+  kFrameUnsupported = -5,    // over RecordIO's 2**29 - 1 byte payload limit, a head that is not
+                             // whole words, or no room left in the buffer
+  kFrameTooManyPixels = -6,  // (frame_buffers) the frame header declares more than max_pixels pixels
+};
+
+// RecordIO's framing word and its largest payload (29 bits of length).
+constexpr uint32_t kRecordMagic = 0xCED7230Au;
+constexpr size_t kMaxRecordPayload = (static_cast<size_t>(1) << 29) - 1;
+
+// A payload's framed size: magic, length word, the payload padded to whole words.
+inline size_t framed_record_size(size_t payload) { return 8 + ((payload + 3) & ~static_cast<size_t>(3)); }
+
+// The framing words of a record written whole (cflag 0): magic and length word, at rec.
+void put_record_words(uint8_t* rec, size_t payload);
+
+// Writes the framing of a whole record (cflag 0) whose payload already sits at rec + 8: magic, length
+// word and the zero padding after it.
+void close_framed_record(uint8_t* rec, size_t payload);
+
+// The marker walk's frame facts (the last frame header before the first scan), for the max_pixels
+// check of frame_buffers; filled only when passable_jpeg says true.
+struct JpegFrameSize {
+  int width = 0;
+  int height = 0;
 };
 
 // Bytes `frame_files` needs in `out` for these jobs (every record framed whole, plus one byte of
@@ -47,7 +69,7 @@ size_t frame_files(const std::vector<FrameJob>& jobs, uint8_t* out, size_t capac
 // The pass-through verdict on a file's bytes, identical to fastload.pack.convert's marker walk:
 // a JPEG whose markers parse up to the first scan, with an 8-bit, 3-component, non-lossless frame
 // of non-zero size, and that ends with EOI (trailing zero bytes allowed).
-bool passable_jpeg(const uint8_t* data, size_t size);
+bool passable_jpeg(const uint8_t* data, size_t size, JpegFrameSize* frame = nullptr);
 
 // Whether a payload holds RecordIO's magic word at a 4-byte-aligned offset (whole words only).
 bool has_aligned_magic(const uint8_t* data, size_t size);

@@ -677,11 +677,7 @@ bool source_bbox(const WarpPlan& p, double* u0, double* v0, double* u1, double* 
 
 int warp_denom(const WarpPlan& plan, bool enabled) {
   if (!enabled || !plan.dct_scaling) return 1;
-  const double f = std::min(plan.scale_x, plan.scale_y);
-  if (f >= 16.0) return 8;
-  if (f >= 8.0) return 4;
-  if (f >= 2.0) return 2;
-  return 1;
+  return dct_scale_denom(std::min(plan.scale_x, plan.scale_y));
 }
 
 SourceRect warp_source_rect(const WarpPlan& p, int denom, int scaled_w, int scaled_h) {

@@ -35,8 +35,8 @@ Affine2 compose(const Affine2& outer, const Affine2& inner);
 // Added to NEAREST positions (warp.py's NEAREST_EPSILON).
 constexpr double kNearestEpsilon = 1e-6;
 
-// DCT scale denominator (1, 2, 4 or 8) for a plan: the rule of the crop path (1/2 from a 2x
-// shrink, deeper scales leave the kernel at least a 2x step), when plan.dct_scaling and `enabled`.
+// DCT scale denominator (1, 2, 4 or 8) for a plan: the rule of the crop path (jpeg_decode.h's
+// dct_scale_denom of the plan's smaller shrink), when plan.dct_scaling and `enabled`.
 int warp_denom(const WarpPlan& plan, bool enabled);
 
 // Source rectangle [x0, x1) x [y0, y1) of the image decoded at 1/denom (scaled_w x scaled_h) that

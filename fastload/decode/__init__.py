@@ -6,7 +6,7 @@ normalization) -> erasing, every random draw keyed by ``(seed, epoch, sample ind
 
 * ``libjpeg-turbo``: the C++ engine ``fastload._engine``. One call per batch, the GIL released once,
   a persistent thread pool with one reused decompressor per thread, region decode (only the rows and
-  iMCU columns the crop needs, power-of-two DCT scaling when the crop is at least twice the output)
+  iMCU columns the crop needs, power-of-two DCT scaling where the resize still shrinks 4-5x after it)
   and a vectorized antialiased resize with the flips fused; its vertical pass hands each output row
   to the output stage, which writes it in the final dtype and layout, normalized, straight into
   ``out`` (no second pass over the batch). Payloads that are not baseline/progressive JPEG (PNG,

@@ -54,11 +54,13 @@ class DecodeOptions:
         use_restart_slices: For records packed with restart-marker indexing, decode only the restart
             intervals covering the crop (see ``csrc/restart_slice.h``); falls back to the plain
             region decode when slicing does not apply.
-        dct_scaling: Let libjpeg downscale by 1/2 in the DCT domain when the crop is at least
-            twice the output in both directions (1/4 from 8x, 1/8 from 16x, so the antialiased
-            resize always keeps a 2x step). Measured: RandomResizedCrop(112) about 7% faster, mean
-            difference to Pillow 1.26 levels instead of 0.004; at 224 on ImageNet-sized images it
-            rarely applies (0.11 vs 0.04).
+        dct_scaling: Let libjpeg downscale in the DCT domain (1/2, 1/4, 1/8) where the
+            antialiased resize still shrinks enough afterwards: 1/2 from a crop 8x the output (in
+            both directions, a 4x step left), 1/4 from 20x, 1/8 from 40x (a 5x step left).
+            libjpeg's block-wise reduction moves the result away from the reference's filter by an
+            amount set by the shrink left to the resize; with these steps every image stays within
+            0.02 normalized units of torchvision's PIL pipeline at every output size
+            (docs/fidelity.md has the figures per size and what the shortcut saves). C++ engine only.
         slice_entropy: Huffman decoder of restart-interval slices: ``"fastload"`` (the interval
             decoder, where the build has it) or ``"libjpeg"`` (slices keep their RST markers and go
             through libjpeg's decoder: same pixels, slower). ``None`` (default): the

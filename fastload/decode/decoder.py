@@ -315,7 +315,7 @@ def resize_encode_batch(
 
     Each image's shorter side becomes ``shorter`` (the longer side scaled by floor division, as
     MXNet's im2rec does), with the same antialiased bilinear resize as :func:`decode_batch` (DCT
-    scaling first when the image is at least twice the target), then libjpeg-turbo encodes it at
+    scaling first where the resize still shrinks 4-5x after it), then libjpeg-turbo encodes it at
     ``quality`` with libjpeg's defaults (4:2:0, baseline, standard Huffman tables).
 
     Args:

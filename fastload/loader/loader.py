@@ -19,7 +19,7 @@ from fastload.loader.iterator import _EpochIterator
 from fastload.loader.pipeline import Records, _Cursor, _Pipeline
 from fastload.order import EpochOrder, OrderSpec, Shuffle
 from fastload.position import Position, dataset_identity, make_state, order_fingerprint, read_state
-from fastload.stats import LoaderStats, RangeHooks, StageTimer
+from fastload.stats import LoaderStats, RangeHooks, Stage, StageTimer
 
 log = logging.getLogger("fastload.loader")
 
@@ -124,6 +124,7 @@ class Loader:
             label_width=self.label_width,
             image_dtype=config.image_dtype,
         )
+        self.timer = StageTimer(trace=config.trace_path is not None, range_hooks=range_hooks)
         self.ring = BatchRing(
             fields,
             num_slots=config.prefetch + HELD_BATCHES,
@@ -131,8 +132,8 @@ class Loader:
             max_extra_slots=config.max_extra_slots,
             release_hook=release_hook,
             ahead=config.prefetch,
+            on_wait=_ring_waits(self.timer),
         )
-        self.timer = StageTimer(trace=config.trace_path is not None, range_hooks=range_hooks)
         # Everything the producer thread touches lives in the pipeline, which never refers back to
         # the Loader or the driver: a Loader the user drops is freed, and its __del__ stops the thread.
         pipeline = _Pipeline(dataset, config, self.order_spec, self._labels, self.ring, self.timer, decode)
@@ -341,3 +342,13 @@ class Loader:
         if not self._identity:
             self._identity.append(dataset_identity(self.dataset))
         return order_fingerprint(self.order_spec, self._identity[0])
+
+
+def _ring_waits(timer: StageTimer) -> Callable[[str, float, float], None]:
+    """The ring's ``on_wait``: back-pressure as ``wait_consumer``, a slot not back yet as ``wait_slot``."""
+    stages = {"consumer": Stage.WAIT_CONSUMER, "slot": Stage.WAIT_SLOT, "fence": Stage.WAIT_SLOT}
+
+    def waited(reason: str, start: float, end: float) -> None:
+        timer.add(stages[reason], start, end)
+
+    return waited

@@ -184,8 +184,7 @@ class _Pipeline:
             self._will_read(order.rest[start * bs : n * bs], following.rest[: len(following) * bs])
         self.reads.start_epoch(order, start, following)
         for k in range(start, n):
-            with self.timer.span(Stage.WAIT_SLOT):
-                slot = self.ring.acquire(stop)
+            slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
             if slot is None:
                 return True
             indices = order[k]
@@ -209,8 +208,7 @@ class _Pipeline:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
         self.reads.start_feed()
         for k, indices in enumerate(batches):
-            with self.timer.span(Stage.WAIT_SLOT):
-                slot = self.ring.acquire(stop)
+            slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
             if slot is None:
                 return
             try:

@@ -24,6 +24,7 @@ and ``work_load_list``, ``kvstore``, ``rank``, ``num_workers`` are passed throug
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,7 @@ __all__ = [
     "Param",
     "RecordIterArgs",
     "UnknownArgumentWarning",
+    "decode_threads",
     "parse_args",
 ]
 
@@ -394,3 +396,16 @@ def parse_args(
             stacklevel=warn_stacklevel,
         )
     return RecordIterArgs(values, given, unknown, extras)
+
+
+def decode_threads(preprocess_threads: int) -> int:
+    """The decode threads MXNet's ``ImageRecordIter`` actually runs for ``preprocess_threads``.
+
+    MXNet's record parsers cap the argument at ``max(cores / 2 - 1, 1)`` ("be conservative, set
+    number of real cores", with ``omp_get_num_procs()``: the cores this process may run on) and log
+    the count they use; on 2 cores every ``preprocess_threads`` becomes 1. The cap leaves the
+    training step (MXNet's own operator threads) its cores: a decode pool as large as the machine
+    beside a CPU-bound step makes each of its parallel operators wait for a descheduled thread.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(int(preprocess_threads), max(cores // 2 - 1, 1)))

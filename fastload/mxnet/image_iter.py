@@ -15,7 +15,8 @@ they become:
   (seed, epoch); ``shuffle_chunk_size`` / ``shuffle_chunk_seed`` (MXNet's chunk shuffle of a
   ``.rec`` read without an index) -> fastload's block shuffle with blocks of about that many MB;
   ``part_index`` / ``num_parts`` (or a ``dist_*`` ``kvstore``, or ``rank`` / ``num_workers``) ->
-  this worker's equal share; ``preprocess_threads`` -> decode threads; ``prefetch_buffer`` ->
+  this worker's equal share; ``preprocess_threads`` -> decode threads, capped as MXNet caps them
+  (:func:`~fastload.mxnet.arguments.decode_threads`: 1 on 2 cores); ``prefetch_buffer`` ->
   batches decoded ahead;
 - pixels (:mod:`fastload.mxnet.augmenter`): the augmenter's arguments -> ``MXNetDefaultAugment``, the
   colour ones -> ``MXNetColorAugment``, ``mean_*``/``std_*``/``scale`` -> ``Normalize``, each run by
@@ -73,7 +74,7 @@ import numpy as np
 import fastload.transforms as transforms
 from fastload.errors import LoaderBusy
 from fastload.loader import Loader, LoaderConfig
-from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs, parse_args
+from fastload.mxnet.arguments import MXNetArgumentError, RecordIterArgs, decode_threads, parse_args
 from fastload.mxnet.augmenter import aug_seed, color_spec, geometry_spec, normalize_spec
 from fastload.mxnet.distributed import resolve_parts
 from fastload.mxnet.mean_image import GRAY_WEIGHTS, compute_mean_image, mean_image
@@ -257,7 +258,7 @@ class ImageRecordIter(BatchIter):
             even="pad",
             rank=self.part_index,
             world_size=self.num_parts,
-            num_threads=int(args.preprocess_threads),
+            num_threads=decode_threads(args.preprocess_threads),
             prefetch=max(1, int(args.prefetch_buffer)),
             layout="NCHW",
             round_batch=self.round_batch,
@@ -301,7 +302,7 @@ class ImageRecordIter(BatchIter):
                 self.part_index,
                 self.num_parts,
                 self.transform,
-                args.preprocess_threads,
+                self.config.num_threads,
             )
 
     def _setup_contexts(self, args: RecordIterArgs) -> None:

@@ -15,7 +15,16 @@ import xxhash
 from fastload.engine import unavailable_reason
 from fastload.errors import UserError
 from fastload.pack.convert import BadImage, Converted, ConvertOptions, cheap_info, convert_images
-from fastload.pack.framing import BufferPool, FramedBatch, Prepared, engine_framing, frame_batch, frame_buffers
+from fastload.pack.framing import (
+    BufferPool,
+    FramedBatch,
+    Prepared,
+    engine_buffer_framing,
+    engine_framing,
+    frame_batch,
+    frame_buffers,
+    frame_images,
+)
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.restart import RestartTranscoder
 from fastload.pack.restart import available as restart_available
@@ -162,18 +171,35 @@ def convert_buffers(
     """Check, convert and frame a batch of images already in memory (a tar's members, a parquet column).
 
     Each entry is ``(item, image bytes, reason)``: with a reason (a bad entry found while reading),
-    the entry is reported with it and its bytes are not looked at. A RecordIO batch of JPEGs that
-    all pass through is framed into one buffer from ``pool`` (:func:`fastload.pack.framing.frame_buffers`),
-    which the writer takes whole, as the engine's framed batches of files; otherwise the result has
+    the entry is reported with it and its bytes are not looked at. A pass-through RecordIO batch goes
+    to the engine's ``frame_buffers`` first (check and frame in one GIL-free call,
+    :func:`fastload.pack.framing.frame_images`): a batch it frames whole is returned as is, for the
+    writer to take in one piece, as the engine's framed batches of files; images it leaves take the
+    per-image path below. Without the engine, a batch of JPEGs that all pass through is framed into
+    one buffer in Python (:func:`fastload.pack.framing.frame_buffers`). Otherwise the result has
     :func:`convert_batch`'s per-file form, so the shard writer takes both alike.
     """
     limit = max_file_bytes(label_width)
-    # The usual batch: colour JPEGs that pass through, framed into one buffer the writer takes whole.
+    framed: list[tuple[Converted, int, Prepared | None] | None] = [None] * len(batch)
+    streaming = (
+        fmt is ShardFormat.RECORDIO and options.resize is None and options.transcode is None and pool is not None
+    )
+    engine = engine_buffer_framing() if streaming else None
+    if engine is not None:
+        assert pool is not None
+        # Bad entries and images too large for a record are the per-image path's to report.
+        picks = [i for i, (_, data, reason) in enumerate(batch) if reason is None and data and len(data) <= limit]
+        if picks:
+            images = [(item, data) for item, data, _ in (batch[i] for i in picks) if data is not None]
+            whole = frame_images(images, label_width, engine, pool, options.max_pixels)
+            if len(picks) == len(batch) and whole.complete:
+                return whole
+            for i, entry in zip(picks, whole.entries(), strict=True):
+                framed[i] = entry
+    # Without the engine, the usual batch: colour JPEGs that pass through, framed into one buffer.
     passing = (
-        fmt is ShardFormat.RECORDIO
-        and options.resize is None
-        and options.transcode is None
-        and pool is not None
+        streaming
+        and engine is None
         and all(
             reason is None and data is not None and len(data) <= limit and _passes(data, options.max_pixels)
             for _, data, reason in batch
@@ -181,12 +207,14 @@ def convert_buffers(
     )
     if passing:
         assert pool is not None
-        whole = frame_buffers([(item, data) for item, data, _ in batch if data is not None], label_width, pool)
-        if whole is not None:
-            return whole
+        framed_here = frame_buffers([(item, data) for item, data, _ in batch if data is not None], label_width, pool)
+        if framed_here is not None:
+            return framed_here
     results: dict[int, Converted] = {}
     datas: dict[int, bytes | memoryview] = {}
     for i, (_item, data, reason) in enumerate(batch):
+        if framed[i] is not None:
+            continue
         if reason is not None or data is None:
             results[i] = Converted(None, None, reason or "no image bytes")
         elif len(data) > limit:
@@ -198,6 +226,10 @@ def convert_buffers(
     results.update(zip(datas, convert_images(list(datas.values()), options), strict=True))
     out: list[tuple[Converted, int, Prepared | None]] = []
     for i, (item, data, _) in enumerate(batch):
+        entry = framed[i]
+        if entry is not None:
+            out.append(entry)
+            continue
         result = results[i]
         prepared = prepare_record(item, result.data, fmt, label_width) if result.data is not None else None
         out.append((result, len(data) if data is not None else 0, prepared))

@@ -8,6 +8,10 @@ buffer, never copied again. The verdicts are the Python path's (the same marker 
 magic-word rule); whatever the engine does not vouch for (non-JPEGs, grayscale or CMYK, damaged
 files, files that changed size since their ``stat``, unreadable files, payloads that dmlc-core
 would split) is returned as ``None`` and takes the Python path, which converts or reports it.
+
+Images already in memory (a tar's members, a parquet column's cells: views of what was read) go
+through ``fastload._engine.frame_buffers`` (:func:`frame_images`) the same way: the same checks, the
+``max_pixels`` bound on the declared frame size, one copy into the batch buffer.
 """
 
 from __future__ import annotations
@@ -26,7 +30,17 @@ from fastload.pack.convert import Converted, jpeg_frame_size, too_many_pixels
 from fastload.records import recordio
 from fastload.records.folder_tree import SourceItem
 
-__all__ = ["BufferPool", "FramedBatch", "Prepared", "engine_framing", "frame_batch", "frame_buffers"]
+__all__ = [
+    "GATHER_MIN_BYTES",
+    "BufferPool",
+    "FramedBatch",
+    "Prepared",
+    "engine_buffer_framing",
+    "engine_framing",
+    "frame_batch",
+    "frame_buffers",
+    "frame_images",
+]
 
 
 class Prepared(NamedTuple):
@@ -82,20 +96,52 @@ def engine_framing() -> Any | None:
     return None if engine is None else engine.frame_files
 
 
+def engine_buffer_framing() -> Any | None:
+    """The engine's ``frame_buffers`` (images in memory) when the C++ extension is built, else None.
+
+    ``FASTLOAD_PACK_FRAMING=python`` turns it off, as it does ``frame_files``.
+    """
+    if os.environ.get("FASTLOAD_PACK_FRAMING", "").lower() == "python":
+        return None
+    engine = native()
+    return None if engine is None else engine.frame_buffers
+
+
 class FramedBatch:
-    """A batch of files framed by the engine: the records back to back in one buffer.
+    """A batch of images framed by the engine, which the writer takes in one piece.
+
+    Two layouts: the records back to back in one buffer (files, small images), or, for large images
+    already in memory, gathered: the buffer holds what goes between the images (each record's
+    framing words and header, after the padding of the one before) and the images stay where they
+    are, so they are never copied before the writer's ``writev``.
 
     Attributes:
-        data: The framed records that were written to the buffer, back to back.
-        framed: Per file, its framed record's size (> 0) or the engine's refusal (< 0).
-        lengths: Per file, the payload length (head + image bytes).
-        head_lens: Per file, where the image starts inside the payload.
-        sizes: Per file, the bytes read (the stat size).
-        checksums: Per file framed, the XXH3-64 of its payload (the others: 0).
-        refused: Files framed but refused after (a header above ``max_pixels``): position -> reason.
+        data: The buffer the engine wrote (the records, or what goes between the images).
+        chunks: What the writer writes, in order: ``[data]``; gathered: prefix, image, prefix, image,
+            ..., the last padding.
+        nbytes: The bytes of the framed records (what the chunks hold).
+        framed: Per image, its framed record's size (> 0) or the engine's refusal (< 0).
+        lengths: Per image, the payload length (head + image bytes).
+        head_lens: Per image, where the image starts inside the payload.
+        sizes: Per image, the bytes read (a file's stat size, an image's length).
+        checksums: Per image framed, the XXH3-64 of its payload (the others: 0).
+        refused: Images framed but refused after (a header above ``max_pixels``): position -> reason.
     """
 
-    __slots__ = ("buffer", "checksums", "data", "framed", "head_lens", "lengths", "refused", "sizes")
+    __slots__ = (
+        "_gathered",
+        "_parts",
+        "buffer",
+        "checksums",
+        "chunks",
+        "data",
+        "framed",
+        "head_lens",
+        "lengths",
+        "nbytes",
+        "refused",
+        "sizes",
+    )
 
     def __init__(
         self,
@@ -104,33 +150,57 @@ class FramedBatch:
         lengths: list[int],
         head_lens: list[int],
         sizes: list[int],
-        buffer: np.ndarray,
+        buffer: np.ndarray | None,
         max_pixels: int | None = None,
+        *,
+        images: Sequence[Any] | None = None,
     ) -> None:
         self.data, self.framed, self.lengths, self.head_lens, self.sizes = data, framed, lengths, head_lens, sizes
-        self.buffer = buffer  # what ``data`` views: back to the pool once the records are written
+        # What ``data`` views, when it comes from the pool: back there once the records are written.
+        self.buffer = buffer
         self.refused: dict[int, str] = {}
+        self._parts: list[tuple[int, Any] | None] = []  # per image framed: where its record starts in data, its image
+        self.chunks: list[Any] = [data] if images is None else []
+        self.nbytes = len(data) if images is None else 0
         # Hashed here, on the worker thread that framed the batch (XXH3 releases no GIL, but at
         # ~25 GB/s it is microseconds per image).
         self.checksums = []
-        pos = 0
+        self._gathered = images is not None
+        pos = 0  # in data: where the next record (copied) or the next padding + prefix (gathered) starts
+        pad = 0  # gathered: the zero padding owed after the last record framed
         for k, (n, length, head_len) in enumerate(zip(framed, lengths, head_lens, strict=True)):
             if n < 0:
                 self.checksums.append(0)
+                self._parts.append(None)
                 continue
-            self.checksums.append(xxhash.xxh3_64_intdigest(data[pos + 8 : pos + 8 + length]))
+            if images is None:
+                image = data[pos + 8 + head_len : pos + 8 + length]
+                self.checksums.append(xxhash.xxh3_64_intdigest(data[pos + 8 : pos + 8 + length]))
+                self._parts.append((pos, image))
+                pos += n
+            else:
+                start = pos + pad  # this record's framing words, after the last one's padding
+                image = images[k]
+                digest = xxhash.xxh3_64(data[start + 8 : start + 8 + head_len])
+                digest.update(image)
+                self.checksums.append(digest.intdigest())
+                self._parts.append((start, image))
+                self.chunks += [data[pos : start + 8 + head_len], image]
+                pos, pad = start + 8 + head_len, n - 8 - length
+                self.nbytes += n
             if max_pixels is not None:
                 # The engine vouched for the markers, not for the size they declare: a header-only
                 # 60000x60000 JPEG would pass and fail only when a loader decodes it.
-                size = jpeg_frame_size(data[pos + 8 + head_len : pos + 8 + length])
-                bomb = too_many_pixels(*size, max_pixels) if size is not None else None
+                frame = jpeg_frame_size(image)
+                bomb = too_many_pixels(*frame, max_pixels) if frame is not None else None
                 if bomb is not None:
                     self.refused[k] = bomb
-            pos += n
+        if pad:
+            self.chunks.append(data[pos : pos + pad])  # the last record's padding
 
     @property
     def complete(self) -> bool:
-        """Whether every file of the batch was framed and kept (the writer can take the batch whole)."""
+        """Whether every image of the batch was framed and kept (the writer can take the batch whole)."""
         return not self.refused and all(n > 0 for n in self.framed)
 
     def whole_entries(self) -> list[tuple[Converted, int, Prepared | None]]:
@@ -141,32 +211,34 @@ class FramedBatch:
         return entries
 
     def entries(self) -> list[tuple[Converted, int, Prepared | None] | None]:
-        """Per file, ``(converted, bytes read, prepared record)``, or None where the Python path must act.
+        """Per image, ``(converted, bytes read, prepared record)``, or None where the Python path must act.
 
-        A refused file's entry has no data and its reason (the writer applies the ``on_error`` policy).
+        A refused image's entry has no data and its reason (the writer applies the ``on_error`` policy).
         """
         out: list[tuple[Converted, int, Prepared | None] | None] = []
-        pos = 0
         for k, (n, length, head_len, size, checksum) in enumerate(
             zip(self.framed, self.lengths, self.head_lens, self.sizes, self.checksums, strict=True)
         ):
-            if n < 0:
+            parts = self._parts[k]
+            if parts is None:
                 out.append(None)
                 continue
-            record = self.data[pos : pos + n]
-            pos += n
             if k in self.refused:
                 out.append((Converted(None, None, self.refused[k]), size, None))
                 continue
-            start = 8 + head_len
-            out.append(
-                (
-                    Converted(record[start : start + size], "pass"),
-                    size,
-                    Prepared(recordio.FramedRecord.whole(record), length, head_len, checksum),
+            start, image = parts
+            if self._gathered:
+                pad = n - 8 - length
+                record = recordio.FramedRecord.of_chunks(
+                    [self.data[start : start + 8 + head_len], image, *([_ZEROS[:pad]] if pad else [])]
                 )
-            )
+            else:
+                record = recordio.FramedRecord.whole(self.data[start : start + n])
+            out.append((Converted(image, "pass"), size, Prepared(record, length, head_len, checksum)))
         return out
+
+
+_ZEROS = bytes(3)  # a record's padding: 0 to 3 zero bytes
 
 
 def frame_batch(
@@ -201,6 +273,51 @@ def frame_batch(
     framed, used = frame_files([os.fsencode(item.path) for item, _ in batch], sizes, heads, buffer)
     return FramedBatch(buffer.data[:used], framed.tolist(), lengths, head_lens, sizes, buffer, max_pixels)
 
+
+def frame_images(
+    batch: Sequence[tuple[SourceItem, bytes | bytearray | memoryview]],
+    label_width: int,
+    frame_buffers: Any,
+    pool: BufferPool,
+    max_pixels: int,
+) -> FramedBatch:
+    """Frame in-memory images (tar members, parquet cells) with the engine, as :func:`frame_batch` frames files.
+
+    Each image is checked where it lies (the marker walk, its declared size against ``max_pixels``,
+    the magic word). Large images are then left where they are: the batch is gathered (the engine
+    writes only what goes between them), so the writer's ``writev`` reads them straight from the
+    chunk read from the tar or the Arrow column, and the pack copies no more than a folder pack
+    does. Small ones are copied after their headers into a buffer from ``pool``, which costs less
+    than two more pieces per record for the writer.
+
+    Args:
+        batch: The images, in record order.
+        label_width: Labels per record.
+        frame_buffers: :func:`engine_buffer_framing`'s function.
+        pool: Where the batch buffer of copied records comes from.
+        max_pixels: Images whose frame header declares more pixels are left to the Python path.
+
+    Returns:
+        The :class:`FramedBatch`; images it refused are for the Python path.
+    """
+    heads = [recordio.pack_header(item.labels[0] if label_width == 1 else item.labels, item.id) for item, _ in batch]
+    images = [data for _, data in batch]
+    sizes = [len(data) for data in images]
+    head_lens = [len(h) for h in heads]
+    lengths = [h + s for h, s in zip(head_lens, sizes, strict=True)]
+    if sum(sizes) >= GATHER_MIN_BYTES * len(sizes):
+        prefixes = np.empty(sum(head_lens) + 11 * len(heads), dtype=np.uint8)  # small: malloc's, not the pool's
+        framed, used = frame_buffers(images, heads, max_pixels, True, prefixes)
+        return FramedBatch(prefixes.data[:used], framed.tolist(), lengths, head_lens, sizes, None, images=images)
+    buffer = pool.take(sum(recordio.framed_size(n) for n in lengths))
+    framed, used = frame_buffers(images, heads, max_pixels, False, buffer)
+    if not used:
+        pool.give(buffer)  # nothing framed: no record views it
+    return FramedBatch(buffer.data[:used], framed.tolist(), lengths, head_lens, sizes, buffer)
+
+
+#: Images at least this large on average are framed where they lie (gathered), smaller ones copied.
+GATHER_MIN_BYTES = 16 << 10
 
 _LREC = struct.Struct("<II")
 

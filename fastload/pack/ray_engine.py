@@ -193,7 +193,7 @@ def _convert_segment(
                     ]
                 )
                 offset += size
-            if isinstance(out, FramedBatch):
+            if isinstance(out, FramedBatch) and out.buffer is not None:
                 pool.give(out.buffer)
     os.replace(tmp, data_path)
     meta = {

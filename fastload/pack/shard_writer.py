@@ -14,7 +14,7 @@ import collections
 import errno
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fastload.checksum import Checksum, checksum_bytes, checksum_file
@@ -87,6 +87,17 @@ class GatherFile:
         if self._pending >= self._MAX_BYTES or len(self._chunks) >= self._MAX_IOV:
             self.flush()
         return n
+
+    def writelines(self, chunks: Sequence[Any]) -> None:
+        """:meth:`write` of each chunk, gathered a batch at a time (a gathered batch: two chunks per record)."""
+        start = 0
+        while start < len(chunks):
+            part = chunks[start : start + self._MAX_IOV - len(self._chunks)]
+            self._chunks += part
+            self._pending += sum(map(len, part))
+            start += len(part)
+            if self._pending >= self._MAX_BYTES or len(self._chunks) >= self._MAX_IOV:
+                self.flush()
 
     def after_flush(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` once everything written so far has left the gathered chunks (buffer reuse)."""
@@ -184,10 +195,11 @@ class ShardSink:
         """
         items = [item for item, _ in batch]
         ids = [item.id for item in items]
-        offsets = self.writer.write_records(framed.data, ids, framed.framed)
+        offsets = self.writer.write_records(framed.chunks, ids, framed.framed)
         buffer = framed.buffer
-        self.file.after_flush(lambda: pool.give(buffer))
-        self.nbytes += len(framed.data)
+        if buffer is not None:
+            self.file.after_flush(lambda: pool.give(buffer))
+        self.nbytes += framed.nbytes
         self.bytes_in += sum(framed.sizes)
         self.kinds["pass"] += len(items)
         rows = self.rows
@@ -295,7 +307,7 @@ def write_shards(
                 if sink is None:
                     sink = open_sink()
                 fits = (
-                    (sink.nbytes + len(out.data) <= options.shard_size)
+                    (sink.nbytes + out.nbytes <= options.shard_size)
                     if edges is None
                     else (pos + len(batch) <= edges[number + 1])
                 )

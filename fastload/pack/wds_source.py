@@ -31,13 +31,13 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any
+from typing import Any
 
 from fastload.errors import UserError
 from fastload.pack.input_format import TAR_SUFFIXES, has_braces, is_tar_name
 from fastload.pack.sample_labels import LabelError, Labels
 from fastload.pack.stream_sample import Sample
-from fastload.pack.tar_stream import TarError, TarMember, TarReader
+from fastload.pack.tar_stream import BLOCK, CHUNK, ChunkPool, TarError, TarMember, TarReader
 from fastload.records import recordio
 
 __all__ = ["IMAGE_KEYS", "WdsSource", "group_samples"]
@@ -107,21 +107,21 @@ class _Tar:
             else None
         )
 
-    def reader(self, offset: int) -> tuple[io.RawIOBase, Callable[[int], bytes]]:
-        """``(file to close, read function)`` for the archive's bytes from ``offset`` on."""
+    def reader(self, offset: int) -> tuple[io.RawIOBase, io.BufferedIOBase | io.RawIOBase]:
+        """``(file to close, stream to read)`` for the archive's bytes from ``offset`` on."""
         if self.compression is None:
             raw = self.opener(offset)
-            return raw, raw.read
+            return raw, raw
         raw = self.opener(0)
         opened = {"gz": gzip.GzipFile, "bz2": bz2.BZ2File, "xz": lzma.LZMAFile}[self.compression]
-        unpacked: IO[bytes] = opened(fileobj=raw)
+        unpacked: io.BufferedIOBase = opened(fileobj=raw)
         left = offset
         while left:  # a compressed stream has no random access: decompress up to the offset
             piece = unpacked.read(min(left, _READ))
             if not piece:
                 break
             left -= len(piece)
-        return raw, unpacked.read
+        return raw, unpacked
 
 
 class WdsSource:
@@ -236,9 +236,9 @@ class WdsSource:
     def _label_key(self, given: str | None) -> str:
         if given is not None:
             return "none" if given.lower() == "none" else given
-        raw, read = self.tars[0].reader(0)
+        raw, stream = self.tars[0].reader(0)
         try:
-            first = next(group_samples(iter(TarReader(read, chunk=1 << 16))), None)
+            first = next(group_samples(iter(TarReader(stream.read, chunk=1 << 16))), None)
         except TarError as exc:
             raise UserError(f"{self.tars[0].shown}: {exc}; pass --label-key (a member, json.FIELD or none)") from None
         finally:
@@ -309,12 +309,18 @@ class WdsSource:
         index, offset, pax = 0, 0, {}
         if cursor is not None:
             index, offset, pax = int(cursor["tar"]), int(cursor["offset"]), dict(cursor.get("pax") or {})
+        chunks = ChunkPool()  # the tars' read buffers, reused from one tar to the next
         for i in range(index, len(self.tars)):
             tar = self.tars[i]
-            raw, read = tar.reader(offset if i == index else 0)
+            start = offset if i == index else 0
+            raw, stream = tar.reader(start)
             reader = TarReader(
-                read,
-                start=offset if i == index else 0,
+                stream.read,
+                # A small tar is read in one chunk of its size (a fresh chunk's pages cost CPU).
+                chunk=CHUNK if tar.compression else max(BLOCK, min(CHUNK, tar.size - start)),
+                readinto=stream.readinto,
+                chunks=chunks,
+                start=start,
                 pax_global=pax if i == index else {},
                 max_size=recordio.MAX_RECORD_LENGTH,
             )

@@ -65,9 +65,11 @@ Buffer = bytes | bytearray | memoryview
 
 
 class Sink(Protocol):
-    """Where :class:`RecordIOWriter` writes: a binary file, or anything with ``write`` and ``fileno``."""
+    """Where :class:`RecordIOWriter` writes: a binary file, or anything with ``write``, ``writelines``, ``fileno``."""
 
     def write(self, data: Buffer, /) -> int | None: ...
+
+    def writelines(self, chunks: Sequence[Buffer], /) -> None: ...
 
     def fileno(self) -> int: ...
 
@@ -297,8 +299,16 @@ class FramedRecord:
     @classmethod
     def whole(cls, framed: Buffer) -> FramedRecord:
         """A record already framed whole (``cflag`` 0, padded), e.g. by the engine's ``frame_files``."""
+        return cls.of_chunks([framed])
+
+    @classmethod
+    def of_chunks(cls, chunks: list[Buffer]) -> FramedRecord:
+        """A record framed whole (``cflag`` 0, padded) whose bytes are ``chunks`` in order.
+
+        E.g. framing words and header, image, padding: a record the engine's ``frame_buffers`` gathered.
+        """
         record = cls.__new__(cls)
-        record.chunks, record.parts, record.size = [framed], 0, len(framed)
+        record.chunks, record.parts, record.size = chunks, 0, sum(len(c) for c in chunks)
         return record
 
 
@@ -333,8 +343,7 @@ class RecordIOWriter:
                 if views and n:
                     views[0] = views[0][n:]
         else:
-            for chunk in chunks:
-                self._file.write(chunk)
+            self._file.writelines(chunks)
         if self._on_bytes is not None:
             for chunk in chunks:
                 self._on_bytes(chunk)
@@ -348,8 +357,8 @@ class RecordIOWriter:
         self.offsets.append(start)
         return start, record.parts
 
-    def write_records(self, data: Buffer, keys: Sequence[int], sizes: Sequence[int]) -> list[int]:
-        """Append records already framed whole, back to back in ``data`` (``sizes`` bytes each).
+    def write_records(self, chunks: Sequence[Buffer], keys: Sequence[int], sizes: Sequence[int]) -> list[int]:
+        """Append records already framed whole, back to back in ``chunks`` (``sizes`` bytes each).
 
         Returns:
             Their offsets.
@@ -357,8 +366,8 @@ class RecordIOWriter:
         if not sizes:
             return []
         offsets = list(itertools.accumulate(sizes[:-1], initial=self.offset))
-        self._write([data])
-        self.offset += len(data)
+        self._write(chunks)
+        self.offset += sum(sizes)
         self.keys.extend(int(k) for k in keys)
         self.offsets.extend(offsets)
         return offsets

@@ -132,8 +132,9 @@ class DataLoader(_EnginePlanning):
     Per-sample ops that the engine cannot run (see :mod:`fastload.torch.compile`) run on the
     calling thread; with ``num_workers=0`` they use torch's global RNG as torch's in-process
     loading does, with ``num_workers > 0`` they run under torch, Python and numpy RNGs seeded from
-    ``base_seed`` and the batch number (as a worker process would be), leaving the caller's RNG
-    state untouched. The same holds for a custom ``collate_fn``.
+    ``base_seed`` and the batch number and with one intra-op thread (as in a worker process),
+    leaving the caller's RNG state and thread count untouched. The same holds for a custom
+    ``collate_fn``.
     """
 
     def __init__(

@@ -25,7 +25,7 @@ from fastload.torch.compile import Plan
 from fastload.torch.placement import Placement
 from fastload.torch.planning import _EnginePlanning
 from fastload.torch.sampler import IndexFeed
-from fastload.torch.state import _generators, _load_generator_states, _sampler_states, _WorkerLikeRNG
+from fastload.torch.state import _generators, _load_generator_states, _sampler_states, _WorkerLike
 
 _MASK63 = (1 << 63) - 1
 
@@ -328,7 +328,7 @@ class _FastIterator:
             tgts: list[Any] = list(targets.unbind(0))
         else:
             tgts = targets.tolist()
-        rng = _WorkerLikeRNG((self.base_seed + self.taken) & _MASK63) if self._num_workers > 0 else None
+        rng = _WorkerLike((self.base_seed + self.taken) & _MASK63) if self._num_workers > 0 else None
         t0 = time.perf_counter()
         if rng is not None:
             rng.__enter__()

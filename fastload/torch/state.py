@@ -1,8 +1,8 @@
 """Device stage (torch), state: the sampler and generator states a DataLoader saves and restores.
 
 Saved states are plain data (:func:`plain` turns RNG state tensors into strings), so ``torch.save``
-with ``weights_only=True``, ``json`` and ``pickle`` all round-trip them. Also the worker-like RNG
-scope in which per-sample Python runs with ``num_workers > 0``.
+with ``weights_only=True``, ``json`` and ``pickle`` all round-trip them. Also the worker-like scope
+(seeded RNGs, one intra-op thread) in which per-sample Python runs with ``num_workers > 0``.
 """
 
 from __future__ import annotations
@@ -128,21 +128,22 @@ def _load_sampler_states(loader: Any, states: list[Any]) -> None:
             s.set_epoch(state["epoch"])
 
 
-class _WorkerLikeRNG:
-    """Run per-sample Python the way a torch worker would: its own seeded RNGs, caller's state kept.
+class _WorkerLike:
+    """Run per-sample Python the way a torch worker would, the caller's state kept.
 
-    Also one intra-op thread, as torch's worker loop sets (``torch.set_num_threads(1)``): the
-    per-sample ops and the ``collate_fn`` (a MixUp / CutMix collate stacks the whole batch) would run
-    in a worker process with one thread. With the engine's decode threads on the cores, several
-    intra-op threads would wait on each other at every parallel kernel (measured: ``torch.stack``
-    of 64 x 3 x 224 x 224 float32 took 1.6 s with 2 threads against 70 ms with one, on 2 busy cores).
-    The caller's thread count is restored on exit.
+    A torch worker process runs the dataset's transforms and ``collate_fn`` with its own seeded RNGs
+    and one intra-op thread (``torch.set_num_threads(1)`` at its start). Both hold here for the
+    duration of the call, then the caller's RNG states and thread count come back. The thread
+    count matters beyond fidelity: a MixUp / CutMix ``collate_fn`` run with torch's default
+    intra-op threads beside the engine's decode threads (and any other busy process) splits each
+    batch-sized op over threads the cores cannot all run at once, and every op then waits for a
+    descheduled thread: measured 5-10x slower per batch with one core taken by another process.
     """
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def __enter__(self) -> _WorkerLikeRNG:
+    def __enter__(self) -> _WorkerLike:
         self._torch = torch.get_rng_state()
         self._py = random.getstate()
         self._np = np.random.get_state()  # noqa: NPY002 - saved and restored around the call, as torch's worker does
@@ -150,11 +151,13 @@ class _WorkerLikeRNG:
         torch.manual_seed(self.seed)
         random.seed(self.seed)
         np.random.seed(self.seed & 0xFFFFFFFF)  # noqa: NPY002
-        torch.set_num_threads(1)
+        if self._threads != 1:
+            torch.set_num_threads(1)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        torch.set_num_threads(self._threads)
+        if self._threads != 1:
+            torch.set_num_threads(self._threads)
         torch.set_rng_state(self._torch)
         random.setstate(self._py)
         np.random.set_state(self._np)  # noqa: NPY002

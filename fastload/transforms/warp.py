@@ -113,9 +113,9 @@ class WarpPlan:
         nearest_shift: ``(dx, dy)`` added to the source position before NEAREST takes its pixel.
         border: :class:`Border`.
         fill: RGB value of the pixels outside the frame (and of CONSTANT taps).
-        dct_scaling: The engine may decode the source at 1/2, 1/4 or 1/8 scale when the plan
-            shrinks it by at least 2x (kernels that low-pass, where a box pre-reduction keeps the
-            result close: antialiased ones and AREA).
+        dct_scaling: The engine may decode the source at 1/2, 1/4 or 1/8 scale where the plan
+            still shrinks it 4x (at 1/2) or 5x (deeper) afterwards (the crop path's rule; kernels that low-pass,
+            where a box pre-reduction keeps the result close: antialiased ones and AREA).
         quantize: Evaluate ``to_source`` as ``cv::warpAffine`` does: fixed point with 10
             fractional bits, positions rounded down to 1/32 pixel (to the nearest pixel for
             NEAREST), so a warp of the full-resolution source lands where OpenCV's does.
