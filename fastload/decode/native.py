@@ -61,9 +61,17 @@ def _native_geometry(transform: Transform) -> Any:
         "out_w": int(out_w),
         "flip": float(transform.flip),
         "vflip": float(getattr(transform, "vflip", 0.0)),
-        "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
         "antialias": bool(transform.antialias),
     }
+    filters = transform.interpolation  # one filter, or a pair drawn per image (counter 42)
+    if isinstance(filters, tuple):
+        values.update(
+            interpolation=engine_abi.Interpolation[filters[0].upper()],
+            interpolation2=engine_abi.Interpolation[filters[1].upper()],
+            random_interpolation=True,
+        )
+    else:
+        values["interpolation"] = engine_abi.Interpolation[filters.upper()]
     # The kind says which op it is (ops are told apart by kind, as the engine does).
     if kind == OpKind.RANDOM_CROP:
         crop = cast(RandomCrop, transform)
