@@ -11,10 +11,10 @@ Every enum, parameter struct and function of ``fastload._engine`` is defined her
 * ``setup.py abi_stub`` generates the type stub ``fastload/_engine.pyi`` from the same tables
   (``--check`` fails when the committed stub differs); mypy's stubtest checks the stub against the
   built engine.
-* Python hands the engine typed structs only: :func:`to_native` builds them from plain values, field
-  by field, from these tables (a misspelt field is an error, a wrong type a ``TypeError`` at the
-  boundary); :func:`from_native` reads one back. The engine never reads a Python object by
-  attribute name or parses a dict.
+* Python hands the engine typed structs only, built from plain values field by field from these
+  tables by :func:`fastload.engine_structs.to_native` (a misspelt field is an error, a wrong type a
+  ``TypeError`` at the boundary). The engine never reads a Python object by attribute name or
+  parses a dict.
 
 The file is read by ``setup.py`` without importing ``fastload`` (plain data, standard library only).
 To add a value, a field or a function: add it here, rebuild (``setup.py build_ext --inplace``),
@@ -24,7 +24,6 @@ regenerate the stub (``setup.py abi_stub``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -49,8 +48,6 @@ __all__ = [
     "WarpBorder",
     "WarpKernel",
     "WarpMode",
-    "from_native",
-    "to_native",
 ]
 
 
@@ -799,68 +796,3 @@ FUNCTIONS: dict[str, Function] = {
         "members, a member running past the buffer, the end-of-archive block).",
     ),
 }
-
-
-# ---- building the structs ---------------------------------------------------------------------
-
-
-def _element(ctype: str) -> str | None:
-    """The element type of ``list[T]``, or None."""
-    return ctype[5:-1] if ctype.startswith("list[") and ctype.endswith("]") else None
-
-
-def _value(engine: Any, ctype: str, value: Any, where: str) -> Any:
-    if ctype in ENUMS:
-        member = ENUMS[ctype][value] if isinstance(value, str) else ENUMS[ctype](int(value))
-        return getattr(engine, ctype)(int(member))
-    if ctype in STRUCTS:
-        return value if isinstance(value, getattr(engine, ctype)) else to_native(engine, ctype, value)
-    element = _element(ctype)
-    if element is not None:
-        return [_value(engine, element, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    return value
-
-
-def to_native(engine: Any, name: str, values: Mapping[str, Any] | None = None) -> Any:
-    """The engine's ``name`` struct with ``values`` set, field by field, from :data:`STRUCTS`.
-
-    Args:
-        engine: The ``fastload._engine`` module.
-        name: A struct of :data:`STRUCTS`.
-        values: Field -> value; fields left out keep their defaults. Enum fields take a member, its
-            int or its name; struct fields take a mapping (built recursively) or a native struct;
-            ``list[...]`` fields any sequence of such values.
-
-    Raises:
-        ValueError: A field the struct does not have.
-        TypeError: A value of the wrong type (the engine's own check).
-    """
-    types = {field: ctype for ctype, field, _default, _doc in STRUCTS[name]}
-    obj = getattr(engine, name)()
-    for field, value in (values or {}).items():
-        if field not in types:
-            raise ValueError(f"{name} has no field {field!r} (fields: {', '.join(types)})")
-        try:
-            setattr(obj, field, _value(engine, types[field], value, f"{name}.{field}"))
-        except TypeError as exc:
-            raise TypeError(f"{name}.{field}={value!r}: {exc}") from None
-    return obj
-
-
-def _plain(ctype: str, value: Any) -> Any:
-    if ctype in ENUMS:
-        return ENUMS[ctype](int(value))
-    if ctype in STRUCTS:
-        return from_native(value, ctype)
-    element = _element(ctype)
-    if element is not None:
-        return [_plain(element, v) for v in value]
-    return tuple(value) if "[" in ctype else value
-
-
-def from_native(obj: Any, name: str) -> dict[str, Any]:
-    """The fields of the engine's ``name`` struct ``obj`` as plain values, recursively.
-
-    Enums become :data:`ENUMS` members, structs dicts, fixed-size arrays tuples, lists lists.
-    """
-    return {field: _plain(ctype, getattr(obj, field)) for ctype, field, _default, _doc in STRUCTS[name]}

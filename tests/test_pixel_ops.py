@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms import (
     AutoAugment,
     ColorJitter,

@@ -10,6 +10,7 @@ from typing import Any, cast
 import numpy as np
 
 import fastload.engine_abi as engine_abi
+import fastload.engine_structs as engine_structs
 from fastload.decode.contract import DecodeOptions, DecodeStatus, Layout, _slice_entropy
 from fastload.engine import native, unavailable_reason
 from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline, Transform
@@ -31,7 +32,7 @@ def _loaded() -> ModuleType:
 
 def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
     """The engine's ``name`` struct (a ``py::class_`` generated from :data:`engine_abi.STRUCTS`)."""
-    return engine_abi.to_native(_loaded(), name, values)
+    return engine_structs.to_native(_loaded(), name, values)
 
 
 def _native_options(options: DecodeOptions) -> Any:

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from fastload.engine import pixel_engine
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms.pipeline import ERASE_COUNTER_BASE, OP_COUNTER_STRIDE, op_counter_base
 
 __all__ = [
