@@ -92,6 +92,36 @@ class PixelOpKind(enum.IntEnum):
     AUTO_AUGMENT = 4
     RAND_AUGMENT = 5
     TRIVIAL_AUGMENT_WIDE = 6
+    TIMM_RAND_AUGMENT = 7
+    TIMM_AUTO_AUGMENT = 8
+    TIMM_AUGMIX = 9
+
+class TimmOpName(enum.IntEnum):
+    __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
+    AUTO_CONTRAST = 0
+    EQUALIZE = 1
+    INVERT = 2
+    ROTATE = 3
+    POSTERIZE = 4
+    POSTERIZE_INCREASING = 5
+    POSTERIZE_ORIGINAL = 6
+    SOLARIZE = 7
+    SOLARIZE_INCREASING = 8
+    SOLARIZE_ADD = 9
+    COLOR = 10
+    COLOR_INCREASING = 11
+    CONTRAST = 12
+    CONTRAST_INCREASING = 13
+    BRIGHTNESS = 14
+    BRIGHTNESS_INCREASING = 15
+    SHARPNESS = 16
+    SHARPNESS_INCREASING = 17
+    SHEAR_X = 18
+    SHEAR_Y = 19
+    TRANSLATE_X = 20
+    TRANSLATE_Y = 21
+    TRANSLATE_X_REL = 22
+    TRANSLATE_Y_REL = 23
 
 class WarpMode(enum.IntEnum):
     __pybind11_native_enum__: ClassVar[object]  # pybind11's capsule
@@ -148,6 +178,8 @@ class GeometryParams(metaclass=_PybindType):
     vflip: float
     resize: int
     interpolation: Interpolation
+    random_interpolation: bool
+    interpolation2: Interpolation
     antialias: bool
     pad_left: int
     pad_top: int
@@ -190,6 +222,31 @@ class PolicyOp(metaclass=_PybindType):
     def __init__(self) -> None: ...
     def __eq__(self, other: object) -> bool: ...
 
+class TimmOp(metaclass=_PybindType):
+    name: TimmOpName
+    prob: float
+    magnitude: float
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def __init__(self) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+
+class TimmPolicy(metaclass=_PybindType):
+    ops: list[TimmOp]
+    groups: list[int]
+    weights: list[float]
+    num_layers: int
+    magnitude_std: float
+    upper_bound: float
+    translate_const: float
+    translate_pct: float
+    resample: int
+    alpha: float
+    width: int
+    depth: int
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def __init__(self) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+
 class PixelOp(metaclass=_PybindType):
     kind: PixelOpKind
     has_brightness: bool
@@ -217,6 +274,7 @@ class PixelOp(metaclass=_PybindType):
     magnitude: int
     bilinear: bool
     fill: list[int]
+    timm: TimmPolicy
     __hash__: ClassVar[None]  # type: ignore[assignment]
     def __init__(self) -> None: ...
     def __eq__(self, other: object) -> bool: ...
@@ -238,6 +296,7 @@ class ErasingSpec(metaclass=_PybindType):
     scale: list[float]
     log_ratio: list[float]
     random_value: bool
+    random_color: bool
     value: list[float]
     __hash__: ClassVar[None]  # type: ignore[assignment]
     def __init__(self) -> None: ...

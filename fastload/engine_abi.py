@@ -11,10 +11,10 @@ Every enum, parameter struct and function of ``fastload._engine`` is defined her
 * ``setup.py abi_stub`` generates the type stub ``fastload/_engine.pyi`` from the same tables
   (``--check`` fails when the committed stub differs); mypy's stubtest checks the stub against the
   built engine.
-* Python hands the engine typed structs only: :func:`to_native` builds them from plain values, field
-  by field, from these tables (a misspelt field is an error, a wrong type a ``TypeError`` at the
-  boundary); :func:`from_native` reads one back. The engine never reads a Python object by
-  attribute name or parses a dict.
+* Python hands the engine typed structs only, built from plain values field by field from these
+  tables by :func:`fastload.engine_structs.to_native` (a misspelt field is an error, a wrong type a
+  ``TypeError`` at the boundary). The engine never reads a Python object by attribute name or
+  parses a dict.
 
 The file is read by ``setup.py`` without importing ``fastload`` (plain data, standard library only).
 To add a value, a field or a function: add it here, rebuild (``setup.py build_ext --inplace``),
@@ -24,7 +24,6 @@ regenerate the stub (``setup.py abi_stub``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -45,11 +44,10 @@ __all__ = [
     "PixelOpKind",
     "PixelPrim",
     "Status",
+    "TimmOpName",
     "WarpBorder",
     "WarpKernel",
     "WarpMode",
-    "from_native",
-    "to_native",
 ]
 
 
@@ -154,6 +152,38 @@ class PixelOpKind(enum.IntEnum):
     AUTO_AUGMENT = 4
     RAND_AUGMENT = 5
     TRIVIAL_AUGMENT_WIDE = 6
+    TIMM_RAND_AUGMENT = 7
+    TIMM_AUTO_AUGMENT = 8
+    TIMM_AUGMIX = 9
+
+
+class TimmOpName(enum.IntEnum):
+    """The ops of timm's augmentation policies (``timm.data.auto_augment``'s names), each with its level function."""
+
+    AUTO_CONTRAST = 0
+    EQUALIZE = 1
+    INVERT = 2
+    ROTATE = 3
+    POSTERIZE = 4
+    POSTERIZE_INCREASING = 5
+    POSTERIZE_ORIGINAL = 6
+    SOLARIZE = 7
+    SOLARIZE_INCREASING = 8
+    SOLARIZE_ADD = 9
+    COLOR = 10
+    COLOR_INCREASING = 11
+    CONTRAST = 12
+    CONTRAST_INCREASING = 13
+    BRIGHTNESS = 14
+    BRIGHTNESS_INCREASING = 15
+    SHARPNESS = 16
+    SHARPNESS_INCREASING = 17
+    SHEAR_X = 18
+    SHEAR_Y = 19
+    TRANSLATE_X = 20
+    TRANSLATE_Y = 21
+    TRANSLATE_X_REL = 22
+    TRANSLATE_Y_REL = 23
 
 
 class WarpMode(enum.IntEnum):
@@ -206,6 +236,7 @@ ENUMS: dict[str, type[enum.IntEnum]] = {
     "EntropyDecoder": EntropyDecoder,
     "PixelPrim": PixelPrim,
     "PixelOpKind": PixelOpKind,
+    "TimmOpName": TimmOpName,
     "WarpMode": WarpMode,
     "WarpKernel": WarpKernel,
     "WarpBorder": WarpBorder,
@@ -245,6 +276,8 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("double", "vflip", 0.0, "probability of a vertical flip"),
         ("int", "resize", 0, "CenterCrop: shorter side before the crop (0: the largest centred box)"),
         ("Interpolation", "interpolation", "BILINEAR", "resampling filter"),
+        ("bool", "random_interpolation", False, "per image: interpolation (draw 42 < 0.5) or interpolation2"),
+        ("Interpolation", "interpolation2", "BICUBIC", "the second filter of a per-image choice"),
         ("bool", "antialias", True, "support-scaled filters when downscaling (PIL / torchvision antialias=True)"),
         ("int", "pad_left", 0, "RandomCrop: padding on the left"),
         ("int", "pad_top", 0, "RandomCrop: padding on top"),
@@ -281,6 +314,30 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("list[double]", "magnitudes", (), "the magnitude bins (empty for magnitude-free primitives)"),
         ("list[double]", "warps", (), "geometric primitives: per bin, the warps of +m and -m (14 numbers)"),
     ),
+    "TimmOp": (
+        ("TimmOpName", "name", "AUTO_CONTRAST", "which op (its level function and primitive)"),
+        ("double", "prob", 1.0, "applied when the op's draw is <= prob"),
+        ("double", "magnitude", 0.0, "the op's magnitude (level)"),
+    ),
+    "TimmPolicy": (
+        (
+            "list[TimmOp]",
+            "ops",
+            (),
+            "RandAugment / AugMix: the candidate ops; AutoAugment: every sub-policy's steps, in order",
+        ),
+        ("list[int]", "groups", (), "AutoAugment: first step of each sub-policy, then the number of steps"),
+        ("list[double]", "weights", (), "RandAugment: choice weights (picked without replacement); empty: uniform"),
+        ("int", "num_layers", 2, "RandAugment: ops per image (0..12)"),
+        ("double", "magnitude_std", 0.0, "> 0: magnitude ~ N(magnitude, std); inf: U(0, magnitude)"),
+        ("double", "upper_bound", 10.0, "magnitudes are clipped to [0, upper_bound]"),
+        ("double", "translate_const", 250.0, "TranslateX / TranslateY: pixels at level 10"),
+        ("double", "translate_pct", 0.45, "TranslateXRel / TranslateYRel: fraction of the size at level 10"),
+        ("int", "resample", -1, "PIL filter code of the geometric ops (0, 2, 3); -1: bilinear or bicubic per op"),
+        ("double", "alpha", 1.0, "AugMix: Dirichlet / Beta concentration"),
+        ("int", "width", 3, "AugMix: chains (1..16)"),
+        ("int", "depth", -1, "AugMix: ops per chain (1..16; -1: 1..3 drawn)"),
+    ),
     "PixelOp": (
         ("PixelOpKind", "kind", "COLOR_JITTER", "which op"),
         ("bool", "has_brightness", False, "ColorJitter: brightness is jittered"),
@@ -308,6 +365,7 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("int", "magnitude", 9, "RandAugment: the magnitude bin"),
         ("bool", "bilinear", False, "policies' geometric ops: bilinear, else nearest"),
         ("uint8[3]", "fill", (0, 0, 0), "policies' geometric ops: fill of the uncovered area"),
+        ("TimmPolicy", "timm", None, "timm's RandAugment / AutoAugment / AugMix: the policy"),
     ),
     "PixelOpsSpec": (("list[PixelOp]", "ops", (), "a Pipeline's pixel ops, in order (at most 64)"),),
     "ErasingSpec": (
@@ -321,6 +379,7 @@ STRUCTS: dict[str, tuple[Field, ...]] = {
         ("double[2]", "scale", (0.02, 0.33), "RandomErasing: area fraction range"),
         ("double[2]", "log_ratio", (0.0, 0.0), "RandomErasing: log aspect ratio range"),
         ("bool", "random_value", False, "RandomErasing: random values (float: N(0, 1), uint8: 0..255)"),
+        ("bool", "random_color", False, "RandomErasing: one random value per channel (timm's 'rand')"),
         ("double[3]", "value", (0.0, 0.0, 0.0), "RandomErasing: per-channel value (output units)"),
     ),
     "MixParams": (
@@ -442,6 +501,8 @@ STRUCT_DOCS: dict[str, str] = {
     "OutputParams": "The output stage of a pipeline: dtype, layout, normalization.",
     "PolicyStep": "One step of an AutoAugment sub-policy.",
     "PolicyOp": "One candidate op of RandAugment / TrivialAugmentWide, with its magnitude table.",
+    "TimmOp": "One op of a timm policy (timm.data.auto_augment.AugmentOp): name, probability, magnitude.",
+    "TimmPolicy": "timm's RandAugment / AutoAugment / AugMix with the hparams its ops share.",
     "PixelOp": "One pixel op of a pipeline (the fields of its kind are read).",
     "PixelOpsSpec": "A pipeline's pixel ops, run on the output-sized image.",
     "ErasingSpec": "The ops on the final output: MXNet's normalization jitter, then RandomErasing.",
@@ -735,68 +796,3 @@ FUNCTIONS: dict[str, Function] = {
         "members, a member running past the buffer, the end-of-archive block).",
     ),
 }
-
-
-# ---- building the structs ---------------------------------------------------------------------
-
-
-def _element(ctype: str) -> str | None:
-    """The element type of ``list[T]``, or None."""
-    return ctype[5:-1] if ctype.startswith("list[") and ctype.endswith("]") else None
-
-
-def _value(engine: Any, ctype: str, value: Any, where: str) -> Any:
-    if ctype in ENUMS:
-        member = ENUMS[ctype][value] if isinstance(value, str) else ENUMS[ctype](int(value))
-        return getattr(engine, ctype)(int(member))
-    if ctype in STRUCTS:
-        return value if isinstance(value, getattr(engine, ctype)) else to_native(engine, ctype, value)
-    element = _element(ctype)
-    if element is not None:
-        return [_value(engine, element, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    return value
-
-
-def to_native(engine: Any, name: str, values: Mapping[str, Any] | None = None) -> Any:
-    """The engine's ``name`` struct with ``values`` set, field by field, from :data:`STRUCTS`.
-
-    Args:
-        engine: The ``fastload._engine`` module.
-        name: A struct of :data:`STRUCTS`.
-        values: Field -> value; fields left out keep their defaults. Enum fields take a member, its
-            int or its name; struct fields take a mapping (built recursively) or a native struct;
-            ``list[...]`` fields any sequence of such values.
-
-    Raises:
-        ValueError: A field the struct does not have.
-        TypeError: A value of the wrong type (the engine's own check).
-    """
-    types = {field: ctype for ctype, field, _default, _doc in STRUCTS[name]}
-    obj = getattr(engine, name)()
-    for field, value in (values or {}).items():
-        if field not in types:
-            raise ValueError(f"{name} has no field {field!r} (fields: {', '.join(types)})")
-        try:
-            setattr(obj, field, _value(engine, types[field], value, f"{name}.{field}"))
-        except TypeError as exc:
-            raise TypeError(f"{name}.{field}={value!r}: {exc}") from None
-    return obj
-
-
-def _plain(ctype: str, value: Any) -> Any:
-    if ctype in ENUMS:
-        return ENUMS[ctype](int(value))
-    if ctype in STRUCTS:
-        return from_native(value, ctype)
-    element = _element(ctype)
-    if element is not None:
-        return [_plain(element, v) for v in value]
-    return tuple(value) if "[" in ctype else value
-
-
-def from_native(obj: Any, name: str) -> dict[str, Any]:
-    """The fields of the engine's ``name`` struct ``obj`` as plain values, recursively.
-
-    Enums become :data:`ENUMS` members, structs dicts, fixed-size arrays tuples, lists lists.
-    """
-    return {field: _plain(ctype, getattr(obj, field)) for ctype, field, _default, _doc in STRUCTS[name]}

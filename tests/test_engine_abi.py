@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from fastload import engine_abi
+from fastload import engine_abi, engine_structs
 
 from conftest import REPO_ROOT, requires_engine
 
@@ -182,7 +182,7 @@ def test_engine_functions_are_the_abi_functions():
 def test_to_native_builds_typed_structs_field_by_field():
     from fastload import _engine
 
-    plan = engine_abi.to_native(
+    plan = engine_structs.to_native(
         _engine,
         "WarpPlan",
         {
@@ -195,23 +195,23 @@ def test_to_native_builds_typed_structs_field_by_field():
     )
     assert plan.out_h == 4 and plan.to_frame.a == 2.0 and plan.to_frame.e == 1.0
     assert plan.kernel == _engine.WarpKernel.CUBIC_CV and plan.border == engine_abi.WarpBorder.DROP
-    assert plan == engine_abi.to_native(_engine, "WarpPlan", engine_abi.from_native(plan, "WarpPlan"))
+    assert plan == engine_structs.to_native(_engine, "WarpPlan", engine_structs.from_native(plan, "WarpPlan"))
     assert plan != _engine.WarpPlan()
-    assert engine_abi.from_native(plan, "WarpPlan")["fill"] == (1, 2, 3)
-    ops = engine_abi.to_native(
+    assert engine_structs.from_native(plan, "WarpPlan")["fill"] == (1, 2, 3)
+    ops = engine_structs.to_native(
         _engine,
         "PixelOpsSpec",
         {"ops": [{"kind": "AUTO_AUGMENT", "subpolicies": [[{"prim": 5, "prob": 0.5}], [{"prim": "INVERT"}]]}]},
     )
     assert ops.ops[0].subpolicies[1][0].prim == _engine.PixelPrim.INVERT
     with pytest.raises(ValueError, match="WarpPlan has no field 'kernal'"):
-        engine_abi.to_native(_engine, "WarpPlan", {"kernal": 1})
+        engine_structs.to_native(_engine, "WarpPlan", {"kernal": 1})
     with pytest.raises(TypeError, match="WarpPlan.out_h"):
-        engine_abi.to_native(_engine, "WarpPlan", {"out_h": 2.5})
+        engine_structs.to_native(_engine, "WarpPlan", {"out_h": 2.5})
     with pytest.raises(TypeError, match="WarpPlan.fill"):
-        engine_abi.to_native(_engine, "WarpPlan", {"fill": (1, 2)})  # three values, no more, no less
+        engine_structs.to_native(_engine, "WarpPlan", {"fill": (1, 2)})  # three values, no more, no less
     with pytest.raises(TypeError, match="WarpPlan.fill"):
-        engine_abi.to_native(_engine, "WarpPlan", {"fill": (1, 2, 256)})  # uint8
+        engine_structs.to_native(_engine, "WarpPlan", {"fill": (1, 2, 256)})  # uint8
     # A struct is passed, never an object read by attribute name or a dict.
     with pytest.raises(TypeError):
         _engine._warp_source_rect({"out_h": 4}, 1, 8, 8)

@@ -27,7 +27,7 @@ import pytest
 from PIL import Image
 
 from fastload import transforms as T
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms.mxnet_augment import MXNET_PARAM_NAMES, MXNetDefaultAugment, MXNetSampleError, mxnet_plan
 from fastload.transforms.warp import WarpPlan, warp_image
 

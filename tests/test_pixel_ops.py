@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms import (
     AutoAugment,
     ColorJitter,
@@ -31,6 +31,7 @@ from fastload.transforms import primitives as P
 from fastload.transforms.pixel import apply_pixel_ops, engine_specs, op_counter_base
 from fastload.transforms.policy import _posterize_bits, torch_linspace
 from fastload.transforms.rng import permutation
+from fastload.transforms.timm_policy import TIMM_OP_NAMES, TimmAugMix, TimmAutoAugment, TimmRandAugment
 
 from conftest import HAVE_ENGINE, requires_engine, requires_torch
 
@@ -290,6 +291,29 @@ def _ops_cases():
         [AutoAugment(), AutoAugment(policy="cifar10", interpolation="bilinear"), AutoAugment(policy="svhn", fill=7)],
         [MXNetColorAugment(brightness=0.4, contrast=0.4, saturation=0.4, pca_noise=0.1)],
         [MXNetColorAugment(random_h=36, random_s=50, random_l=50), ColorJitter(saturation=0.3)],
+        # timm's policies, every op of theirs (bicubic warps, posterize to 0 bits, magnitude noise).
+        [
+            TimmRandAugment(ops=tuple((n, 0.5, 9) for n in TIMM_OP_NAMES), num_layers=3, magnitude_std=0.5),
+            TimmRandAugment(
+                ops=tuple((n, 1.0, 10) for n in TIMM_OP_NAMES), num_layers=2, magnitude_std=math.inf, fill=(1, 2, 3)
+            ),
+        ],
+        [
+            TimmRandAugment(
+                ops=tuple((n, 0.7, 7) for n in TIMM_OP_NAMES),
+                choice_weights=tuple(range(1, len(TIMM_OP_NAMES) + 1)),
+                interpolation="bicubic",
+            ),
+            TimmAutoAugment(
+                subpolicies=(
+                    (("Rotate", 0.8, 8), ("ShearX", 0.6, 5)),
+                    (("SolarizeAdd", 0.9, 3), ("Posterize", 1.0, 0)),
+                ),
+                magnitude_std=1.0,
+                interpolation="nearest",
+            ),
+        ],
+        [TimmAugMix(ops=tuple((n, 1.0, 3) for n in TIMM_OP_NAMES)), TimmAugMix(ops=(("Rotate", 1, 5),), alpha=0.4)],
     ]
 
 

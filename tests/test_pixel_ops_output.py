@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms import CutMix, MixUp, MXNetColorAugment, RandomChoice, RandomErasing, mix_batch, sample_key
 from fastload.transforms.erasing import apply_output_ops, engine_output_spec
 from fastload.transforms.mixing import _one_hot, _reference, sample_mix

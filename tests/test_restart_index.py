@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.engine_abi import from_native, to_native
+from fastload.engine_structs import from_native, to_native
 
 from conftest import make_jpeg
 

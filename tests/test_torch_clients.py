@@ -182,3 +182,43 @@ def test_lightning_fit_two_processes_and_mid_epoch_resume(data, tmp_path):
         assert len(part) == 6 and len(resumed) == 5
         assert [s["target"] for s in part[:4] + resumed] == [s["target"] for s in ours["seen"]]
         assert [(s["epoch"], s["idx"]) for s in part[:4] + resumed] == [(s["epoch"], s["idx"]) for s in ours["seen"]]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--aa", "rand-m9-mstd0.5-inc1", "--reprob", "0.25", "--remode", "pixel"],
+        ["--aa", "augmix-m3-w2", "--no-prefetcher", "--reprob", "0.25", "--remode", "rand"],
+        ["--mixup", "0.8", "--cutmix", "1.0"],
+    ],
+    ids=["randaugment-prefetcher", "augmix-no-prefetcher", "fast-collate-mixup"],
+)
+def test_timm_train_script_with_create_loader(data, tmp_path, flags):
+    pytest.importorskip("timm")
+    out = {}
+    for loader in ("torch", "fastload"):
+        script = variant("timm_train.py", tmp_path, loader)
+        path = tmp_path / f"{loader}.pt"
+        run([script, data, path, *flags])
+        out[loader] = torch.load(path, weights_only=False)
+    ours, theirs = out["fastload"], out["torch"]
+    assert ours["loader"] == "fastload.torch.dataloader.DataLoader"
+    assert theirs["loader"] == "torch.utils.data.dataloader.DataLoader"
+    named = fastload_warnings(ours)
+    if "--mixup" in flags:  # timm's FastCollateMixup runs as its collate_fn, named once
+        assert len(named) == 1 and "FastCollateMixup" in named[0], named
+    else:
+        assert not named, named
+    assert len(ours["seen"]) == len(theirs["seen"]) == 3  # 24 images, batch 8, drop_last
+    for a, b in zip(ours["seen"], theirs["seen"], strict=True):
+        assert (a["shape"], a["dtype"], a["target"], a["target_dtype"]) == (
+            b["shape"],
+            b["dtype"],
+            b["target"],
+            b["target_dtype"],
+        )
+        if a["target_sums"] is not None:
+            assert all(abs(s - 1.0) < 1e-5 for s in a["target_sums"])  # soft targets
+    assert torch.equal(ours["eval_targets"], theirs["eval_targets"])
+    assert ours["eval_images"].dtype == theirs["eval_images"].dtype == torch.float32
+    assert (ours["eval_images"] - theirs["eval_images"]).abs().mean() < TOL_EVAL

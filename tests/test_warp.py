@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from fastload import transforms as T
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms.affine import (
     AFFINE_COUNTER,
     AffineParams,

@@ -352,7 +352,7 @@ ImageOutcome decode_mxnet(Worker& w, const JpegInfo& info, const PipelineSpec& s
 ImageOutcome decode_opened(Worker& w, const ImageRef& im, const JpegInfo& opened, const PipelineSpec& spec,
                            const OutputFormat& fmt, void* slot, uint64_t key, const DecodeSettings& options,
                            SampleBox* box_out, double* op_trace = nullptr, double* warp_trace = nullptr) {
-  const GeometryParams& op = spec.geometry;
+  const GeometryParams op = with_sample_interpolation(spec.geometry, key);  // timm's per-image filter
   if (op.kind == GeometryKind::kRandomCrop) return decode_random_crop(w, opened, spec, fmt, slot, key, box_out);
   if (op.kind == GeometryKind::kMxnetAugment)
     return decode_mxnet(w, opened, spec, fmt, slot, key, options, box_out, op_trace, warp_trace);

@@ -4,7 +4,8 @@
 // from the counter-based RNG (common/rng.h, twin of fastload/transforms/rng.py): same double
 // arithmetic in the same order, round-half-even rounding (Python's round(), torchvision's choice;
 // std::nearbyint under the default rounding mode), draw counters 4 * attempt + {0: area, 1: log-aspect, 2: y, 3: x},
-// flip draw 40. The Python tests check every box and flip the engine returns against transforms.sample_params.
+// flip draw 40, vertical flip 41, the filter of a per-image choice 42. The Python tests check every box
+// and flip the engine returns against transforms.sample_params.
 #pragma once
 
 #include <algorithm>
@@ -27,6 +28,7 @@ constexpr int kDrawsPerAttempt = 4;
 constexpr int kMaxAttempts = 10;
 constexpr int kFlipDraw = kDrawsPerAttempt * kMaxAttempts;  // 40
 constexpr int kVFlipDraw = kFlipDraw + 1;                   // 41
+constexpr int kInterpolationDraw = kVFlipDraw + 1;          // 42: which filter of a per-image choice
 constexpr int kCropTopDraw = 0, kCropLeftDraw = 1;          // RandomCrop (torchvision draws i, then j)
 
 // torchvision RandomResizedCrop sampling; returns an integer box (x, y, w, h).
@@ -104,6 +106,17 @@ inline SampleBox sample_box(long long width, long long height, const GeometryPar
   b.flip = uniform(key, kFlipDraw) < op.flip;
   b.vflip = uniform(key, kVFlipDraw) < op.vflip;
   return b;
+}
+
+// The op with the filter of one sample filled in (transforms.sample_interpolation): its own, or for a
+// per-image choice (timm's interpolation='random') the first filter when draw 42 < 0.5, else the second.
+inline GeometryParams with_sample_interpolation(const GeometryParams& op, uint64_t key) {
+  GeometryParams out = op;
+  if (op.random_interpolation) {
+    out.interpolation = uniform(key, kInterpolationDraw) < 0.5 ? op.interpolation : op.interpolation2;
+    out.random_interpolation = false;
+  }
+  return out;
 }
 
 // RandomCrop (torchvision): pad by the op's padding, then (pad_if_needed) by the shortfall on both

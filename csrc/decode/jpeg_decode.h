@@ -63,7 +63,7 @@ inline int scaled_size(int full, int denom) { return (full + denom - 1) / denom;
 // which falls to 0.013 from g = 5. These minima keep every output size within 0.02 of
 // torchvision's PIL pipeline with a margin (docs/fidelity.md). Widening or narrowing the resize's
 // filter to make up for the block reduction measured worse at every g.
-constexpr double kDctMinResidualShrinkHalf = 4.0;   // at 1/2
+constexpr double kDctMinResidualShrinkHalf = 4.0;    // at 1/2
 constexpr double kDctMinResidualShrinkDeeper = 5.0;  // at 1/4 and 1/8
 
 // DCT scale denominator (1, 2, 4 or 8) for a region `shrink` times larger than the output (the

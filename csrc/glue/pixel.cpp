@@ -10,6 +10,7 @@
 #include "glue/glue.h"
 #include "pixel/pixel_color.h"
 #include "pixel/pixel_ops.h"
+#include "pixel/timm_ops.h"
 #include "warp/mxnet_augment.h"
 #include "warp/random_affine.h"
 #include "warp/warp.h"
@@ -36,6 +37,11 @@ void check_pixel_ops(const PixelOpsSpec& spec) {
       throw py::value_error(std::string(abi_name(op.kind)) + " needs its candidate ops");
     if (op.kind == PixelOpKind::kAutoAugment && op.subpolicies.empty())
       throw py::value_error("auto_augment needs its sub-policies");
+    if (op.kind == PixelOpKind::kTimmRandAugment || op.kind == PixelOpKind::kTimmAutoAugment ||
+        op.kind == PixelOpKind::kTimmAugmix) {
+      std::string error;
+      if (!check_timm_policy(op, &error)) throw py::value_error(error);
+    }
   }
 }
 

@@ -31,10 +31,15 @@ void mx_saturation(uint8_t* rgb, size_t pixels, float alpha);
 void mx_hls(uint8_t* rgb, size_t pixels, int dh, int dl, int ds);
 void mx_pca(uint8_t* rgb, size_t pixels, const float pca[3]);
 
-// Pillow's Image.transform(AFFINE, matrix, NEAREST | BILINEAR, fillcolor) or its exact transposes;
-// plan = (mode, a0..a5) as fastload.transforms.primitives.WarpPlan.as_row().
-void warp(uint8_t* rgb, int h, int w, const double plan[7], bool bilinear, const uint8_t fill[3],
-          std::vector<uint8_t>* scratch);
+// Pillow's Image.transform(AFFINE, matrix, NEAREST | BILINEAR | BICUBIC, fillcolor) or its exact
+// transposes; plan = (mode, a0..a5) as fastload.transforms.primitives.WarpPlan.as_row().
+enum class WarpFilter { kNearest, kBilinear, kBicubic };
+void warp_filtered(uint8_t* rgb, int h, int w, const double plan[7], WarpFilter filter, const uint8_t fill[3],
+                   std::vector<uint8_t>* scratch);
+inline void warp(uint8_t* rgb, int h, int w, const double plan[7], bool bilinear, const uint8_t fill[3],
+                 std::vector<uint8_t>* scratch) {
+  warp_filtered(rgb, h, w, plan, bilinear ? WarpFilter::kBilinear : WarpFilter::kNearest, fill, scratch);
+}
 
 }  // namespace pixel
 }  // namespace fastload

@@ -116,8 +116,13 @@ void fill_box(T* p, bool channels_first, int h, int w, int top, int left, int eh
               uint64_t key, bool uint8_out, Conv conv) {
   const uint64_t base = kOutputOpsCounterBase + kNoise;
   if (!spec.random_value) {
-    // A constant per channel: converted once, written row by row.
-    const T v[3] = {conv(spec.value[0]), conv(spec.value[1]), conv(spec.value[2])};
+    // A constant per channel: converted once, written row by row. timm's mode='rand' draws it: channel
+    // ch takes noise element ch.
+    double value[3] = {spec.value[0], spec.value[1], spec.value[2]};
+    if (spec.random_color)
+      for (int ch = 0; ch < 3; ++ch)
+        value[ch] = uint8_out ? randint(key, base + 2 * ch, 256) : normal(key, base + 2 * ch);
+    const T v[3] = {conv(value[0]), conv(value[1]), conv(value[2])};
     for (int yy = 0; yy < eh; ++yy) {
       if (channels_first) {
         for (int ch = 0; ch < 3; ++ch) std::fill_n(p + offset(true, h, w, ch, top + yy, left), ew, v[ch]);

@@ -13,6 +13,7 @@
 #include "common/rng.h"
 #include "pixel/pixel_color.h"
 #include "pixel/pixel_kernels.h"
+#include "pixel/timm_ops.h"
 #include "common/thread_pool.h"
 
 namespace fastload {
@@ -205,6 +206,9 @@ void apply_pixel_ops(uint8_t* rgb, int h, int w, const PixelOpsSpec& ops, uint64
       case PixelOpKind::kAutoAugment: auto_augment(rgb, h, w, op, key, base, t); break;
       case PixelOpKind::kRandAugment: rand_augment(rgb, h, w, op, key, base, t); break;
       case PixelOpKind::kTrivialAugmentWide: trivial_augment(rgb, h, w, op, key, base, t); break;
+      case PixelOpKind::kTimmRandAugment:
+      case PixelOpKind::kTimmAutoAugment:
+      case PixelOpKind::kTimmAugmix: apply_timm_policy(rgb, h, w, op, key, base, t); break;
     }
   }
 }

@@ -3,8 +3,9 @@
 //
 // Three entry points, all plain C++ (glue/pixel.cpp and glue/decode.cpp bind them):
 //   apply_pixel_ops  one output-sized RGB image (HWC uint8), between the resampler and the output
-//                    write: ColorJitter, RandomGrayscale, Lighting, MXNet's colour augmenter and the
-//                    AutoAugment / RandAugment / TrivialAugmentWide policies, in the Pipeline's order;
+//                    write: ColorJitter, RandomGrayscale, Lighting, MXNet's colour augmenter, the
+//                    AutoAugment / RandAugment / TrivialAugmentWide policies and timm's
+//                    (pixel/timm_ops.h), in the Pipeline's order;
 //   apply_erasing    one image of the final output (uint8 / float32 / float16, NCHW / NHWC), after the
 //                    output write: MXNet's random contrast / illumination (float outputs) and then
 //                    RandomErasing;
@@ -53,6 +54,7 @@ constexpr int kWarpValues = 7;
 //                 then of -magnitude (2 * kWarpValues numbers per bin).
 //   PolicyStep    one step of an AutoAugment sub-policy: applied when its draw is <= prob, with a
 //                 fixed magnitude (and, for geometric ops, the warps of +magnitude and -magnitude).
+//   TimmPolicy    timm's RandAugment / AutoAugment / AugMix (PixelOp.timm; pixel/timm_ops.h runs it).
 //   PixelOpsSpec  the ops in order (at most kMaxPixelOps).
 
 // Sampled parameters of one image, kTraceValuesPerOp doubles per op (layout per op kind in

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 import fastload.engine_abi as engine_abi
+import fastload.engine_structs as engine_structs
 from fastload.decode.contract import DecodeOptions, DecodeStatus, Layout, _slice_entropy
 from fastload.engine import native, unavailable_reason
 from fastload.transforms import AffineParams, MXNetParams, OpKind, Pipeline
@@ -33,7 +34,7 @@ def _loaded() -> ModuleType:
 
 def _native_struct(name: str, values: Mapping[str, Any]) -> Any:
     """The engine's ``name`` struct (a ``py::class_`` generated from :data:`engine_abi.STRUCTS`)."""
-    return engine_abi.to_native(_loaded(), name, values)
+    return engine_structs.to_native(_loaded(), name, values)
 
 
 def _native_options(options: DecodeOptions) -> Any:
@@ -63,9 +64,17 @@ def _native_geometry(transform: GeometryOp) -> Any:
         "out_w": int(out_w),
         "flip": float(transform.flip),
         "vflip": float(getattr(transform, "vflip", 0.0)),
-        "interpolation": engine_abi.Interpolation[transform.interpolation.upper()],
         "antialias": bool(transform.antialias),
     }
+    filters = transform.interpolation  # one filter, or a pair drawn per image (counter 42)
+    if isinstance(filters, tuple):
+        values.update(
+            interpolation=engine_abi.Interpolation[filters[0].upper()],
+            interpolation2=engine_abi.Interpolation[filters[1].upper()],
+            random_interpolation=True,
+        )
+    else:
+        values["interpolation"] = engine_abi.Interpolation[filters.upper()]
     # The kind says which op it is (ops are told apart by kind, as the engine does).
     if kind == OpKind.RANDOM_CROP:
         crop = cast(RandomCrop, transform)

@@ -124,7 +124,7 @@ def _pillow_one(
                     params.flip,
                     (out_h, out_w),
                     key,
-                    crop_interpolation=geometry.interpolation,
+                    crop_interpolation=params.interpolation,
                     crop_antialias=geometry.antialias,
                 )
                 if uses_crop_frame(plan):  # nearest: the plain crop, then a pixel gather (as the engine)

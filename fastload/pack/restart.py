@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastload.engine import native, unavailable_reason
-from fastload.engine_abi import from_native, to_native
+from fastload.engine_structs import from_native, to_native
 
 __all__ = [
     "RestartIndexConfig",

@@ -18,7 +18,9 @@ Modules, one job each:
   extras, the :class:`~fastload.loader.Loader` behind it);
 - :mod:`fastload.torch.iteration`: one pass on the engine, batches collated as torch's;
 - :mod:`fastload.torch.state`: the sampler and generator states, the worker-like RNG scope;
-- :mod:`fastload.torch.compile`: torchvision transforms -> fastload engine ops (table-driven);
+- :mod:`fastload.torch.compile`: torchvision / timm transforms -> fastload engine ops (table-driven;
+  :mod:`~fastload.torch.compile_plan`, :mod:`~fastload.torch.compile_torchvision`,
+  :mod:`~fastload.torch.compile_timm`);
 - :mod:`fastload.torch.datasets`: which datasets the engine reads, and :class:`ImageDataset`, a torch
   ``Dataset`` view of fastload's packed datasets;
 - :mod:`fastload.torch.sampler`: :class:`OrderSampler` (fastload's own sharded order) and the index

@@ -12,14 +12,16 @@ Two directions:
   it can be read by the engine, returns a :class:`Source`: the records (file bytes or shard
   records, with labels, in the dataset's index order), the index map of a ``Subset`` and where the
   transform lives. torchvision's ``DatasetFolder`` / ``ImageFolder`` qualify when they load with
-  torchvision's own PIL loader and do not override ``__getitem__``; anything else gets a reason.
+  torchvision's own PIL loader and do not override ``__getitem__``, timm's ``ImageDataset`` when
+  it reads RGB images through ``ReaderImageFolder`` or ``ReaderImageInTar``
+  (:mod:`fastload.torch.datasets_timm`); anything else gets a reason.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -27,8 +29,9 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from fastload.errors import CorruptRecordError
+from fastload.records.file_records import FileRecords
 from fastload.torch.compile import is_fastload_transform
+from fastload.torch.datasets_timm import is_timm_dataset, timm_records
 from fastload.transforms.geometry import output_size
 
 if TYPE_CHECKING:
@@ -38,56 +41,6 @@ if TYPE_CHECKING:
     from fastload.transforms.pipeline import GeometryOp, Pipeline
 
 __all__ = ["FileRecords", "ImageDataset", "Source", "resolve_source"]
-
-
-class FileRecords:
-    """The records contract (``fastload.records.dataset.Dataset``) over a list of image files.
-
-    Args:
-        paths: Image file of each record, in dataset index order.
-        targets: Integer class of each record.
-    """
-
-    def __init__(self, paths: Sequence[str], targets: Sequence[int]) -> None:
-        self.paths = [os.fspath(p) for p in paths]
-        self.labels = np.asarray(targets, dtype=np.float32).reshape(-1, 1)
-        self.label_width = 1
-        self.kind = "files"
-        self.path = os.path.commonpath(self.paths) if self.paths else ""
-        self.restart_indexed = False
-        self._closed = False
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def image(self, i: int) -> memoryview:
-        try:
-            with open(self.paths[i], "rb") as f:
-                return memoryview(f.read())
-        except OSError as exc:
-            raise CorruptRecordError(
-                f"cannot read image file: {exc.strerror or exc}", shard=self.paths[i], record=int(i)
-            ) from None
-
-    def locate(self, i: int) -> str:
-        return self.paths[int(i)]
-
-    def will_need(self, indices: Iterable[int]) -> None:
-        """``posix_fadvise(WILLNEED)`` on each file: the kernel reads them ahead while we decode."""
-        if not hasattr(os, "posix_fadvise"):
-            return
-        for i in np.asarray(indices).tolist():
-            try:
-                fd = os.open(self.paths[i], os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
-
-    def close(self) -> None:
-        self._closed = True
 
 
 @dataclass
@@ -150,6 +103,9 @@ def resolve_source(dataset: Any) -> Source | str:
             return "a Subset whose indices fall outside its dataset"
         mapped = idx if inner.index_map is None else inner.index_map[idx]
         return Source(inner.records, mapped, inner.holder, inner.multi_label)
+    if is_timm_dataset(dataset):
+        records = timm_records(dataset)
+        return records if isinstance(records, str) else Source(records, None, dataset)
     reason = _torchvision_folder_reason(dataset)
     if reason is None:
         samples = dataset.samples
@@ -160,7 +116,10 @@ def resolve_source(dataset: Any) -> Source | str:
         return Source(FileRecords([p for p, _ in samples], targets), None, dataset)
     if reason != "not a DatasetFolder":
         return reason
-    return f"{type(dataset).__name__} is neither a torchvision ImageFolder/DatasetFolder nor a fastload dataset"
+    return (
+        f"{type(dataset).__name__} is neither a torchvision ImageFolder/DatasetFolder, a timm ImageDataset nor a "
+        "fastload dataset"
+    )
 
 
 class ImageDataset(torch.utils.data.Dataset[tuple[Any, Any]]):

@@ -1,8 +1,9 @@
 """Device stage (torch), iteration: one pass of a DataLoader on the engine, delivered as torch would.
 
 The sampler's index batches are fed to the engine's Loader; each decoded batch reaches the caller
-collated as torch's ``default_collate`` would build it (zero-copy from the ring), or as the samples
-a custom ``collate_fn`` receives after the per-sample ops the compiler left.
+collated as torch's ``default_collate`` (or timm's ``fast_collate``) would build it, zero-copy from the
+ring (:mod:`fastload.torch.collate`), or as the samples a custom ``collate_fn`` receives after the
+per-sample ops the compiler left.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from torch.utils.data import default_collate
 
 from fastload.batch import Batch
 from fastload.errors import LoaderClosed
 from fastload.stats import Stage
+from fastload.torch.collate import Collation, classify_collate
 from fastload.torch.compile import Plan
 from fastload.torch.placement import Placement
 from fastload.torch.planning import _EnginePlanning
@@ -84,17 +85,16 @@ class _FastIterator:
         self._dataset_len = len(self._index_map) if self._index_map is not None else self._num_records
         transform_ok = plan.is_tensor and not plan.rest
         self._target_transform = source.target_transform
-        self._fast_collate = (
-            self._auto_collation
-            and loader.collate_fn is default_collate
-            and transform_ok
-            and self._target_transform is None
-        )
+        collation = classify_collate(loader.collate_fn, uint8_images=not plan.is_float)
+        if not (self._auto_collation and transform_ok and self._target_transform is None):
+            collation = Collation("samples", collation.note)
+        self._collation = collation
+        self._fast_collate = collation.zero_copy
         placement = loader._placement_args
         if placement["targets"] is not None and not self._fast_collate:
             raise ValueError(
-                "device= / devices= need the default collate_fn, no target_transform and a transform "
-                f"the engine runs whole (this pass: {plan.describe()})"
+                "device= / devices= need the default collate_fn (or timm's fast_collate), no target_transform "
+                f"and a transform the engine runs whole (this pass: {plan.describe()})"
             )
         channels_last = placement["memory_format"] == torch.channels_last
         # Per-sample ops on PIL images want contiguous HWC rows; channels-last output is NHWC too.
@@ -289,8 +289,10 @@ class _FastIterator:
                     placed = self._placement.place(
                         images, targets, batches[0].add_fence if len(batches) == 1 else (lambda fence: None)
                     )
-                return [list(p) for p in placed] if isinstance(placed, list) else list(placed)
-            out = [images, targets]
+                if isinstance(placed, list):
+                    return [self._collation.build(*p) for p in placed]
+                return self._collation.build(*placed)
+            out = self._collation.build(images, targets)
             return _pin(out) if self._pin else out
         out = self._samples_collated(images, targets)
         return _pin(out) if self._pin else out
@@ -315,6 +317,8 @@ class _FastIterator:
 
             arr = images.numpy()
             pics: list[Any] = [Image.fromarray(arr[i]) for i in range(n)]
+        elif plan.as_numpy:  # timm's ToNumpy: CHW uint8 arrays
+            pics = [p.numpy() for p in images.unbind(0)]
         else:
             pics = list(images.unbind(0))
             if plan.tv_image:
@@ -339,9 +343,17 @@ class _FastIterator:
         finally:
             if rng is not None:
                 rng.__exit__(None, None, None)
+        seconds = time.perf_counter() - t0
+        note = self._collation.note
+        if note is not None and ("collate", note) not in self._warned:
+            self._warned.add(("collate", note))
+            warnings.warn(
+                f"fastload: {note}: {seconds * 1e3:.1f} ms in Python for this batch of {n}",
+                UserWarning,
+                stacklevel=4,
+            )
         if self._warn_pending:
             self._warn_pending = False
-            seconds = time.perf_counter() - t0
             key = ("rest", plan.describe())
             if key not in self._warned:
                 self._warned.add(key)

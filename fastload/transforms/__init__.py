@@ -13,7 +13,8 @@ Pillow fallback) interprets while decoding. One module per kind of op:
 - :mod:`fastload.transforms.pipeline`: ``Pipeline(geometry, ops, normalize, erase)``, the whole
   per-sample transform;
 - pixel ops on the output-sized image (:mod:`~fastload.transforms.color`,
-  :mod:`~fastload.transforms.mxnet_color`, :mod:`~fastload.transforms.policy`; counters and runner in
+  :mod:`~fastload.transforms.mxnet_color`, :mod:`~fastload.transforms.policy`,
+  :mod:`~fastload.transforms.timm_policy`; counters and runner in
   :mod:`~fastload.transforms.pixel`), the output-stage :mod:`~fastload.transforms.erasing` and the
   batch-level :mod:`~fastload.transforms.mixing`.
 """
@@ -37,6 +38,7 @@ from fastload.transforms.geometry import (
     eval_transform,
     random_crop_window,
     resample,
+    sample_interpolation,
     sample_params,
     train,
 )
@@ -47,6 +49,7 @@ from fastload.transforms.output import Normalize
 from fastload.transforms.pipeline import Pipeline, as_pipeline, op_counter_base
 from fastload.transforms.policy import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 from fastload.transforms.rng import sample_key, splitmix64, uniform
+from fastload.transforms.timm_policy import TimmAugMix, TimmAutoAugment, TimmRandAugment
 from fastload.transforms.warp import WarpPlan, warp_image
 
 __all__ = [
@@ -80,6 +83,9 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "SampleParams",
+    "TimmAugMix",
+    "TimmAutoAugment",
+    "TimmRandAugment",
     "Transform",
     "TrivialAugmentWide",
     "WarpPlan",
@@ -91,6 +97,7 @@ __all__ = [
     "op_counter_base",
     "random_crop_window",
     "resample",
+    "sample_interpolation",
     "sample_key",
     "sample_params",
     "splitmix64",

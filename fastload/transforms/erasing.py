@@ -14,7 +14,8 @@ with ``value``; when none fits, nothing changes. Counters (from ``1 << 20`` of t
 ``+4+4a`` left; ``value="random"`` takes element ``k`` of the box (channel-major, as torch's
 ``[C, h, w]`` noise) from ``+64+2k`` and ``+65+2k``: a standard normal for float outputs, a uniform
 integer in [0, 255] for uint8 outputs (torch would cast N(0, 1) to uint8, which gives only the values
-0-3 and 253-255: a deliberate difference).
+0-3 and 253-255: a deliberate difference). ``value="random_color"`` (timm's ``mode='rand'``) fills
+the whole box with one such value per channel: channel ``c`` takes element ``c``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class RandomErasing:
         scale: Range of the box area as a fraction of the image area.
         ratio: Range of the box aspect ratio (height / width, as torchvision).
         value: The fill in output units (normalized values for float outputs, 0..255 for uint8):
-            a number, one value per channel, or ``"random"``.
+            a number, one value per channel, ``"random"`` (a random value per element) or
+            ``"random_color"`` (a random value per channel, timm's ``mode='rand'``).
         inplace: Accepted for torchvision compatibility; the engine always erases in place in the
             batch buffer.
     """
@@ -81,8 +83,8 @@ class RandomErasing:
             raise ValueError(f"ratio={self.ratio!r} must be positive")
         value = self.value
         if isinstance(value, str):
-            if value != "random":
-                raise ValueError(f"value={value!r}: the only string accepted is 'random'")
+            if value not in ("random", "random_color"):
+                raise ValueError(f"value={value!r}: the strings accepted are 'random' and 'random_color'")
         elif isinstance(value, numbers.Real) and not isinstance(value, bool):
             value = (float(value),)
         elif (
@@ -92,7 +94,9 @@ class RandomErasing:
         ):
             value = tuple(float(v) for v in value)
         else:
-            raise ValueError(f"value={value!r} must be a number, 1 or 3 numbers (one per channel) or 'random'")
+            raise ValueError(
+                f"value={value!r} must be a number, 1 or 3 numbers (one per channel), 'random' or 'random_color'"
+            )
         if not isinstance(value, str) and not all(math.isfinite(v) for v in value):
             raise ValueError(f"value={self.value!r} must be finite")
         object.__setattr__(self, "p", float(self.p))
@@ -105,9 +109,13 @@ class RandomErasing:
     def random_value(self) -> bool:
         return self.value == "random"
 
+    @property
+    def random_color(self) -> bool:
+        return self.value == "random_color"
+
     def channel_values(self) -> tuple[float, float, float]:
-        """The constant fill per channel (undefined for ``"random"``)."""
-        if self.random_value:
+        """The constant fill per channel (undefined for ``"random"`` and ``"random_color"``)."""
+        if isinstance(self.value, str):
             return (0.0, 0.0, 0.0)
         value: Any = self.value  # a number tuple once __post_init__ has checked it
         if len(value) == 1:
@@ -137,14 +145,18 @@ class RandomErasing:
         """The ``[3, h, w]`` float64 fill of the box (channel-major, as torch's noise)."""
         eh, ew = params["height"], params["width"]
         if not self.random_value:
-            return np.broadcast_to(np.asarray(self.channel_values(), np.float64)[:, None, None], (3, eh, ew))
-        n = 3 * eh * ew
-        vals: list[float]
-        if np.dtype(dtype) == np.uint8:
-            vals = [float(randint(key, _E + _NOISE + 2 * k, 256)) for k in range(n)]
-        else:
-            vals = [normal(key, _E + _NOISE + 2 * k) for k in range(n)]
+            values = self.channel_values()
+            if self.random_color:
+                values = (self._noise(key, 0, dtype), self._noise(key, 1, dtype), self._noise(key, 2, dtype))
+            return np.broadcast_to(np.asarray(values, np.float64)[:, None, None], (3, eh, ew))
+        vals = [self._noise(key, k, dtype) for k in range(3 * eh * ew)]
         return np.asarray(vals, np.float64).reshape(3, eh, ew)
+
+    @staticmethod
+    def _noise(key: int, k: int, dtype: np.dtype[Any]) -> float:
+        if np.dtype(dtype) == np.uint8:
+            return float(randint(key, _E + _NOISE + 2 * k, 256))
+        return normal(key, _E + _NOISE + 2 * k)
 
     def apply_params(self, sample: NDArray[Any], params: dict[str, Any], key: int, *, channels_first: bool) -> None:
         """Erases ``sample`` (one output image, ``[3, H, W]`` or ``[H, W, 3]``) in place."""
@@ -241,6 +253,7 @@ def engine_output_spec(
             scale=erase.scale,
             log_ratio=(math.log(erase.ratio[0]), math.log(erase.ratio[1])),
             random_value=erase.random_value,
+            random_color=erase.random_color,
             value=erase.channel_values(),
         )
     return spec

@@ -12,10 +12,12 @@ float pixel coordinates of the full-size decoded image; the box is resampled to 
 and then mirrored left-right when the flip was drawn, top-bottom when the vertical flip was
 (``vflip``, torchvision's ``RandomVerticalFlip``). :class:`RandomCrop` takes an unscaled window of
 the padded image instead (its box may reach into the padding). Counters: RandomResizedCrop's
-attempts use 0..39, RandomCrop's window 0 (top) and 1 (left), the flip 40, the vertical flip 41.
-:func:`resample` is the reference:
+attempts use 0..39, RandomCrop's window 0 (top) and 1 (left), the flip 40, the vertical flip 41, the
+choice of filter 42. :func:`resample` is the reference:
 
-* ``interpolation`` ``"bilinear"`` (default), ``"bicubic"`` or ``"nearest"``;
+* ``interpolation`` ``"bilinear"`` (default), ``"bicubic"`` or ``"nearest"``, or a pair of them: one
+  of the two per image, each with probability 1/2 (timm's ``interpolation='random'``, bilinear or
+  bicubic; :attr:`SampleParams.interpolation` says which);
 * ``antialias=True`` (default): torchvision's PIL backend, whose filters follow Pillow's
   ``Image.resize`` (the triangle or a = -0.5 cubic filter with its support scaled by the
   downscale factor; torchvision's tensor resize with ``antialias=True`` follows the same filters),
@@ -54,6 +56,7 @@ __all__ = [
     "eval_transform",
     "random_crop_window",
     "resample",
+    "sample_interpolation",
     "sample_params",
     "train",
 ]
@@ -62,6 +65,7 @@ _DRAWS_PER_ATTEMPT = 4  # area, log-aspect, y, x
 _MAX_ATTEMPTS = 10
 _FLIP_DRAW = _DRAWS_PER_ATTEMPT * _MAX_ATTEMPTS  # 40
 _VFLIP_DRAW = _FLIP_DRAW + 1  # 41
+_INTERPOLATION_DRAW = _VFLIP_DRAW + 1  # 42: which filter of an interpolation pair
 # RandomCrop draws its window's top from counter 0 and its left from counter 1 (torchvision draws i,
 # then j).
 _CROP_TOP_DRAW, _CROP_LEFT_DRAW = 0, 1
@@ -116,7 +120,14 @@ def _check_interpolation(value: Any) -> str:
 
 
 def _check_filter(op: Any) -> None:
-    object.__setattr__(op, "interpolation", _check_interpolation(op.interpolation))
+    value = op.interpolation
+    if isinstance(value, (tuple, list)):
+        names = tuple(_check_interpolation(v) for v in value)
+        if len(names) != 2 or names[0] == names[1]:
+            raise ValueError(f"interpolation={value!r}: a random choice takes two different filters")
+        object.__setattr__(op, "interpolation", names)
+    else:
+        object.__setattr__(op, "interpolation", _check_interpolation(value))
     if not isinstance(op.antialias, bool):
         raise ValueError(f"antialias={op.antialias!r} must be a bool")
 
@@ -131,7 +142,8 @@ class RandomResizedCrop:
         ratio: Range of the crop's aspect ratio (width / height).
         flip: Probability of a horizontal flip.
         interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"`` (torchvision's
-            ``InterpolationMode`` members are accepted).
+            ``InterpolationMode`` members are accepted), or a pair of them: one drawn per image
+            (timm's ``interpolation='random'`` is ``("bilinear", "bicubic")``).
         antialias: torchvision's ``antialias``: True follows the PIL backend's filters (the
             default), False the tensor resize without antialiasing (see the module docstring).
         vflip: Probability of a vertical flip (torchvision's ``RandomVerticalFlip(p)``).
@@ -141,7 +153,7 @@ class RandomResizedCrop:
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
     flip: float = 0.5
-    interpolation: str = "bilinear"
+    interpolation: str | tuple[str, str] = "bilinear"
     antialias: bool = True
     vflip: float = 0.0
 
@@ -168,7 +180,8 @@ class CenterCrop:
         resize: Length the shorter side is scaled to before the center crop; ``None`` crops the
             largest centered box of the output's aspect ratio without a prior resize step.
         flip: Probability of a horizontal flip (0 for evaluation).
-        interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"`` (of the ``Resize``).
+        interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"`` (of the ``Resize``), or a pair
+            of them drawn per image.
         antialias: As for :class:`RandomResizedCrop`.
         vflip: Probability of a vertical flip.
     """
@@ -176,7 +189,7 @@ class CenterCrop:
     size: int | tuple[int, int] = 224
     resize: int | None = 256
     flip: float = 0.0
-    interpolation: str = "bilinear"
+    interpolation: str | tuple[str, str] = "bilinear"
     antialias: bool = True
     vflip: float = 0.0
 
@@ -201,14 +214,14 @@ class Resize:
     Args:
         size: Output ``(height, width)`` or one int for a square.
         flip: Probability of a horizontal flip.
-        interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"``.
+        interpolation: ``"bilinear"``, ``"bicubic"`` or ``"nearest"``, or a pair of them drawn per image.
         antialias: As for :class:`RandomResizedCrop`.
         vflip: Probability of a vertical flip.
     """
 
     size: int | tuple[int, int] = 224
     flip: float = 0.0
-    interpolation: str = "bilinear"
+    interpolation: str | tuple[str, str] = "bilinear"
     antialias: bool = True
     vflip: float = 0.0
 
@@ -369,10 +382,11 @@ def _round_half_even(x: float) -> int:
 
 @dataclass(frozen=True)
 class SampleParams:
-    """What the engine did to one sample: the source box (float pixels) and the flips.
+    """What the engine did to one sample: the source box (float pixels), the flips and the filter.
 
     For RandomCrop the box is the crop window in the original image's coordinates; it may reach
-    past the image (into the padding), e.g. ``(-4, -2, 28, 30)``.
+    past the image (into the padding), e.g. ``(-4, -2, 28, 30)``. ``interpolation`` is the filter
+    the box was resampled with (the drawn one when the op gives a pair).
     """
 
     x0: float
@@ -381,6 +395,7 @@ class SampleParams:
     y1: float
     flip: bool
     vflip: bool = False
+    interpolation: str = "bilinear"
 
     @property
     def box(self) -> tuple[float, float, float, float]:
@@ -463,6 +478,14 @@ def _center_crop_window(width: int, height: int, t: CenterCrop) -> tuple[int, in
     return new_w, new_h, left, top
 
 
+def sample_interpolation(transform: Any, key: int) -> str:
+    """The filter of one sample: the op's, or one of its pair (``uniform(key, 42) < 0.5``: the first)."""
+    interpolation: str | tuple[str, str] = getattr(transform, "interpolation", "bilinear")
+    if isinstance(interpolation, tuple):
+        return interpolation[0] if uniform(key, _INTERPOLATION_DRAW) < 0.5 else interpolation[1]
+    return interpolation
+
+
 def sample_params(width: int, height: int, transform: Transform, *, seed: int, epoch: int, index: int) -> SampleParams:
     """The source box and flip the engine uses for one sample (the reference implementation).
 
@@ -484,6 +507,7 @@ def sample_params(width: int, height: int, transform: Transform, *, seed: int, e
     flips: dict[str, Any] = {
         "flip": uniform(key, _FLIP_DRAW) < transform.flip,
         "vflip": uniform(key, _VFLIP_DRAW) < getattr(transform, "vflip", 0.0),
+        "interpolation": sample_interpolation(transform, key),
     }
     if transform.kind == OpKind.RANDOM_CROP:
         window = random_crop_window(width, height, transform, key)
@@ -572,7 +596,7 @@ def resample(image: Any, params: SampleParams, transform: Transform) -> NDArray[
         if params.vflip:
             arr = arr[::-1]
         return np.ascontiguousarray(arr)
-    interpolation = getattr(transform, "interpolation", "bilinear")
+    interpolation = params.interpolation
     antialias = getattr(transform, "antialias", True)
     x0, y0, x1, y1 = params.box
     crop = transform.kind == OpKind.RANDOM_RESIZED_CROP

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastload.engine import pixel_engine
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms.pixel import BATCH_OPS_COUNTER_BASE
 from fastload.transforms.rng import beta, randint, sample_key, uniform
 

@@ -27,6 +27,9 @@ Counter layout of one sample (``k`` = position of the op in ``ops``, ``B = 64 * 
       RandAugment            op i (i < num_ops <= 31): B+2i which op, B+2i+1 its sign
                              (negative when u >= 0.5, as torchvision's ``randint(2) == 1``)
       TrivialAugmentWide     B+0 which op, B+1 which magnitude bin, B+2 its sign (as RandAugment)
+      TimmRandAugment,       their own stream ``policy_key(key, B)`` (any number of ops): the layout
+      TimmAutoAugment,       in :mod:`fastload.transforms.timm_policy`
+      TimmAugMix
     [1 << 20, ...)           output-stage ops (:mod:`fastload.transforms.erasing`): RandomErasing
                              1<<20 (applied when u < p), then attempt a in 0..9: +1+4a area,
                              +2+4a log aspect ratio, +3+4a top, +4+4a left; "random" values from
@@ -51,7 +54,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastload.engine import pixel_engine
-from fastload.engine_abi import to_native
+from fastload.engine_structs import to_native
 from fastload.transforms.pipeline import ERASE_COUNTER_BASE, OP_COUNTER_STRIDE, op_counter_base
 
 __all__ = [
@@ -129,7 +132,7 @@ def check_pixel_ops(ops: Sequence[Any]) -> tuple[Any, ...]:
         if not isinstance(op, PixelOp):
             raise ValueError(
                 f"ops[{i}]={op!r} is not a pixel op (ColorJitter, RandomGrayscale, Grayscale, "
-                "Lighting, MXNetColorAugment, AutoAugment, RandAugment, TrivialAugmentWide)"
+                "Lighting, MXNetColorAugment, AutoAugment, RandAugment, TrivialAugmentWide, timm's policies)"
             )
     return ops
 

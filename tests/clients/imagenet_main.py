@@ -4,14 +4,19 @@ The drop-in tests run it twice, once as written and once with its ``DataLoader``
 changed to ``from fastload.torch import DataLoader``, and compare what each rank saw. It records,
 per rank: the train batches' targets, shapes and dtypes per epoch, the validation images and targets
 (the main loader over ``DistributedSampler(val, shuffle=False, drop_last=True)`` and the extra
-``Subset`` loader for the remainder), and the loaders' classes.
+``Subset`` loader for the remainder), and the loaders' classes. With ``--bench OUT.json`` it times
+instead: two passes of its train loader alone (the second timed) and one training epoch
+(``bench/clients.py``).
 
-Usage: ``python imagenet_main.py DATA OUT --rank R --world-size W --port P [--epochs 2] [-b 4] [-j 2]``
+Usage: ``python imagenet_main.py DATA OUT --rank R --world-size W --port P [--epochs 2] [-b 4] [-j 2]
+[--bench OUT.json]``
 """
 
 import argparse
 import datetime
+import json
 import os
+import time
 import warnings
 
 import torch
@@ -34,6 +39,7 @@ def main():
     parser.add_argument("-b", "--batch-size", type=int, default=4)
     parser.add_argument("-j", "--workers", type=int, default=2)
     parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--bench", default=None, help="time the loader and one epoch, write them here")
     args = parser.parse_args()
     warnings.simplefilter("always")  # so that every warning is recorded below
     caught = []
@@ -72,7 +78,8 @@ def main():
 
     record = {"loader": f"{type(train_loader).__module__}.{type(train_loader).__name__}", "train": [], "val": [],
               "val_sampler_len": len(val_loader.sampler)}
-    for epoch in range(args.epochs):
+
+    def train(epoch):
         train_sampler.set_epoch(epoch)
         model.train()
         seen = []
@@ -86,7 +93,25 @@ def main():
             optimizer.step()
             seen.append({"target": target.tolist(), "shape": list(images.shape), "dtype": str(images.dtype),
                          "min": float(images.min()), "max": float(images.max())})
-        record["train"].append(seen)
+        return seen
+
+    if args.bench:
+        for epoch in range(2):  # the first pass warms the page cache and the workers' or engine's state
+            train_sampler.set_epoch(epoch)
+            t0, loader_n = time.perf_counter(), 0
+            for images, target in train_loader:
+                loader_n += images.shape[0]
+            loader_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        epoch_n = sum(s["shape"][0] for s in train(2))
+        epoch_s = time.perf_counter() - t0
+        with open(args.bench, "w") as fh:
+            json.dump({"loader_images": loader_n, "loader_seconds": loader_s, "epoch_images": epoch_n,
+                       "epoch_seconds": epoch_s, "loader": record["loader"], "warnings": caught}, fh)
+        dist.destroy_process_group()
+        return
+    for epoch in range(args.epochs):
+        record["train"].append(train(epoch))
 
     model.eval()
     with torch.no_grad():

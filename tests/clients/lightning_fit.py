@@ -8,14 +8,18 @@ re-instantiates it with a ``DistributedSampler`` (``use_distributed_sampler=True
 calls ``set_epoch``, and saves / restores ``state_dict()`` of loaders that have one. The drop-in tests
 run it as written and with the ``DataLoader`` import line changed to
 ``from fastload.torch import DataLoader``. Each rank records the targets of every training step and
-the loader Lightning ended up with.
+the loader Lightning ended up with. With ``--bench OUT.json`` (one process) it times instead: two
+passes of ``train_dataloader()`` alone (the second timed) and one epoch of ``Trainer.fit``
+(``bench/clients.py``).
 
-Usage: ``python lightning_fit.py DATA OUT --max-steps N [--every K --crash-at S] [--resume-from CKPT]``
+Usage: ``python lightning_fit.py DATA OUT --max-steps N [--every K --crash-at S] [--resume-from CKPT]
+[-b 2] [--size 48] [-j 2] [--bench OUT.json]``
 """
 
 import argparse
 import json
 import os
+import time
 import warnings
 
 import lightning as L
@@ -32,10 +36,13 @@ class Crash(Exception):
 
 
 class Model(L.LightningModule):
-    def __init__(self, data: str, out: str, size: int = 48, crash_at: int = -1) -> None:
+    def __init__(self, data: str, out: str, size: int = 48, crash_at: int = -1, batch_size: int = 2,
+                 workers: int = 2) -> None:
         super().__init__()
         self.data, self.out, self.size, self.crash_at = data, out, size, crash_at
-        self.net = nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(3 * 16, 4))
+        self.batch_size, self.workers = batch_size, workers
+        classes = sum(1 for entry in os.scandir(data) if entry.is_dir())
+        self.net = nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(3 * 16, classes))
         self.seen = []
 
     def train_dataloader(self):
@@ -43,14 +50,15 @@ class Model(L.LightningModule):
         dataset = datasets.ImageFolder(self.data, transforms.Compose([
             transforms.RandomResizedCrop(self.size), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
             normalize]))
-        return DataLoader(dataset, batch_size=2, shuffle=True, num_workers=2)
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=True, num_workers=self.workers)
 
     def training_step(self, batch, batch_idx):
         if self.global_step == self.crash_at:
             raise Crash(f"simulated failure at step {self.global_step}")
         images, target = batch
-        self.seen.append({"epoch": self.current_epoch, "idx": batch_idx, "target": target.tolist(),
-                          "shape": list(images.shape), "dtype": str(images.dtype)})
+        if self.crash_at != -2:  # -2: a timed run (--bench) records nothing
+            self.seen.append({"epoch": self.current_epoch, "idx": batch_idx, "target": target.tolist(),
+                              "shape": list(images.shape), "dtype": str(images.dtype)})
         return nn.functional.cross_entropy(self.net(images), target)
 
     def configure_optimizers(self):
@@ -69,14 +77,22 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("data")
     parser.add_argument("out")
-    parser.add_argument("--max-steps", type=int, required=True)
+    parser.add_argument("--max-steps", type=int, default=-1)
     parser.add_argument("--resume-from", default=None)
     parser.add_argument("--every", type=int, default=0, help="save a checkpoint every N training steps")
     parser.add_argument("--crash-at", type=int, default=-1)
+    parser.add_argument("-b", "--batch-size", type=int, default=2)
+    parser.add_argument("-j", "--workers", type=int, default=2)
+    parser.add_argument("--size", type=int, default=48)
+    parser.add_argument("--bench", default=None, help="time the loader and one epoch, write them here")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     L.seed_everything(0, workers=True)
-    model = Model(args.data, args.out, crash_at=args.crash_at)
+    if args.bench:
+        bench(args)
+        return
+    model = Model(args.data, args.out, crash_at=args.crash_at, size=args.size, batch_size=args.batch_size,
+                  workers=args.workers)
     callbacks = [ModelCheckpoint(dirpath=os.path.dirname(args.out), filename="mid", every_n_train_steps=args.every,
                                  save_top_k=-1)] if args.every else []
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=args.max_steps, logger=False,
@@ -87,6 +103,27 @@ def main():
     except Crash:
         pass
     model.write()
+
+
+def bench(args):
+    model = Model(args.data, args.out, crash_at=-2, size=args.size, batch_size=args.batch_size, workers=args.workers)
+    loader = model.train_dataloader()
+    for _ in range(2):  # the first pass warms the page cache and the workers' or engine's state
+        t0, loader_n = time.perf_counter(), 0
+        for images, target in loader:
+            loader_n += images.shape[0]
+        loader_s = time.perf_counter() - t0
+    del loader
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    t0 = time.perf_counter()
+    trainer.fit(model)
+    epoch_s = time.perf_counter() - t0
+    fitted = trainer.train_dataloader
+    with open(args.bench, "w") as fh:
+        json.dump({"loader_images": loader_n, "loader_seconds": loader_s, "epoch_images": loader_n,
+                   "epoch_seconds": epoch_s, "loader": f"{type(fitted).__module__}.{type(fitted).__name__}",
+                   "warnings": []}, fh)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,11 @@ import mxnet as mx  # noqa: E402
 from common import data, fit  # noqa: E402
 
 
-def tiny_symbol(num_classes):
+def tiny_symbol(num_classes, size=32):
     net = mx.sym.var("data")
+    if size > 32:  # large inputs are pooled to about 32 x 32 first: the network stays tiny at any size
+        k = size // 32
+        net = mx.sym.Pooling(net, kernel=(k, k), stride=(k, k), pool_type="avg")
     net = mx.sym.Convolution(net, kernel=(3, 3), num_filter=8, name="conv0")
     net = mx.sym.Activation(net, act_type="relu")
     net = mx.sym.Pooling(net, global_pool=True, pool_type="avg", kernel=(1, 1))
@@ -32,7 +35,7 @@ def main(argv=None):
     data.add_data_aug_args(parser)
     parser.set_defaults(image_shape="3,32,32", min_random_scale=1)
     args = data.apply_aug_presets(parser, argv)
-    fit.fit(args, tiny_symbol(args.num_classes), data.get_rec_iter)
+    fit.fit(args, tiny_symbol(args.num_classes, int(args.image_shape.split(",")[-1])), data.get_rec_iter)
 
 
 if __name__ == "__main__":
