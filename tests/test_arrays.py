@@ -67,7 +67,7 @@ def test_pack_and_read_back_every_row(inputs):
         np.testing.assert_array_equal(d.take_into(rows, got), dense[rows])
         c = arrays.array("x")
         assert c.stype == "csr" and c.shape == (97, 300)
-        from fastload.mxnet.array_iter import csr_take_rows
+        from fastload.mxnet.array_sources import csr_take_rows
 
         vals, idx, ptr = csr_take_rows(c.indptr, c.indices, c.data, rows)
         np.testing.assert_array_equal(sp.csr_matrix((vals, idx, ptr), shape=(5, 300)).toarray(), x[rows].toarray())
@@ -192,7 +192,7 @@ def test_every_gather_path_reads_the_same_rows(inputs, monkeypatch, engine):
             got = np.empty((len(rows), 3, 2), np.float32)
             np.testing.assert_array_equal(d.take_into(rows, got), dense[rows])
             np.testing.assert_array_equal(d.vector[rows], dense[rows])
-            from fastload.mxnet.array_iter import csr_take_rows
+            from fastload.mxnet.array_sources import csr_take_rows
 
             vals, idx, ptr = csr_take_rows(c.indptr, c.indices, c.data, rows)
             np.testing.assert_array_equal(

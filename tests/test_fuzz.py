@@ -289,9 +289,9 @@ def test_fuzz_lmdb(packed_pair, tmp_path_factory, data):
 def _csr_check():
     if not HAVE_MXNET:
         return None
-    from fastload.mxnet import array_iter
+    from fastload.mxnet.array_sources import check_csr
 
-    return getattr(array_iter, "check_csr", None)
+    return check_csr
 
 
 @st.composite
@@ -319,7 +319,7 @@ def _csr_valid(rows, cols, indptr, indices, nnz) -> bool:
 
 @pytest.mark.skipif(
     _csr_check() is None,
-    reason="NDArrayIter's CSR input check (fastload.mxnet.array_iter.check_csr) is not in this checkout",
+    reason="MXNet is not installed",
 )
 @fuzz(200)
 @given(csr_parts())

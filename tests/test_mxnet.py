@@ -14,7 +14,8 @@ mx = pytest.importorskip("mxnet")
 sp = pytest.importorskip("scipy.sparse")
 
 import fastload.mxnet as fm
-from fastload.mxnet.array_iter import csr_take_rows, plan_epoch
+from fastload.mxnet.array_iter import plan_epoch
+from fastload.mxnet.array_sources import csr_take_rows
 from fastload.mxnet.placement import numpy_view, pinned_empty, split_slices
 
 

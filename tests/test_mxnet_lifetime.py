@@ -229,7 +229,7 @@ def test_csr_structure_is_checked():
     ptr = m.indptr.copy()
     ptr[4], ptr[5] = ptr[5], ptr[4] - 1
     with pytest.raises(ValueError, match="indptr decreases at row"):
-        from fastload.mxnet.array_iter import check_csr
+        from fastload.mxnet.array_sources import check_csr
 
         check_csr("x", ptr, m.indices, len(m.data), (10, 50))
     with pytest.raises(ValueError, match="indptr has"):
