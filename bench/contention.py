@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .harness import machine_line
 from .paired import run_pair
 
 __all__ = ["CLIENTS", "SETTINGS", "TARGET_RATIO", "TARGET_WAIT_SLOT", "burner", "main", "run"]
@@ -484,7 +485,7 @@ def run(
 def format_report(report: dict) -> str:
     env = report["environment"]
     lines = [
-        f"{env['cpu_model']}, {env['cores']} cores, python {env['python']}, git {env['git_sha']}, {env['timestamp']}",
+        machine_line(env),
         f"command: {env['command']}",
         f"dataset: {report['dataset']['source']} ({report['dataset']['images']} images); batch "
         f"{report['batch_size']}, {report['workers']} workers / decode threads, {report['size']}x{report['size']}",

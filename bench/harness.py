@@ -551,6 +551,14 @@ def _version(module: str) -> str | None:
         return None
 
 
+def machine_line(env: dict) -> str:
+    """The report's line saying where a run ran: CPU, cores, Python, git sha and time, from :func:`environment`."""
+    return (
+        f"{env.get('cpu_model')}, {env.get('cores')} cores, python {env.get('python')}, git {env.get('git_sha')}, "
+        f"{env.get('timestamp')}"
+    )
+
+
 def environment(argv: Sequence[str], *, extra_versions: dict[str, str | None] | None = None) -> dict:
     """Where and with what the benchmark ran: command, host, CPU, cores, versions, git sha, time."""
     versions = {name: _version(name) for name in ("numpy", "torch", "mxnet", "PIL", "simplejpeg", "lmdb", "matplotlib")}

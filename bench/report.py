@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Sequence
 
-from .harness import Result
+from .harness import Result, machine_line
 
 __all__ = ["GROUP_TITLES", "format_table", "format_targets", "plot", "write_outputs"]
 
@@ -252,8 +252,7 @@ def render_text(
 ) -> str:
     head = [
         f"$ {env.get('command')}",
-        f"{env.get('cpu_model')}, {env.get('cores')} cores, python {env.get('python')}, git {env.get('git_sha')}, "
-        f"{env.get('timestamp')}",
+        machine_line(env),
         f"dataset: {dataset.get('source')} ({dataset.get('images')} images, mean {dataset.get('mean_kb')} KB)",
     ]
     for note in dataset.get("notes") or []:

@@ -17,6 +17,8 @@ import os
 import statistics
 from collections.abc import Sequence
 
+from .harness import machine_line
+
 __all__ = ["checks", "markdown_summary", "profile_rows", "render", "write_outputs"]
 
 _TARGET = 0.9
@@ -222,8 +224,7 @@ def render(doc: dict) -> str:
     ds = doc.get("dataset", {})
     lines = [
         f"$ {env.get('command', '')}",
-        f"{env.get('cpu_model')}, {env.get('cores')} cores, python {env.get('python')}, git {env.get('git_sha')}, "
-        f"{env.get('timestamp')}",
+        machine_line(env),
     ]
     if doc.get("skipped"):
         lines.append(f"no slow device on this machine: {doc['skipped']}")

@@ -32,6 +32,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .harness import machine_line
+
 __all__ = ["TARGETS", "Comparison", "Side", "main", "run"]
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -340,7 +342,7 @@ def run(
 def format_report(report: dict) -> str:
     env = report["environment"]
     lines = [
-        f"{env['cpu_model']}, {env['cores']} cores, python {env['python']}, git {env['git_sha']}, {env['timestamp']}",
+        machine_line(env),
         f"command: {env['command']}",
         f"dataset: {report['dataset']['source']} ({report['dataset']['images']} images, "
         f"{report['dataset']['mean_kb']} KB mean); batch {report['batch_size']}, num_workers "
