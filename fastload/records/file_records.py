@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
+from fastload.records.folder_tree import advise_will_need, read_regular_file
 
 __all__ = ["FileRecords", "TarMember", "TarMemberRecords"]
 
@@ -52,8 +53,7 @@ class FileRecords:
 
     def image(self, i: int) -> memoryview:
         try:
-            with open(self.paths[i], "rb") as f:
-                return memoryview(f.read())
+            return memoryview(read_regular_file(self.paths[i]))
         except OSError as exc:
             raise CorruptRecordError(
                 f"cannot read image file: {exc.strerror or exc}", shard=self.paths[i], record=int(i)
@@ -64,17 +64,7 @@ class FileRecords:
 
     def will_need(self, indices: Any) -> None:
         """``posix_fadvise(WILLNEED)`` on each file: the kernel reads them ahead while we decode."""
-        if not hasattr(os, "posix_fadvise"):
-            return
-        for i in np.asarray(indices).tolist():
-            try:
-                fd = os.open(self.paths[i], os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
+        advise_will_need(self.paths[i] for i in np.asarray(indices).tolist())
 
     def close(self) -> None:
         self._closed = True

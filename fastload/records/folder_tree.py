@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from fastload.errors import UserError
@@ -87,6 +87,27 @@ _KINDS = (
 def _not_regular(mode: int) -> str:
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
     return f"not a regular file ({kind}): never opened" if kind != "not a regular file" else kind
+
+
+def advise_will_need(paths: Iterable[str]) -> None:
+    """``posix_fadvise(WILLNEED)`` on each file, so the kernel reads them ahead while we decode.
+
+    Opened with ``O_NONBLOCK`` (a FIFO put in place of a file never blocks the hint); files that
+    cannot be opened are left to the read, which reports them.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass  # a hint only (ESPIPE on a FIFO): the read that follows reports such a file
+        finally:
+            os.close(fd)
 
 
 def read_regular_file(path: str, max_bytes: int | None = None) -> bytes:

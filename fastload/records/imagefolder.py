@@ -9,7 +9,6 @@ decoded, named by its path. Only regular files are listed, and each directory is
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from fastload.errors import CorruptRecordError
 from fastload.records.base import Dataset
-from fastload.records.folder_tree import read_regular_file, scan_folder
+from fastload.records.folder_tree import advise_will_need, read_regular_file, scan_folder
 from fastload.records.recordio import pack_header
 
 __all__ = ["ImageFolderDataset"]
@@ -72,17 +71,15 @@ class ImageFolderDataset(Dataset):
 
     def will_need(self, indices: Iterable[int]) -> None:
         """``posix_fadvise(WILLNEED)`` on each file."""
-        if self._closed or not hasattr(os, "posix_fadvise"):
+        if self._closed:
             return
+        files = []
         for i in indices:
             try:
-                fd = os.open(self.files[self._check_index(i)], os.O_RDONLY | os.O_NONBLOCK)  # never blocks
-            except (OSError, IndexError):
+                files.append(self.files[self._check_index(i)])
+            except IndexError:
                 continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
+        advise_will_need(files)
 
     def close(self) -> None:
         with self._lock:
