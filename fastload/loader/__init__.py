@@ -13,7 +13,7 @@ hold a lease on their slot; the slot is refilled only once every array, slice or
 made from them has been garbage-collected (and the fences attached to it completed). Keeping
 batches is safe: the ring grows by up to ``max_extra_slots`` slots, then hands out batches in fresh
 memory with one :class:`~fastload.errors.KeptBatchesWarning`. ``copy=True`` still hands out
-detached copies (no longer needed for safety). See :mod:`fastload.batch`.
+detached copies (not needed for safety). See :mod:`fastload.batch`.
 
 Position, resume and epochs: iterating the loader runs one epoch. When an epoch is completed the
 loader moves to the next one by itself, and :meth:`Loader.set_epoch` sets it explicitly (as with
