@@ -39,11 +39,11 @@ demo: $(STAMP)
 	$(VPY) tools/demo_load.py $(DEMO)/packed
 
 test: $(STAMP)
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q -rs tests
 
 # The whole suite with Pillow decoding every image (the path used where the engine is not built).
 test-pillow: $(STAMP)
-	FASTLOAD_DECODER=pillow $(VPY) -m pytest -q tests
+	FASTLOAD_DECODER=pillow $(VPY) -m pytest -q -rs tests
 
 # ruff and mypy over the scope pyproject.toml gives them (the same hooks as .pre-commit-config.yaml);
 # the engine's stub: generated from fastload/engine_abi.py (the committed one must be that output) and
