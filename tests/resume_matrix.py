@@ -88,6 +88,46 @@ class LoaderPath:
             close()
 
 
+class IteratedPath(LoaderPath):
+    """A path whose ``open`` returns ``{"loader": ..., "it": None}``: batches come from iterating the
+    loader, one pass at a time; a subclass says how a pass starts and which ids a batch holds."""
+
+    def start_pass(self, handle: dict[str, Any]) -> None:
+        """Called before a pass's iterator is made."""
+
+    def ids(self, batch: Any) -> np.ndarray:
+        return batch.indices.copy()
+
+    def take(self, handle: Any, count: int | None) -> list[np.ndarray]:
+        if count == 0:
+            return []
+        if handle["it"] is None:
+            self.start_pass(handle)
+            handle["it"] = iter(handle["loader"])
+        out = []
+        for batch in handle["it"]:
+            out.append(self.ids(batch))
+            if count is not None and len(out) == count:
+                break
+        else:
+            handle["it"] = None
+        return out
+
+    def state(self, handle: Any) -> dict[str, Any]:
+        return handle["loader"].state_dict()
+
+    def load(self, handle: Any, state: dict[str, Any]) -> None:
+        handle["loader"].load_state_dict(state)
+        handle["it"] = None
+
+    def set_epoch(self, handle: Any, epoch: int) -> None:
+        handle["loader"].set_epoch(epoch)
+        handle["it"] = None
+
+    def close(self, handle: Any) -> None:
+        handle["loader"].close()
+
+
 def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
     """``state`` through ``json``, ``pickle`` and ``torch.save`` (``weights_only=True``) in turn; must be unchanged."""
     out = json.loads(json.dumps(state))

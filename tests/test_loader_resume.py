@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 from fake_dataset import FakeDataset
-from resume_matrix import Job, LoaderPath, check_epoch, play, roundtrip
+from resume_matrix import IteratedPath, Job, check_epoch, play, roundtrip
 
 from fastload.errors import ResumeStateError
 from fastload.loader import Loader, LoaderConfig
@@ -38,7 +38,7 @@ def cfg(**kw):
     return LoaderConfig(**kw)
 
 
-class LoaderRanks(LoaderPath):
+class LoaderRanks(IteratedPath):
     """``fastload.Loader`` with ``rank=`` / ``world_size=``; ids are ``batch.indices``."""
 
     def __init__(self, data, mode: str, even: str = "pad", drop_last: bool = False, **more) -> None:
@@ -57,34 +57,6 @@ class LoaderRanks(LoaderPath):
             **self.more,
         )
         return {"loader": Loader(self.data, config), "it": None}
-
-    def take(self, h, count):
-        if count == 0:
-            return []
-        if h["it"] is None:
-            h["it"] = iter(h["loader"])
-        out = []
-        for b in h["it"]:
-            out.append(b.indices.copy())
-            if count is not None and len(out) == count:
-                break
-        else:
-            h["it"] = None
-        return out
-
-    def state(self, h):
-        return h["loader"].state_dict()
-
-    def load(self, h, state):
-        h["loader"].load_state_dict(state)
-        h["it"] = None
-
-    def set_epoch(self, h, epoch):
-        h["loader"].set_epoch(epoch)
-        h["it"] = None
-
-    def close(self, h):
-        h["loader"].close()
 
 
 JOBS = {

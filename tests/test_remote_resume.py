@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from remote_fixtures import images_folder, packed_folder, requires_s3, s3_dataset, s3_server  # noqa: F401
-from resume_matrix import Job, LoaderPath, check_epoch, play
+from resume_matrix import IteratedPath, Job, check_epoch, play
 
 from fastload.loader import Loader, LoaderConfig
 from fastload.records.remote.dataset import open_remote_dataset
@@ -16,7 +16,7 @@ from fastload.transforms import eval_transform
 pytestmark = requires_s3
 
 
-class RemoteRanks(LoaderPath):
+class RemoteRanks(IteratedPath):
     """``fastload.Loader`` in shard order over an S3 dataset; each rank its own dataset, one cache per job."""
 
     def __init__(self, url: str, options: dict, cache: str) -> None:
@@ -47,31 +47,6 @@ class RemoteRanks(LoaderPath):
             window=2,
         )
         return {"ds": ds, "loader": Loader(ds, config), "it": None, "plans": plans}
-
-    def take(self, h, count):
-        if count == 0:
-            return []
-        if h["it"] is None:
-            h["it"] = iter(h["loader"])
-        out = []
-        for b in h["it"]:
-            out.append(b.indices.copy())
-            if count is not None and len(out) == count:
-                break
-        else:
-            h["it"] = None
-        return out
-
-    def state(self, h):
-        return h["loader"].state_dict()
-
-    def load(self, h, state):
-        h["loader"].load_state_dict(state)
-        h["it"] = None
-
-    def set_epoch(self, h, epoch):
-        h["loader"].set_epoch(epoch)
-        h["it"] = None
 
     def close(self, h):
         h["loader"].close()

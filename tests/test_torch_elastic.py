@@ -22,7 +22,7 @@ pytest.importorskip("torchvision")
 
 import torch.utils.data as tud
 from fake_dataset import FakeDataset
-from resume_matrix import Job, LoaderPath, check_epoch, play, roundtrip
+from resume_matrix import IteratedPath, Job, check_epoch, play, roundtrip
 
 from fastload.errors import ResumeStateError
 from fastload.order import share_length
@@ -42,7 +42,7 @@ def data():
     return ShardedFake(N, label_width=2)
 
 
-class DataLoaderRanks(LoaderPath):
+class DataLoaderRanks(IteratedPath):
     """``DataLoader(sampler=OrderSampler(rank=, world_size=))``; each job another worker / thread / prefetch count."""
 
     def __init__(self, data, mode: str, drop_last: bool = False) -> None:
@@ -68,36 +68,14 @@ class DataLoaderRanks(LoaderPath):
         )
         return {"loader": loader, "it": None}
 
-    def take(self, h, count):
-        if count == 0:
-            return []
-        if h["it"] is None:
-            # Every process of a DDP job seeds torch alike, so every rank draws the same base_seed
-            # for a pass (and saves the same state).
-            torch.manual_seed(0)
-            h["it"] = iter(h["loader"])
-        out = []
-        for _, labels in h["it"]:
-            out.append(labels[:, 0].to(torch.int64).numpy().copy())
-            if count is not None and len(out) == count:
-                break
-        else:
-            h["it"] = None
-        return out
+    def start_pass(self, h):
+        # Every process of a DDP job seeds torch alike, so every rank draws the same base_seed
+        # for a pass (and saves the same state).
+        torch.manual_seed(0)
 
-    def state(self, h):
-        return h["loader"].state_dict()
-
-    def load(self, h, state):
-        h["loader"].load_state_dict(state)
-        h["it"] = None
-
-    def set_epoch(self, h, epoch):
-        h["loader"].set_epoch(epoch)
-        h["it"] = None
-
-    def close(self, h):
-        h["loader"].close()
+    def ids(self, batch):
+        _, labels = batch
+        return labels[:, 0].to(torch.int64).numpy().copy()
 
 
 JOBS = {
