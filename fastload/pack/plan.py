@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,6 +78,25 @@ def fixed_edges(n: int, shards: int | None) -> list[int] | None:
     return [i * n // k for i in range(k + 1)]
 
 
+def output_settings(options: PackOptions, name: str, source: str) -> dict[str, Any]:
+    """The settings every pack's output depends on, whatever its input: part of its fingerprint."""
+    return {
+        "v": FORMAT_VERSION,
+        "format": options.format.value,
+        "resize": options.resize,
+        "quality": options.quality,
+        "name": name,
+        "restart_index": options.restart_index,
+        # The transcode settings change the bytes: shards from other settings are not reused.
+        "restart": manifest_settings(options.restart_config()) if options.restart_index else None,
+        "on_error": options.on_error.value,
+        "source": source,
+        "shards": options.shards,
+        "shard_size": None if options.shards else options.shard_size,
+        "max_pixels": options.max_pixels,
+    }
+
+
 def fingerprint(
     source: Source, order: NDArray[np.int64], stats: list[tuple[int, int]], options: PackOptions, name: str
 ) -> str:
@@ -85,20 +105,8 @@ def fingerprint(
     h.update(
         json.dumps(
             {
-                "v": FORMAT_VERSION,
-                "format": options.format.value,
-                "resize": options.resize,
-                "quality": options.quality,
-                "name": name,
-                "restart_index": options.restart_index,
-                # The transcode settings change the bytes: shards from other settings are not reused.
-                "restart": manifest_settings(options.restart_config()) if options.restart_index else None,
-                "on_error": options.on_error.value,
-                "source": source.path,
+                **output_settings(options, name, source.path),
                 "root": source.root,
-                "shards": options.shards,
-                "shard_size": None if options.shards else options.shard_size,
-                "max_pixels": options.max_pixels,
                 "walk_skipped": source.skipped,
             },
             sort_keys=True,

@@ -42,10 +42,9 @@ from fastload.pack.input_format import InputFormat
 from fastload.pack.manifest_writer import write_dataset_files
 from fastload.pack.options import PackOptions, ShardFormat
 from fastload.pack.ordered_pool import ordered_results
-from fastload.pack.plan import fixed_edges
+from fastload.pack.plan import fixed_edges, output_settings
 from fastload.pack.progress import Progress
 from fastload.pack.read_ahead import read_ahead
-from fastload.pack.restart import manifest_settings
 from fastload.pack.result import PackResult
 from fastload.pack.sample_labels import Labels
 from fastload.pack.shard_writer import write_shards
@@ -61,7 +60,7 @@ from fastload.pack.work_folder import (
     write_error,
 )
 from fastload.records.folder_tree import Source, SourceItem
-from fastload.records.manifest import FORMAT_VERSION, MANIFEST_NAME, read_manifest
+from fastload.records.manifest import MANIFEST_NAME, read_manifest
 from fastload.records.remote.storage import is_remote_url
 
 __all__ = ["open_stream_source", "pack_stream"]
@@ -139,19 +138,8 @@ def _fingerprint(source: StreamSource, options: PackOptions, name: str, fmt: Inp
     h.update(
         json.dumps(
             {
-                "v": FORMAT_VERSION,
+                **output_settings(options, name, source.path),
                 "input_format": fmt.value,
-                "format": options.format.value,
-                "resize": options.resize,
-                "quality": options.quality,
-                "name": name,
-                "restart_index": options.restart_index,
-                "restart": manifest_settings(options.restart_config()) if options.restart_index else None,
-                "on_error": options.on_error.value,
-                "source": source.path,
-                "shards": options.shards,
-                "shard_size": None if options.shards else options.shard_size,
-                "max_pixels": options.max_pixels,
                 "image_key": options.image_key,
                 "label_key": options.label_key,
                 "image_column": options.image_column,
