@@ -24,7 +24,7 @@ from torchvision import datasets
 from torchvision import transforms as T
 
 import fastload.batch
-import fastload.torch.dataloader as fdl
+import fastload.torch.planning as fplan
 from fastload.pack.packer import pack_folder
 from fastload.torch import DataLoader, pinned_allocator
 from fastload.transforms import CenterCrop, train
@@ -221,7 +221,7 @@ def test_device_copy_fences_keep_slots_until_the_copy_ran(packed, reference, mon
     # CUDA event the placement attaches to the slot keeps the ring from refilling it under the copy.
     # (The release hook's event, recorded on the consumer's stream, which waits for the copy stream,
     # would guard it too: it is switched off here so that the placement's own fence is what is tested.)
-    monkeypatch.setattr(fdl, "cuda_release_fences", list)
+    monkeypatch.setattr(fplan, "cuda_release_fences", list)
     same_batches(_delayed_device_copies(packed, len(reference)), reference)
     # Control: without the fence the same run reads refilled slots (so the check above has teeth).
     monkeypatch.setattr(fastload.batch.Batch, "add_fence", lambda self, fence: None)
@@ -246,7 +246,7 @@ def _kept_user_copies(packed):
 def test_user_copies_of_pinned_batches_stay_intact(packed, reference, monkeypatch):
     torch.cuda.init()
     same_batches(_kept_user_copies(packed), reference)
-    monkeypatch.setattr(fdl, "cuda_release_fences", list)  # no events: no fences
+    monkeypatch.setattr(fplan, "cuda_release_fences", list)  # no events: no fences
     got = _kept_user_copies(packed)
     assert any(not torch.equal(host(x), rx) for (x, _), (rx, _) in zip(got, reference, strict=True))
 
