@@ -3,9 +3,11 @@
 Stages timed (seconds, summed over batches):
 
 - ``read``: handing a batch's records to the decode: planning the reads, checking each record
-  (framing, checksum, labels), and records read one by one on the producer thread;
-- ``read_wait``: the producer waiting for a batch's records to arrive from storage (the reads
-  issued ahead by :mod:`fastload.records.readahead` not done yet): time the loader is bound by I/O;
+  (framing, checksum, labels), and records read one by one on the producer thread; with reads
+  ahead this runs on the loader's hand-over thread, beside the previous batch's decode;
+- ``read_wait``: the producer waiting for a batch's records (the reads issued ahead by
+  :mod:`fastload.records.readahead` not done yet, or a hand-over slower than the decode): time the
+  loader is bound by I/O;
 - ``decode``: the one ``decode_batch`` call per batch (plus any bad-record substitution);
 - ``wait_slot``: the producer waiting for a ring slot to come back while the prefetch queue is
   short: every slot is held by batches the consumer has not dropped yet, or by device copies still

@@ -149,6 +149,7 @@ def test_ten_epochs_keep_one_thread_and_flat_memory(packed):
             pass
         before = (open_fds(), rss_mb())
         seen_readers: set[threading.Thread] = set()
+        seen_handovers: set[threading.Thread] = set()
         for epoch in range(1, 11):
             loader.set_epoch(epoch)
             n = 0
@@ -157,7 +158,10 @@ def test_ten_epochs_keep_one_thread_and_flat_memory(packed):
             assert n == 40
             mine = fastload_threads() - _EARLIER
             readers = {t for t in mine if t.name.startswith("fastload-read")}
-            assert len(mine - readers) <= 1, "one producer thread per loader"
+            handovers = {t for t in mine if t.name.startswith("fastload-handover")}
+            assert len(mine - readers - handovers) <= 1, "one producer thread per loader"
+            assert len(handovers) <= 1, "one hand-over thread per loader"
+            seen_handovers |= handovers
             # the read-ahead pool is the loader's, reused epoch after epoch, never one per epoch
             assert len(readers) <= ReadOptions().queue_depth, sorted(t.name for t in readers)
             seen_readers |= readers
@@ -167,6 +171,7 @@ def test_ten_epochs_keep_one_thread_and_flat_memory(packed):
     assert after[1] - before[1] < RSS_BOUND_MB
     assert s.ring_slots == 4 and s.fresh_batches == 0  # take-use-drop never grows the ring
     assert len(seen_readers) <= ReadOptions().queue_depth, "read threads are not replaced epoch after epoch"
+    assert len(seen_handovers) <= 1, "the hand-over thread is not replaced epoch after epoch"
     assert wait_for_no_fastload_threads()
 
 

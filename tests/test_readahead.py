@@ -322,6 +322,77 @@ def test_a_stopping_loader_is_not_held_by_reads_in_flight(packed):
             next(it)
 
 
+@pytest.mark.parametrize("fed", [False, True], ids=["epoch", "caller-chosen"])
+def test_the_next_batch_is_handed_over_while_this_one_decodes(packed, fed):
+    # Batch 0's decode returns only once batch 1's records were handed over: a producer that handed
+    # them over after the decode (the engine's threads idle meanwhile) would not get there in time.
+    from fastload.decode import decode_batch
+    from fastload.loader import Loader, LoaderConfig
+    from fastload.transforms import Resize
+
+    handed_second = threading.Event()
+    waited = []
+    real_records = ReadAhead.records
+
+    def records(self, start, stop):
+        got = real_records(self, start, stop)
+        if start > 0:
+            handed_second.set()
+        return got
+
+    def decode(views, out, transform, **kw):
+        if not waited:
+            waited.append(handed_second.wait(30))
+        return decode_batch(views, out, transform, **kw)
+
+    config = LoaderConfig(batch_size=6, transform=Resize(size=(16, 16)), num_threads=1, shuffle="global")
+    with open_dataset(packed) as ds, Loader(ds, config, decode=decode) as loader:
+        ReadAhead.records = records
+        try:
+            if fed:
+                chosen = [np.arange(0, 6), np.arange(6, 12), np.arange(12, 18)]
+                batches = list(loader.iterate_batches(lambda stop: iter(chosen), seed=0, epoch=0))
+                assert [b.indices.tolist() for b in batches] == [c.tolist() for c in chosen]
+            else:
+                assert sum(b.size for b in loader) == len(ds)
+        finally:
+            ReadAhead.records = real_records
+        assert waited == [True]
+        stats = loader.stats()
+    assert stats.seconds["read"] > 0 and stats.seconds["read_wait"] >= 0.0
+
+
+def test_a_failing_hand_over_reaches_the_consumer_with_its_traceback(packed):
+    import traceback
+
+    from fastload.loader import Loader, LoaderConfig
+    from fastload.transforms import Resize
+
+    real_records = ReadAhead.records
+
+    def records(self, start, stop):
+        if start > 0:
+            raise RuntimeError("hand-over failed")
+        return real_records(self, start, stop)
+
+    config = LoaderConfig(batch_size=6, transform=Resize(size=(16, 16)), num_threads=1, shuffle="global")
+    ReadAhead.records = records
+    try:
+        with open_dataset(packed) as ds, Loader(ds, config) as loader:
+            it = iter(loader)
+            first = next(it)
+            assert first.size == 6
+            with pytest.raises(RuntimeError, match="hand-over failed") as info:
+                next(it)
+            frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+            assert "records" in frames and "_epoch_reads" in frames  # the hand-over thread's frames
+            del first
+    finally:
+        ReadAhead.records = real_records
+    left = [t.name for t in threading.enumerate() if t.name.startswith("fastload-handover")]
+    assert not left, left
+
+
 @pytest.mark.parametrize(("world_size", "even"), [(1, "pad"), (3, "pad"), (3, "drop")])
 def test_window_starts_cut_the_share_where_the_shuffle_windows_begin(world_size, even):
     n, bs, window = 103, 7, 3

@@ -57,7 +57,20 @@ def _parser() -> argparse.ArgumentParser:
         help="the plan's sizes: auto (full on a GPU, dry otherwise); full on a CPU measures per-core rates",
     )
     p.add_argument("--images", type=int, default=None, help="generate this many images instead of the plan's")
+    p.add_argument(
+        "--threads",
+        type=_thread_list,
+        default=None,
+        help="comma-separated thread / worker counts of the scaling part (default: 1, 2, 4, 8, 16 up to the cores)",
+    )
     return p
+
+
+def _thread_list(text: str) -> tuple[int, ...]:
+    counts = tuple(int(t) for t in text.split(",") if t.strip())
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--threads takes positive counts such as 8,12,16 (got {text!r})")
+    return counts
 
 
 class _Run:
@@ -186,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         dry_run=dry_run,
         device="cpu" if dry_run else "cuda",
         cores=cores,
-        threads=tuple(thread_counts(cores, sizes.tiny)),
+        threads=args.threads or tuple(thread_counts(cores, sizes.tiny)),
         sizes=sizes,
         images=str(data_root / "images"),
         packed=str(data_root / "packed"),

@@ -116,7 +116,9 @@ def run(config: Config, rec: Recorder) -> None:
             with Loader(path, cfg) as loader:
                 measured = stream_rate(_loader_batches(loader), lambda b: b.size, skip=1, **measure)
                 stats = loader.stats()
-            rec.row("rows", _row("loader", shards, threads, measured, input_bound=round(stats.input_bound, 3)))
+            stages = {k: round(v, 3) for k, v in stats.seconds.items() if v}
+            extra = dict(input_bound=round(stats.input_bound, 3), stage_seconds=stages, batches_total=stats.batches)
+            rec.row("rows", _row("loader", shards, threads, measured, **extra))
         if torch_error is None:
             try:
                 measured = _torch_rate(config, threads, measure)

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from fastload.batch import Batch, BatchRing, Layout, Slot
 from fastload.errors import CorruptRecordError, DecodeError, OnError
 from fastload.loader.config import LoaderConfig
-from fastload.loader.reading import _BatchReads
+from fastload.loader.reading import _BatchReads, _Handover
 from fastload.order import EpochOrder, OrderSpec, share_length
 from fastload.stats import Stage, StageTimer
 from fastload.transforms.mixing import mix_batch
@@ -62,6 +62,11 @@ class _Cursor:
     epoch: int
     history: tuple[tuple[int, int], ...] = ()
     offset: int = 0
+
+
+#: One batch handed over to the decode: its number, its record indices and ``(views, errors)`` of
+#: its records (None: the producer is being stopped).
+_Handed = tuple[int, NDArray[np.int64], "tuple[list[Any], dict[int, str]] | None"]
 
 
 class _EpochEnd:
@@ -110,6 +115,7 @@ class _Pipeline:
         self._orders: dict[_Cursor, EpochOrder] = {}
         self._orders_lock = threading.Lock()
         self.reads = _BatchReads(dataset, config, order_spec, timer)
+        self._handover = _Handover(timer)
 
     def order(self, cursor: _Cursor) -> EpochOrder:
         """This rank's order from ``cursor`` (raises ValueError for a cursor that does not fit the order)."""
@@ -153,8 +159,17 @@ class _Pipeline:
         self.reads.wake()
 
     def close(self) -> None:
-        """Stop the reads ahead (after the producer stopped; idempotent)."""
+        """Stop the hand-over and the reads ahead (after the producer stopped; idempotent)."""
+        self._handover.close()
         self.reads.close()
+
+    def _handed(self, items: Iterator[_Handed]) -> Iterator[_Handed]:
+        """Each batch's hand-over one batch ahead while reading ahead (else on the producer thread).
+
+        Records read one by one (no read-ahead, or a remote dataset that fetches whole shards) stay
+        on the producer thread: such a dataset's ``done_with`` must not run beside its reads.
+        """
+        return self._handover.run(items) if self.reads.reading_ahead else items
 
     def produce(self, cursor: _Cursor, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body: filled batches from batch ``start`` of ``cursor``'s order on, epoch after epoch.
@@ -177,29 +192,44 @@ class _Pipeline:
         epoch = cursor.epoch
         order = self.order(cursor)
         n = len(order)
-        bs = self.order_spec.batch_size
         following = self.order(self.next_cursor(cursor))
+        self._handover.settle()  # a stopped run's hand-over is done with the reads before they restart
         if self._will_read is not None:
             # Every record this rank reads from here on, in order (the rest of this epoch, then the
             # next one), so the dataset fetches whole shards ahead of the decode.
+            bs = self.order_spec.batch_size
             self._will_read(order.rest[start * bs : n * bs], following.rest[: len(following) * bs])
         self.reads.start_epoch(order, start, following)
-        for k in range(start, n):
-            slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
-            if slot is None:
-                return True
+        return (yield from self._fill_handed(self._handed(self._epoch_reads(cursor, order, start)), epoch, stop))
+
+    def _epoch_reads(self, cursor: _Cursor, order: EpochOrder, start: int) -> Iterator[_Handed]:
+        """``(k, indices, records)`` for the batches of ``order`` from ``start`` (records None: stopping)."""
+        bs = self.order_spec.batch_size
+        for k in range(start, len(order)):
             indices = order[k]
             if self.config.round_batch and len(indices) < bs:
                 indices = np.concatenate([indices, self._borrowed(cursor, bs - len(indices))])
+            got = self.reads.batch(k, indices)
+            yield k, indices, got
+            if got is None:
+                return
+
+    def _fill_handed(
+        self, handed: Iterator[_Handed], epoch: int, stop: threading.Event, seed: int | None = None
+    ) -> typing.Generator[Batch, None, bool]:
+        """Decode each handed-over batch into a ring slot; returns True when stopped before the end."""
+        for k, indices, got in handed:
+            if got is None:  # stopping
+                return True
+            slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
+            if slot is None:
+                return True
             try:
-                got = self.reads.batch(k, indices)
-                if got is None:  # stopping
-                    self.ring.unused(slot)
-                    return True
-                indices = self._fill(slot, indices, epoch, k, got)
+                indices = self._fill(slot, indices, epoch, k, got, seed)
             except BaseException:
                 self.ring.unused(slot)
                 raise
+            del got  # the records' bytes: not kept alive by this frame while it is suspended
             yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
         return False
 
@@ -207,24 +237,20 @@ class _Pipeline:
         self, batches: Iterator[NDArray[np.int64]], seed: int, epoch: int, stop: threading.Event
     ) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
+        self._handover.settle()
         self.reads.start_feed()
-        for k, indices in enumerate(batches):
-            slot = self.ring.acquire(stop)  # its waits reach the timer through the ring's on_wait
-            if slot is None:
-                return
-            try:
-                indices = np.asarray(indices, dtype=np.int64)
-                got = self.reads.fed(k, indices)
-                if got is None:  # stopping
-                    self.ring.unused(slot)
-                    return
-                indices = self._fill(slot, indices, epoch, k, got, seed)
-            except BaseException:
-                self.ring.unused(slot)
-                raise
-            yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
-        if not stop.is_set():
+        stopped = yield from self._fill_handed(self._handed(self._fed_reads(batches)), epoch, stop, seed)
+        if not stopped and not stop.is_set():
             yield _EpochEnd(_Cursor(epoch), _Cursor(epoch + 1))
+
+    def _fed_reads(self, batches: Iterator[NDArray[np.int64]]) -> Iterator[_Handed]:
+        """``(k, indices, records)`` for the caller's index arrays (records None: stopping)."""
+        for k, indices in enumerate(batches):
+            indices = np.asarray(indices, dtype=np.int64)
+            got = self.reads.fed(k, indices)
+            yield k, indices, got
+            if got is None:
+                return
 
     def _view(self, i: int) -> tuple[Any, str | None]:
         try:
