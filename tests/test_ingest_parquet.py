@@ -39,6 +39,30 @@ def test_parquet_packs_like_the_folder(odd_folder, odd, tmp_path):
     assert src["kind"] == "parquet" and src["image_column"] == "image" and src["label_column"] == "label"
 
 
+def test_without_jemalloc_the_c_library_pool_decodes_the_same_records(odd, tmp_path, monkeypatch):
+    from fastload.pack import arrow_source
+
+    entries, classes = odd
+    path = write_parquet(entries, tmp_path / "in" / "odd.parquet", classes, rows_per_group=4)
+    pack_folder(str(path), str(tmp_path / "je"), progress=False, workers=2)
+    used = []
+    real_system = pa.system_memory_pool
+
+    def unavailable():
+        raise NotImplementedError("built without jemalloc")
+
+    def system():
+        used.append(True)
+        return real_system()
+
+    monkeypatch.setattr(pa, "jemalloc_memory_pool", unavailable)
+    monkeypatch.setattr(pa, "system_memory_pool", system)
+    assert arrow_source._memory_pool(pa).backend_name == "system"
+    pack_folder(str(path), str(tmp_path / "sys"), progress=False, workers=2)
+    assert len(used) > 1  # the pack's reads took it too
+    assert records(tmp_path / "sys") == records(tmp_path / "je")
+
+
 def test_save_to_disk_and_a_dataset_dict_with_split(odd, tmp_path):
     entries, classes = odd
     ds = hf_dataset(entries, classes)
