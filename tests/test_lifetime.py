@@ -710,3 +710,73 @@ def test_batches_alive_at_interpreter_exit_end_quietly(kind, repo_root):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "done 10" in proc.stdout
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
+
+
+_HANDOVER_AT_EXIT = """
+import sys, threading
+sys.path.insert(0, {tests!r})
+from fake_dataset import FakeDataset
+from fastload.loader import Loader, LoaderConfig
+from fastload.loader import reading
+from fastload.transforms import train
+
+# The hand-over of the second batch never ends by itself: only a loader that does not wait for it
+# at interpreter shutdown (when its daemon thread no longer runs) lets the process exit.
+never = threading.Event()
+real = reading._BatchReads.batch
+def batch(self, k, indices):
+    if k >= 1:
+        never.wait()
+    return real(self, k, indices)
+reading._BatchReads.batch = batch
+loader = Loader(FakeDataset(40), LoaderConfig(batch_size=4, transform=train(8), num_threads=1))
+it = iter(loader)
+first = next(it)
+print("first", first.size, flush=True)
+del first, it  # the pass ends (its producer stops); the hand-over of batch 1 stays in flight
+# exit without close(): the loader is closed by its __del__ while the modules are torn down
+"""
+
+
+def test_a_hand_over_in_flight_does_not_hold_the_interpreter_exit(repo_root):
+    import os
+    import subprocess
+    import sys
+
+    script = _HANDOVER_AT_EXIT.format(tests=os.path.join(str(repo_root), "tests"))
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=120)
+    assert "first 4" in proc.stdout, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_loader_closed_during_interpreter_shutdown_does_not_wait_for_its_hand_over(monkeypatch):
+    # A module's teardown may close a loader whose hand-over is still in flight: daemon threads
+    # never run again then, so waiting for it would hang the exit.
+    import sys
+
+    from fastload.loader import reading
+
+    never = threading.Event()
+    real = reading._BatchReads.batch
+
+    def batch(self, k, indices):
+        if k >= 1:
+            never.wait(60)
+        return real(self, k, indices)
+
+    monkeypatch.setattr(reading._BatchReads, "batch", batch)
+    loader = Loader(FakeDataset(40), LoaderConfig(batch_size=4, transform=train(8), num_threads=1))
+    it = iter(loader)
+    first = next(it)
+    del first, it  # the pass ends, its producer stops; batch 1's hand-over stays in flight
+    monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+    closer = threading.Thread(target=loader.close)
+    closer.start()
+    closer.join(20)
+    finished = not closer.is_alive()
+    monkeypatch.undo()
+    never.set()  # the hand-over ends, then its thread (close() asked it to)
+    closer.join(60)
+    assert finished, "close() waited for a hand-over that cannot run during shutdown"
+    left = join_threads(lambda t: t.name == "fastload-handover", 30)
+    assert not left, left

@@ -157,19 +157,20 @@ class _Pipeline:
     def wake(self) -> None:
         """The producer is being stopped: end its wait for reads (any thread)."""
         self.reads.wake()
+        self._handover.wake()
 
     def close(self) -> None:
         """Stop the hand-over and the reads ahead (after the producer stopped; idempotent)."""
         self._handover.close()
         self.reads.close()
 
-    def _handed(self, items: Iterator[_Handed]) -> Iterator[_Handed]:
+    def _handed(self, items: Iterator[_Handed], stop: threading.Event) -> Iterator[_Handed]:
         """Each batch's hand-over one batch ahead while reading ahead (else on the producer thread).
 
         Records read one by one (no read-ahead, or a remote dataset that fetches whole shards) stay
         on the producer thread: such a dataset's ``done_with`` must not run beside its reads.
         """
-        return self._handover.run(items) if self.reads.reading_ahead else items
+        return self._handover.run(items, stop) if self.reads.reading_ahead else items
 
     def produce(self, cursor: _Cursor, start: int, stop: threading.Event) -> Iterator[Batch | _EpochEnd]:
         """Producer-thread body: filled batches from batch ``start`` of ``cursor``'s order on, epoch after epoch.
@@ -200,7 +201,7 @@ class _Pipeline:
             bs = self.order_spec.batch_size
             self._will_read(order.rest[start * bs : n * bs], following.rest[: len(following) * bs])
         self.reads.start_epoch(order, start, following)
-        return (yield from self._fill_handed(self._handed(self._epoch_reads(cursor, order, start)), epoch, stop))
+        return (yield from self._fill_handed(self._handed(self._epoch_reads(cursor, order, start), stop), epoch, stop))
 
     def _epoch_reads(self, cursor: _Cursor, order: EpochOrder, start: int) -> Iterator[_Handed]:
         """``(k, indices, records)`` for the batches of ``order`` from ``start`` (records None: stopping)."""
@@ -231,7 +232,7 @@ class _Pipeline:
                 raise
             del got  # the records' bytes: not kept alive by this frame while it is suspended
             yield self.ring.lease(slot, rows=len(indices), epoch=epoch, number=k)
-        return False
+        return stop.is_set()  # the hand-over ends early when stopped
 
     def produce_batches(
         self, batches: Iterator[NDArray[np.int64]], seed: int, epoch: int, stop: threading.Event
@@ -239,7 +240,7 @@ class _Pipeline:
         """Producer-thread body of :meth:`Loader.iterate_batches`: one filled batch per index array."""
         self._handover.settle()
         self.reads.start_feed()
-        stopped = yield from self._fill_handed(self._handed(self._fed_reads(batches)), epoch, stop, seed)
+        stopped = yield from self._fill_handed(self._handed(self._fed_reads(batches), stop), epoch, stop, seed)
         if not stopped and not stop.is_set():
             yield _EpochEnd(_Cursor(epoch), _Cursor(epoch + 1))
 

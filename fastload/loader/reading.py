@@ -22,10 +22,12 @@ thread and the OS is hinted ``read_ahead`` batches ahead (``will_need``).
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, wait
 from typing import Any, TypeVar
 
 import numpy as np
@@ -234,6 +236,7 @@ class _Handover:
         self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._pending: Future[Any] | None = None
+        self._woken: Future[None] = Future()  # done once the running run's producer is being stopped
 
     def _submit(self, fn: Callable[[], Any]) -> Future[Any]:
         if self._thread is None:
@@ -244,14 +247,22 @@ class _Handover:
         self._pending = fut
         return fut
 
-    def run(self, items: Iterator[T]) -> Iterator[T]:
-        """The items of ``items``, each next one computed on the hand-over thread meanwhile."""
+    def run(self, items: Iterator[T], stop: threading.Event) -> Iterator[T]:
+        """The items of ``items``, each next one computed on the hand-over thread meanwhile.
+
+        Ends early once ``stop`` is set (and :meth:`wake` called): the producer does not wait for
+        a hand-over still in flight, which :meth:`settle` then waits for.
+        """
         self.settle()
+        woken = self._woken = Future()
         timer = self._timer
         step: Callable[[], Any] = lambda: next(items, _END)  # noqa: E731
         fut = self._submit(step)
-        while True:
+        while not stop.is_set():  # a wake() before this run's `woken` existed came after stop.set()
             with timer.span(Stage.READ_WAIT):
+                wait([fut, woken], return_when=FIRST_COMPLETED)
+                if not fut.done():
+                    return
                 item = fut.result()  # its exception, with the hand-over's frames in its traceback
             if item is _END:
                 self._pending = None
@@ -259,11 +270,20 @@ class _Handover:
             fut = self._submit(step)
             yield item
 
+    def wake(self) -> None:
+        """The producer is being stopped (called after its stop event is set; any thread)."""
+        woken = self._woken
+        if not woken.done():
+            with contextlib.suppress(InvalidStateError):  # set by a concurrent wake()
+                woken.set_result(None)
+
     def settle(self) -> None:
         """Wait for the item a stopped run left in flight (the reads are the next run's after it)."""
         fut, self._pending = self._pending, None
-        if fut is not None:
+        if fut is not None and not sys.is_finalizing():
             # Its batch was abandoned with its run: whatever it returns or raises is not used.
+            # (During interpreter shutdown a daemon thread never runs again: a loader closed by a
+            # module's teardown would wait for it forever, and nothing reuses the reads then.)
             wait([fut])
 
     def close(self) -> None:
@@ -272,7 +292,8 @@ class _Handover:
         thread, self._thread = self._thread, None
         if thread is not None:
             self._jobs.put(None)
-            thread.join()
+            if not sys.is_finalizing():
+                thread.join()
 
 
 def _serve(jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None]) -> None:
