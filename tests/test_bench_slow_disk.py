@@ -152,6 +152,10 @@ def test_options_are_validated():
 @pytest.mark.skipif(not HAVE_ENGINE, reason="the C++ engine is not built")
 def test_quick_run_measures_every_row_cold(tmp_path):
     out = tmp_path / "out"
+    # The run's device file goes under this test's own folder (TMPDIR), so the check below sees this
+    # run's loop device only, not one of another run on the same machine.
+    work = tmp_path / "work"
+    work.mkdir()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -170,6 +174,7 @@ def test_quick_run_measures_every_row_cold(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         cwd=str(REPO_ROOT),
+        env=dict(os.environ, TMPDIR=str(work)),
     )
     try:
         _stdout, stderr = proc.communicate(timeout=900)
@@ -194,7 +199,8 @@ def test_quick_run_measures_every_row_cold(tmp_path):
     assert (out / "table.txt").read_text().count("== ssd-lite") == 1
     assert os.path.getsize(out / "slow_disk.png") > 0
     # The device is gone: no loop device over a file of this run, no cgroup left.
-    assert "fastload-slowdisk" not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    assert str(work) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    assert not [d for d in os.listdir(work) if d.startswith("fastload-slowdisk")]
     assert not [d for d in os.listdir("/sys/fs/cgroup/blkio") if d.startswith(f"fastload-slowdisk-{proc.pid}-")]
 
 
