@@ -9,7 +9,9 @@ with where the order's shuffle windows start), and reads them ahead:
 1. **groups**: the next records in decode order, up to half the byte budget (``budget``), so one
    group is being read while the one before it is decoded. A group ends at a shuffle window's
    start when one lies inside it: a block-order or shard-order window read whole is a few long
-   runs of neighbouring records, where part of it would be many short ones.
+   runs of neighbouring records, where part of it would be many short ones. At a cold start
+   (:meth:`ReadAhead.begin`) the first groups ramp up (the first batch's records, then doubling
+   steps) where that costs little, so the first batch does not wait for a whole window.
 2. **coalescing**: a group's records sorted by where they lie; neighbours (at most ``gap`` bytes
    apart: RecordIO's padding, LMDB's interleaved leaf pages, or on a disk with few IOPS, records
    not needed now) become one read, cut at a record boundary once it reaches ``max_read`` bytes.
