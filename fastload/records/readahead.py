@@ -50,7 +50,7 @@ _MIB = 1 << 20
 # The automatic budget (ReadOptions.budget=None): twice the largest window, within these bounds.
 AUTO_BUDGET = (64 * _MIB, 512 * _MIB)
 NO_WINDOW_BUDGET = 256 * _MIB
-# A ramp step at a cold start costs at most 1 / this of the rest of its group (see _group_end).
+# A ramp step at a cold start adds at most 1 / this of the cost it takes off the first batch (see _group_end).
 _RAMP_SHARE = 2
 # Records per group when record sizes are unknown (datasets without extents).
 _GENERIC_RECORD_GUESS = 128 << 10
@@ -308,10 +308,11 @@ class ReadAhead:
         of 8 shards, 200 MB: 1.6 s on a 125 MB/s volume). So the first group is cut after the
         records waited for now (the first batch; at least ``max_read`` bytes of them, in decode
         order), the next after twice as many bytes, and so on: the decode starts after the first
-        step and works on it while the rest is read. A step is taken only while its reads cost
-        at most half of what the rest of the group's cost (:meth:`_cost`): on a disk with few
-        IOPS (a large ``gap``) records read on their own cost more than the long runs around
-        them, and the group is read whole.
+        step and works on it while the rest is read. A step is taken only while what it adds to
+        the group's cost (:meth:`_cost`: bytes, and ``gap`` bytes a request) is at most half of
+        what the decode no longer waits for: on a disk with few IOPS (a large ``gap``) a batch's
+        records read on their own cost about as much as the long runs around them, which still
+        have to be read, and the group is read whole.
         """
         if self._cut is not None and self._cut[0] == p0:
             return self._cut[1]
@@ -325,8 +326,12 @@ class ReadAhead:
         if self._ramp:
             # The first step holds at least what is waited for now (the first batch).
             step = max(self._bytes_end(p0, self._ramp), min(self._need, p1))
-            if step < p1 and _RAMP_SHARE * self._cost(p0, step) <= self._cost(step, p1):
-                p1, ramp = step, 2 * int(self._csum[step] - self._csum[p0])
+            if step < p1:
+                whole, first, rest = self._cost(p0, p1), self._cost(p0, step), self._cost(step, p1)
+                # Taken when the bytes it adds (requests included) are at most half of what the
+                # decode no longer waits for.
+                if _RAMP_SHARE * (first + rest - whole) <= whole - first:
+                    p1, ramp = step, 2 * int(self._csum[step] - self._csum[p0])
         self._cut = (p0, p1, ramp)
         return p1
 
