@@ -211,6 +211,57 @@ def test_the_automatic_budget_follows_the_widest_window(packed):
         assert fixed.budget == 1000
 
 
+class _Extents:
+    """A dataset of 1,600 records of 64-128 KB in 8 shards, for read plans (its reads return nothing)."""
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        sizes = rng.integers(64 << 10, 128 << 10, 1600)
+        self.shard = np.repeat(np.arange(8), 200)
+        self.start = np.zeros(1600, dtype=np.int64)
+        for s in range(8):
+            self.start[self.shard == s] = np.concatenate([[0], np.cumsum(sizes[self.shard == s])[:-1]])
+        self.end = self.start + sizes
+
+    def extents(self, idx):
+        return self.shard[idx], self.start[idx], self.end[idx]
+
+    def read_extent(self, shard, start, end):
+        return b""
+
+    def image_from(self, i, data):
+        return data
+
+
+@pytest.mark.parametrize("gap", [64 << 10, 1 << 20])
+def test_a_cold_start_ramps_up_unless_reading_records_alone_costs_more(gap):
+    # One shuffle window of all 8 shards, read from a cold start; the first batch is 128 records.
+    ds = _Extents()
+    seq = np.random.default_rng(1).permutation(1600).astype(np.int64)
+    with ReadAhead(ds, ReadOptions(gap=gap, budget=1 << 30)) as ra:
+        ra.begin(seq, [0])
+        ra.wait(0, 128)
+        groups = [(g.p0, g.p1, len(g.reads)) for g in ra._groups]
+        assert groups[-1][1] == len(seq)  # the whole window is read ahead either way
+        whole = len(coalesce(*ds.extents(seq), gap=gap, max_read=16 << 20)[1])
+        if gap == 1 << 20:
+            # Few IOPS: the records of a batch alone would cost more than the long runs around them.
+            assert groups == [(0, len(seq), whole)]
+        else:
+            # The first group is the first batch (at least max_read bytes), the next twice its
+            # bytes, ...; the rest of the window comes after them as before.
+            assert len(groups) >= 3 and groups[0][0] == 0
+            sizes = ds.end[seq] - ds.start[seq]
+            first = int(np.searchsorted(np.cumsum(sizes), 16 << 20, side="right"))
+            assert groups[0][1] == max(128, first)
+            assert sizes[groups[1][0] : groups[1][1]].sum() <= 2 * sizes[: groups[0][1]].sum()
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(groups))
+        # Caller-chosen batches (an extend after an empty begin) and the next epoch never ramp.
+        ra.extend(seq, [0])
+        ra.wait(len(seq), len(seq) + 128)
+        assert [(g.p0, g.p1) for g in ra._groups][-1] == (len(seq), 2 * len(seq))
+
+
 # --- through the loader ------------------------------------------------------------------------
 
 
