@@ -10,7 +10,7 @@ and what was read (bytes, read calls, records) goes into the stats. Batches chos
 (:meth:`Loader.iterate_batches`, a sampler's) are added to the plan one at a time: their records
 are read in parallel and coalesced, without reading ahead of the sampler.
 
-With reads ahead, each batch's hand-over (its records checked one by one in Python, about 25 us a
+With reads ahead, each batch's hand-over (its records checked one by one in Python, tens of us a
 record) runs on a thread of its own one batch ahead (:class:`_Handover`): batch ``k + 1``'s while
 batch ``k`` decodes, since the decode releases the GIL. ``read_wait`` is then the producer waiting
 for a hand-over not done yet: for reads still in flight, or for checks slower than the decode.
