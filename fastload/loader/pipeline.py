@@ -241,7 +241,7 @@ class _Pipeline:
         self._handover.settle()
         self.reads.start_feed()
         stopped = yield from self._fill_handed(self._handed(self._fed_reads(batches), stop), epoch, stop, seed)
-        if not stopped and not stop.is_set():
+        if not stopped:
             yield _EpochEnd(_Cursor(epoch), _Cursor(epoch + 1))
 
     def _fed_reads(self, batches: Iterator[NDArray[np.int64]]) -> Iterator[_Handed]:

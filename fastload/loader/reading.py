@@ -251,9 +251,9 @@ class _Handover:
         """The items of ``items``, each next one computed on the hand-over thread meanwhile.
 
         Ends early once ``stop`` is set (and :meth:`wake` called): the producer does not wait for
-        a hand-over still in flight, which :meth:`settle` then waits for.
+        a hand-over still in flight, which :meth:`settle` then waits for (the caller settles
+        before the reads restart, so a run starts with none in flight).
         """
-        self.settle()
         woken = self._woken = Future()
         timer = self._timer
         step: Callable[[], Any] = lambda: next(items, _END)  # noqa: E731
