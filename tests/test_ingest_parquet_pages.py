@@ -192,3 +192,41 @@ def test_damaged_pages_raise_not_plain_and_never_more(tmp_path):
     path.write_bytes(good[: (span.start + span.end) // 2])  # cut inside the chunk
     with pytest.raises(NotPlain, match="ends inside it|runs past|does not fit"):
         _read(path, span)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _i32(value: int) -> bytes:
+    return bytes([0x15]) + _varint((value << 1) ^ (value >> 63))  # the next field id, type i32
+
+
+def _page(count: int, values: list[bytes]) -> bytes:
+    """A data page v1 written by hand: its compact-protocol header, RLE levels (all defined), PLAIN values."""
+    levels = _varint(count << 1) + b"\x01"  # one run of `count` ones
+    body = len(levels).to_bytes(4, "little") + levels + b"".join(len(v).to_bytes(4, "little") + v for v in values)
+    info = _i32(count) + _i32(0) + _i32(3) + _i32(3) + b"\x00"  # num_values, PLAIN, RLE, RLE
+    return _i32(0) + _i32(len(body)) + _i32(len(body)) + bytes([0x2C]) + info + b"\x00" + body  # field 5: struct
+
+
+def test_a_page_written_by_hand_and_one_claiming_more_values_than_rows(tmp_path):
+    from fastload.pack.parquet_pages import PageSpan
+
+    values = [b"abc", b"", b"\xff\xd8" * 50]
+    for count, ok in ((3, True), (4, False), (2**31 - 1, False)):
+        page = _page(count, values)
+        path = tmp_path / f"{count}.bin"
+        path.write_bytes(b"PAR1" + page)
+        span = PageSpan(4, 4 + len(page), 1, 3)
+        if ok:
+            assert _read(path, span) == values
+        else:
+            with pytest.raises(NotPlain, match="rows are left") as caught:
+                _read(path, span)
+            assert caught.value.row == 0

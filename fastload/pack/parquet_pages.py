@@ -256,8 +256,10 @@ class PlainPages:
                 plain = encoding == _PLAIN and info.get(6, 0) == 0
             else:
                 raise NotPlain(row, f"page at byte {pos}: of type {kind}")
-            if not plain or not isinstance(count, int) or count <= 0:
+            if not plain:
                 raise NotPlain(row, f"page at byte {pos}: encoded {encoding}")
+            if not isinstance(count, int) or not 0 < count <= span.rows - row:
+                raise NotPlain(row, f"page at byte {pos}: {count} values where {span.rows - row} rows are left")
             want = min(length + _HEAD, span.end - pos)
             if row + count <= skip:  # a page before the resume point: not read, its header is
                 pos, row, ahead = pos + length, row + count, b""
