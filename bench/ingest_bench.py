@@ -88,8 +88,8 @@ def _before(made: dict[str, TimedCommand]) -> Callable[[TimedCommand], None]:
       then costs a host fault per page: 700 MB written right after 700 MB were removed took 0.15 s
       of system time, the same write 5 s later 1.4-1.7 s, charged to the writer. A command that
       starts right after the removal writes into the memory just freed, as on a machine without
-      such a balloon; one that starts seconds later draws that cost by chance (the bench's wall
-      and system times swung by that much before).
+      such a balloon (the host's own clock still lands some of that cost inside some commands, on
+      either side, by chance: compare several runs).
     """
 
     def before(contender: TimedCommand) -> None:
