@@ -36,7 +36,7 @@ _PLAIN, _RLE = 0, 3  # Encoding
 _HEAD = 1024  # page header bytes read ahead with the page before it (a header is ~30 bytes)
 _MAX_HEAD = 1 << 20  # a page header longer than this is damage
 _MAX_DEPTH = 16  # nested structs in a page header (statistics: 2)
-_ROUND = 1 << 20  # page buffers are reused at whole megabytes, so pages of other sizes fit them
+_ROUND = 256 << 10  # page buffer sizes are rounded up to this, so that one fits pages of other sizes
 _LENGTH = struct.Struct("<I")
 
 
