@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastload.errors import UserError
+from fastload.pack.parquet_pages import NotPlain, PlainPages, plain_column
 from fastload.pack.sample_labels import LabelError, Labels
 from fastload.pack.stream_sample import Sample
+from fastload.pack.tar_stream import ChunkPool
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -107,6 +109,27 @@ def _null_rows(column: Any) -> set[int]:
     if column.null_count == 0:
         return set()
     return {i for i, null in enumerate(column.is_null().to_pylist()) if null}
+
+
+def _image_cells(column: Any) -> list[memoryview | None]:
+    """The cells of an Arrow image column (structs ``{bytes, path}`` or binary): zero-copy views, None where null."""
+    pa = _pyarrow()
+    nulls = _null_rows(column)
+    if pa.types.is_struct(column.type):
+        column = column.field("bytes")  # (the struct's offset applied)
+        nulls |= _null_rows(column)
+    _, offsets_buf, data_buf = column.buffers()
+    wide = pa.types.is_large_binary(column.type)
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if wide else np.int32)
+    offsets = offsets[column.offset : column.offset + len(column) + 1].tolist()
+    # Arrow exports its buffers as signed chars: unsigned, so a byte indexes as 0..255.
+    data = memoryview(data_buf).cast("B") if data_buf is not None else memoryview(b"")
+    return [None if i in nulls else data[offsets[i] : offsets[i + 1]] for i in range(len(column))]
+
+
+def _label_values(table: Any, at: int) -> list[Any] | None:
+    """Column ``at`` of a record batch or table as Python values (None: no such column, unlabeled data)."""
+    return table.column(at).to_pylist() if table.num_columns > at else None
 
 
 class _File:
@@ -187,6 +210,8 @@ class ArrowSource:
         self._check_image_column(schema)
         self.label_column = self._label_column(schema, label_column)
         self.labels = self._labels(schema)
+        # Parquet pages read for their images: reused once no sample views them (the pages in flight).
+        self._page_buffers = ChunkPool(keep=64)
 
     # --- files ----------------------------------------------------------------------------------
 
@@ -403,42 +428,54 @@ class ArrowSource:
 
     # --- rows -----------------------------------------------------------------------------------
 
+    def _parquet_reader(self, f: _File) -> Any:
+        """Arrow's reader of parquet file ``f`` (its footer as read when the rows were counted)."""
+        pa = _pyarrow()
+        # Pages are read and decoded as the batches are taken, a few megabytes at a time, instead
+        # of a whole row group at once (2,000 ImageNet-like images in two 100 MB row groups: peak
+        # RSS 138 MB instead of 436 MB, a tenth of the system time for fresh pages).
+        buffer = _LOCAL_READ_BUFFER if f.local is not None else _READ_BUFFER
+        # The reader ParquetFile wraps, made here to take the memory pool (ParquetFile's
+        # constructor does not).
+        pf = pa._parquet.ParquetReader(memory_pool=_memory_pool(pa))
+        # The footer read when the rows were counted: not read and parsed again.
+        pf.open(f.open_random(), pre_buffer=False, buffer_size=buffer, metadata=f.meta)
+        return pf
+
+    @staticmethod
+    def _leaves(pf: Any, columns: list[Any]) -> list[int]:
+        """The leaf columns of each top-level column of ``columns``, in the order asked."""
+        return [i for name in columns for i, path in enumerate(pf.column_paths) if path[0] == name]
+
+    def _group_batches(self, pf: Any, group: int, leaves: list[int], skip: int) -> Iterator[tuple[Any, int]]:
+        """``(record batch of leaves, its first row in the group)`` of row group ``group``, from row ``skip`` on."""
+        # Arrow's own threads would only compete with the converter threads.
+        batches = pf.iter_batches(
+            self._batch_rows(pf.metadata.row_group(group)), row_groups=[group], column_indices=leaves, use_threads=False
+        )
+        row = 0
+        for batch in batches:
+            n = batch.num_rows
+            if skip < row + n:
+                first = max(skip, row)
+                yield (batch.slice(first - row) if first > row else batch), first
+            row += n
+
     def _file_batches(self, index: int, columns: list[Any], skip: int) -> Iterator[tuple[Any, int]]:
         """``(record batch of columns, row of its first row)`` of file ``index``, from row ``skip`` on."""
-        pa = _pyarrow()
         f = self.files[index]
+        if self.kind == "parquet":
+            pf = self._parquet_reader(f)
+            leaves = self._leaves(pf, columns)
+            row = 0
+            for group, rows in enumerate(f.groups):
+                if skip < row + rows:
+                    for batch, first in self._group_batches(pf, group, leaves, max(0, skip - row)):
+                        yield batch, row + first
+                row += rows
+            return
         row = 0
         left = skip
-        if self.kind == "parquet":
-            # Pages are read and decoded as the batches are taken, a few megabytes at a time,
-            # instead of a whole row group at once (2,000 ImageNet-like images in two 100 MB row
-            # groups: peak RSS 138 MB instead of 436 MB, a tenth of the system time for fresh
-            # pages). Arrow's own threads would only compete with the converter threads.
-            buffer = _LOCAL_READ_BUFFER if f.local is not None else _READ_BUFFER
-            # The reader ParquetFile wraps, made here to take the memory pool (ParquetFile's
-            # constructor does not); the leaf columns of each top-level column, in the order asked.
-            pf = pa._parquet.ParquetReader(memory_pool=_memory_pool(pa))
-            # The footer read when the rows were counted: not read and parsed again.
-            pf.open(f.open_random(), pre_buffer=False, buffer_size=buffer, metadata=f.meta)
-            leaves = [i for name in columns for i, path in enumerate(pf.column_paths) if path[0] == name]
-            for group, rows in enumerate(f.groups):
-                if left >= rows:
-                    left -= rows
-                    row += rows
-                    continue
-                batches = pf.iter_batches(
-                    self._batch_rows(pf.metadata.row_group(group)),
-                    row_groups=[group],
-                    column_indices=leaves,
-                    use_threads=False,
-                )
-                for batch in batches:
-                    n = batch.num_rows
-                    if left < n:
-                        yield batch.slice(left) if left else batch, row + left
-                    row += n
-                    left = max(0, left - n)
-            return
         with self._batches(f) as reader:
             for batch in reader:
                 n = batch.num_rows
@@ -447,6 +484,67 @@ class ArrowSource:
                     yield picked.slice(left) if left else picked, row + left
                 row += n
                 left = max(0, left - n)
+
+    def _cells(self, index: int, skip: int) -> Iterator[tuple[int, list[Any], list[Any] | None]]:
+        """``(row, image cells, label values)`` of file ``index`` from row ``skip`` on, a page or a batch at a time.
+
+        A cell is a view of the image bytes, or None for a null cell. The image column of a local
+        parquet file in the form :mod:`fastload.pack.parquet_pages` reads (what ``datasets`` writes)
+        is read page by page there, its images left in the pages read; any other row group, or the
+        rest of one that turns out otherwise, is read by Arrow.
+        """
+        f = self.files[index]
+        columns = [self.image_column] + ([self.label_column] if self.label_column else [])
+        if self.kind != "parquet":
+            for batch, row in self._file_batches(index, columns, skip):
+                yield row, _image_cells(batch.column(0)), _label_values(batch, 1)
+            return
+        pf = self._parquet_reader(f)
+        leaves = self._leaves(pf, columns)
+        labels = self._leaves(pf, [self.label_column]) if self.label_column else []
+        image = self._image_leaf(pf)
+        pages = PlainPages(f.local, self._page_buffers) if f.local is not None and image is not None else None
+        try:
+            row = 0
+            for group, rows in enumerate(f.groups):
+                left = skip - row
+                if left >= rows:
+                    row += rows
+                    continue
+                left = max(0, left)
+                span = None
+                if pages is not None:
+                    meta = f.meta.row_group(group)
+                    span = plain_column(meta.column(image), f.meta.schema.column(image), f.size)
+                if span is not None and span.rows == rows:
+                    values = (
+                        _label_values(pf.read_row_group(group, column_indices=labels, use_threads=False), 0)
+                        if labels
+                        else None
+                    )
+                    try:
+                        assert pages is not None
+                        for first, cells in pages.pages(span, left):
+                            yield row + first, cells, values[first : first + len(cells)] if values is not None else None
+                            left = first + len(cells)
+                    except NotPlain as exc:
+                        left = max(left, exc.row)  # Arrow reads on from there (and reports damage)
+                    else:
+                        row += rows
+                        continue
+                for batch, first in self._group_batches(pf, group, leaves, left):
+                    yield row + first, _image_cells(batch.column(0)), _label_values(batch, 1)
+                row += rows
+        finally:
+            if pages is not None:
+                pages.close()
+
+    def _image_leaf(self, pf: Any) -> int | None:
+        """The leaf column of the image bytes (``image.bytes`` of a struct, else the column itself)."""
+        for i, path in enumerate(pf.column_paths):
+            if tuple(path) in ((self.image_column, "bytes"), (self.image_column,)):
+                return i
+        return None
 
     def _batch_rows(self, group: Any) -> int:
         """Rows per batch of a parquet row group: about :data:`_BATCH_BYTES` of images, at most :data:`_BATCH_ROWS`."""
@@ -484,7 +582,6 @@ class ArrowSource:
             while first < len(self.files) and 0 <= self.files[first].rows <= skip:
                 skip -= self.files[first].rows
                 first += 1
-        columns = [self.image_column] + ([self.label_column] if self.label_column else [])
         for index in range(first, len(self.files)):
             done = skip if index == first else 0
             if self.files[index].problem is not None:
@@ -493,9 +590,9 @@ class ArrowSource:
                 )
                 continue
             try:
-                for batch, row in self._file_batches(index, columns, done):
-                    yield from self._rows(index, batch, row)
-                    done = row + batch.num_rows
+                for row, cells, values in self._cells(index, done):
+                    yield from self._rows(index, row, cells, values)
+                    done = row + len(cells)
             except (pa.ArrowException, OSError) as exc:
                 text = str(exc).split("\n", 1)[0]
                 yield Sample(
@@ -504,34 +601,21 @@ class ArrowSource:
                     after={"file": index + 1, "row": 0},
                 )
 
-    def _rows(self, index: int, batch: Any, row: int) -> Iterator[Sample]:
-        """The samples of one record batch of file ``index``: image views, labels, bad entries named by row."""
-        pa = _pyarrow()
+    def _rows(self, index: int, row: int, cells: list[Any], values: list[Any] | None) -> Iterator[Sample]:
+        """The samples of rows ``row, row + 1, ...`` of file ``index``: image views, labels, bad entries by row."""
         shown = self.files[index].shown
-        column = batch.column(0)
-        nulls = _null_rows(column)
-        if pa.types.is_struct(column.type):
-            column = column.field("bytes")  # (the struct's offset applied)
-            nulls |= _null_rows(column)
-        _, offsets_buf, data_buf = column.buffers()
-        wide = pa.types.is_large_binary(column.type)
-        offsets = np.frombuffer(offsets_buf, dtype=np.int64 if wide else np.int32)
-        offsets = offsets[column.offset : column.offset + len(column) + 1].tolist()
-        # Arrow exports its buffers as signed chars: unsigned, so a byte indexes as 0..255.
-        data = memoryview(data_buf).cast("B") if data_buf is not None else memoryview(b"")
-        values = batch.column(1).to_pylist() if batch.num_columns > 1 else None
         labels = self.labels
         # A value's labels, once it gave good ones: they stay the same (the label state only settles
         # on the first good label and numbers new names). Keyed by type too: True, 1 and 1.0 differ.
         known: dict[tuple[type, Any], tuple[float, ...]] = {}
-        for i in range(batch.num_rows):
+        for i, cell in enumerate(cells):
             name = f"{shown}: row {row + i}"
             after = {"file": index, "row": row + i + 1}
-            if nulls and i in nulls:
+            if cell is None:
                 yield Sample(name, reason="null image cell (no image bytes)", after=after)
                 continue
             if values is None:
-                yield Sample(name, data[offsets[i] : offsets[i + 1]], (0.0,), after=after)
+                yield Sample(name, cell, (0.0,), after=after)
                 continue
             value = values[i]
             key = (type(value), value) if isinstance(value, (int, str)) else None
@@ -544,4 +628,4 @@ class ArrowSource:
                     continue
                 if key is not None:
                     known[key] = label
-            yield Sample(name, data[offsets[i] : offsets[i + 1]], label, after=after)
+            yield Sample(name, cell, label, after=after)
