@@ -9,7 +9,10 @@ with where the order's shuffle windows start), and reads them ahead:
 1. **groups**: the next records in decode order, up to half the byte budget (``budget``), so one
    group is being read while the one before it is decoded. A group ends at a shuffle window's
    start when one lies inside it: a block-order or shard-order window read whole is a few long
-   runs of neighbouring records, where part of it would be many short ones. At a cold start
+   runs of neighbouring records, where part of it would be many short ones. The automatic budget
+   (:attr:`ReadAhead.budget`) starts small, a few batches, and grows only while reads fall
+   behind the decode: from the page cache the read-ahead holds a few batches' bytes, on a slow
+   disk as much as the order needs to be read in long runs. At a cold start
    (:meth:`ReadAhead.begin`) the first groups ramp up (the first batch's records, then doubling
    steps) where that costs little, so the first batch does not wait for a whole window.
 2. **coalescing**: a group's records sorted by where they lie; neighbours (at most ``gap`` bytes
@@ -44,12 +47,29 @@ from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
 
-__all__ = ["AUTO_BUDGET", "NO_WINDOW_BUDGET", "ReadAhead", "ReadCounters", "ReadOptions", "coalesce"]
+__all__ = [
+    "AUTO_BUDGET",
+    "AUTO_FLOOR",
+    "FLOOR_BATCHES",
+    "NO_WINDOW_BUDGET",
+    "ReadAhead",
+    "ReadCounters",
+    "ReadOptions",
+    "coalesce",
+]
 
 _MIB = 1 << 20
-# The automatic budget (ReadOptions.budget=None): twice the largest window, within these bounds.
+# The automatic budget (ReadOptions.budget=None) grows from its floor up to a ceiling: twice the
+# largest shuffle window, within AUTO_BUDGET; NO_WINDOW_BUDGET for orders without windows.
 AUTO_BUDGET = (64 * _MIB, 512 * _MIB)
 NO_WINDOW_BUDGET = 256 * _MIB
+# Its floor: this many of the largest batches asked for (two groups of two batches: the next
+# batches' reads are issued two batches ahead), and at least AUTO_FLOOR bytes.
+FLOOR_BATCHES = 4
+AUTO_FLOOR = 8 * _MIB
+# A group of the automatic budget is not cut inside a shuffle window where reading the window in two
+# parts costs the device this many times what reading it whole does (see ReadAhead._group_end).
+_SPLIT_COST = 1.5
 # A ramp step at a cold start adds at most 1 / this of the cost it takes off the first batch (see _group_end).
 _RAMP_SHARE = 2
 # Records per group when record sizes are unknown (datasets without extents).
@@ -65,9 +85,11 @@ class ReadOptions:
             SSDs and cloud volumes serve many requests in parallel.
         budget: Bytes read ahead and not yet handed to the decode, at most (the memory the
             read-ahead holds; two groups of half of it). For block and shard order, at least twice
-            a shuffle window's bytes lets every window be read as a few long runs. None: twice the
-            largest shuffle window's bytes, at least 64 MiB and at most 512 MiB; 256 MiB for orders
-            without windows (global, none).
+            a shuffle window's bytes lets every window be read as a few long runs. None: automatic
+            (:attr:`ReadAhead.budget`): four batches' bytes (at least 8 MiB), doubled each time
+            the decode waits for reads issued two batches ahead or more, up to twice the largest
+            shuffle window's bytes (at least 64 MiB, at most 512 MiB; 256 MiB for orders without
+            windows: global, none). From the page cache it stays at four batches.
         gap: Neighbouring records at most this many bytes apart are read together, the bytes
             between them read and dropped. The break-even on a disk is its bandwidth over its
             IOPS (an HDD's 160 MB/s at 150 IOPS: about 1 MB; an SSD: tens of KB).
@@ -100,6 +122,8 @@ class ReadCounters:
         direct: Records read one by one on the caller's thread (outside the plan, or redone after
             a failed read).
         wait_seconds: Time :meth:`ReadAhead.wait` blocked for reads not yet done.
+        budget: The byte budget in force now (:attr:`ReadAhead.budget`).
+        grown: Times the automatic budget grew (reads fell behind the decode).
     """
 
     bytes: int = 0
@@ -107,6 +131,8 @@ class ReadCounters:
     records: int = 0
     direct: int = 0
     wait_seconds: float = 0.0
+    budget: int = 0
+    grown: int = 0
 
 
 def coalesce(
@@ -163,9 +189,13 @@ class _Read:
 
 
 class _Group:
-    """Positions ``[p0, p1)`` of the sequence and the reads that hold them."""
+    """Positions ``[p0, p1)`` of the sequence and the reads that hold them.
 
-    __slots__ = ("extents", "nbytes", "p0", "p1", "read_of", "reads", "rel_end", "rel_start")
+    ``asked`` is the first position the caller waited for when the group was issued (how far ahead
+    of the decode its reads started).
+    """
+
+    __slots__ = ("asked", "extents", "nbytes", "p0", "p1", "read_of", "reads", "rel_end", "rel_start")
 
     def __init__(
         self,
@@ -175,8 +205,10 @@ class _Group:
         read_of: NDArray[np.int64],
         rel: tuple[NDArray[np.int64], NDArray[np.int64]] | None,
         nbytes: int,
+        asked: int,
     ) -> None:
         self.p0, self.p1, self.reads, self.read_of, self.nbytes = p0, p1, reads, read_of, nbytes
+        self.asked = asked
         self.extents = rel is not None  # reads of byte extents, else of whole records through image()
         self.rel_start, self.rel_end = rel if rel is not None else (read_of, read_of)
 
@@ -207,6 +239,11 @@ class ReadAhead:
         self._closed = False
         self._counts = {"bytes": 0, "reads": 0, "records": 0, "direct": 0}
         self._wait_seconds = 0.0
+        # The automatic budget as grown so far (0: its floor), and the bytes of the largest range
+        # waited for (a batch). Both outlive a plan: the device and the batch size stay.
+        self._auto = 0
+        self._grown = 0
+        self._batch_bytes = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -221,17 +258,53 @@ class ReadAhead:
         self._widest = 0  # bytes of the largest shuffle window planned (0: no windows)
         self._ramp = 0  # bytes of the next ramp step at a cold start (0: no ramp; see _group_end)
         self._need = 0  # the position waited for (the ramp's first step reaches it)
+        self._asked = 0  # the first position of the range waited for now
+        self._splits = -1  # the end of the window found cheap to read in parts (see _group_end)
         # (p0, p1, ramp): the end of the group from p0 and the ramp after it, decided, not yet submitted
         self._cut: tuple[int, int, int] | None = None
 
     @property
     def budget(self) -> int:
-        """The byte budget in force: the option's, or the automatic one (see :class:`ReadOptions`)."""
+        """The byte budget in force: the option's, or the automatic one.
+
+        The automatic budget starts at :attr:`floor`: four batches (the largest range waited for),
+        at least 8 MiB, enough for two groups of two batches, so the reads of the next batches are
+        issued two batches before the decode needs them. From the page cache they are done by then
+        and the budget stays there: the read-ahead holds a few batches of encoded bytes. When the
+        decode waits for reads issued that far ahead, the device is slower than the decode: the
+        budget doubles (reads in parallel, longer runs), up to :attr:`ceiling`. It also grows to
+        hold a whole shuffle window where reading the window in parts would cost the device much
+        more than reading it whole (see :meth:`_group_end`).
+        """
+        if self.options.budget is not None:
+            return self.options.budget
+        return min(self.ceiling, max(self._auto, self.floor))
+
+    @property
+    def ceiling(self) -> int:
+        """The most the budget grows to: the option's, or twice the widest window (see :class:`ReadOptions`)."""
         if self.options.budget is not None:
             return self.options.budget
         if not self._widest:
             return NO_WINDOW_BUDGET
         return int(min(AUTO_BUDGET[1], max(AUTO_BUDGET[0], 2 * self._widest)))
+
+    @property
+    def floor(self) -> int:
+        """Where the automatic budget starts: four of the largest batches waited for, at least 8 MiB."""
+        if self.options.budget is not None:
+            return self.options.budget
+        return min(self.ceiling, max(AUTO_FLOOR, FLOOR_BATCHES * self._batch_bytes))
+
+    def _grow(self, bytes_at_least: int = 0) -> None:
+        """Raise the automatic budget: doubled, or to ``bytes_at_least``, within the ceiling."""
+        if self.options.budget is not None:
+            return
+        before = self.budget
+        self._auto = min(self.ceiling, max(2 * before if not bytes_at_least else before, bytes_at_least))
+        if self.budget > before:
+            self._grown += 1
+            self._cut = None  # a group end decided under the smaller budget
 
     # --- the plan ---------------------------------------------------------------------------------
 
@@ -313,16 +386,35 @@ class ReadAhead:
         what the decode no longer waits for: on a disk with few IOPS (a large ``gap``) a batch's
         records read on their own cost about as much as the long runs around them, which still
         have to be read, and the group is read whole.
+
+        With the automatic budget, a group that half the budget would end inside a shuffle window
+        (the budget smaller than the window, as it starts) is weighed the same way: when the
+        window's two parts cost the device at least ``_SPLIT_COST`` times the whole (each part read
+        through the gaps the other part's records fill: a large ``gap`` against the records'
+        spacing), the budget grows to twice the rest of the window and the group holds it.
         """
         if self._cut is not None and self._cut[0] == p0:
             return self._cut[1]
         ramp = 0
-        n = len(self._seq)
-        p1 = self._bytes_end(p0, self.budget // 2)
-        if p1 < n:
-            inside = self._windows[(self._windows > p0) & (self._windows <= p1)]
-            if inside.size:
-                p1 = int(inside[-1])
+        p1, cut_inside = self._budget_end(p0)
+        if (
+            cut_inside
+            and self._widest
+            and self._ext is not None
+            and self.options.budget is None
+            and self._splits != (wend := int(self._windows[np.searchsorted(self._windows, p1, side="right")]))
+        ):
+            # The budget cuts a shuffle window: where its parts cost the device much more than the
+            # whole (a disk with few IOPS, a large ``gap``: each part is read through the gaps that
+            # the other parts' records fill, so the window is read several times), the budget
+            # grows to hold the window. From the page cache with the default gap, a part costs
+            # about its own bytes and the budget stays small.
+            whole = self._cost(p0, wend)
+            if self._cost(p0, p1) + self._cost(p1, wend) >= _SPLIT_COST * whole:
+                self._grow(2 * int(self._csum[wend] - self._csum[p0]))
+                p1, _ = self._budget_end(p0)
+            else:
+                self._splits = wend  # the window ending there is read in parts (not asked again)
         if self._ramp:
             # The first step holds at least what is waited for now (the first batch).
             step = max(self._bytes_end(p0, self._ramp), min(self._need, p1))
@@ -334,6 +426,22 @@ class ReadAhead:
                     p1, ramp = step, 2 * int(self._csum[step] - self._csum[p0])
         self._cut = (p0, p1, ramp)
         return p1
+
+    def _budget_end(self, p0: int) -> tuple[int, bool]:
+        """Where half the budget from ``p0`` ends, cut at the last window start inside it.
+
+        Returns:
+            ``(p1, inside)``: the end, and whether it lies inside a shuffle window (no window
+            starts there and the plan goes on).
+        """
+        n = len(self._seq)
+        p1 = self._bytes_end(p0, self.budget // 2)
+        if p1 >= n:
+            return p1, False
+        inside = self._windows[(self._windows > p0) & (self._windows <= p1)]
+        if inside.size:
+            return int(inside[-1]), False
+        return p1, True
 
     def _cost(self, p0: int, p1: int) -> int:
         """What reading positions ``[p0, p1)`` costs the device, in bytes.
@@ -371,7 +479,7 @@ class ReadAhead:
             read_of = np.arange(len(idx), dtype=np.int64)
             rel = None
             nbytes = int(self._csum[p1] - self._csum[p0])
-        self._groups.append(_Group(p0, p1, reads, read_of, rel, nbytes))
+        self._groups.append(_Group(p0, p1, reads, read_of, rel, nbytes, self._asked))
         self._inflight += nbytes
         self._planned = p1
         self._ramp = self._cut[2] if self._cut is not None and self._cut[0] == p0 else 0
@@ -429,14 +537,26 @@ class ReadAhead:
             True; False when :meth:`interrupt` ended the wait first (a stopping producer).
         """
         self._check_open()
+        n = len(self._seq)
+        self._batch_bytes = max(self._batch_bytes, int(self._csum[min(stop, n)] - self._csum[min(start, n)]))
+        self._asked = start
         self._top_up(stop)
         futures = []
+        behind = False
         for g in self._groups_for(start, stop):
             lo, hi = max(start, g.p0) - g.p0, min(stop, g.p1) - g.p0
-            futures += [g.reads[r].future for r in np.unique(g.read_of[lo:hi]).tolist()]
+            mine = [g.reads[r].future for r in np.unique(g.read_of[lo:hi]).tolist()]
+            # Issued two ranges (batches) or more before this one and still not done: the device
+            # is slower than the decode, not just starting up (a cold start's first reads, the
+            # group issued with the previous batch).
+            behind = behind or (start - g.asked >= 2 * (stop - start) and not all(f.done() for f in mine))
+            futures += mine
         pending = [f for f in futures if not f.done()]
         if not pending:
             return True
+        if behind and self.budget < self.ceiling:
+            self._grow()
+            self._top_up(stop)  # the larger budget's reads start now, while this one waits
         t0 = time.perf_counter()
         with self._done:
             while not self._interrupted and not all(f.done() for f in pending):
@@ -529,7 +649,8 @@ class ReadAhead:
     def counters(self) -> ReadCounters:
         """What was read so far (any thread)."""
         with self._lock:
-            return ReadCounters(wait_seconds=self._wait_seconds, **self._counts)
+            counts = dict(self._counts)
+        return ReadCounters(wait_seconds=self._wait_seconds, budget=self.budget, grown=self._grown, **counts)
 
     def _drop(self) -> None:
         for g in self._groups:
