@@ -195,25 +195,56 @@ class _PaddedRecords(FakeDataset):
 
 
 def test_the_loader_frees_each_batchs_read_buffers_once_decoded():
-    # Three epochs of 40 MB of records: the buffers alive at any time stay within a few groups of
-    # the floor budget (batches of 4 MB: 16 MB), however many epochs run.
+    # Three epochs of 40 MB of records through an 8 MiB budget (batches of 4 MB): the read buffers
+    # alive at any time stay within a few groups, however many epochs run (none is kept once its
+    # batch is decoded).
     from fastload.loader import Loader, LoaderConfig
     from fastload.transforms import Resize
 
     ds = _PaddedRecords(160)
-    config = LoaderConfig(batch_size=16, transform=Resize(size=(16, 16)), num_threads=1, shuffle="global", seed=2)
+    budget = 8 << 20
+    config = LoaderConfig(
+        batch_size=16,
+        transform=Resize(size=(16, 16)),
+        num_threads=1,
+        shuffle="global",
+        seed=2,
+        read_options=ReadOptions(budget=budget),
+    )
     seen = []
     with Loader(ds, config) as loader:
-        reader = loader._pipeline.reads._reader
         for epoch in range(3):
             loader.set_epoch(epoch)
             for batch in loader:
                 seen.append(batch.indices.copy())
                 with ds.lock:
                     live = ds.live
-                assert live <= 3 * reader.counters().budget
-        budget = reader.counters().budget
+                assert live <= 3 * budget
+        reader = loader._pipeline.reads._reader
+        assert reader.planned - reader._origin <= 2 * len(ds)  # the plan of the epochs before is forgotten
     assert sum(len(s) for s in seen) == 3 * len(ds)
-    assert budget >= FLOOR_BATCHES * 16 * ds.record
-    assert ds.most <= 3 * budget < 3 * len(ds) * ds.record / 2
+    assert ds.most <= 3 * budget < 3 * len(ds) * ds.record / 4
     assert ds.live == 0  # closed: every buffer freed
+
+
+def test_a_plan_extended_epoch_after_epoch_forgets_the_released_positions():
+    bs = 16
+    ds = _Spaced(256, 4 * _KB)
+    rng = np.random.default_rng(3)
+    with ReadAhead(ds) as ra:
+        epochs = [rng.permutation(256).astype(np.int64) for _ in range(6)]
+        ra.begin(epochs[0])
+        got = []
+        for e, seq in enumerate(epochs):
+            base = e * 256
+            for p in range(base, base + 256, bs):
+                views, errors = ra.records(p, p + bs)
+                assert not errors
+                got += [int.from_bytes(bytes(v[:8]), "little") for v in views]
+                if p == base + 256 - 2 * bs and e + 1 < len(epochs):
+                    ra.extend(epochs[e + 1])  # the next epoch, planned before this one ends
+                    assert ra.planned == base + 512
+                    assert len(ra._seq) <= 2 * 256  # this epoch and the next: the ones before are forgotten
+        assert got == np.concatenate(epochs).tolist()
+        with pytest.raises(ValueError, match="released"):
+            ra.records(0, bs)

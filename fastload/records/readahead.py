@@ -247,10 +247,13 @@ class ReadAhead:
         self._reset()
 
     def _reset(self) -> None:
-        self._seq = np.zeros(0, dtype=np.int64)
+        # The plan from position _origin on (the positions before it were released and forgotten:
+        # a run over many epochs keeps the plan of about one epoch, not of every epoch so far).
+        self._origin = 0
+        self._seq = np.zeros(0, dtype=np.int64)  # the record at position _origin + j: _seq[j]
         self._windows = np.zeros(0, dtype=np.int64)  # positions where shuffle windows start
-        self._ext: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = None
-        self._csum = np.zeros(1, dtype=np.int64)  # bytes of positions [0, p): _csum[p]
+        self._ext: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = None  # as _seq
+        self._csum = np.zeros(1, dtype=np.int64)  # bytes of positions [_origin, _origin + j): _csum[j] - _csum[0]
         self._planned = 0
         self._released = 0
         self._groups: deque[_Group] = deque()
@@ -326,11 +329,16 @@ class ReadAhead:
         self._ramp = self.options.max_read if self._ext is not None else 0
 
     def extend(self, sequence: NDArray[np.int64], windows: Sequence[int] | NDArray[np.int64] = ()) -> None:
-        """Append ``sequence`` to the plan (the next epoch), its ``windows`` relative to its own start."""
+        """Append ``sequence`` to the plan (the next epoch), its ``windows`` relative to its own start.
+
+        Positions keep counting from :meth:`begin`; the plan forgets the ones released before
+        (:meth:`records`), so a run over many epochs holds about two epochs of plan, not all of them.
+        """
         self._check_open()
         self._cut = None  # a group end decided before may now lie further on
+        self._forget()
         seq = np.asarray(sequence, dtype=np.int64).ravel()
-        base = len(self._seq)
+        base = self.planned
         win = np.asarray(windows, dtype=np.int64).ravel() + base
         if base == 0:
             self._ext = self.dataset.extents(seq) if self._has_extents else None
@@ -349,18 +357,31 @@ class ReadAhead:
         inside = win[(win > base) & (win < base + len(seq))]
         if inside.size:
             edges = np.concatenate([[base], inside, [base + len(seq)]])
-            self._widest = max(self._widest, int(np.diff(self._csum[edges]).max()))
+            self._widest = max(self._widest, int(np.diff(self._csum[edges - self._origin]).max()))
         self._windows = np.concatenate([self._windows, inside, [base + len(seq)]])
+
+    def _forget(self) -> None:
+        """Drop the plan before the first position still needed (released, and in no group)."""
+        cut = min(self._released, self._groups[0].p0 if self._groups else self._planned)
+        k = cut - self._origin
+        if k <= 0:
+            return
+        # Copies: a view would keep the whole array it was cut from alive.
+        self._seq, self._csum = self._seq[k:].copy(), self._csum[k:].copy()
+        if self._ext is not None:
+            self._ext = (self._ext[0][k:].copy(), self._ext[1][k:].copy(), self._ext[2][k:].copy())
+        self._windows = self._windows[self._windows >= cut]
+        self._origin = cut
 
     @property
     def planned(self) -> int:
         """Positions in the plan (the sequences given since :meth:`begin`)."""
-        return len(self._seq)
+        return self._origin + len(self._seq)
 
     @property
     def unissued(self) -> int:
         """Positions of the plan whose reads are not issued yet."""
-        return len(self._seq) - self._planned
+        return self.planned - self._planned
 
     @property
     def settled(self) -> bool:
@@ -369,8 +390,13 @@ class ReadAhead:
 
     def _bytes_end(self, p0: int, nbytes: int) -> int:
         """The position where ``nbytes`` of records from ``p0`` on end (at least one record)."""
-        p1 = int(np.searchsorted(self._csum, self._csum[p0] + max(1, nbytes), side="right")) - 1
-        return min(len(self._seq), max(p0 + 1, p1))
+        o = self._origin
+        p1 = o + int(np.searchsorted(self._csum, self._csum[p0 - o] + max(1, nbytes), side="right")) - 1
+        return min(self.planned, max(p0 + 1, p1))
+
+    def _bytes(self, p0: int, p1: int) -> int:
+        """Bytes of the records of positions ``[p0, p1)`` (as the extents say)."""
+        return int(self._csum[p1 - self._origin] - self._csum[p0 - self._origin])
 
     def _group_end(self, p0: int) -> int:
         """Where the group starting at ``p0`` ends: half the budget, cut at a window start inside it.
@@ -411,7 +437,7 @@ class ReadAhead:
             # about its own bytes and the budget stays small.
             whole = self._cost(p0, wend)
             if self._cost(p0, p1) + self._cost(p1, wend) >= _SPLIT_COST * whole:
-                self._grow(2 * int(self._csum[wend] - self._csum[p0]))
+                self._grow(2 * self._bytes(p0, wend))
                 p1, _ = self._budget_end(p0)
             else:
                 self._splits = wend  # the window ending there is read in parts (not asked again)
@@ -423,7 +449,7 @@ class ReadAhead:
                 # Taken when the bytes it adds (requests included) are at most half of what the
                 # decode no longer waits for.
                 if _RAMP_SHARE * (first + rest - whole) <= whole - first:
-                    p1, ramp = step, 2 * int(self._csum[step] - self._csum[p0])
+                    p1, ramp = step, 2 * self._bytes(p0, step)
         self._cut = (p0, p1, ramp)
         return p1
 
@@ -434,7 +460,7 @@ class ReadAhead:
             ``(p1, inside)``: the end, and whether it lies inside a shuffle window (no window
             starts there and the plan goes on).
         """
-        n = len(self._seq)
+        n = self.planned
         p1 = self._bytes_end(p0, self.budget // 2)
         if p1 >= n:
             return p1, False
@@ -450,17 +476,19 @@ class ReadAhead:
         between a request and the bytes it could read instead.
         """
         assert self._ext is not None
-        sh, st, en = (a[p0:p1] for a in self._ext)
+        o = self._origin
+        sh, st, en = (a[p0 - o : p1 - o] for a in self._ext)
         _, _, r_st, r_en = coalesce(sh, st, en, gap=self.options.gap, max_read=self.options.max_read)
         return int((r_en - r_st).sum()) + len(r_st) * self.options.gap
 
     def _submit_group(self) -> None:
         p0 = self._planned
         p1 = self._group_end(p0)
-        idx = self._seq[p0:p1]
+        o = self._origin
+        idx = self._seq[p0 - o : p1 - o]
         reads: list[_Read] = []
         if self._ext is not None:
-            sh, st, en = (a[p0:p1] for a in self._ext)
+            sh, st, en = (a[p0 - o : p1 - o] for a in self._ext)
             run_of, r_sh, r_st, r_en = coalesce(sh, st, en, gap=self.options.gap, max_read=self.options.max_read)
             first = np.full(len(r_st), p1, dtype=np.int64)
             np.minimum.at(first, run_of, np.arange(p0, p1, dtype=np.int64))
@@ -478,7 +506,7 @@ class ReadAhead:
                 reads.append(_Read(-1, 0, self._issue(self._read_record, i)))
             read_of = np.arange(len(idx), dtype=np.int64)
             rel = None
-            nbytes = int(self._csum[p1] - self._csum[p0])
+            nbytes = self._bytes(p0, p1)
         self._groups.append(_Group(p0, p1, reads, read_of, rel, nbytes, self._asked))
         self._inflight += nbytes
         self._planned = p1
@@ -488,11 +516,12 @@ class ReadAhead:
     def _top_up(self, need: int) -> None:
         """Submit groups through position ``need``, then more while the budget allows."""
         self._need = need
-        while self._planned < min(need, len(self._seq)):
+        end = self.planned
+        while self._planned < min(need, end):
             self._submit_group()
-        while self._planned < len(self._seq):
+        while self._planned < end:
             nxt = self._group_end(self._planned)
-            more = int(self._csum[nxt] - self._csum[self._planned])
+            more = self._bytes(self._planned, nxt)
             if self._inflight and self._inflight + more > self.budget:
                 break
             self._submit_group()
@@ -537,8 +566,8 @@ class ReadAhead:
             True; False when :meth:`interrupt` ended the wait first (a stopping producer).
         """
         self._check_open()
-        n = len(self._seq)
-        self._batch_bytes = max(self._batch_bytes, int(self._csum[min(stop, n)] - self._csum[min(start, n)]))
+        lo, hi = self._origin, self.planned
+        self._batch_bytes = max(self._batch_bytes, self._bytes(min(max(start, lo), hi), min(max(stop, lo), hi)))
         self._asked = start
         self._top_up(stop)
         futures = []
@@ -586,14 +615,18 @@ class ReadAhead:
         Raises:
             InterruptedError: :meth:`interrupt` was called (call :meth:`wait` first to find out
                 without an exception).
+            ValueError: ``start`` lies before what the plan still holds (positions released,
+                then forgotten when the plan was extended).
         """
+        if start < self._origin:
+            raise ValueError(f"position {start} was released (the plan holds positions from {self._origin} on)")
         if not self.wait(start, stop):
             raise InterruptedError("the read-ahead was interrupted (the loader is stopping)")
         views: list[Any] = []
         errors: dict[int, str] = {}
         direct = handed = 0
         for p in range(start, stop):
-            i = int(self._seq[p]) if p < len(self._seq) else -1
+            i = int(self._seq[p - self._origin]) if p < self.planned else -1
             view, err, how = self._one(p, i)
             views.append(view)
             if err is not None:
