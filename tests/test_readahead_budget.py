@@ -133,21 +133,29 @@ class _Shards:
         return data
 
 
+@pytest.mark.parametrize("windows", [[0, 800], []], ids=["two windows", "no windows"])
 @pytest.mark.parametrize("gap", [64 * _KB, 1 << 20])
-def test_a_window_is_cut_by_the_small_budget_only_where_its_parts_cost_little_more(gap):
-    # Two shuffle windows of 800 records from all 8 shards; batches of 128 records (~12 MB).
+def test_the_small_budget_cuts_a_window_only_where_its_parts_cost_little_more(gap, windows):
+    # 1,600 records from all 8 shards in two shuffle windows of 800 (or in a global order: the
+    # epoch is the window); batches of 128 records (~12 MB).
     ds = _Shards()
     seq = np.random.default_rng(1).permutation(1600).astype(np.int64)
     sizes = ds.end[seq] - ds.start[seq]
     with ReadAhead(ds, ReadOptions(gap=gap)) as ra:
-        ra.begin(seq, [0, 800])
+        ra.begin(seq, windows)
         ra.wait(0, 128)
         groups = [(g.p0, g.p1) for g in ra._groups]
         if gap == 1 << 20:
             # Few IOPS: a part of the window is read through the gaps its other records fill, at
-            # about the cost of the whole window. The budget holds the window: read once, whole.
-            assert ra.budget == min(ra.ceiling, 2 * int(sizes[:800].sum())) > ra.floor
-            assert groups[0] == (0, 800) and ra.counters().grown == 1
+            # about the cost of the whole window. The budget holds the window (or grows to its
+            # ceiling): read once, whole.
+            if windows:
+                assert ra.budget == min(ra.ceiling, 2 * int(sizes[:800].sum())) > ra.floor
+                assert groups[0] == (0, 800)
+            else:
+                assert ra.budget == ra.ceiling == NO_WINDOW_BUDGET
+                assert sizes[: groups[0][1]].sum() > NO_WINDOW_BUDGET // 2 - int(sizes.max())
+            assert ra.counters().grown == 1
         else:
             # A part costs about its own bytes: the window is read in parts of half the floor.
             assert ra.budget == ra.floor == FLOOR_BATCHES * int(sizes[:128].sum())

@@ -262,7 +262,7 @@ class ReadAhead:
         self._ramp = 0  # bytes of the next ramp step at a cold start (0: no ramp; see _group_end)
         self._need = 0  # the position waited for (the ramp's first step reaches it)
         self._asked = 0  # the first position of the range waited for now
-        self._splits = -1  # the end of the window found cheap to read in parts (see _group_end)
+        self._splits = -1  # the end of the window (epoch) found cheap to read in parts (see _group_end)
         # (p0, p1, ramp): the end of the group from p0 and the ramp after it, decided, not yet submitted
         self._cut: tuple[int, int, int] | None = None
 
@@ -414,33 +414,27 @@ class ReadAhead:
         have to be read, and the group is read whole.
 
         With the automatic budget, a group that half the budget would end inside a shuffle window
-        (the budget smaller than the window, as it starts) is weighed the same way: when the
-        window's two parts cost the device at least ``_SPLIT_COST`` times the whole (each part read
+        (or, in an order without windows, anywhere before the end of the epoch) is weighed the
+        same way against the group the largest budget would make (up to the window's end): when
+        the two parts cost the device at least ``_SPLIT_COST`` times that whole (each part read
         through the gaps the other part's records fill: a large ``gap`` against the records'
-        spacing), the budget grows to twice the rest of the window and the group holds it.
+        spacing), the budget grows to hold the whole, and the group is that. Found cheaper, the
+        same window (epoch) is not weighed again.
         """
         if self._cut is not None and self._cut[0] == p0:
             return self._cut[1]
         ramp = 0
         p1, cut_inside = self._budget_end(p0)
-        if (
-            cut_inside
-            and self._widest
-            and self._ext is not None
-            and self.options.budget is None
-            and self._splits != (wend := int(self._windows[np.searchsorted(self._windows, p1, side="right")]))
-        ):
-            # The budget cuts a shuffle window: where its parts cost the device much more than the
-            # whole (a disk with few IOPS, a large ``gap``: each part is read through the gaps that
-            # the other parts' records fill, so the window is read several times), the budget
-            # grows to hold the window. From the page cache with the default gap, a part costs
-            # about its own bytes and the budget stays small.
-            whole = self._cost(p0, wend)
-            if self._cost(p0, p1) + self._cost(p1, wend) >= _SPLIT_COST * whole:
-                self._grow(2 * self._bytes(p0, wend))
-                p1, _ = self._budget_end(p0)
-            else:
-                self._splits = wend  # the window ending there is read in parts (not asked again)
+        if cut_inside and self._ext is not None and self.options.budget is None:
+            wend = int(self._windows[np.searchsorted(self._windows, p1, side="right")])
+            largest = min(wend, self._bytes_end(p0, self.ceiling // 2))
+            if self._splits != wend and largest > p1:
+                cost = self._cost(p0, largest)
+                if self._cost(p0, p1) + self._cost(p1, largest) >= _SPLIT_COST * cost:
+                    self._grow(2 * self._bytes(p0, largest) if largest == wend else self.ceiling)
+                    p1, _ = self._budget_end(p0)
+                else:
+                    self._splits = wend  # read in parts at this budget (not weighed again)
         if self._ramp:
             # The first step holds at least what is waited for now (the first batch).
             step = max(self._bytes_end(p0, self._ramp), min(self._need, p1))
