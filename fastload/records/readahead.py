@@ -560,8 +560,8 @@ class ReadAhead:
             True; False when :meth:`interrupt` ended the wait first (a stopping producer).
         """
         self._check_open()
-        lo, hi = self._origin, self.planned
-        self._batch_bytes = max(self._batch_bytes, self._bytes(min(max(start, lo), hi), min(max(stop, lo), hi)))
+        first, last = (min(max(p, self._origin), self.planned) for p in (start, stop))
+        self._batch_bytes = max(self._batch_bytes, self._bytes(first, last))
         self._asked = start
         self._top_up(stop)
         futures = []
