@@ -348,14 +348,17 @@ def test_a_stopping_loader_is_not_held_by_reads_in_flight(packed):
 
     with open_dataset(packed) as ds:
         release, started = threading.Event(), threading.Event()
-        real = ds.read_extent
 
-        def stuck_read(*args):
-            started.set()
-            release.wait(60)  # finishes only when the test lets it
-            return real(*args)
+        def stuck(real):
+            def stuck_read(*args):
+                started.set()
+                release.wait(60)  # finishes only when the test lets it
+                return real(*args)
 
-        ds.read_extent = stuck_read
+            return stuck_read
+
+        ds.read_extent = stuck(ds.read_extent)  # small reads
+        ds.read_extent_into = stuck(ds.read_extent_into)  # large ones, into memory mapped for them
         config = LoaderConfig(batch_size=6, transform=Resize(size=(16, 16)), num_threads=1, shuffle="global")
         loader = Loader(ds, config)
         it = iter(loader)

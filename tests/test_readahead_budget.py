@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from concurrent.futures import wait
@@ -9,6 +10,7 @@ from concurrent.futures import wait
 import numpy as np
 import pytest
 from fake_dataset import FakeDataset
+from test_records_data import tiny_folder  # noqa: F401  (fixture)
 
 from fastload.records.readahead import AUTO_FLOOR, FLOOR_BATCHES, NO_WINDOW_BUDGET, ReadAhead, ReadOptions
 
@@ -256,3 +258,45 @@ def test_a_plan_extended_epoch_after_epoch_forgets_the_released_positions():
         assert got == np.concatenate(epochs).tolist()
         with pytest.raises(ValueError, match="released"):
             ra.records(0, bs)
+
+
+@pytest.mark.parametrize("fmt", ["recordio", "lmdb"])
+def test_large_reads_go_into_memory_mapped_for_them_alone(tiny_folder, tmp_path, monkeypatch, fmt):
+    import mmap
+
+    from fastload.errors import CorruptRecordError
+    from fastload.loader import Loader, LoaderConfig
+    from fastload.pack.packer import pack_folder
+    from fastload.records import readahead
+    from fastload.records.dataset import open_dataset
+    from fastload.transforms import Resize
+
+    out = str(tmp_path / "ds")
+    pack_folder(tiny_folder, out, format=fmt, shards=2, progress=False, workers=1)
+    monkeypatch.setattr(readahead, "_MAPPED_READ", 1)  # every read, however small
+    with open_dataset(out) as ds:
+        seq = np.arange(len(ds), dtype=np.int64)
+        shard, start, end = ds.extents(seq)
+        for s in np.unique(shard).tolist():
+            lo, hi = int(start[shard == s].min()), int(end[shard == s].max())
+            buf = bytearray(hi - lo)
+            ds.read_extent_into(s, lo, memoryview(buf))
+            assert bytes(buf) == ds.read_extent(s, lo, hi)
+            with pytest.raises(CorruptRecordError, match="ends at byte"):
+                ds.read_extent_into(s, hi, memoryview(bytearray(ds.shards[s].size)))  # past the end
+        with ReadAhead(ds, ReadOptions(gap=1 << 20)) as ra:
+            ra.begin(seq[::-1].copy())
+            views, errors = ra.records(0, len(ds))
+            assert not errors and [bytes(v) for v in views] == [bytes(ds.image(int(i))) for i in seq[::-1]]
+            assert all(isinstance(v.obj, mmap.mmap) for v in views)
+        # Decoded from those mappings, the batches are those read one by one.
+        config = LoaderConfig(batch_size=8, transform=Resize(size=(16, 16)), num_threads=1, shuffle="global")
+        got = []
+        for reads in (ReadOptions(), None):
+            with Loader(ds, dataclasses.replace(config, read_options=reads)) as loader:
+                got.append([(b.indices.copy(), b.images.copy()) for b in loader])
+        for (ia, xa), (ib, xb) in zip(*got, strict=True):
+            np.testing.assert_array_equal(ia, ib)
+            np.testing.assert_array_equal(xa, xb)
+    with pytest.raises(ValueError, match="closed"):
+        ds.read_extent_into(0, 0, memoryview(bytearray(1)))

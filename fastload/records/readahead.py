@@ -34,6 +34,7 @@ record by record, still ``queue_depth`` at a time and ahead in decode order.
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 from collections import deque
@@ -72,6 +73,8 @@ AUTO_FLOOR = 8 * _MIB
 _SPLIT_COST = 1.5
 # A ramp step at a cold start adds at most 1 / this of the cost it takes off the first batch (see _group_end).
 _RAMP_SHARE = 2
+# Reads of at least this many bytes go into memory mapped for them alone (see ReadAhead._read_run).
+_MAPPED_READ = 64 << 10
 # Records per group when record sizes are unknown (datasets without extents).
 _GENERIC_RECORD_GUESS = 128 << 10
 
@@ -232,6 +235,7 @@ class ReadAhead:
         self.dataset = dataset
         self.options = options = options if options is not None else ReadOptions()
         self._has_extents = all(hasattr(dataset, m) for m in ("extents", "read_extent", "image_from"))
+        self._reads_into = hasattr(dataset, "read_extent_into")
         self._pool = ThreadPoolExecutor(max_workers=options.queue_depth, thread_name_prefix="fastload-read")
         self._lock = threading.Lock()
         self._done = threading.Condition()  # notified as reads finish, and by interrupt()
@@ -531,8 +535,21 @@ class ReadAhead:
         with self._done:
             self._done.notify_all()
 
-    def _read_run(self, shard: int, start: int, end: int) -> bytes:
-        data: bytes = self.dataset.read_extent(shard, start, end)
+    def _read_run(self, shard: int, start: int, end: int) -> bytes | mmap.mmap:
+        """One read of a run: into an anonymous mapping of its own when it is large.
+
+        A ``bytes`` of each read came from the allocator, whose threshold for mapping a block on
+        its own rises to the largest block freed (up to 32 MiB): reads of every size from 64 KB to
+        16 MB, freed in another order than allocated, then fragmented its heaps (the process grew
+        by tens of MB an epoch, the same data read again). A mapping of its own goes back to the
+        system when its last view dies.
+        """
+        data: bytes | mmap.mmap
+        if self._reads_into and end - start >= _MAPPED_READ:
+            data = mmap.mmap(-1, end - start, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
+            self.dataset.read_extent_into(shard, start, memoryview(data))
+        else:
+            data = self.dataset.read_extent(shard, start, end)
         with self._lock:
             self._counts["bytes"] += len(data)
             self._counts["reads"] += 1
