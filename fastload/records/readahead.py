@@ -526,7 +526,7 @@ class ReadAhead:
 
     # --- the reads (pool threads) -----------------------------------------------------------------
 
-    def _issue(self, fn: Callable[..., bytes | memoryview | Exception], *args: Any) -> Future[Any]:
+    def _issue(self, fn: Callable[..., bytes | mmap.mmap | memoryview | Exception], *args: Any) -> Future[Any]:
         fut = self._pool.submit(fn, *args)
         fut.add_done_callback(self._notify)
         return fut
