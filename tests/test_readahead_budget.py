@@ -113,6 +113,30 @@ def test_reads_behind_the_decode_double_the_automatic_budget(explicit):
         ra.close()
 
 
+def test_a_cold_start_reads_what_the_first_batch_waits_for_alone():
+    # The next groups would share the device with the first batch's reads: issued once those are done.
+    bs, size = 64, 64 * _KB
+    ds = _Spaced(1024, size)
+    seq = np.random.default_rng(2).permutation(1024).astype(np.int64)
+    ds.gate(seq, bs)
+    ra = ReadAhead(ds)
+    try:
+        ra.begin(seq)
+        ra.interrupt()
+        assert not ra.wait(0, bs)
+        ra.resume()
+        assert [(g.p0, g.p1) for g in ra._groups] == [(0, 2 * bs)]  # half the floor: the first batch's group
+        ds.release(0, 1)
+        assert not ra.records(0, bs)[1]
+        assert [(g.p0, g.p1) for g in ra._groups] == [(0, 2 * bs), (2 * bs, 4 * bs)]
+        ds.release()
+        views, errors = ra.records(bs, len(seq))
+        assert not errors and [int.from_bytes(bytes(v[:8]), "little") for v in views] == seq[bs:].tolist()
+    finally:
+        ds.release()
+        ra.close()
+
+
 class _Shards:
     """1,600 records of 64-128 KB in 8 shards (plans only: reads return nothing)."""
 
