@@ -197,18 +197,20 @@ def test_options_are_validated():
 
 
 def test_the_automatic_budget_follows_the_widest_window(packed):
-    from fastload.records.readahead import AUTO_BUDGET, NO_WINDOW_BUDGET
+    # The automatic budget grows up to this ceiling (from its floor: tests/test_readahead_budget.py).
+    from fastload.records.readahead import AUTO_BUDGET, AUTO_FLOOR, NO_WINDOW_BUDGET
 
     with open_dataset(packed) as ds, ReadAhead(ds) as ra:
         seq = np.arange(len(ds), dtype=np.int64)
         ra.begin(seq)
-        assert ra.budget == NO_WINDOW_BUDGET  # no windows: global or no shuffle
+        assert ra.ceiling == NO_WINDOW_BUDGET  # no windows: global or no shuffle
+        assert ra.budget == ra.floor == AUTO_FLOOR  # nothing waited for yet, and never behind
         ra.begin(seq, [10, 30])
         sizes = ds.extents(seq)[2] - ds.extents(seq)[1]
         widest = max(sizes[:10].sum(), sizes[10:30].sum(), sizes[30:].sum())
-        assert ra.budget == max(AUTO_BUDGET[0], min(AUTO_BUDGET[1], 2 * widest))
+        assert ra.ceiling == max(AUTO_BUDGET[0], min(AUTO_BUDGET[1], 2 * widest))
     with ReadAhead(ds, ReadOptions(budget=1000)) as fixed:
-        assert fixed.budget == 1000
+        assert fixed.budget == fixed.floor == fixed.ceiling == 1000
 
 
 class _Extents:
@@ -346,14 +348,17 @@ def test_a_stopping_loader_is_not_held_by_reads_in_flight(packed):
 
     with open_dataset(packed) as ds:
         release, started = threading.Event(), threading.Event()
-        real = ds.read_extent
 
-        def stuck_read(*args):
-            started.set()
-            release.wait(60)  # finishes only when the test lets it
-            return real(*args)
+        def stuck(real):
+            def stuck_read(*args):
+                started.set()
+                release.wait(60)  # finishes only when the test lets it
+                return real(*args)
 
-        ds.read_extent = stuck_read
+            return stuck_read
+
+        ds.read_extent = stuck(ds.read_extent)  # small reads
+        ds.read_extent_into = stuck(ds.read_extent_into)  # large ones, into memory mapped for them
         config = LoaderConfig(batch_size=6, transform=Resize(size=(16, 16)), num_threads=1, shuffle="global")
         loader = Loader(ds, config)
         it = iter(loader)

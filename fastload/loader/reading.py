@@ -269,6 +269,9 @@ class _Handover:
                 return
             fut = self._submit(step)
             yield item
+            # Not kept while the next hand-over is waited for: the records' buffers (the read-ahead's
+            # groups) of a decoded batch die with its last view.
+            del item
 
     def wake(self) -> None:
         """The producer is being stopped (called after its stop event is set; any thread)."""

@@ -121,14 +121,17 @@ class LmdbFile:
     def _pread(self, length: int, offset: int, record: int | None) -> bytes:
         data = os.pread(self._fd, length, offset)
         if len(data) < length:
-            raise CorruptRecordError(
-                f"data.mdb ends at byte {offset + len(data)}, inside a read of {length} bytes "
-                f"(truncated or rewritten since it was opened at {self.size} bytes?)",
-                shard=self.path,
-                record=record,
-                offset=offset,
-            )
+            raise self._short(offset + len(data), length, record, offset)
         return data
+
+    def _short(self, end: int, length: int, record: int | None, offset: int) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"data.mdb ends at byte {end}, inside a read of {length} bytes "
+            f"(truncated or rewritten since it was opened at {self.size} bytes?)",
+            shard=self.path,
+            record=record,
+            offset=offset,
+        )
 
     def read(self, offset: int, length: int, record: int | None = None) -> bytes:
         """``length`` bytes at ``offset`` (thread-safe).
@@ -150,6 +153,29 @@ class LmdbFile:
                 self._reading -= 1
                 if self._closed and not self._reading:
                     self._release()
+
+    def read_into(self, offset: int, buf: memoryview, record: int | None = None) -> None:
+        """:meth:`read` into ``buf`` (writable; its length is the length read; thread-safe).
+
+        Raises:
+            CorruptRecordError: The file ends first, or the read fails.
+            ValueError: Closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"LMDB shard {self.name} is closed")
+            self._reading += 1
+        try:
+            got = os.preadv(self._fd, [buf], offset)
+        except OSError as exc:
+            raise CorruptRecordError(f"read failed ({exc.strerror or exc})", shard=self.path, record=record) from None
+        finally:
+            with self._lock:
+                self._reading -= 1
+                if self._closed and not self._reading:
+                    self._release()
+        if got < len(buf):
+            raise self._short(offset + got, len(buf), record, offset)
 
     def _read_meta(self) -> LmdbMeta:
         head = os.pread(self._fd, _PAGEHDRSZ + _META.size + 2 * _DB.size + _TAIL.size, 0)

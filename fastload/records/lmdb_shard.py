@@ -213,6 +213,15 @@ class LmdbShard:
         """
         return self._file.read(offset, length, record)
 
+    def read_into(self, offset: int, buf: memoryview, record: int | None = None) -> None:
+        """:meth:`read` into ``buf`` (writable; its length is the length read; thread-safe).
+
+        Raises:
+            CorruptRecordError: The file ends first, or the read fails.
+            ValueError: The shard is closed.
+        """
+        self._file.read_into(offset, buf, record)
+
     def lengths(self) -> NDArray[np.int64]:
         """Every value's length in bytes (int64, by record number)."""
         return np.abs(self._file.locations()[1])

@@ -9,7 +9,10 @@ with where the order's shuffle windows start), and reads them ahead:
 1. **groups**: the next records in decode order, up to half the byte budget (``budget``), so one
    group is being read while the one before it is decoded. A group ends at a shuffle window's
    start when one lies inside it: a block-order or shard-order window read whole is a few long
-   runs of neighbouring records, where part of it would be many short ones. At a cold start
+   runs of neighbouring records, where part of it would be many short ones. The automatic budget
+   (:attr:`ReadAhead.budget`) starts small, a few batches, and grows only while reads fall
+   behind the decode: from the page cache the read-ahead holds a few batches' bytes, on a slow
+   disk as much as the order needs to be read in long runs. At a cold start
    (:meth:`ReadAhead.begin`) the first groups ramp up (the first batch's records, then doubling
    steps) where that costs little, so the first batch does not wait for a whole window.
 2. **coalescing**: a group's records sorted by where they lie; neighbours (at most ``gap`` bytes
@@ -31,6 +34,7 @@ record by record, still ``queue_depth`` at a time and ahead in decode order.
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 from collections import deque
@@ -44,14 +48,33 @@ from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
 
-__all__ = ["AUTO_BUDGET", "NO_WINDOW_BUDGET", "ReadAhead", "ReadCounters", "ReadOptions", "coalesce"]
+__all__ = [
+    "AUTO_BUDGET",
+    "AUTO_FLOOR",
+    "FLOOR_BATCHES",
+    "NO_WINDOW_BUDGET",
+    "ReadAhead",
+    "ReadCounters",
+    "ReadOptions",
+    "coalesce",
+]
 
 _MIB = 1 << 20
-# The automatic budget (ReadOptions.budget=None): twice the largest window, within these bounds.
+# The automatic budget (ReadOptions.budget=None) grows from its floor up to a ceiling: twice the
+# largest shuffle window, within AUTO_BUDGET; NO_WINDOW_BUDGET for orders without windows.
 AUTO_BUDGET = (64 * _MIB, 512 * _MIB)
 NO_WINDOW_BUDGET = 256 * _MIB
+# Its floor: this many of the largest batches asked for (two groups of two batches: the next
+# batches' reads are issued two batches ahead), and at least AUTO_FLOOR bytes.
+FLOOR_BATCHES = 4
+AUTO_FLOOR = 8 * _MIB
+# A group of the automatic budget is not cut inside a shuffle window where reading the window in two
+# parts costs the device this many times what reading it whole does (see ReadAhead._group_end).
+_SPLIT_COST = 1.5
 # A ramp step at a cold start adds at most 1 / this of the cost it takes off the first batch (see _group_end).
 _RAMP_SHARE = 2
+# Reads of at least this many bytes go into memory mapped for them alone (see ReadAhead._read_run).
+_MAPPED_READ = 64 << 10
 # Records per group when record sizes are unknown (datasets without extents).
 _GENERIC_RECORD_GUESS = 128 << 10
 
@@ -65,9 +88,11 @@ class ReadOptions:
             SSDs and cloud volumes serve many requests in parallel.
         budget: Bytes read ahead and not yet handed to the decode, at most (the memory the
             read-ahead holds; two groups of half of it). For block and shard order, at least twice
-            a shuffle window's bytes lets every window be read as a few long runs. None: twice the
-            largest shuffle window's bytes, at least 64 MiB and at most 512 MiB; 256 MiB for orders
-            without windows (global, none).
+            a shuffle window's bytes lets every window be read as a few long runs. None: automatic
+            (:attr:`ReadAhead.budget`): four batches' bytes (at least 8 MiB), doubled each time
+            the decode waits for reads issued two batches ahead or more, up to twice the largest
+            shuffle window's bytes (at least 64 MiB, at most 512 MiB; 256 MiB for orders without
+            windows: global, none). From the page cache it stays at four batches.
         gap: Neighbouring records at most this many bytes apart are read together, the bytes
             between them read and dropped. The break-even on a disk is its bandwidth over its
             IOPS (an HDD's 160 MB/s at 150 IOPS: about 1 MB; an SSD: tens of KB).
@@ -100,6 +125,8 @@ class ReadCounters:
         direct: Records read one by one on the caller's thread (outside the plan, or redone after
             a failed read).
         wait_seconds: Time :meth:`ReadAhead.wait` blocked for reads not yet done.
+        budget: The byte budget in force now (:attr:`ReadAhead.budget`).
+        grown: Times the automatic budget grew (reads fell behind the decode).
     """
 
     bytes: int = 0
@@ -107,6 +134,8 @@ class ReadCounters:
     records: int = 0
     direct: int = 0
     wait_seconds: float = 0.0
+    budget: int = 0
+    grown: int = 0
 
 
 def coalesce(
@@ -163,9 +192,13 @@ class _Read:
 
 
 class _Group:
-    """Positions ``[p0, p1)`` of the sequence and the reads that hold them."""
+    """Positions ``[p0, p1)`` of the sequence and the reads that hold them.
 
-    __slots__ = ("extents", "nbytes", "p0", "p1", "read_of", "reads", "rel_end", "rel_start")
+    ``asked`` is the first position the caller waited for when the group was issued (how far ahead
+    of the decode its reads started).
+    """
+
+    __slots__ = ("asked", "extents", "nbytes", "p0", "p1", "read_of", "reads", "rel_end", "rel_start")
 
     def __init__(
         self,
@@ -175,8 +208,10 @@ class _Group:
         read_of: NDArray[np.int64],
         rel: tuple[NDArray[np.int64], NDArray[np.int64]] | None,
         nbytes: int,
+        asked: int,
     ) -> None:
         self.p0, self.p1, self.reads, self.read_of, self.nbytes = p0, p1, reads, read_of, nbytes
+        self.asked = asked
         self.extents = rel is not None  # reads of byte extents, else of whole records through image()
         self.rel_start, self.rel_end = rel if rel is not None else (read_of, read_of)
 
@@ -200,6 +235,7 @@ class ReadAhead:
         self.dataset = dataset
         self.options = options = options if options is not None else ReadOptions()
         self._has_extents = all(hasattr(dataset, m) for m in ("extents", "read_extent", "image_from"))
+        self._reads_into = hasattr(dataset, "read_extent_into")
         self._pool = ThreadPoolExecutor(max_workers=options.queue_depth, thread_name_prefix="fastload-read")
         self._lock = threading.Lock()
         self._done = threading.Condition()  # notified as reads finish, and by interrupt()
@@ -207,13 +243,21 @@ class ReadAhead:
         self._closed = False
         self._counts = {"bytes": 0, "reads": 0, "records": 0, "direct": 0}
         self._wait_seconds = 0.0
+        # The automatic budget as grown so far (0: its floor), and the bytes of the largest range
+        # waited for (a batch). Both outlive a plan: the device and the batch size stay.
+        self._auto = 0
+        self._grown = 0
+        self._batch_bytes = 0
         self._reset()
 
     def _reset(self) -> None:
-        self._seq = np.zeros(0, dtype=np.int64)
+        # The plan from position _origin on (the positions before it were released and forgotten:
+        # a run over many epochs keeps the plan of about one epoch, not of every epoch so far).
+        self._origin = 0
+        self._seq = np.zeros(0, dtype=np.int64)  # the record at position _origin + j: _seq[j]
         self._windows = np.zeros(0, dtype=np.int64)  # positions where shuffle windows start
-        self._ext: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = None
-        self._csum = np.zeros(1, dtype=np.int64)  # bytes of positions [0, p): _csum[p]
+        self._ext: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = None  # as _seq
+        self._csum = np.zeros(1, dtype=np.int64)  # bytes of positions [_origin, _origin + j): _csum[j] - _csum[0]
         self._planned = 0
         self._released = 0
         self._groups: deque[_Group] = deque()
@@ -221,17 +265,54 @@ class ReadAhead:
         self._widest = 0  # bytes of the largest shuffle window planned (0: no windows)
         self._ramp = 0  # bytes of the next ramp step at a cold start (0: no ramp; see _group_end)
         self._need = 0  # the position waited for (the ramp's first step reaches it)
+        self._asked = 0  # the first position of the range waited for now
+        self._splits = -1  # the end of the window (epoch) found cheap to read in parts (see _group_end)
+        self._alone = False  # a cold start: the first range's reads go alone (see _top_up)
         # (p0, p1, ramp): the end of the group from p0 and the ramp after it, decided, not yet submitted
         self._cut: tuple[int, int, int] | None = None
 
     @property
     def budget(self) -> int:
-        """The byte budget in force: the option's, or the automatic one (see :class:`ReadOptions`)."""
+        """The byte budget in force: the option's, or the automatic one.
+
+        The automatic budget starts at :attr:`floor`: four batches (the largest range waited for),
+        at least 8 MiB, enough for two groups of two batches, so the reads of the next batches are
+        issued two batches before the decode needs them. From the page cache they are done by then
+        and the budget stays there: the read-ahead holds a few batches of encoded bytes. When the
+        decode waits for reads issued that far ahead, the device is slower than the decode: the
+        budget doubles (reads in parallel, longer runs), up to :attr:`ceiling`. It also grows to
+        hold a whole shuffle window where reading the window in parts would cost the device much
+        more than reading it whole (see :meth:`_group_end`).
+        """
+        if self.options.budget is not None:
+            return self.options.budget
+        return min(self.ceiling, max(self._auto, self.floor))
+
+    @property
+    def ceiling(self) -> int:
+        """The most the budget grows to: the option's, or twice the widest window (see :class:`ReadOptions`)."""
         if self.options.budget is not None:
             return self.options.budget
         if not self._widest:
             return NO_WINDOW_BUDGET
         return int(min(AUTO_BUDGET[1], max(AUTO_BUDGET[0], 2 * self._widest)))
+
+    @property
+    def floor(self) -> int:
+        """Where the automatic budget starts: four of the largest batches waited for, at least 8 MiB."""
+        if self.options.budget is not None:
+            return self.options.budget
+        return min(self.ceiling, max(AUTO_FLOOR, FLOOR_BATCHES * self._batch_bytes))
+
+    def _grow(self, bytes_at_least: int = 0) -> None:
+        """Raise the automatic budget: doubled, or to ``bytes_at_least``, within the ceiling."""
+        if self.options.budget is not None:
+            return
+        before = self.budget
+        self._auto = min(self.ceiling, max(2 * before if not bytes_at_least else before, bytes_at_least))
+        if self.budget > before:
+            self._grown += 1
+            self._cut = None  # a group end decided under the smaller budget
 
     # --- the plan ---------------------------------------------------------------------------------
 
@@ -251,13 +332,19 @@ class ReadAhead:
         self._drop()
         self.extend(sequence, windows)
         self._ramp = self.options.max_read if self._ext is not None else 0
+        self._alone = self._ext is not None
 
     def extend(self, sequence: NDArray[np.int64], windows: Sequence[int] | NDArray[np.int64] = ()) -> None:
-        """Append ``sequence`` to the plan (the next epoch), its ``windows`` relative to its own start."""
+        """Append ``sequence`` to the plan (the next epoch), its ``windows`` relative to its own start.
+
+        Positions keep counting from :meth:`begin`; the plan forgets the ones released before
+        (:meth:`records`), so a run over many epochs holds about two epochs of plan, not all of them.
+        """
         self._check_open()
         self._cut = None  # a group end decided before may now lie further on
+        self._forget()
         seq = np.asarray(sequence, dtype=np.int64).ravel()
-        base = len(self._seq)
+        base = self.planned
         win = np.asarray(windows, dtype=np.int64).ravel() + base
         if base == 0:
             self._ext = self.dataset.extents(seq) if self._has_extents else None
@@ -276,18 +363,31 @@ class ReadAhead:
         inside = win[(win > base) & (win < base + len(seq))]
         if inside.size:
             edges = np.concatenate([[base], inside, [base + len(seq)]])
-            self._widest = max(self._widest, int(np.diff(self._csum[edges]).max()))
+            self._widest = max(self._widest, int(np.diff(self._csum[edges - self._origin]).max()))
         self._windows = np.concatenate([self._windows, inside, [base + len(seq)]])
+
+    def _forget(self) -> None:
+        """Drop the plan before the first position still needed (released, and in no group)."""
+        cut = min(self._released, self._groups[0].p0 if self._groups else self._planned)
+        k = cut - self._origin
+        if k <= 0:
+            return
+        # Copies: a view would keep the whole array it was cut from alive.
+        self._seq, self._csum = self._seq[k:].copy(), self._csum[k:].copy()
+        if self._ext is not None:
+            self._ext = (self._ext[0][k:].copy(), self._ext[1][k:].copy(), self._ext[2][k:].copy())
+        self._windows = self._windows[self._windows >= cut]
+        self._origin = cut
 
     @property
     def planned(self) -> int:
         """Positions in the plan (the sequences given since :meth:`begin`)."""
-        return len(self._seq)
+        return self._origin + len(self._seq)
 
     @property
     def unissued(self) -> int:
         """Positions of the plan whose reads are not issued yet."""
-        return len(self._seq) - self._planned
+        return self.planned - self._planned
 
     @property
     def settled(self) -> bool:
@@ -296,8 +396,13 @@ class ReadAhead:
 
     def _bytes_end(self, p0: int, nbytes: int) -> int:
         """The position where ``nbytes`` of records from ``p0`` on end (at least one record)."""
-        p1 = int(np.searchsorted(self._csum, self._csum[p0] + max(1, nbytes), side="right")) - 1
-        return min(len(self._seq), max(p0 + 1, p1))
+        o = self._origin
+        p1 = o + int(np.searchsorted(self._csum, self._csum[p0 - o] + max(1, nbytes), side="right")) - 1
+        return min(self.planned, max(p0 + 1, p1))
+
+    def _bytes(self, p0: int, p1: int) -> int:
+        """Bytes of the records of positions ``[p0, p1)`` (as the extents say)."""
+        return int(self._csum[p1 - self._origin] - self._csum[p0 - self._origin])
 
     def _group_end(self, p0: int) -> int:
         """Where the group starting at ``p0`` ends: half the budget, cut at a window start inside it.
@@ -313,16 +418,29 @@ class ReadAhead:
         what the decode no longer waits for: on a disk with few IOPS (a large ``gap``) a batch's
         records read on their own cost about as much as the long runs around them, which still
         have to be read, and the group is read whole.
+
+        With the automatic budget, a group that half the budget would end inside a shuffle window
+        (or, in an order without windows, anywhere before the end of the epoch) is weighed the
+        same way against the group the largest budget would make (up to the window's end): when
+        the two parts cost the device at least ``_SPLIT_COST`` times that whole (each part read
+        through the gaps the other part's records fill: a large ``gap`` against the records'
+        spacing), the budget grows to hold the whole, and the group is that. Found cheaper, the
+        same window (epoch) is not weighed again.
         """
         if self._cut is not None and self._cut[0] == p0:
             return self._cut[1]
         ramp = 0
-        n = len(self._seq)
-        p1 = self._bytes_end(p0, self.budget // 2)
-        if p1 < n:
-            inside = self._windows[(self._windows > p0) & (self._windows <= p1)]
-            if inside.size:
-                p1 = int(inside[-1])
+        p1, cut_inside = self._budget_end(p0)
+        if cut_inside and self._ext is not None and self.options.budget is None:
+            wend = int(self._windows[np.searchsorted(self._windows, p1, side="right")])
+            largest = min(wend, self._bytes_end(p0, self.ceiling // 2))
+            if self._splits != wend and largest > p1:
+                cost = self._cost(p0, largest)
+                if self._cost(p0, p1) + self._cost(p1, largest) >= _SPLIT_COST * cost:
+                    self._grow(2 * self._bytes(p0, largest) if largest == wend else self.ceiling)
+                    p1, _ = self._budget_end(p0)
+                else:
+                    self._splits = wend  # read in parts at this budget (not weighed again)
         if self._ramp:
             # The first step holds at least what is waited for now (the first batch).
             step = max(self._bytes_end(p0, self._ramp), min(self._need, p1))
@@ -331,9 +449,25 @@ class ReadAhead:
                 # Taken when the bytes it adds (requests included) are at most half of what the
                 # decode no longer waits for.
                 if _RAMP_SHARE * (first + rest - whole) <= whole - first:
-                    p1, ramp = step, 2 * int(self._csum[step] - self._csum[p0])
+                    p1, ramp = step, 2 * self._bytes(p0, step)
         self._cut = (p0, p1, ramp)
         return p1
+
+    def _budget_end(self, p0: int) -> tuple[int, bool]:
+        """Where half the budget from ``p0`` ends, cut at the last window start inside it.
+
+        Returns:
+            ``(p1, inside)``: the end, and whether it lies inside a shuffle window (no window
+            starts there and the plan goes on).
+        """
+        n = self.planned
+        p1 = self._bytes_end(p0, self.budget // 2)
+        if p1 >= n:
+            return p1, False
+        inside = self._windows[(self._windows > p0) & (self._windows <= p1)]
+        if inside.size:
+            return int(inside[-1]), False
+        return p1, True
 
     def _cost(self, p0: int, p1: int) -> int:
         """What reading positions ``[p0, p1)`` costs the device, in bytes.
@@ -342,17 +476,19 @@ class ReadAhead:
         between a request and the bytes it could read instead.
         """
         assert self._ext is not None
-        sh, st, en = (a[p0:p1] for a in self._ext)
+        o = self._origin
+        sh, st, en = (a[p0 - o : p1 - o] for a in self._ext)
         _, _, r_st, r_en = coalesce(sh, st, en, gap=self.options.gap, max_read=self.options.max_read)
         return int((r_en - r_st).sum()) + len(r_st) * self.options.gap
 
     def _submit_group(self) -> None:
         p0 = self._planned
         p1 = self._group_end(p0)
-        idx = self._seq[p0:p1]
+        o = self._origin
+        idx = self._seq[p0 - o : p1 - o]
         reads: list[_Read] = []
         if self._ext is not None:
-            sh, st, en = (a[p0:p1] for a in self._ext)
+            sh, st, en = (a[p0 - o : p1 - o] for a in self._ext)
             run_of, r_sh, r_st, r_en = coalesce(sh, st, en, gap=self.options.gap, max_read=self.options.max_read)
             first = np.full(len(r_st), p1, dtype=np.int64)
             np.minimum.at(first, run_of, np.arange(p0, p1, dtype=np.int64))
@@ -370,28 +506,37 @@ class ReadAhead:
                 reads.append(_Read(-1, 0, self._issue(self._read_record, i)))
             read_of = np.arange(len(idx), dtype=np.int64)
             rel = None
-            nbytes = int(self._csum[p1] - self._csum[p0])
-        self._groups.append(_Group(p0, p1, reads, read_of, rel, nbytes))
+            nbytes = self._bytes(p0, p1)
+        self._groups.append(_Group(p0, p1, reads, read_of, rel, nbytes, self._asked))
         self._inflight += nbytes
         self._planned = p1
         self._ramp = self._cut[2] if self._cut is not None and self._cut[0] == p0 else 0
         self._cut = None
 
     def _top_up(self, need: int) -> None:
-        """Submit groups through position ``need``, then more while the budget allows."""
+        """Submit groups through position ``need``, then more while the budget allows.
+
+        At a cold start (:meth:`begin`) the groups after the first range waited for are issued
+        once its reads are done (:meth:`wait`): on a disk they would share its bandwidth with the
+        reads the first batch waits for (on a hard disk in block order, a whole window: the next
+        window's reads put 0.2-0.3 s on the first batch's 1.3-1.6 s).
+        """
         self._need = need
-        while self._planned < min(need, len(self._seq)):
+        end = self.planned
+        while self._planned < min(need, end):
             self._submit_group()
-        while self._planned < len(self._seq):
+        if self._alone and not self.settled:
+            return
+        while self._planned < end:
             nxt = self._group_end(self._planned)
-            more = int(self._csum[nxt] - self._csum[self._planned])
+            more = self._bytes(self._planned, nxt)
             if self._inflight and self._inflight + more > self.budget:
                 break
             self._submit_group()
 
     # --- the reads (pool threads) -----------------------------------------------------------------
 
-    def _issue(self, fn: Callable[..., bytes | memoryview | Exception], *args: Any) -> Future[Any]:
+    def _issue(self, fn: Callable[..., bytes | mmap.mmap | memoryview | Exception], *args: Any) -> Future[Any]:
         fut = self._pool.submit(fn, *args)
         fut.add_done_callback(self._notify)
         return fut
@@ -400,8 +545,21 @@ class ReadAhead:
         with self._done:
             self._done.notify_all()
 
-    def _read_run(self, shard: int, start: int, end: int) -> bytes:
-        data: bytes = self.dataset.read_extent(shard, start, end)
+    def _read_run(self, shard: int, start: int, end: int) -> bytes | mmap.mmap:
+        """One read of a run: into an anonymous mapping of its own when it is large.
+
+        A ``bytes`` of each read came from the allocator, whose threshold for mapping a block on
+        its own rises to the largest block freed (up to 32 MiB): reads of every size from 64 KB to
+        16 MB, freed in another order than allocated, then fragmented its heaps (the process grew
+        by tens of MB an epoch, the same data read again). A mapping of its own goes back to the
+        system when its last view dies.
+        """
+        data: bytes | mmap.mmap
+        if self._reads_into and end - start >= _MAPPED_READ:
+            data = mmap.mmap(-1, end - start, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
+            self.dataset.read_extent_into(shard, start, memoryview(data))
+        else:
+            data = self.dataset.read_extent(shard, start, end)
         with self._lock:
             self._counts["bytes"] += len(data)
             self._counts["reads"] += 1
@@ -429,21 +587,42 @@ class ReadAhead:
             True; False when :meth:`interrupt` ended the wait first (a stopping producer).
         """
         self._check_open()
+        first, last = (min(max(p, self._origin), self.planned) for p in (start, stop))
+        self._batch_bytes = max(self._batch_bytes, self._bytes(first, last))
+        self._asked = start
         self._top_up(stop)
         futures = []
+        behind = False
         for g in self._groups_for(start, stop):
             lo, hi = max(start, g.p0) - g.p0, min(stop, g.p1) - g.p0
-            futures += [g.reads[r].future for r in np.unique(g.read_of[lo:hi]).tolist()]
+            mine = [g.reads[r].future for r in np.unique(g.read_of[lo:hi]).tolist()]
+            # Issued two ranges (batches) or more before this one and still not done: the device
+            # is slower than the decode, not just starting up (a cold start's first reads, the
+            # group issued with the previous batch).
+            behind = behind or (start - g.asked >= 2 * (stop - start) and not all(f.done() for f in mine))
+            futures += mine
         pending = [f for f in futures if not f.done()]
         if not pending:
+            self._after_first(stop)
             return True
+        if behind and self.budget < self.ceiling:
+            self._grow()
+            self._top_up(stop)  # the larger budget's reads start now, while this one waits
         t0 = time.perf_counter()
         with self._done:
             while not self._interrupted and not all(f.done() for f in pending):
                 self._done.wait()
             interrupted = self._interrupted
         self._wait_seconds += time.perf_counter() - t0
+        if not interrupted:
+            self._after_first(stop)
         return not interrupted
+
+    def _after_first(self, stop: int) -> None:
+        """The first range of a cold start is read: the reads after it start now."""
+        if self._alone:
+            self._alone = False
+            self._top_up(stop)
 
     def interrupt(self) -> None:
         """End a :meth:`wait` in progress now, and every later one until :meth:`resume` (any thread)."""
@@ -466,14 +645,18 @@ class ReadAhead:
         Raises:
             InterruptedError: :meth:`interrupt` was called (call :meth:`wait` first to find out
                 without an exception).
+            ValueError: ``start`` lies before what the plan still holds (positions released,
+                then forgotten when the plan was extended).
         """
+        if start < self._origin:
+            raise ValueError(f"position {start} was released (the plan holds positions from {self._origin} on)")
         if not self.wait(start, stop):
             raise InterruptedError("the read-ahead was interrupted (the loader is stopping)")
         views: list[Any] = []
         errors: dict[int, str] = {}
         direct = handed = 0
         for p in range(start, stop):
-            i = int(self._seq[p]) if p < len(self._seq) else -1
+            i = int(self._seq[p - self._origin]) if p < self.planned else -1
             view, err, how = self._one(p, i)
             views.append(view)
             if err is not None:
@@ -529,7 +712,8 @@ class ReadAhead:
     def counters(self) -> ReadCounters:
         """What was read so far (any thread)."""
         with self._lock:
-            return ReadCounters(wait_seconds=self._wait_seconds, **self._counts)
+            counts = dict(self._counts)
+        return ReadCounters(wait_seconds=self._wait_seconds, budget=self.budget, grown=self._grown, **counts)
 
     def _drop(self) -> None:
         for g in self._groups:

@@ -459,13 +459,42 @@ class RecordIOShard:
                 if self._closed and not self._reading:
                     self._release()
         if len(data) < length:
-            raise self._fail(
-                f"the shard ends at byte {offset + len(data)}, inside this record's {length} bytes "
-                f"(truncated or rewritten since it was opened at {self.size} bytes?)",
-                record,
-                offset,
-            )
+            raise self._short(offset + len(data), length, record, offset)
         return data
+
+    def read_into(self, offset: int, buf: memoryview, record: int | None = None) -> None:
+        """:meth:`read` into ``buf`` (writable; its length is the length read): memory the caller chose.
+
+        Raises:
+            CorruptRecordError: The file ends first (truncated since it was opened?) or the read fails.
+            ValueError: The shard is closed.
+        """
+        length = len(buf)
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"shard {self.path} is closed")
+            self._reading += 1
+        try:
+            got = os.preadv(self._fd, [buf], offset)
+            if 0 < got < length:  # regular files read short only at the end; make sure
+                got += os.preadv(self._fd, [buf[got:]], offset + got)
+        except OSError as exc:
+            raise self._fail(f"read failed ({exc.strerror or exc})", record, offset) from None
+        finally:
+            with self._lock:
+                self._reading -= 1
+                if self._closed and not self._reading:
+                    self._release()
+        if got < length:
+            raise self._short(offset + got, length, record, offset)
+
+    def _short(self, end: int, length: int, record: int | None, offset: int) -> CorruptRecordError:
+        return self._fail(
+            f"the shard ends at byte {end}, inside this record's {length} bytes "
+            f"(truncated or rewritten since it was opened at {self.size} bytes?)",
+            record,
+            offset,
+        )
 
     def _header(self, data: Buffer, pos: int, offset: int, record: int | None) -> tuple[int, int]:
         magic, lrec = _LREC.unpack_from(data, pos)

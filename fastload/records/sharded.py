@@ -246,6 +246,19 @@ class ShardedDataset(Dataset):
         assert isinstance(sh, (recordio.RecordIOShard, LmdbShard))
         return sh.read(start, end - start)
 
+    def read_extent_into(self, shard: int, start: int, buf: memoryview) -> None:
+        """:meth:`read_extent` of ``len(buf)`` bytes from ``start`` into ``buf`` (writable; thread-safe).
+
+        Raises:
+            CorruptRecordError: The shard ends first (truncated?) or the read fails.
+            ValueError: The dataset is closed.
+        """
+        if self._closed:
+            raise ValueError(f"dataset {self.path} is closed")
+        sh = self.shards[shard]
+        assert isinstance(sh, (recordio.RecordIOShard, LmdbShard))
+        sh.read_into(start, buf)
+
     def image_from(self, i: int, data: bytes | bytearray | memoryview) -> memoryview:
         """Record ``i``'s image from the bytes of its extent as read: every check :meth:`image` makes.
 
