@@ -34,7 +34,6 @@ record by record, still ``queue_depth`` at a time and ahead in decode order.
 
 from __future__ import annotations
 
-import mmap
 import threading
 import time
 from collections import deque
@@ -47,6 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
+from fastload.records.read_buffers import ReadBuffers
 
 __all__ = [
     "AUTO_BUDGET",
@@ -236,6 +236,7 @@ class ReadAhead:
         self.options = options = options if options is not None else ReadOptions()
         self._has_extents = all(hasattr(dataset, m) for m in ("extents", "read_extent", "image_from"))
         self._reads_into = hasattr(dataset, "read_extent_into")
+        self._buffers = ReadBuffers(cap=AUTO_FLOOR)
         self._pool = ThreadPoolExecutor(max_workers=options.queue_depth, thread_name_prefix="fastload-read")
         self._lock = threading.Lock()
         self._done = threading.Condition()  # notified as reads finish, and by interrupt()
@@ -536,7 +537,7 @@ class ReadAhead:
 
     # --- the reads (pool threads) -----------------------------------------------------------------
 
-    def _issue(self, fn: Callable[..., bytes | mmap.mmap | memoryview | Exception], *args: Any) -> Future[Any]:
+    def _issue(self, fn: Callable[..., bytes | memoryview | Exception], *args: Any) -> Future[Any]:
         fut = self._pool.submit(fn, *args)
         fut.add_done_callback(self._notify)
         return fut
@@ -545,19 +546,19 @@ class ReadAhead:
         with self._done:
             self._done.notify_all()
 
-    def _read_run(self, shard: int, start: int, end: int) -> bytes | mmap.mmap:
-        """One read of a run: into an anonymous mapping of its own when it is large.
+    def _read_run(self, shard: int, start: int, end: int) -> bytes | memoryview:
+        """One read of a run: into a mapping of :class:`~fastload.records.read_buffers.ReadBuffers` when it is large.
 
         A ``bytes`` of each read came from the allocator, whose threshold for mapping a block on
         its own rises to the largest block freed (up to 32 MiB): reads of every size from 64 KB to
         16 MB, freed in another order than allocated, then fragmented its heaps (the process grew
-        by tens of MB an epoch, the same data read again). A mapping of its own goes back to the
-        system when its last view dies.
+        by tens of MB an epoch, the same data read again). Mappings are used again once their
+        views have died, and kept free up to the budget in force.
         """
-        data: bytes | mmap.mmap
+        data: bytes | memoryview
         if self._reads_into and end - start >= _MAPPED_READ:
-            data = mmap.mmap(-1, end - start, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
-            self.dataset.read_extent_into(shard, start, memoryview(data))
+            data = self._buffers.take(end - start, self.budget)
+            self.dataset.read_extent_into(shard, start, data)
         else:
             data = self.dataset.read_extent(shard, start, end)
         with self._lock:
@@ -735,6 +736,7 @@ class ReadAhead:
             g.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._groups = deque()
+        self._buffers.clear()
 
     def __enter__(self) -> ReadAhead:
         return self

@@ -1,0 +1,125 @@
+"""Record bytes, read side: the memory large reads go into, mapped, and used again once free.
+
+A read of a run of records goes into an anonymous mapping of its own rather than into a ``bytes``
+from the C allocator: reads of every size from 64 KB to 16 MB, freed in another order than
+allocated, fragment the allocator's heaps (the process grew by tens of MB an epoch, the same data
+read again). A new mapping for every read pays its pages' faults and zeroing again on each read
+(about 4% of a 2-thread Loader epoch from the page cache), so a mapping whose views have all died
+is used again: :class:`ReadBuffers` keeps the mappings it lent in the order it lent them, looks at
+the oldest few on each request (records are decoded about in the order they were read, so those
+are the ones freed first), and hands a free one that fits to the next read. Free mappings are kept
+up to a byte cap (the read-ahead's budget), the rest unmapped at once.
+
+Whether a mapping is still in use is what the mapping itself says: while any view of its bytes is
+alive (a record being decoded, a ``memoryview`` slice a caller kept), it refuses to be resized.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+from collections import deque
+
+__all__ = ["ReadBuffers"]
+
+# Mapping sizes are rounded up to this, so that a freed mapping fits the later reads of about its size.
+_GRAIN = 16 << 10
+# Lent mappings looked at per request: the oldest ones; one still in use goes to the back.
+_LOOK = 4
+
+
+def _unused(m: mmap.mmap) -> bool | None:
+    """Whether no view of ``m`` is alive (None: this platform cannot tell, e.g. no ``mremap``)."""
+    try:
+        m.resize(len(m))  # a no-op that mmap refuses while any buffer is exported
+    except BufferError:
+        return False
+    except (OSError, SystemError, ValueError):
+        return None
+    return True
+
+
+class ReadBuffers:
+    """Anonymous mappings for reads, each used again once every view of it has died (thread-safe).
+
+    Args:
+        cap: Bytes of free mappings kept for later reads; more is unmapped (see :meth:`take`).
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._lock = threading.Lock()
+        self._lent: deque[mmap.mmap] = deque()
+        self._spare: list[mmap.mmap] = []
+        self._spare_bytes = 0
+        self._reuse = True
+        self.mapped = 0  # mappings made
+        self.reused = 0  # requests served by a mapping used before
+
+    def take(self, n: int, cap: int | None = None) -> memoryview:
+        """A writable view of ``n`` bytes in a mapping no live view shares (its old bytes are not cleared).
+
+        The caller fills it and hands out views of it; the mapping is used again after they have all
+        died. ``cap``, when given, replaces the byte cap on free mappings kept (the budget in force).
+        """
+        with self._lock:
+            if cap is not None:
+                self.cap = cap
+            self._collect()
+            m = self._fit(n)
+            if m is None:
+                m = mmap.mmap(-1, -(-n // _GRAIN) * _GRAIN, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
+                self.mapped += 1
+            else:
+                self.reused += 1
+            # The view exists before the mapping is listed as lent, so no other request finds it unused.
+            view = memoryview(m)[:n]
+            if self._reuse:
+                self._lent.append(m)
+        return view
+
+    def clear(self) -> None:
+        """Forget every mapping (each is unmapped when its last view dies)."""
+        with self._lock:
+            self._lent.clear()
+            for m in self._spare:
+                m.close()
+            self._spare.clear()
+            self._spare_bytes = 0
+
+    @property
+    def spare_bytes(self) -> int:
+        """Bytes of free mappings kept for later reads."""
+        return self._spare_bytes
+
+    def _collect(self) -> None:
+        for _ in range(min(_LOOK, len(self._lent))):
+            m = self._lent[0]
+            unused = _unused(m)
+            if unused is None:
+                # No way to tell here: lend every mapping once and let it go with its views.
+                self._reuse = False
+                self._lent.clear()
+                return
+            if not unused:
+                self._lent.rotate(-1)  # a caller keeps it: look at the next one
+                continue
+            self._lent.popleft()
+            if self._spare_bytes + len(m) <= self.cap:
+                self._spare.append(m)
+                self._spare_bytes += len(m)
+            else:
+                m.close()
+
+    def _fit(self, n: int) -> mmap.mmap | None:
+        """The smallest free mapping of ``n`` bytes or more, and not more than about twice that."""
+        best = -1
+        for k, m in enumerate(self._spare):
+            size = len(m)
+            if n <= size <= 2 * n + _GRAIN and (best < 0 or size < len(self._spare[best])):
+                best = k
+        if best < 0:
+            return None
+        m = self._spare.pop(best)
+        self._spare_bytes -= len(m)
+        return m
