@@ -73,7 +73,7 @@ AUTO_FLOOR = 8 * _MIB
 _SPLIT_COST = 1.5
 # A ramp step at a cold start adds at most 1 / this of the cost it takes off the first batch (see _group_end).
 _RAMP_SHARE = 2
-# Reads of at least this many bytes go into memory mapped for them alone (see ReadAhead._read_run).
+# Reads of at least this many bytes go into anonymous mappings, used again once free (see ReadAhead._read_run).
 _MAPPED_READ = 64 << 10
 # Records per group when record sizes are unknown (datasets without extents).
 _GENERIC_RECORD_GUESS = 128 << 10
