@@ -121,6 +121,9 @@ def _spawn_owner(script: str) -> tuple[subprocess.Popen, dict]:
         stdout=subprocess.PIPE,
         text=True,
         cwd=str(REPO_ROOT),
+        # As in a terminal: a process started in the background (CI runners, `cmd &`) inherits
+        # SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     line = proc.stdout.readline()
     if not line:
