@@ -42,7 +42,15 @@ from .cold_contenders import ColdLoaderContender, ColdPeerContender, LmdbPlainCo
 from .harness import Contender, RunConfig, cpu_count, environment, measure, skipped
 from .slow_device import PROFILES, SlowDevice, Unsupported, profile_named, unsupported_reason
 
-__all__ = ["RECOMMENDED", "SlowDiskOptions", "main", "read_options_for", "run_slow_disk"]
+__all__ = [
+    "ORDER_SETTINGS",
+    "RECOMMENDED",
+    "SlowDiskOptions",
+    "main",
+    "order_settings_for",
+    "read_options_for",
+    "run_slow_disk",
+]
 
 ORDERS = ("global", "block", "shard")
 
@@ -53,6 +61,38 @@ RECOMMENDED: dict[str, dict[str, int]] = {
     "cloud-disk": {"gap": 64 << 10},
     "ssd-lite": {"gap": 32 << 10},
 }
+
+
+#: The order settings recommended per profile (docs/slow-disks.md), besides the loader's defaults
+#: (block order: 256-record blocks in windows of 8; shard order: windows of 8 shards). Where the
+#: device, not the decode, sets the pace, a cold epoch waits for its first window and then keeps
+#: decoding and reading in step; windows of a few tens of megabytes do both (measured on hdd and
+#: cloud-disk: block 128 x 2 and shard windows of 1 reach 0.92-0.96 of what the slower of the decode
+#: and the device allows, 256 x 8 and 8 shards 0.70-0.77), at the price in randomness the mixing
+#: table shows. An SSD keeps up with the defaults.
+ORDER_SETTINGS: dict[str, dict[str, dict[str, int]]] = {
+    "hdd": {"block": {"block_size": 128, "window": 2}, "shard": {"window": 1}},
+    "cloud-disk": {"block": {"block_size": 128, "window": 2}, "shard": {"window": 1}},
+    "ssd-lite": {},
+}
+
+
+def order_settings_for(profile: str, order: str) -> dict[str, int]:
+    """The ``LoaderConfig`` order settings (``block_size``, ``window``) recommended for ``order`` on a profile."""
+    return dict(ORDER_SETTINGS.get(profile, {}).get(order, {}))
+
+
+def settings_label(order: str, settings: dict[str, int]) -> str:
+    """How the table names an order with its settings: ``block 128x2``, ``shard 1`` (defaults filled in)."""
+    from fastload.loader import LoaderConfig
+
+    defaults = LoaderConfig()
+    window = settings.get("window", defaults.window)
+    if order == "block":
+        return f"block {settings.get('block_size', defaults.block_size)}x{window}"
+    if order == "shard":
+        return f"shard {window}"
+    return order
 
 
 def read_options_for(profile: str):
@@ -182,12 +222,15 @@ def _place(src: str, root: str, opts: SlowDiskOptions, quiet: bool) -> _Forms:
     )
 
 
-def _loader_config(order: str, opts: SlowDiskOptions, threads: int, read_options) -> dict:
+def _loader_config(
+    order: str, opts: SlowDiskOptions, threads: int, read_options, settings: dict[str, int] | None = None
+) -> dict:
     return {
         "shuffle": order,
         "batch_size": opts.batch_size,
         "num_threads": threads,
         "read_options": read_options,
+        **(settings or {}),
     }
 
 
@@ -201,14 +244,19 @@ def _contenders(
 
     def loader(name: str, path: str, order: str, **kw) -> ColdLoaderContender:
         read_options = kw.pop("read_options", reads)
+        # Every row of an order runs with the profile's recommended settings for it, the page-cache
+        # references included (like against like); the defaults rows name theirs.
+        settings = kw.pop("settings", order_settings_for(profile, order))
+        notes = "; ".join(x for x in (kw.pop("notes", ""), settings_label(order, settings)) if x)
         return ColdLoaderContender(
             name,
             path,
             device=dev,
-            config=_loader_config(order, opts, threads, read_options),
+            config=_loader_config(order, opts, threads, read_options, settings),
             group=group,
-            order=order,
+            order=kw.pop("key", order),
             threads=threads,
+            notes=notes,
             **kw,
         )
 
@@ -229,6 +277,23 @@ def _contenders(
     out.append(loader("fastload LMDB, block, read only", forms.lmdb, "block", decode=False, notes=opt_note))
     for order in ORDERS:
         out.append(loader(f"fastload RecordIO, {order}, page cache", forms.rec, order, warm=True, notes="warm"))
+    # Where the profile's recommended settings differ from the loader's defaults, the defaults too
+    # (cold and from the page cache, paired with each other): what the recommendation buys.
+    for order in ("block", "shard"):
+        if order_settings_for(profile, order):
+            label = settings_label(order, {})
+            for warm, suffix in ((False, ""), (True, ", page cache")):
+                out.append(
+                    loader(
+                        f"fastload RecordIO, {order}, defaults {label.split(' ', 1)[1]}{suffix}",
+                        forms.rec,
+                        order,
+                        settings={},
+                        key=f"{order} defaults",
+                        warm=warm,
+                        notes="warm" if warm else opt_note,
+                    )
+                )
     out.append(
         ColdPeerContender(
             f"torch DataLoader + ImageFolder (workers={threads})",
@@ -272,21 +337,30 @@ def _contenders(
 
 
 def _mixing(forms: _Forms, opts: SlowDiskOptions) -> dict[str, dict[str, float]]:
+    """Each order's randomness, at the loader's defaults (keys ``global``, ``block``, ``shard``) and
+    at every profile's recommended settings (keys such as ``block 128x2``, ``shard 1``)."""
     from fastload.order import OrderSpec
 
     from .order_mixing import order_mixing
 
     starts = tuple(np.concatenate([[0], np.cumsum(forms.shard_records)]).tolist())
-    specs = {
-        order: OrderSpec(
+
+    def spec(order: str, settings: dict[str, int]) -> OrderSpec:
+        return OrderSpec(
             num_records=forms.count,
             batch_size=opts.batch_size,
             shuffle=order,
             seed=0,
             shard_starts=starts if order == "shard" else None,
+            **settings,
         )
-        for order in ORDERS
-    }
+
+    specs = {order: spec(order, {}) for order in ORDERS}
+    for profile in opts.profiles:
+        for order in ("block", "shard"):
+            settings = order_settings_for(profile, order)
+            if settings:
+                specs.setdefault(settings_label(order, settings), spec(order, settings))
     return order_mixing(specs, forms.labels, forms.positions, epoch=1)
 
 
@@ -361,6 +435,9 @@ def _run(opts: SlowDiskOptions, doc: dict, threads: int, quiet: bool, peer_proce
                     "bandwidth": profile.bandwidth,
                     "cold_check": check,
                     "read_options": RECOMMENDED.get(name, {}),
+                    "order_settings": {
+                        order: settings_label(order, order_settings_for(name, order)) for order in ("block", "shard")
+                    },
                     "repairs": list(dev.repairs),
                 }
                 dev.repairs.clear()

@@ -83,6 +83,9 @@ def _table(doc: dict, profile: str) -> list[str]:
         f"{_num(bw)} img/s at {ds.get('mean_record_kb', 0):.1f} KB a record; fastload read options "
         f"{', '.join(f'{k} {v >> 10} KiB' for k, v in reads.items()) or 'defaults'}"
     )
+    settings = info.get("order_settings") or {}
+    if settings:
+        head += f"; orders: {', '.join(settings.values())}"
     check = info.get("cold_check", {})
     repairs = info.get("repairs") or []
     lines = [
@@ -122,11 +125,11 @@ def _mixing(doc: dict) -> list[str]:
         "",
         "== the price of each order in randomness (same records, batch "
         f"{doc['options']['batch_size']}, {doc['options']['classes']} classes)",
-        f"{'order':<8} {'label entropy/batch':>22} {'if packed class-sorted':>24} {'file distance':>22}",
+        f"{'order':<12} {'label entropy/batch':>22} {'if packed class-sorted':>24} {'file distance':>22}",
     ]
     for order, m in mix.items():
         lines.append(
-            f"{order:<8} {m['entropy_bits']:>8.2f} bits ({m['entropy_vs_global']:>4.0%}) "
+            f"{order:<12} {m['entropy_bits']:>8.2f} bits ({m['entropy_vs_global']:>4.0%}) "
             f"{m['entropy_sorted_bits']:>10.2f} bits ({m['entropy_sorted_vs_global']:>4.0%}) "
             f"{m['distance_mb']:>10.1f} MB ({m['distance_vs_global']:>4.0%})"
         )
@@ -273,6 +276,10 @@ _SUMMARY_ROWS = (
     ("fastload RecordIO, block, one pread per record", "fastload, block order, one pread per record"),
     ("fastload RecordIO, block", "fastload, block order, decoding"),
     ("fastload RecordIO, block, page cache", "fastload, block order, decoding, page cache"),
+    ("fastload RecordIO, shard", "fastload, shard order, decoding"),
+    ("fastload RecordIO, shard, page cache", "fastload, shard order, decoding, page cache"),
+    ("fastload RecordIO, block, defaults", "fastload, block order at its defaults (256 x 8), decoding"),
+    ("fastload RecordIO, shard, defaults", "fastload, shard order at its defaults (8 shards), decoding"),
     ("torch DataLoader", "torch DataLoader + ImageFolder"),
     ("MXNet ImageRecordIter", "MXNet ImageRecordIter, shuffle=True"),
     ("py-lmdb", "py-lmdb txn.get, global shuffle"),
@@ -294,7 +301,7 @@ def markdown_summary(doc: dict) -> str:
         cells = []
         for p in profiles:
             r = next((x for x in rows[p] if x["name"].startswith(prefix) and x.get("median_ips")), None)
-            if r is not None and prefix.endswith(", block") and r["name"] != prefix:
+            if r is not None and prefix.endswith((", block", ", shard")) and r["name"] != prefix:
                 r = None
             if r is None:
                 cells.append("-")

@@ -231,3 +231,35 @@ def test_the_bench_table_tells_read_wait_from_decode():
     assert "read_wait 6.00" in text and "decode 2.00" in text
     assert "producer: read wait 6.00 s, decode 2.00 s (bound by storage, 71% waiting for reads)" in text
     assert "400.0 MB in 40 reads (10,000 KB a read)" in text
+
+
+class _Peers:
+    """Stands in for the peer processes: the rows are built, never started."""
+
+    def factory(self, *_args):
+        return lambda: None
+
+
+def test_each_profile_runs_its_recommended_order_settings_beside_the_defaults():
+    from bench.slow_disk import ORDER_SETTINGS, SlowDiskOptions, _contenders, _Forms, settings_label
+
+    forms = _Forms("img", "rec", "lmdb", "mx.rec", "mx.idx", 10, 1, 1, np.zeros(10), np.zeros(10), [10])
+    opts = SlowDiskOptions(profiles=("hdd", "ssd-lite"))
+    hdd = {c.name: c for c in _contenders("hdd", None, forms, opts, 2, _Peers())}
+    settings = ORDER_SETTINGS["hdd"]
+    # Every row of an order, its page-cache reference included, runs the profile's settings.
+    for name in ("fastload RecordIO, block", "fastload LMDB, block", "fastload RecordIO, block, page cache"):
+        assert {k: hdd[name].config[k] for k in settings["block"]} == settings["block"]
+        assert hdd[name].order == "block"
+    assert hdd["fastload RecordIO, shard"].config["window"] == settings["shard"]["window"]
+    # The defaults, cold and warm, paired with each other under their own key, not the block rows'.
+    for name in ("fastload RecordIO, block, defaults 256x8", "fastload RecordIO, block, defaults 256x8, page cache"):
+        assert "block_size" not in hdd[name].config and "window" not in hdd[name].config
+        assert hdd[name].order == "block defaults"
+    assert hdd["fastload RecordIO, shard, defaults 8"].order == "shard defaults"
+    assert settings_label("block", settings["block"]) == "block 128x2"
+    assert settings_label("shard", {}) == "shard 8"
+    # A profile that keeps the defaults has no defaults rows.
+    ssd = [c.name for c in _contenders("ssd-lite", None, forms, opts, 2, _Peers())]
+    assert not [n for n in ssd if "defaults" in n]
+    assert "window" not in next(c for c in _contenders("ssd-lite", None, forms, opts, 2, _Peers())).config
