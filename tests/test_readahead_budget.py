@@ -137,6 +137,80 @@ def test_a_cold_start_reads_what_the_first_batch_waits_for_alone():
         ra.close()
 
 
+def test_the_next_group_is_issued_as_soon_as_a_batch_is_handed_out():
+    # The bytes handed out leave the budget at once: the next group's reads run beside the decode of
+    # the batch just handed out, not from when the next batch is asked for.
+    bs, size = 64, 64 * _KB  # 4 MiB batches: a floor of 16 MiB, groups of two batches
+    ds = _Spaced(1024, size)
+    seq = np.random.default_rng(3).permutation(1024).astype(np.int64)
+    with ReadAhead(ds) as ra:
+        ra.begin(seq)
+        assert not ra.records(0, bs)[1]
+        assert [(g.p0, g.p1) for g in ra._groups] == [(0, 2 * bs), (2 * bs, 4 * bs)]
+        assert not ra.records(bs, 2 * bs)[1]  # the first group is handed out whole: the third is issued
+        assert [(g.p0, g.p1) for g in ra._groups] == [(2 * bs, 4 * bs), (4 * bs, 6 * bs)]
+        assert ra._inflight <= ra.budget
+
+
+@pytest.mark.parametrize("queue_depth", [256, 16])
+def test_a_group_of_few_reads_is_read_after_the_group_before_it(monkeypatch, queue_depth):
+    # Two groups read at once share the device: the one needed first would be done later. A group of
+    # at least queue_depth reads (128 here) is read first anyway: the next one's reads queue behind it.
+    import fastload.records.readahead as readahead
+
+    bs, size = 64, 64 * _KB
+    ds = _Spaced(1024, size)
+    seq = np.random.default_rng(4).permutation(1024).astype(np.int64)
+    ds.gate(seq, bs)
+    log: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    read = ds.read_extent
+
+    def logged(shard, start, end):
+        batch = ds._batch_of[start // ds.stride] // 2  # the group: two batches
+        with lock:
+            log.append(("start", batch))
+        data = read(shard, start, end)
+        with lock:
+            log.append(("end", batch))
+        return data
+
+    waited: list[list] = []
+    real_wait = readahead.wait_all
+
+    def recorded(futures):
+        waited.append(list(futures))
+        return real_wait(futures)
+
+    monkeypatch.setattr(ds, "read_extent", logged)
+    monkeypatch.setattr(readahead, "wait_all", recorded)
+    # A fixed budget: groups of two batches throughout (the automatic one may grow here).
+    ra = ReadAhead(ds, ReadOptions(queue_depth=queue_depth, budget=FLOOR_BATCHES * bs * size))
+    try:
+        ra.begin(seq)
+        ds.release(0, 1)
+        assert not ra.records(0, bs)[1]  # group 1 (batches 2-3) is issued, its reads gated
+        assert (ra._groups[1].p0, ra._groups[1].p1) == (2 * bs, 4 * bs)  # a group: two batches (the log's unit)
+        first = [r.future for r in ra._groups[1].reads]
+        assert not ra.records(bs, 2 * bs)[1]  # group 2 is issued while group 1 is still being read
+        ds.release()
+        assert not ra.records(2 * bs, 6 * bs)[1]
+    finally:
+        ds.release()
+        ra.close()
+    if queue_depth < len(first):
+        assert not any(set(w) & set(first) for w in waited)  # group 2 queued behind group 1 instead
+        return
+    # Group 2's reads waited for every read of group 1 (all gated when group 2 was issued), and each
+    # group's reads started after the last read of the group before it ended.
+    assert any(set(w) == set(first) for w in waited)
+    groups = sorted({g for _, g in log})
+    assert groups[:3] == [0, 1, 2]
+    for g in groups[1:]:
+        ended = max(i for i, e in enumerate(log) if e == ("end", g - 1))
+        assert min(i for i, e in enumerate(log) if e == ("start", g)) > ended
+
+
 class _Shards:
     """1,600 records of 64-128 KB in 8 shards (plans only: reads return nothing)."""
 

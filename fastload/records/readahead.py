@@ -21,6 +21,9 @@ with where the order's shuffle windows start), and reads them ahead:
 3. **issue**: the reads are sorted by the first position in decode order that needs them and run
    ``queue_depth`` at a time on threads (``os.pread`` releases the GIL), into ``bytes`` objects the
    loader owns: no memory map (see :class:`~fastload.records.recordio.RecordIOShard` for why).
+   A group's reads start once the group before it is read where it has fewer reads than
+   ``queue_depth`` (a few long runs: groups read at once would share the device), and the next
+   group is issued as soon as a range is handed out, its bytes leaving the budget then.
 4. **hand-out**: :meth:`ReadAhead.wait` blocks until the reads holding a range of positions are
    done (the loader's ``read_wait``), :meth:`ReadAhead.records` checks each record exactly as
    ``Dataset.image`` does (framing, length, checksum, labels: ``image_from``) and hands it out as
@@ -39,6 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
 from typing import Any
 
@@ -488,6 +492,13 @@ class ReadAhead:
         o = self._origin
         idx = self._seq[p0 - o : p1 - o]
         reads: list[_Read] = []
+        # The previous group's reads not done yet: this group's start after them (see _after) when
+        # they are fewer than the queue depth. As many or more are read first anyway (the pool
+        # takes reads in the order they were submitted), and the next group's first reads then
+        # keep the device's queue full while the last ones finish (many short reads: global order).
+        before = [r.future for r in self._groups[-1].reads if not r.future.done()] if self._groups else []
+        if len(before) >= self.options.queue_depth:
+            before = []
         if self._ext is not None:
             sh, st, en = (a[p0 - o : p1 - o] for a in self._ext)
             run_of, r_sh, r_st, r_en = coalesce(sh, st, en, gap=self.options.gap, max_read=self.options.max_read)
@@ -495,7 +506,7 @@ class ReadAhead:
             np.minimum.at(first, run_of, np.arange(p0, p1, dtype=np.int64))
             for r in np.argsort(first, kind="stable").tolist():
                 s, a, b = int(r_sh[r]), int(r_st[r]), int(r_en[r])
-                reads.append(_Read(s, a, self._issue(self._read_run, s, a, b)))
+                reads.append(_Read(s, a, self._issue(before, self._read_run, s, a, b)))
             # Reads were appended in first-need order: map run numbers to their place in `reads`.
             place = np.empty(len(r_st), dtype=np.int64)
             place[np.argsort(first, kind="stable")] = np.arange(len(r_st))
@@ -504,7 +515,7 @@ class ReadAhead:
             nbytes = int((r_en - r_st).sum())
         else:
             for i in idx.tolist():
-                reads.append(_Read(-1, 0, self._issue(self._read_record, i)))
+                reads.append(_Read(-1, 0, self._issue(before, self._read_record, i)))
             read_of = np.arange(len(idx), dtype=np.int64)
             rel = None
             nbytes = self._bytes(p0, p1)
@@ -537,10 +548,26 @@ class ReadAhead:
 
     # --- the reads (pool threads) -----------------------------------------------------------------
 
-    def _issue(self, fn: Callable[..., bytes | memoryview | Exception], *args: Any) -> Future[Any]:
-        fut = self._pool.submit(fn, *args)
+    def _issue(
+        self, before: list[Future[Any]], fn: Callable[..., bytes | memoryview | Exception], *args: Any
+    ) -> Future[Any]:
+        fut = self._pool.submit(self._after, before, fn, *args) if before else self._pool.submit(fn, *args)
         fut.add_done_callback(self._notify)
         return fut
+
+    @staticmethod
+    def _after(before: list[Future[Any]], fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` once the reads in ``before`` (the previous group's) are done.
+
+        Groups of a few long reads are read one after the other: two groups read at once share the
+        device, and the one the decode needs next is done later than it would be alone (at a cold
+        start on a hard disk, the second batch waited 0.15 s for its window, read beside the
+        third's). Within a group the reads still run ``queue_depth`` at a time. This cannot wait
+        forever: the pool runs its tasks in the order they were submitted, so every read in
+        ``before`` was taken by a thread before this one (or cancelled, which counts as done).
+        """
+        wait_all(before)
+        return fn(*args)
 
     def _notify(self, _fut: Future[Any]) -> None:
         with self._done:
@@ -670,6 +697,11 @@ class ReadAhead:
             self._counts["direct"] += direct
             self._counts["records"] += handed
         self._release(stop)
+        # The bytes handed out no longer count against the budget: the next group's reads start
+        # now, beside this range's decode, not when the next range is asked for. Otherwise one
+        # group fewer is in flight during every decode, and on a disk about as fast as the decode
+        # the device idles each time it finishes its group before the decode finishes its range.
+        self._top_up(stop)
         return views, errors
 
     def _one(self, p: int, i: int) -> tuple[Any, str | None, str]:
