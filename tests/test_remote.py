@@ -154,7 +154,10 @@ def test_server_stopped_and_restarted_mid_epoch(s3_server, packed_folder, tmp_pa
         Loader(ds, _config(window=1)) as loader,
     ):
         reference = _epoch(loader)
-    policy = RetryPolicy(attempts=8, initial_backoff=0.5, max_backoff=4.0)
+    # The retries must outlast the restart however slow the machine is: a busy machine has taken
+    # longer than 8 jittered waits (about 10 s) to bring the server back. 600 waits of up to 1 s
+    # give it minutes, and the epoch goes on within a second of the server answering again.
+    policy = RetryPolicy(attempts=600, initial_backoff=0.25, max_backoff=1.0)
     caplog.set_level(logging.WARNING, logger="fastload.remote")
     retrying = _Logged("retrying")
     remote_log = logging.getLogger("fastload.remote")
