@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="fastload-ingest-bench-", dir=args.workdir)
     try:
         made = f"the images in {args.images_dir}" if args.images_dir else f"{images} images"

@@ -339,3 +339,22 @@ def test_frame_buffers_leaves_records_to_split_to_the_record_path():
     magic = recordio.MAGIC.to_bytes(4, "little")
     split = jpgs[1][:8] + magic + jpgs[1][8:]  # the magic word at an aligned offset: a multi-part record
     assert frame_buffers([items[0], (items[1][0], split)], 1, pool) is None
+
+
+def test_repeated_cls_texts_keep_their_labels_and_their_errors(tmp_path):
+    """A cls text seen before gives the labels it gave then; a bad one is reported every time."""
+    import webdataset as wds
+
+    good = make_jpeg(24, 16, seed=3)
+    tar = tmp_path / "names.tar"
+    texts = ["dog", "cat", "dog", " cat\n", "7", "dog", "7", "cat"]
+    with wds.TarWriter(str(tar)) as sink:
+        for i, text in enumerate(texts):
+            sink.write({"__key__": f"s{i}", "jpg": good, "cls": text})
+    res = pack_folder(str(tar), str(tmp_path / "out"), progress=False)
+    assert [labels for labels, _ in records(tmp_path / "out")] == [(0.0,), (1.0,), (0.0,), (1.0,), (0.0,), (1.0,)]
+    assert res.manifest["classes"] == {"dog": 0, "cat": 1}
+    assert dict(res.skipped) == {
+        f"{tar}:s4.jpg": "label is a number where the labels are class names",
+        f"{tar}:s6.jpg": "label is a number where the labels are class names",
+    }
