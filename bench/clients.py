@@ -243,19 +243,23 @@ def _jpeg_count(folder: str) -> int:
     return sum(len(files) for _, _, files in os.walk(folder)) if os.path.isdir(folder) else 0
 
 
-def prepare_data(root: str, *, count: int, seed: int = 0, tiny: bool = False) -> dict:
+def prepare_data(root: str, *, count: int, seed: int = 0, tiny: bool = False, rec: bool = True) -> dict:
     """``root/train`` (``count`` images, 10 classes), ``root/val`` and ``root/rec``; what exists is reused.
 
     The folders are ``tools/make_dataset.py`` output (train: ``--seed seed``, val: ``count // 10``
-    images, ``--seed seed + 1``); a folder holding another number of files is made again.
+    images, ``--seed seed + 1``); a folder holding another number of files is made again. ``rec``:
+    also write the ``.rec`` / ``.idx`` pairs the MXNet clients read (with MXNet's own writer); False
+    where only torch clients run, so that a machine without MXNet runs them.
     """
     marker = os.path.join(root, "READY.json")
     spec = {"count": count, "seed": seed, "tiny": tiny, "classes": 10}
     if os.path.exists(marker):
         with open(marker) as fh:
-            if json.load(fh) == spec:
-                return spec
-        raise SystemExit(f"{root} holds another benchmark dataset ({marker}); give another --data folder")
+            made = json.load(fh)
+        if {k: v for k, v in made.items() if k != "rec"} == spec and (made.get("rec", True) or not rec):
+            return spec
+        if {k: v for k, v in made.items() if k != "rec"} != spec:
+            raise SystemExit(f"{root} holds another benchmark dataset ({marker}); give another --data folder")
     sys.path.insert(0, REPO)  # tools/ is a top-level package of the checkout
     from tools.make_dataset import make_dataset
 
@@ -264,9 +268,10 @@ def prepare_data(root: str, *, count: int, seed: int = 0, tiny: bool = False) ->
         folder = os.path.join(root, split)
         if _jpeg_count(folder) != n:
             make_dataset(folder, count=n, seed=split_seed, classes=10, tiny=tiny, overwrite=True, quiet=True)
-        _write_rec(folder, os.path.join(root, "rec", split))
+        if rec:
+            _write_rec(folder, os.path.join(root, "rec", split))
     with open(marker, "w") as fh:
-        json.dump(spec, fh)
+        json.dump({**spec, "rec": rec}, fh)
     return spec
 
 
@@ -448,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.data == parser.get_default("data"):
             args.data += "-quick"
     t0 = time.perf_counter()
-    spec = prepare_data(args.data, count=args.count, tiny=args.quick)
+    spec = prepare_data(args.data, count=args.count, tiny=args.quick, rec=any(c.family == "mxnet" for c in clients))
     with tempfile.TemporaryDirectory(prefix="fastload-clients-out-") as out:
         setup = Setup(
             args.data, args.count, spec["classes"], args.size, args.batch, args.workers, os.path.join(out, "o")
