@@ -452,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.count, args.rounds, args.size, args.batch = 48, 1, 48, 8
         if args.data == parser.get_default("data"):
             args.data += "-quick"
+    # The scripts run in folders of their own: a relative --data would name another folder there.
+    args.data = os.path.abspath(args.data)
     t0 = time.perf_counter()
     spec = prepare_data(args.data, count=args.count, tiny=args.quick, rec=any(c.family == "mxnet" for c in clients))
     with tempfile.TemporaryDirectory(prefix="fastload-clients-out-") as out:
