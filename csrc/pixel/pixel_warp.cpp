@@ -120,8 +120,10 @@ void affine_bicubic(const uint8_t* in, uint8_t* out, int h, int w, const double 
       const uint8_t* rows[4] = {in + std::max(0, std::min(h - 1, yi)) * stride, nullptr, nullptr, nullptr};
       for (int k = 1; k < 4; ++k) rows[k] = yi + k >= 0 && yi + k < h ? in + (yi + k) * stride : nullptr;
       for (int b = 0; b < 3; ++b) {
+        // rows[0] is clamped into the image, so every row past the edge repeats one before it.
         double v[4];
-        for (int k = 0; k < 4; ++k) {
+        v[0] = cubic(rows[0][cols[0] + b], rows[0][cols[1] + b], rows[0][cols[2] + b], rows[0][cols[3] + b], dx);
+        for (int k = 1; k < 4; ++k) {
           const uint8_t* r = rows[k];
           v[k] = r ? cubic(r[cols[0] + b], r[cols[1] + b], r[cols[2] + b], r[cols[3] + b], dx) : v[k - 1];
         }
