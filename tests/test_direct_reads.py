@@ -211,6 +211,25 @@ def test_datasets_without_shard_files_warn_and_read_buffered(tiny_folder):
     ra.close()
 
 
+def test_huge_pages_off_warns_that_requests_will_be_small(packed, tmp_path, monkeypatch):
+    from fastload.records import direct_reads
+
+    setting = tmp_path / "enabled"
+    setting.write_text("always madvise [never]\n")
+    monkeypatch.setattr(direct_reads, "_THP_SETTING", str(setting))
+    with open_dataset(packed) as ds:
+        with pytest.warns(DirectIOWarning, match="huge pages off"):
+            reads = DirectReads.for_dataset(ds, True)
+        assert reads is not None  # still direct: the reads stay correct, only smaller requests
+        reads.close()
+    setting.write_text("always [madvise] never\n")
+    with open_dataset(packed) as ds, warnings.catch_warnings():
+        warnings.simplefilter("error", DirectIOWarning)
+        reads = DirectReads.for_dataset(ds, True)
+        assert reads is not None
+        reads.close()
+
+
 def test_the_option_is_validated():
     assert ReadOptions().direct is False
     for bad in ("yes", 1, None):

@@ -51,6 +51,8 @@ __all__ = ["ALIGN", "DirectIOWarning", "DirectReads", "reopen"]
 #: Direct reads start and end at multiples of this many bytes (offsets and lengths).
 ALIGN = 4096
 _O_DIRECT: int | None = getattr(os, "O_DIRECT", None)
+# Where Linux says whether transparent huge pages may back a mapping that asks for them.
+_THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 class DirectIOWarning(UserWarning):
@@ -78,6 +80,15 @@ def reopen(fd: int, path: str, flags: int) -> int:
         os.close(new)
         raise OSError(errno.ESTALE, f"{path} was replaced since it was opened")
     return new
+
+
+def _huge_pages_off() -> bool:
+    """Whether this kernel's transparent huge pages are off (``[never]``); False where it cannot tell."""
+    try:
+        with open(_THP_SETTING) as fh:
+            return "[never]" in fh.read()
+    except OSError:
+        return False
 
 
 class DirectReads:
@@ -121,6 +132,14 @@ class DirectReads:
                 stacklevel=3,
             )
             return None
+        if _huge_pages_off():
+            warnings.warn(
+                f"direct I/O (ReadOptions(direct=True)) with transparent huge pages off ({_THP_SETTING}: never): "
+                "each direct read reaches the device as requests of at most its max_segments pages of 4 KB "
+                "(512 KB for 128 segments), often more requests than buffered reads make",
+                DirectIOWarning,
+                stacklevel=3,
+            )
         return cls(dataset)
 
     def read(
