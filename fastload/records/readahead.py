@@ -21,6 +21,8 @@ with where the order's shuffle windows start), and reads them ahead:
 3. **issue**: the reads are sorted by the first position in decode order that needs them and run
    ``queue_depth`` at a time on threads (``os.pread`` releases the GIL), into ``bytes`` objects the
    loader owns: no memory map (see :class:`~fastload.records.recordio.RecordIOShard` for why).
+   With ``ReadOptions(direct=True)`` the long runs bypass the page cache (``O_DIRECT``:
+   :mod:`fastload.records.direct_reads`).
    A group's reads start once the group before it is read where it has fewer reads than
    ``queue_depth`` (a few long runs: groups read at once would share the device), and the next
    group is issued as soon as a range is handed out, its bytes leaving the budget then.
