@@ -9,7 +9,8 @@ before each one, so every byte comes from the device), alternated round by round
 ...):
 
 - fastload's ``Loader`` in global, block and shard order, from RecordIO and from LMDB, with the
-  profile's recommended read options (see ``docs/slow-disks.md``);
+  profile's recommended read options (see ``docs/slow-disks.md``); and in block order with the
+  long runs read with ``O_DIRECT`` (``ReadOptions(direct=True)``);
 - the same loader with the decode replaced by a no-op (the read path alone), against the device's
   bandwidth bound; and with its records read one ``pread`` at a time (the read path before
   read-ahead);
@@ -95,11 +96,11 @@ def settings_label(order: str, settings: dict[str, int]) -> str:
     return order
 
 
-def read_options_for(profile: str):
-    """The :class:`~fastload.records.readahead.ReadOptions` recommended for a profile."""
+def read_options_for(profile: str, *, direct: bool = False):
+    """The :class:`~fastload.records.readahead.ReadOptions` recommended for a profile (``direct``: with O_DIRECT)."""
     from fastload.records.readahead import ReadOptions
 
-    return ReadOptions(**RECOMMENDED.get(profile, {}))
+    return ReadOptions(**RECOMMENDED.get(profile, {}), direct=direct)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,6 +264,11 @@ def _contenders(
     for form, path in (("RecordIO", forms.rec), ("LMDB", forms.lmdb)):
         for order in ORDERS:
             out.append(loader(f"fastload {form}, {order}", path, order, notes=opt_note, reference=False))
+    # The long runs read with O_DIRECT (ReadOptions(direct=True)): past the page cache, as large requests
+    # as the device takes (docs/slow-disks.md, "Direct I/O").
+    direct = read_options_for(profile, direct=True)
+    for form, path in (("RecordIO", forms.rec), ("LMDB", forms.lmdb)):
+        out.append(loader(f"fastload {form}, block, direct I/O", path, "block", read_options=direct, notes=opt_note))
     out.append(
         loader(
             "fastload RecordIO, block, one pread per record",

@@ -278,6 +278,8 @@ _SUMMARY_ROWS = (
     ("fastload RecordIO, block, page cache", "fastload, block order, decoding, page cache"),
     ("fastload RecordIO, shard", "fastload, shard order, decoding"),
     ("fastload RecordIO, shard, page cache", "fastload, shard order, decoding, page cache"),
+    ("fastload RecordIO, block, direct I/O", "fastload, block order, direct I/O, decoding"),
+    ("fastload LMDB, block, direct I/O", "fastload LMDB, block order, direct I/O, decoding"),
     ("fastload RecordIO, block, defaults", "fastload, block order at its defaults (256 x 8), decoding"),
     ("fastload RecordIO, shard, defaults", "fastload, shard order at its defaults (8 shards), decoding"),
     ("torch DataLoader", "torch DataLoader + ImageFolder"),

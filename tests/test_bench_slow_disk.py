@@ -252,6 +252,12 @@ def test_each_profile_runs_its_recommended_order_settings_beside_the_defaults():
         assert {k: hdd[name].config[k] for k in settings["block"]} == settings["block"]
         assert hdd[name].order == "block"
     assert hdd["fastload RecordIO, shard"].config["window"] == settings["shard"]["window"]
+    # Block order with O_DIRECT, beside the buffered rows (which stay buffered).
+    for form in ("RecordIO", "LMDB"):
+        row = hdd[f"fastload {form}, block, direct I/O"]
+        assert row.config["read_options"].direct and row.order == "block"
+        assert row.config["block_size"] == settings["block"]["block_size"]
+        assert not hdd[f"fastload {form}, block"].config["read_options"].direct
     # The defaults, cold and warm, paired with each other under their own key, not the block rows'.
     for name in ("fastload RecordIO, block, defaults 256x8", "fastload RecordIO, block, defaults 256x8, page cache"):
         assert "block_size" not in hdd[name].config and "window" not in hdd[name].config

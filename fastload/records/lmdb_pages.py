@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
+from fastload.records.direct_reads import reopen
 
 __all__ = ["LmdbFile", "LmdbMeta"]
 
@@ -153,6 +154,18 @@ class LmdbFile:
                 self._reading -= 1
                 if self._closed and not self._reading:
                     self._release()
+
+    def reopen(self, flags: int) -> int:
+        """A new descriptor of ``data.mdb``, opened with ``flags`` (``O_DIRECT``); the caller closes it.
+
+        Raises:
+            OSError: The open fails (``EINVAL``: the file system refuses the flags).
+            ValueError: Closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"LMDB shard {self.name} is closed")
+            return reopen(self._fd, self.path, flags)
 
     def read_into(self, offset: int, buf: memoryview, record: int | None = None) -> None:
         """:meth:`read` into ``buf`` (writable; its length is the length read; thread-safe).

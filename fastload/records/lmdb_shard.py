@@ -204,6 +204,15 @@ class LmdbShard:
         """
         return self._file.value_from(data, record)
 
+    @property
+    def file_path(self) -> str:
+        """The file :meth:`read` reads (``data.mdb``)."""
+        return self._file.path
+
+    def reopen(self, flags: int) -> int:
+        """A new descriptor of ``data.mdb``, opened with ``flags`` (``O_DIRECT``); the caller closes it."""
+        return self._file.reopen(flags)
+
     def read(self, offset: int, length: int, record: int | None = None) -> bytes:
         """``length`` bytes at ``offset`` of ``data.mdb`` (one ``pread``; thread-safe).
 

@@ -12,10 +12,18 @@ up to a byte cap (the read-ahead's budget), the rest unmapped at once.
 
 Whether a mapping is still in use is what the mapping itself says: while any view of its bytes is
 alive (a record being decoded, a ``memoryview`` slice a caller kept), it refuses to be resized.
+
+For direct reads (``ReadBuffers(huge=True)``, see :mod:`fastload.records.direct_reads`) each view
+starts on a 2 MiB boundary of its mapping, which asks for transparent huge pages
+(``MADV_HUGEPAGE``, this mapping only): a direct read reaches the device as requests of at most
+its ``max_segments`` physically contiguous pieces, 128 pieces of 4 KB (512 KB) for a loop device
+with ordinary pages, where a huge page is one piece of 2 MB.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import mmap
 import threading
 from collections import deque
@@ -26,6 +34,8 @@ __all__ = ["ReadBuffers"]
 _GRAIN = 16 << 10
 # Lent mappings looked at per request: the oldest ones; one still in use goes to the back.
 _LOOK = 4
+# Huge mappings (direct reads): views start on this boundary, sizes are rounded up to it.
+HUGE = 2 << 20
 
 
 def _unused(m: mmap.mmap) -> bool | None:
@@ -44,10 +54,14 @@ class ReadBuffers:
 
     Args:
         cap: Bytes of free mappings kept for later reads; more is unmapped (see :meth:`take`).
+        huge: Views start on a 2 MiB boundary, in mappings that ask for transparent huge pages
+            (for ``O_DIRECT`` reads: see the module docstring).
     """
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, *, huge: bool = False) -> None:
         self.cap = cap
+        self.huge = huge
+        self._start: dict[int, int] = {}  # id of a huge mapping -> where its views start
         self._lock = threading.Lock()
         self._lent: deque[mmap.mmap] = deque()
         self._spare: list[mmap.mmap] = []
@@ -68,22 +82,51 @@ class ReadBuffers:
             self._collect()
             m = self._fit(n)
             if m is None:
-                m = mmap.mmap(-1, -(-n // _GRAIN) * _GRAIN, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
+                m = self._huge(n) if self.huge else self._map(n)
                 self.mapped += 1
             else:
                 self.reused += 1
             # The view exists before the mapping is listed as lent, so no other request finds it unused.
-            view = memoryview(m)[:n]
+            start = self._start.get(id(m), 0)
+            view = memoryview(m)[start : start + n]
             if self._reuse:
                 self._lent.append(m)
+            else:
+                self._start.pop(id(m), None)  # let go with its views: not looked at again
         return view
+
+    @staticmethod
+    def _map(n: int) -> mmap.mmap:
+        return mmap.mmap(-1, -(-n // _GRAIN) * _GRAIN, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
+
+    def _huge(self, n: int) -> mmap.mmap:
+        """A mapping with ``n`` bytes from a 2 MiB boundary on, asking for huge pages there.
+
+        Not populated: the first read into it faults its pages in, as huge pages where the kernel has them.
+        """
+        size = -(-n // HUGE) * HUGE
+        m = mmap.mmap(-1, size + HUGE, flags=mmap.MAP_PRIVATE)
+        probe = ctypes.c_char.from_buffer(m)
+        start = -ctypes.addressof(probe) % HUGE
+        del probe
+        if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+            with contextlib.suppress(OSError):  # no transparent huge pages here: ordinary pages
+                m.madvise(mmap.MADV_HUGEPAGE, start, size)
+        self._start[id(m)] = start
+        return m
+
+    def _unmap(self, m: mmap.mmap) -> None:
+        self._start.pop(id(m), None)
+        m.close()
 
     def clear(self) -> None:
         """Forget every mapping (each is unmapped when its last view dies)."""
         with self._lock:
+            for m in self._lent:
+                self._start.pop(id(m), None)
             self._lent.clear()
             for m in self._spare:
-                m.close()
+                self._unmap(m)
             self._spare.clear()
             self._spare_bytes = 0
 
@@ -99,6 +142,8 @@ class ReadBuffers:
             if unused is None:
                 # No way to tell here: lend every mapping once and let it go with its views.
                 self._reuse = False
+                for m in self._lent:
+                    self._start.pop(id(m), None)
                 self._lent.clear()
                 return
             if not unused:
@@ -109,15 +154,16 @@ class ReadBuffers:
                 self._spare.append(m)
                 self._spare_bytes += len(m)
             else:
-                m.close()
+                self._unmap(m)
 
     def _fit(self, n: int) -> mmap.mmap | None:
         """The smallest free mapping of ``n`` bytes or more, and not more than about twice that."""
-        best = -1
+        best, best_size = -1, 0
+        grain = HUGE if self.huge else _GRAIN
         for k, m in enumerate(self._spare):
-            size = len(m)
-            if n <= size <= 2 * n + _GRAIN and (best < 0 or size < len(self._spare[best])):
-                best = k
+            size = len(m) - self._start.get(id(m), 0)
+            if n <= size <= 2 * n + grain and (best < 0 or size < best_size):
+                best, best_size = k, size
         if best < 0:
             return None
         m = self._spare.pop(best)

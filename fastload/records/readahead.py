@@ -21,6 +21,8 @@ with where the order's shuffle windows start), and reads them ahead:
 3. **issue**: the reads are sorted by the first position in decode order that needs them and run
    ``queue_depth`` at a time on threads (``os.pread`` releases the GIL), into ``bytes`` objects the
    loader owns: no memory map (see :class:`~fastload.records.recordio.RecordIOShard` for why).
+   With ``ReadOptions(direct=True)`` the long runs bypass the page cache (``O_DIRECT``:
+   :mod:`fastload.records.direct_reads`).
    A group's reads start once the group before it is read where it has fewer reads than
    ``queue_depth`` (a few long runs: groups read at once would share the device), and the next
    group is issued as soon as a range is handed out, its bytes leaving the budget then.
@@ -50,6 +52,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
+from fastload.records.direct_reads import DirectReads
 from fastload.records.read_buffers import ReadBuffers
 
 __all__ = [
@@ -102,12 +105,18 @@ class ReadOptions:
             IOPS (an HDD's 160 MB/s at 150 IOPS: about 1 MB; an SSD: tens of KB).
         max_read: A run of neighbouring records is cut into reads of about this many bytes (at
             record boundaries), so that long runs are read in parallel too.
+        direct: Read runs of 64 KiB and more with ``O_DIRECT`` (:mod:`fastload.records.direct_reads`):
+            for a dataset larger than the RAM on a local disk. Long reads reach the device as its
+            largest requests whatever the page cache holds, and evict no other file's pages; but
+            nothing is cached, so a dataset that fits in the RAM is read from the disk every epoch.
+            A file system that refuses ``O_DIRECT`` (tmpfs) warns once and is read buffered.
     """
 
     queue_depth: int = 16
     budget: int | None = None
     gap: int = 64 << 10
     max_read: int = 16 * _MIB
+    direct: bool = False
 
     def __post_init__(self) -> None:
         for name, minimum in (("queue_depth", 1), ("budget", 1), ("gap", 0), ("max_read", 1)):
@@ -116,6 +125,8 @@ class ReadOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
                 raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
+        if not isinstance(self.direct, bool):
+            raise ValueError(f"direct={self.direct!r} must be a bool")
 
 
 @dataclass(frozen=True)
@@ -240,7 +251,8 @@ class ReadAhead:
         self.options = options = options if options is not None else ReadOptions()
         self._has_extents = all(hasattr(dataset, m) for m in ("extents", "read_extent", "image_from"))
         self._reads_into = hasattr(dataset, "read_extent_into")
-        self._buffers = ReadBuffers(cap=AUTO_FLOOR)
+        self._odirect = DirectReads.for_dataset(dataset, options.direct)
+        self._buffers = ReadBuffers(cap=AUTO_FLOOR, huge=self._odirect is not None)
         self._pool = ThreadPoolExecutor(max_workers=options.queue_depth, thread_name_prefix="fastload-read")
         self._lock = threading.Lock()
         self._done = threading.Condition()  # notified as reads finish, and by interrupt()
@@ -583,15 +595,23 @@ class ReadAhead:
         views have died, and kept free up to the budget in force.
         """
         data: bytes | memoryview
-        if self._reads_into and end - start >= _MAPPED_READ:
-            data = self._buffers.take(end - start, self.budget)
+        nbytes = end - start
+        big = nbytes >= _MAPPED_READ
+        direct = self._odirect.read(shard, start, end, self._take) if self._odirect and big else None
+        if direct is not None:
+            data, nbytes = direct  # O_DIRECT: nbytes is the aligned range read (fastload.records.direct_reads)
+        elif self._reads_into and big:
+            data = self._take(nbytes)
             self.dataset.read_extent_into(shard, start, data)
         else:
             data = self.dataset.read_extent(shard, start, end)
         with self._lock:
-            self._counts["bytes"] += len(data)
+            self._counts["bytes"] += nbytes
             self._counts["reads"] += 1
         return data
+
+    def _take(self, n: int) -> memoryview:
+        return self._buffers.take(n, self.budget)
 
     def _read_record(self, i: int) -> memoryview | Exception:
         try:
@@ -769,6 +789,8 @@ class ReadAhead:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._groups = deque()
         self._buffers.clear()
+        if self._odirect is not None:
+            self._odirect.close()
 
     def __enter__(self) -> ReadAhead:
         return self

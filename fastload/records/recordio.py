@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 
 from fastload.errors import CorruptDatasetError, CorruptRecordError
 from fastload.records.containment import open_regular
+from fastload.records.direct_reads import reopen
 
 __all__ = [
     "IR_HEADER_SIZE",
@@ -461,6 +462,18 @@ class RecordIOShard:
         if len(data) < length:
             raise self._short(offset + len(data), length, record, offset)
         return data
+
+    def reopen(self, flags: int) -> int:
+        """A new descriptor of the file this shard reads, opened with ``flags`` (``O_DIRECT``); the caller closes it.
+
+        Raises:
+            OSError: The open fails (``EINVAL``: the file system refuses the flags).
+            ValueError: The shard is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"shard {self.path} is closed")
+            return reopen(self._fd, self.path, flags)
 
     def read_into(self, offset: int, buf: memoryview, record: int | None = None) -> None:
         """:meth:`read` into ``buf`` (writable; its length is the length read): memory the caller chose.

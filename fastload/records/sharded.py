@@ -259,6 +259,25 @@ class ShardedDataset(Dataset):
         assert isinstance(sh, (recordio.RecordIOShard, LmdbShard))
         sh.read_into(start, buf)
 
+    def open_direct(self, shard: int, flags: int) -> tuple[int, str]:
+        """A new descriptor of the file :meth:`read_extent` reads for ``shard``, and that file's path.
+
+        Opened with ``flags`` added (``O_DIRECT``: :mod:`fastload.records.direct_reads`); the caller closes it.
+
+        Raises:
+            OSError: The open fails (``EINVAL``: the file system refuses the flags).
+            ValueError: The dataset is closed.
+        """
+        if self._closed:
+            raise ValueError(f"dataset {self.path} is closed")
+        sh = self.shards[shard]
+        assert isinstance(sh, (recordio.RecordIOShard, LmdbShard))
+        path = sh.file_path if isinstance(sh, LmdbShard) else sh.path
+        try:
+            return sh.reopen(flags), path
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None  # named by the shard, not /proc/self/fd
+
     def image_from(self, i: int, data: bytes | bytearray | memoryview) -> memoryview:
         """Record ``i``'s image from the bytes of its extent as read: every check :meth:`image` makes.
 
