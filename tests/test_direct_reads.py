@@ -266,3 +266,32 @@ def test_direct_reads_reach_the_loop_device_with_the_data_cached(photos):
                         assert served.bytes < total // 4, "buffered reads of cached data reached the device"
         finally:
             dev.leave()
+
+
+def test_the_torch_dataloader_reads_directly_and_hands_out_the_same_batches(packed):
+    torch = pytest.importorskip("torch")
+    from fastload.torch import DataLoader
+    from fastload.transforms import CenterCrop
+
+    transform = CenterCrop(size=32, resize=40)
+
+    def batches(**kwargs):
+        loader = DataLoader(packed, batch_size=8, shuffle=True, seed=4, num_workers=2, transform=transform, **kwargs)
+        try:
+            out = [(x.clone(), y.clone()) for x, y in loader]
+            # The engine's loader got the options: a fresh one is made per layout, keep what it had.
+            used = loader._core.config.read_options if loader._core is not None else None
+            return out, used
+        finally:
+            loader.close()
+
+    plain, _ = batches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DirectIOWarning)
+        direct, used = batches(read_options=ReadOptions(gap=1 << 20, direct=True))
+    assert used is not None and used.direct is True
+    assert len(plain) == len(direct) == 3
+    for (xa, ya), (xb, yb) in zip(plain, direct, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    with pytest.raises(ValueError, match="read_options="):
+        DataLoader(packed, batch_size=8, read_options={"direct": True})

@@ -55,6 +55,7 @@ import torch.utils.data
 from fastload.errors import LoaderClosed, ResumeStateError
 from fastload.loader import Loader
 from fastload.position import Position, make_state, read_state
+from fastload.records.readahead import ReadOptions
 from fastload.stats import LoaderStats
 from fastload.torch.datasets import ImageDataset, Source, resolve_source
 from fastload.torch.iteration import _FastIterator
@@ -129,6 +130,9 @@ class DataLoader(_EnginePlanning):
             naming the file) or ``"skip"`` (log it once, count it in :meth:`stats`, and decode the
             next readable record in its place, deterministically).
         decode_options: :class:`fastload.decode.DecodeOptions`.
+        read_options: :class:`fastload.records.readahead.ReadOptions` for packed shards: how records
+            are read ahead of the decode (``ReadOptions(direct=True)`` for a dataset larger than
+            the RAM on a local disk, see docs/slow-disks.md). None: the defaults.
         trace_path: Write a Chrome trace of the loader's stages there on :meth:`close`.
         copy: Hand out copies instead of zero-copy views of the ring.
 
@@ -172,6 +176,7 @@ class DataLoader(_EnginePlanning):
         dtype: torch.dtype | None = None,
         on_error: str = "raise",
         decode_options: DecodeOptions | None = None,
+        read_options: ReadOptions | None = None,
         trace_path: str | None = None,
         copy: bool = False,
     ) -> None:
@@ -238,6 +243,9 @@ class DataLoader(_EnginePlanning):
             if not isinstance(decode_options, DecodeOptions):
                 raise ValueError(f"decode_options={decode_options!r} must be a fastload.decode.DecodeOptions")
         self.decode_options = decode_options
+        if read_options is not None and not isinstance(read_options, ReadOptions):
+            raise ValueError(f"read_options={read_options!r} must be a fastload.records.readahead.ReadOptions")
+        self.read_options = read_options if read_options is not None else ReadOptions()
         self.trace_path = trace_path
         if not isinstance(copy, bool):
             raise ValueError(f"copy={copy!r} must be a bool")

@@ -17,6 +17,7 @@ import torch
 import torch.utils.data
 
 from fastload.loader import Loader, LoaderConfig
+from fastload.records.readahead import ReadOptions
 from fastload.torch.compile import Plan, compile_transform
 from fastload.torch.datasets import ImageDataset, Source
 from fastload.torch.placement import FLOAT_DTYPES, FloatOutput, cuda_release_fences, pinned_allocator
@@ -38,6 +39,7 @@ class _EnginePlanning(torch.utils.data.DataLoader[Any]):
     dtype: torch.dtype | None
     on_error: str
     decode_options: Any
+    read_options: ReadOptions
     trace_path: str | None
     copy: bool
     _placement_args: dict[str, Any]
@@ -164,6 +166,7 @@ class _EnginePlanning(torch.utils.data.DataLoader[Any]):
             layout=layout,
             on_error=self.on_error,
             decode_options=self.decode_options,
+            read_options=self.read_options,
             trace_path=self.trace_path,
         )
         hooks = (torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop) if torch.cuda.is_available() else None
