@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import pathlib
 import resource
 import statistics
 import sys
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(variants) - set(VARIANTS):
         p.error(f"unknown variants {sorted(unknown)}")
     for path in args.paths:  # into the page cache
-        for f in sorted(__import__("pathlib").Path(path).glob("*")):
+        for f in sorted(pathlib.Path(path).glob("*")):
             f.read_bytes()
     rows: list[dict[str, Any]] = []
     for r in range(args.repeats):
