@@ -45,8 +45,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -210,12 +212,49 @@ def _move_tasks(src: str, dst: str) -> None:
             out.write(pid)
 
 
+def _wait_tasks_exit(src: str, seconds: float) -> None:
+    """Wait until every process still listed in cgroup folder ``src`` has exited (at most ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    try:
+        with open(os.path.join(src, "cgroup.procs")) as fh:
+            pids = [int(line) for line in fh if line.strip()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue  # gone already
+        try:
+            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(fd)
+
+
+def _empty_cgroup(path: str) -> None:
+    """Move the processes of cgroup folder ``path`` to its parent and remove it.
+
+    A process that is exiting can no longer be moved, and it stays listed until the kernel takes
+    it out of its cgroup, after it has closed its files: the janitor, woken by the owner's pipe
+    closing, can get there first (EBUSY). Such processes are waited for (their pidfd becomes
+    readable once they have left), then the removal is tried again.
+    """
+    for attempt in range(3):
+        _move_tasks(path, os.path.dirname(path))
+        try:
+            os.rmdir(path)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or attempt == 2:
+                raise
+        _wait_tasks_exit(path, 20.0)
+
+
 def _release(kind: str, path: str) -> None:
     """Release one resource left by an owner (the janitor's and :meth:`SlowDevice.close`'s step)."""
     if kind == "cgroup":
         if os.path.isdir(path):
-            _move_tasks(path, os.path.dirname(path))
-            os.rmdir(path)
+            _empty_cgroup(path)
     elif kind == "mount":
         if _mounted(path):
             try:
