@@ -55,7 +55,7 @@ import torch.utils.data
 from fastload.errors import LoaderClosed, ResumeStateError
 from fastload.loader import Loader
 from fastload.position import Position, make_state, read_state
-from fastload.records.readahead import ReadOptions
+from fastload.records.read_options import ReadOptions
 from fastload.stats import LoaderStats
 from fastload.torch.datasets import ImageDataset, Source, resolve_source
 from fastload.torch.iteration import _FastIterator
@@ -103,9 +103,10 @@ class DataLoader(_EnginePlanning):
 
     Positional and keyword arguments up to ``in_order`` are torch's, with torch's defaults, meanings
     and errors (they are handed to ``torch.utils.data.DataLoader.__init__``). On the fast path:
-    ``num_workers`` is the number of decode threads (``0`` means one; there are no worker processes,
-    so ``worker_init_fn``, ``multiprocessing_context`` and ``persistent_workers`` are validated and
-    kept but have nothing to act on); ``pin_memory=True`` allocates the ring in page-locked memory
+    ``num_workers`` is the number of decode threads (``0`` means one) and, for a custom ``collate_fn``
+    with ``num_workers >= 2``, of the forked processes that run it (:mod:`fastload.torch.collate_procs`);
+    ``worker_init_fn``, ``multiprocessing_context`` and ``persistent_workers`` are validated and kept
+    but have nothing to act on; ``pin_memory=True`` allocates the ring in page-locked memory
     when an accelerator is present, and without one warns as torch does; ``timeout`` bounds each wait
     for a batch (``RuntimeError`` as torch's).
 

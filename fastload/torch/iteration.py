@@ -3,14 +3,20 @@
 The sampler's index batches are fed to the engine's Loader; each decoded batch reaches the caller
 collated as torch's ``default_collate`` (or timm's ``fast_collate``) would build it, zero-copy from the
 ring (:mod:`fastload.torch.collate`), or as the samples a custom ``collate_fn`` receives after the
-per-sample ops the compiler left.
+per-sample ops the compiler left; with ``num_workers >= 2`` that function runs in forked processes,
+several batches in flight (:mod:`fastload.torch.collate_procs`).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 import warnings
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,6 +28,7 @@ from fastload.batch import Batch
 from fastload.errors import LoaderClosed
 from fastload.stats import Stage
 from fastload.torch.collate import Collation, classify_collate
+from fastload.torch.collate_procs import CollateProcesses
 from fastload.torch.compile import Plan
 from fastload.torch.placement import Placement
 from fastload.torch.planning import _EnginePlanning
@@ -29,6 +36,9 @@ from fastload.torch.sampler import IndexFeed
 from fastload.torch.state import _generators, _load_generator_states, _sampler_states, _WorkerLike
 
 _MASK63 = (1 << 63) - 1
+_IN_PROCESS = object()  # a queued batch whose value a collate process computes
+_FORK = "fork" in multiprocessing.get_all_start_methods()  # the collate processes are forked
+_AFFINITY = hasattr(os, "sched_getaffinity")
 
 
 class _FastIterator:
@@ -136,6 +146,25 @@ class _FastIterator:
         self._warn_pending = bool(plan.rest)
         self._superseded: bool = False
         self._prefetch_factor = loader.prefetch_factor
+        self._job = _SamplesJob(
+            plan, loader.collate_fn, self._target_transform, self._auto_collation, self._multi_label
+        )
+        # A custom collate function runs in forked processes, as torch's workers run it
+        # (fastload.torch.collate_procs): on the caller's thread it is one batch at a time. No more
+        # processes than cores: beyond them they only take turns with the decode threads.
+        self._nprocs = min(self._num_workers, len(os.sched_getaffinity(0)) if _AFFINITY else os.cpu_count() or 1)
+        self._use_procs = (
+            not self._fast_collate
+            and self._nprocs >= 2
+            and plan.kind != "pil"
+            and not plan.rest
+            and collation.note is None
+            and layout == "NCHW"
+            and _FORK
+        )
+        self._procs: CollateProcesses | None = None
+        self._queue: deque[tuple[Any, int]] = deque()  # (collated value or _IN_PROCESS, samples), in order
+        self._drained = False
 
     def prime(self) -> None:
         """Pull the first index batches where torch's iterator does, at ``iter()``.
@@ -239,12 +268,33 @@ class _FastIterator:
             raise LoaderClosed("the DataLoader is closed")
         if self._closed or self.finished:
             raise StopIteration
+        if self._use_procs:
+            return self._next_from_procs()
+        taken = self._take()
+        assert taken is not None
+        batches, samples = taken
+        self.taken += 1
+        self.samples += samples
+        try:
+            out = self._deliver(batches)
+        except BaseException:
+            self.close()
+            raise
+        return out
+
+    def _take(self, end: bool = True) -> tuple[list[Batch], int] | None:
+        """The engine batches of the next sampler batch and its sample count.
+
+        At the end of the pass: StopIteration, or None where ``end`` is False (batches still in flight).
+        """
         try:
             self._pull(self._ahead if self._pulled == 0 else 1)
         except BaseException:  # the sampler's own error (a bad index, ...): the pass ends with it
             self.close()
             raise
         if not self._parts:
+            if not end:
+                return None
             self._finish()
             raise StopIteration
         nparts, samples = self._parts.pop(0)
@@ -266,14 +316,61 @@ class _FastIterator:
         except BaseException:
             self.close()
             raise
-        self.taken += 1
-        self.samples += samples
+        return batches, samples
+
+    def _next_from_procs(self) -> Any:
+        """The next batch, its collate function run in a process (:mod:`fastload.torch.collate_procs`)."""
+        queue = self._queue
+        while len(queue) < self._nprocs + 1 and not self._drained:
+            taken = self._take(end=False)
+            if taken is None:
+                self._drained = True
+                break
+            batches, samples = taken
+            seed = (self.base_seed + self.taken + len(queue) + 1) & _MASK63
+            try:
+                images, targets = self._collate_inputs(batches)
+                del batches  # the ring slot goes back now: the images are copied below
+                procs = self._procs
+                if procs is None:
+                    procs = CollateProcesses(self._job, images, self._capacity, self._nprocs)
+                    self._procs = procs
+                if procs.fits(images):
+                    procs.submit(images, targets, seed)
+                    queue.append((_IN_PROCESS, samples))
+                else:  # a batch larger than the buffers (cut into ring-sized parts): here, in order
+                    queue.append((self._job(images, targets, seed), samples))
+            except BaseException:
+                self.close()
+                raise
+        if not queue:
+            self._finish()
+            raise StopIteration
+        value, samples = queue.popleft()
         try:
-            out = self._deliver(batches)
+            if value is _IN_PROCESS:
+                assert self._procs is not None
+                value = self._procs.result(self._timeout if self._timeout else None)
+        except TimeoutError:  # torch's error for a batch that took longer than ``timeout``
+            self.close()
+            raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds") from None
+        except BrokenProcessPool as exc:  # a process died (killed, out of memory): the pass ends
+            self.close()
+            raise RuntimeError(
+                "a collate process of the DataLoader exited unexpectedly (killed, or out of memory?)"
+            ) from exc
         except BaseException:
             self.close()
             raise
-        return out
+        self.taken += 1
+        self.samples += samples
+        return _pin(value) if self._pin else value
+
+    def _collate_inputs(self, batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = self._tensors(batches)
+        if self._convert is not None:
+            images = self._convert(images)
+        return images, labels if self._multi_label else labels[:, 0].to(torch.int64)
 
     def _deliver(self, batches: list[Batch]) -> Any:
         images, labels = self._tensors(batches)
@@ -312,34 +409,12 @@ class _FastIterator:
     def _samples_collated(self, images: torch.Tensor, targets: torch.Tensor) -> Any:
         plan = self.plan
         n = images.shape[0]
-        if plan.kind == "pil":
-            from PIL import Image
-
-            arr = images.numpy()
-            pics: list[Any] = [Image.fromarray(arr[i]) for i in range(n)]
-        elif plan.as_numpy:  # timm's ToNumpy: CHW uint8 arrays
-            pics = [p.numpy() for p in images.unbind(0)]
-        else:
-            pics = list(images.unbind(0))
-            if plan.tv_image:
-                from torchvision import tv_tensors
-
-                pics = [tv_tensors.Image(p) for p in pics]
-        if self._multi_label:
-            tgts: list[Any] = list(targets.unbind(0))
-        else:
-            tgts = targets.tolist()
         rng = _WorkerLike((self.base_seed + self.taken) & _MASK63) if self._num_workers > 0 else None
         t0 = time.perf_counter()
         if rng is not None:
             rng.__enter__()
         try:
-            if plan.rest:
-                pics = [_apply(plan.rest, p) for p in pics]
-            if self._target_transform is not None:
-                tgts = [self._target_transform(t) for t in tgts]
-            samples: list[Any] = list(zip(pics, tgts, strict=False))
-            out = self._collate_fn(samples) if self._auto_collation else self._collate_fn(samples[0])
+            out = self._job.collate(images, targets)
         finally:
             if rng is not None:
                 rng.__exit__(None, None, None)
@@ -370,21 +445,72 @@ class _FastIterator:
     def _finish(self) -> None:
         self.finished = True
         self._closed = True
+        self._close_procs()
+
+    def _close_procs(self) -> None:
+        self._queue.clear()
+        if self._procs is not None:
+            self._procs.close()
+            self._procs = None
 
     @property
     def handed_all(self) -> bool:
         """Every batch the sampler yields in this pass was handed out (the pass may not know it yet)."""
-        return self.finished or (self._sampler_done and not self._parts)
+        return self.finished or (self._sampler_done and not self._parts and not self._queue)
 
     def close(self) -> None:
         """Stop this pass (idempotent); held batches stay valid."""
         if self._closed:
             return
         self._closed = True
+        self._close_procs()
         self._feed.finish()
         close = getattr(self._batches, "close", None)
         if close is not None:
             close()
+
+
+@dataclass(frozen=True)
+class _SamplesJob:
+    """A batch as the samples a custom ``collate_fn`` receives, and the function's value of them.
+
+    Holds no reference to the iterator: the collate processes keep it for the pass.
+    """
+
+    plan: Plan
+    collate_fn: Any
+    target_transform: Any
+    auto_collation: bool
+    multi_label: bool
+
+    def collate(self, images: torch.Tensor, targets: torch.Tensor) -> Any:
+        plan = self.plan
+        n = images.shape[0]
+        if plan.kind == "pil":
+            from PIL import Image
+
+            arr = images.numpy()
+            pics: list[Any] = [Image.fromarray(arr[i]) for i in range(n)]
+        elif plan.as_numpy:  # timm's ToNumpy: CHW uint8 arrays
+            pics = [p.numpy() for p in images.unbind(0)]
+        else:
+            pics = list(images.unbind(0))
+            if plan.tv_image:
+                from torchvision import tv_tensors
+
+                pics = [tv_tensors.Image(p) for p in pics]
+        tgts: list[Any] = list(targets.unbind(0)) if self.multi_label else targets.tolist()
+        if plan.rest:
+            pics = [_apply(plan.rest, p) for p in pics]
+        if self.target_transform is not None:
+            tgts = [self.target_transform(t) for t in tgts]
+        samples: list[Any] = list(zip(pics, tgts, strict=False))
+        return self.collate_fn(samples) if self.auto_collation else self.collate_fn(samples[0])
+
+    def __call__(self, images: torch.Tensor, targets: torch.Tensor, seed: int) -> Any:
+        """:meth:`collate` as a torch worker runs it: RNGs seeded with ``seed``, one intra-op thread."""
+        with _WorkerLike(seed):
+            return self.collate(images, targets)
 
 
 def _apply(ops: Sequence[Any], sample: Any) -> Any:
