@@ -68,7 +68,7 @@ def measure(path: str, variant: str, *, qd: int, consumers: int, hold: int, batc
         rng = np.random.default_rng(seed)
         seq = np.concatenate([rng.permutation(n) for _ in range(-(-batch * batches // n) + 1)]).astype(np.int64)
         options = ReadOptions(queue_depth=qd, budget=256 << 20 if variant == "budget256" else None)
-        reader = ReadAhead(ds, options)
+        reader = ReadAhead(ds, options, decode_threads=consumers)  # as the Loader with that many decode threads
         spent: list[float] = []
         buffers = getattr(reader, "_buffers", None)
         if variant == "bytes":

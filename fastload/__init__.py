@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(loader, name)
     if name == "ReadOptions":
-        from fastload.records.readahead import ReadOptions
+        from fastload.records.read_options import ReadOptions
 
         return ReadOptions
     if name == "info":

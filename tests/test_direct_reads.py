@@ -25,7 +25,7 @@ from fastload.errors import CorruptRecordError
 from fastload.loader import Loader, LoaderConfig
 from fastload.pack.packer import pack_folder
 from fastload.records.dataset import open_dataset
-from fastload.records.direct_reads import ALIGN, DirectIOWarning, DirectReads
+from fastload.records.direct_reads import ALIGN, DIRECT_MIN, DirectIOWarning, DirectReads
 from fastload.records.read_buffers import HUGE, ReadBuffers
 from fastload.records.readahead import ReadAhead, ReadOptions
 
@@ -295,3 +295,27 @@ def test_the_torch_dataloader_reads_directly_and_hands_out_the_same_batches(pack
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     with pytest.raises(ValueError, match="read_options="):
         DataLoader(packed, batch_size=8, read_options={"direct": True})
+
+
+def test_only_runs_of_a_mib_and_more_are_read_directly(packed, monkeypatch):
+    """Short direct reads cost more than they give (a huge page each, no kernel read-ahead): buffered."""
+    with open_dataset(packed) as ds:
+        expected = [bytes(ds.image(i)) for i in range(len(ds))]
+        for max_read, long_runs in ((1, False), (16 << 20, True)):
+            sizes: list[int] = []
+            with ReadAhead(ds, ReadOptions(gap=1 << 20, max_read=max_read, direct=True)) as ra:
+                assert ra._odirect is not None
+                real = ra._odirect.read
+
+                def counted(shard, start, end, take, real=real, sizes=sizes):
+                    sizes.append(end - start)
+                    return real(shard, start, end, take)
+
+                monkeypatch.setattr(ra._odirect, "read", counted)
+                seq = np.random.default_rng(0).permutation(len(ds)).astype(np.int64)
+                ra.begin(seq)
+                views, errors = ra.records(0, len(ds))
+                assert not errors and [bytes(v) for v in views] == [expected[i] for i in seq.tolist()]
+                del views
+            assert all(n >= DIRECT_MIN for n in sizes)
+            assert bool(sizes) is long_runs  # max_read=1: a run per record (about 90 KB), none read directly

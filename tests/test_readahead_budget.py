@@ -77,6 +77,24 @@ def test_from_the_page_cache_the_budget_stays_at_four_batches():
     assert counters.records == len(seq) and counters.direct == 0
 
 
+@pytest.mark.parametrize(("threads", "batches"), [(1, FLOOR_BATCHES), (8, FLOOR_BATCHES), (16, 8), (32, 16)])
+def test_the_floor_is_one_batch_per_two_decode_threads_beyond_four(threads, batches):
+    """Many decode threads finish a batch before the page cache gives the next two: the floor holds more."""
+    bs, size = 64, 64 * _KB
+    ds = _Spaced(4096, size)
+    seq = np.arange(4096, dtype=np.int64)
+    with ReadAhead(ds, decode_threads=threads) as ra:
+        ra.begin(seq)
+        for p in range(0, 4 * bs, bs):
+            views, errors = ra.records(p, p + bs)
+            assert not errors and len(views) == bs
+            _settle(ra)
+        assert ra.budget == ra.floor == min(ra.ceiling, batches * bs * size)
+        assert ra._inflight <= ra.budget
+    with ReadAhead(ds, ReadOptions(budget=24 << 20), decode_threads=threads) as ra:
+        assert ra.floor == ra.budget == 24 << 20  # an explicit budget is kept as it is
+
+
 @pytest.mark.parametrize("explicit", [None, 24 << 20])
 def test_reads_behind_the_decode_double_the_automatic_budget(explicit):
     bs, size = 64, 64 * _KB

@@ -57,6 +57,6 @@ position, ``close()``), ``iterator`` (one pass as an iterator) and ``loader`` (:
 from fastload.errors import OnError
 from fastload.loader.config import LoaderConfig, transform_image_dtype
 from fastload.loader.loader import Loader
-from fastload.records.readahead import ReadOptions
+from fastload.records.read_options import ReadOptions
 
 __all__ = ["Loader", "LoaderConfig", "OnError", "ReadOptions", "transform_image_dtype"]

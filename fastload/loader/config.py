@@ -13,7 +13,7 @@ import fastload.transforms as _transforms
 from fastload.batch import Layout
 from fastload.errors import OnError
 from fastload.order import Even, Shuffle, coerce_enum
-from fastload.records.readahead import ReadOptions
+from fastload.records.read_options import ReadOptions
 from fastload.transforms import train
 from fastload.transforms.pipeline import GeometryOp, Pipeline
 

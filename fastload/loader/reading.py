@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from fastload.decode.decoder import default_threads
 from fastload.errors import CorruptRecordError
 from fastload.loader.config import LoaderConfig
 from fastload.order import EpochOrder, OrderSpec, window_starts
@@ -52,7 +53,9 @@ class _BatchReads:
         self._will_need = getattr(dataset, "will_need", None)
         remote = getattr(dataset, "will_read", None) is not None
         self._reader = (
-            ReadAhead(dataset, config.read_options) if config.read_options is not None and not remote else None
+            ReadAhead(dataset, config.read_options, decode_threads=config.num_threads or default_threads())
+            if config.read_options is not None and not remote
+            else None
         )
         self._order: EpochOrder | None = None
         self._following: EpochOrder | None = None  # the order after this one (planned once reads are done)

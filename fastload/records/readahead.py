@@ -45,15 +45,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fastload.errors import CorruptRecordError
-from fastload.records.direct_reads import DirectReads
+from fastload.records.direct_reads import DIRECT_MIN, DirectReads
 from fastload.records.read_buffers import ReadBuffers
+from fastload.records.read_options import ReadCounters, ReadOptions
 
 __all__ = [
     "AUTO_BUDGET",
@@ -72,7 +72,9 @@ _MIB = 1 << 20
 AUTO_BUDGET = (64 * _MIB, 512 * _MIB)
 NO_WINDOW_BUDGET = 256 * _MIB
 # Its floor: this many of the largest batches asked for (two groups of two batches: the next
-# batches' reads are issued two batches ahead), and at least AUTO_FLOOR bytes.
+# batches' reads are issued two batches ahead), or one per two decode threads where that is more
+# (16 threads decode a batch faster than 16 readers bring the next two from the page cache: docs/gpu.md),
+# and at least AUTO_FLOOR bytes.
 FLOOR_BATCHES = 4
 AUTO_FLOOR = 8 * _MIB
 # A group of the automatic budget is not cut inside a shuffle window where reading the window in two
@@ -84,73 +86,6 @@ _RAMP_SHARE = 2
 _MAPPED_READ = 64 << 10
 # Records per group when record sizes are unknown (datasets without extents).
 _GENERIC_RECORD_GUESS = 128 << 10
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReadOptions:
-    """How records are read ahead of the decode.
-
-    Args:
-        queue_depth: Reads in flight at once (threads). Enough to keep a device's queue full:
-            SSDs and cloud volumes serve many requests in parallel.
-        budget: Bytes read ahead and not yet handed to the decode, at most (the memory the
-            read-ahead holds; two groups of half of it). For block and shard order, at least twice
-            a shuffle window's bytes lets every window be read as a few long runs. None: automatic
-            (:attr:`ReadAhead.budget`): four batches' bytes (at least 8 MiB), doubled each time
-            the decode waits for reads issued two batches ahead or more, up to twice the largest
-            shuffle window's bytes (at least 64 MiB, at most 512 MiB; 256 MiB for orders without
-            windows: global, none). From the page cache it stays at four batches.
-        gap: Neighbouring records at most this many bytes apart are read together, the bytes
-            between them read and dropped. The break-even on a disk is its bandwidth over its
-            IOPS (an HDD's 160 MB/s at 150 IOPS: about 1 MB; an SSD: tens of KB).
-        max_read: A run of neighbouring records is cut into reads of about this many bytes (at
-            record boundaries), so that long runs are read in parallel too.
-        direct: Read runs of 64 KiB and more with ``O_DIRECT`` (:mod:`fastload.records.direct_reads`):
-            for a dataset larger than the RAM on a local disk. Long reads reach the device as its
-            largest requests whatever the page cache holds, and evict no other file's pages; but
-            nothing is cached, so a dataset that fits in the RAM is read from the disk every epoch.
-            A file system that refuses ``O_DIRECT`` (tmpfs) warns once and is read buffered.
-    """
-
-    queue_depth: int = 16
-    budget: int | None = None
-    gap: int = 64 << 10
-    max_read: int = 16 * _MIB
-    direct: bool = False
-
-    def __post_init__(self) -> None:
-        for name, minimum in (("queue_depth", 1), ("budget", 1), ("gap", 0), ("max_read", 1)):
-            value = getattr(self, name)
-            if name == "budget" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-                raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
-        if not isinstance(self.direct, bool):
-            raise ValueError(f"direct={self.direct!r} must be a bool")
-
-
-@dataclass(frozen=True)
-class ReadCounters:
-    """What the read-ahead did (cumulative).
-
-    Attributes:
-        bytes: Bytes read from the files (gaps included).
-        reads: ``pread`` calls.
-        records: Records handed out from those reads.
-        direct: Records read one by one on the caller's thread (outside the plan, or redone after
-            a failed read).
-        wait_seconds: Time :meth:`ReadAhead.wait` blocked for reads not yet done.
-        budget: The byte budget in force now (:attr:`ReadAhead.budget`).
-        grown: Times the automatic budget grew (reads fell behind the decode).
-    """
-
-    bytes: int = 0
-    reads: int = 0
-    records: int = 0
-    direct: int = 0
-    wait_seconds: float = 0.0
-    budget: int = 0
-    grown: int = 0
 
 
 def coalesce(
@@ -244,15 +179,19 @@ class ReadAhead:
         dataset: A dataset (``fastload.records``); records are read with ``extents`` /
             ``read_extent`` / ``image_from`` where it has them, else with ``image``.
         options: :class:`ReadOptions`.
+        decode_threads: Threads decoding what is read: the automatic budget's floor is at least
+            half as many batches.
     """
 
-    def __init__(self, dataset: Any, options: ReadOptions | None = None) -> None:
+    def __init__(self, dataset: Any, options: ReadOptions | None = None, *, decode_threads: int = 1) -> None:
         self.dataset = dataset
+        self._floor_batches = max(FLOOR_BATCHES, decode_threads // 2)
         self.options = options = options if options is not None else ReadOptions()
         self._has_extents = all(hasattr(dataset, m) for m in ("extents", "read_extent", "image_from"))
         self._reads_into = hasattr(dataset, "read_extent_into")
         self._odirect = DirectReads.for_dataset(dataset, options.direct)
-        self._buffers = ReadBuffers(cap=AUTO_FLOOR, huge=self._odirect is not None)
+        self._buffers = ReadBuffers(cap=AUTO_FLOOR)
+        self._huge = ReadBuffers(cap=AUTO_FLOOR, huge=True) if self._odirect is not None else None  # direct reads
         self._pool = ThreadPoolExecutor(max_workers=options.queue_depth, thread_name_prefix="fastload-read")
         self._lock = threading.Lock()
         self._done = threading.Condition()  # notified as reads finish, and by interrupt()
@@ -316,10 +255,10 @@ class ReadAhead:
 
     @property
     def floor(self) -> int:
-        """Where the automatic budget starts: four of the largest batches waited for, at least 8 MiB."""
+        """Where the automatic budget starts: four of the largest batches waited for, or one per two decode threads."""
         if self.options.budget is not None:
             return self.options.budget
-        return min(self.ceiling, max(AUTO_FLOOR, FLOOR_BATCHES * self._batch_bytes))
+        return min(self.ceiling, max(AUTO_FLOOR, self._floor_batches * self._batch_bytes))
 
     def _grow(self, bytes_at_least: int = 0) -> None:
         """Raise the automatic budget: doubled, or to ``bytes_at_least``, within the ceiling."""
@@ -597,7 +536,8 @@ class ReadAhead:
         data: bytes | memoryview
         nbytes = end - start
         big = nbytes >= _MAPPED_READ
-        direct = self._odirect.read(shard, start, end, self._take) if self._odirect and big else None
+        long = self._odirect is not None and nbytes >= DIRECT_MIN
+        direct = self._odirect.read(shard, start, end, self._take_huge) if long else None  # type: ignore[union-attr]
         if direct is not None:
             data, nbytes = direct  # O_DIRECT: nbytes is the aligned range read (fastload.records.direct_reads)
         elif self._reads_into and big:
@@ -612,6 +552,9 @@ class ReadAhead:
 
     def _take(self, n: int) -> memoryview:
         return self._buffers.take(n, self.budget)
+
+    def _take_huge(self, n: int) -> memoryview:
+        return self._huge.take(n, self.budget)  # type: ignore[union-attr]
 
     def _read_record(self, i: int) -> memoryview | Exception:
         try:
@@ -789,6 +732,8 @@ class ReadAhead:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._groups = deque()
         self._buffers.clear()
+        if self._huge is not None:
+            self._huge.clear()
         if self._odirect is not None:
             self._odirect.close()
 

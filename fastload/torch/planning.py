@@ -17,7 +17,7 @@ import torch
 import torch.utils.data
 
 from fastload.loader import Loader, LoaderConfig
-from fastload.records.readahead import ReadOptions
+from fastload.records.read_options import ReadOptions
 from fastload.torch.compile import Plan, compile_transform
 from fastload.torch.datasets import ImageDataset, Source
 from fastload.torch.placement import FLOAT_DTYPES, FloatOutput, cuda_release_fences, pinned_allocator
