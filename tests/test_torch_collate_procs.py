@@ -126,19 +126,23 @@ def test_a_collate_error_is_raised_at_its_batch_and_the_next_pass_runs(folder):
     assert sum(b[0].shape[0] for b in again) == 40
 
 
-def _slow_collate(samples):
-    import time
-
-    time.sleep(3)  # the work that outlasts the DataLoader's timeout
-    return tud.default_collate(samples)
-
-
 def test_a_collate_slower_than_timeout_raises_torchs_error(folder):
+    import multiprocessing
+
+    release = multiprocessing.get_context("fork").Event()  # inherited by the processes forked at the first batch
+
+    def held(samples):
+        release.wait()  # the work that outlasts the DataLoader's timeout, until the test lets it go
+        return tud.default_collate(samples)
+
     loader = DataLoader(
-        datasets.ImageFolder(folder, augmented()), batch_size=16, num_workers=2, collate_fn=_slow_collate, timeout=0.5
+        datasets.ImageFolder(folder, augmented()), batch_size=16, num_workers=2, collate_fn=held, timeout=0.5
     )
-    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.5 seconds"):
-        next(iter(loader))
+    try:
+        with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.5 seconds"):
+            next(iter(loader))
+    finally:
+        release.set()
     assert loader._active is None or loader._active._procs is None  # the pass closed its processes
 
 
