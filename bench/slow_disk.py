@@ -268,7 +268,10 @@ def _contenders(
     # as the device takes (docs/slow-disks.md, "Direct I/O").
     direct = read_options_for(profile, direct=True)
     for form, path in (("RecordIO", forms.rec), ("LMDB", forms.lmdb)):
-        out.append(loader(f"fastload {form}, block, direct I/O", path, "block", read_options=direct, notes=opt_note))
+        for order in ("block", "shard"):
+            out.append(
+                loader(f"fastload {form}, {order}, direct I/O", path, order, read_options=direct, notes=opt_note)
+            )
     out.append(
         loader(
             "fastload RecordIO, block, one pread per record",
