@@ -38,15 +38,16 @@ def test_mixup_cutmix_collate_under_a_cpu_burner_never_waits_on_a_dropped_slot(t
     threads_seen = []
 
     def collate_fn(batch):
-        threads_seen.append(torch.get_num_threads())
-        return mix(*tud.default_collate(batch))
+        # Runs in the collate processes (num_workers >= 2): the thread count comes back with the batch.
+        return *mix(*tud.default_collate(batch)), torch.get_num_threads()
 
     threads_before = torch.get_num_threads()
     held_after = []
     with ft.DataLoader(ds, batch_size=8, shuffle=True, num_workers=2, collate_fn=collate_fn) as dl:
         with burner():
             for _ in range(3):
-                for x, y in dl:
+                for x, y, threads in dl:
+                    threads_seen.append(threads)
                     # The collated batch is a copy: nothing of the slot's batch is alive any more.
                     held_after.append(dl.loader.ring.held_count())
                     assert x.shape[1:] == (3, 32, 32) and y.shape == (x.shape[0], classes)
@@ -68,7 +69,9 @@ def test_a_collate_that_keeps_its_samples_gets_more_slots_not_a_wait(tiny_folder
         kept.append(batch)
         return tud.default_collate(batch)
 
-    with ft.DataLoader(ds, batch_size=8, shuffle=True, num_workers=2, collate_fn=collate_fn) as dl:
+    # One worker: the collate runs on the caller's thread, where its samples are views of ring slots
+    # (with two or more it runs in processes, on copies: tests/test_torch_collate_procs.py).
+    with ft.DataLoader(ds, batch_size=8, shuffle=True, num_workers=1, collate_fn=collate_fn) as dl:
         with burner():
             for _ in range(2):
                 for _x, _y in dl:

@@ -23,6 +23,7 @@ thread and the OS is hinted ``read_ahead`` batches ahead (``will_need``).
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import sys
 import threading
@@ -33,7 +34,6 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from fastload.decode.decoder import default_threads
 from fastload.errors import CorruptRecordError
 from fastload.loader.config import LoaderConfig
 from fastload.order import EpochOrder, OrderSpec, window_starts
@@ -42,6 +42,16 @@ from fastload.stats import Stage, StageTimer
 
 T = TypeVar("T")
 _END = object()
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on: the decode's threads when ``num_threads`` is None.
+
+    Counted here, not through ``fastload.decode``: importing it from this module changes when the
+    engine is loaded, and MXNet's distributed workers then aborted at exit
+    (``tests/test_mxnet_clients.py``, the ``dist_sync`` run).
+    """
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class _BatchReads:
@@ -53,7 +63,7 @@ class _BatchReads:
         self._will_need = getattr(dataset, "will_need", None)
         remote = getattr(dataset, "will_read", None) is not None
         self._reader = (
-            ReadAhead(dataset, config.read_options, decode_threads=config.num_threads or default_threads())
+            ReadAhead(dataset, config.read_options, decode_threads=config.num_threads or _cpus())
             if config.read_options is not None and not remote
             else None
         )

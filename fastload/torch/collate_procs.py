@@ -11,8 +11,8 @@ which is a cap of 400-800 img/s on any machine. torch's DataLoader runs the coll
 (``min(num_workers, cores)`` processes: more only take turns with the decode threads):
 
 - the processes are forked at the pass's first batch (the function is never pickled: closures work,
-  as with torch's fork workers) and keep nothing of the parent's collectable state
-  (``gc.freeze()``: the engine's objects are never finalized in a child);
+  as with torch's fork workers); the parent's garbage is collected just before the fork, so no
+  unreachable object of the parent (a dropped batch, the engine's) is finalized in a child;
 - each batch's images are copied once into one of ``depth`` input buffers, anonymous shared memory
   mapped before the fork (no ``/dev/shm`` file, no file descriptor per batch); the targets go by
   value. The child builds the samples (views of the buffer) and runs the function under
@@ -85,7 +85,6 @@ class _Placed(NamedTuple):
 
 
 def _child_init() -> None:
-    gc.freeze()  # objects inherited from the parent (the engine's among them) are never collected here
     torch.set_num_threads(1)
 
 
@@ -181,6 +180,7 @@ class CollateProcesses:
         if self._started:
             future = self._pool.submit(_child_run, self._key, slot, n, labels, seed, out_slot)
         else:
+            gc.collect()  # before the fork: nothing the parent dropped is left for a child to finalize
             with warnings.catch_warnings():  # the fork of a process whose engine threads run
                 warnings.simplefilter("ignore", DeprecationWarning)
                 future = self._pool.submit(_child_run, self._key, slot, n, labels, seed, out_slot)
