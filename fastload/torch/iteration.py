@@ -340,6 +340,9 @@ class _FastIterator:
                     queue.append((_IN_PROCESS, samples))
                 else:  # a batch larger than the buffers (cut into ring-sized parts): here, in order
                     queue.append((self._job(images, targets, seed), samples))
+            except BrokenProcessPool as exc:  # a process died before this batch was handed to one
+                self.close()
+                raise _collate_process_died() from exc
             except BaseException:
                 self.close()
                 raise
@@ -356,9 +359,7 @@ class _FastIterator:
             raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds") from None
         except BrokenProcessPool as exc:  # a process died (killed, out of memory): the pass ends
             self.close()
-            raise RuntimeError(
-                "a collate process of the DataLoader exited unexpectedly (killed, or out of memory?)"
-            ) from exc
+            raise _collate_process_died() from exc
         except BaseException:
             self.close()
             raise
@@ -511,6 +512,10 @@ class _SamplesJob:
         """:meth:`collate` as a torch worker runs it: RNGs seeded with ``seed``, one intra-op thread."""
         with _WorkerLike(seed):
             return self.collate(images, targets)
+
+
+def _collate_process_died() -> RuntimeError:
+    return RuntimeError("a collate process of the DataLoader exited unexpectedly (killed, or out of memory?)")
 
 
 def _apply(ops: Sequence[Any], sample: Any) -> Any:
